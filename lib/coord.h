@@ -1,0 +1,34 @@
+/*
+ * coord.h: the coordination service that coordd serves over HTTP. It owns
+ * the state (the key-value store for now), one lock around it, and the
+ * parked requests waiting for it to change.
+ */
+#ifndef MUSTER_COORD_H
+#define MUSTER_COORD_H
+
+#include <stddef.h>
+
+#include "http_server.h"
+#include "kvstore.h"
+
+struct coord;
+
+struct coord_config {
+	struct kv_limits kv;
+};
+
+struct coord *coord_new(const struct coord_config *cfg, char *err,
+    size_t errlen);
+/* The server whose counters /metrics shows; optional. */
+void coord_set_server(struct coord *co, struct http_server *srv);
+/* The HTTP handler: pass co as its argument. */
+void coord_handle(struct http_req *req, void *arg);
+/*
+ * Answers every parked request with UNAVAILABLE and Retry-After, and every
+ * later one the same way, so clients wait for the next coordd instead of
+ * failing. Call before http_server_stop.
+ */
+void coord_shutdown(struct coord *co);
+void coord_free(struct coord *co);
+
+#endif

@@ -1,0 +1,522 @@
+/*
+ * coord_kv.c: the key-value routes of the coordination service.
+ *
+ *   GET    /v1/kv/KEY              the value's bytes; NOT_FOUND if missing
+ *   GET    /v1/kv/KEY?wait=DUR     the same, waiting up to DUR for the key
+ *   GET    /v1/kv/PREFIX?dir=1     {"revision":R,"entries":[...]} under PREFIX/
+ *   PUT    /v1/kv/KEY[?mode=M]     body is the value; M insert|overwrite|update
+ *   POST   /v1/kv/KEY?op=add       {"delta":N} -> {"value":N,"revision":R}
+ *   POST   /v1/kv/KEY?op=cas       {"value":B64,"expected":B64|"absent":true}
+ *   DELETE /v1/kv/KEY              KEY and KEY/...: {"deleted":N,"revision":R}
+ *   GET    /v1/watch/PREFIX?since=R&wait=DUR
+ *                                  {"revision":R,"events":[...]} after R
+ *
+ * Values inside JSON are base64; a single value travels as raw bytes with
+ * its revision in X-Muster-Revision.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord_int.h"
+#include "log.h"
+#include "text.h"
+
+#define WATCH_WAIT_DEFAULT_MS 30000
+
+/* Sets the revision header; a failed allocation only loses the header. */
+static void
+set_revision(struct http_req *req, int64_t rev)
+{
+	char num[32];
+
+	snprintf(num, sizeof(num), "%" PRId64, rev);
+	http_set_header(req, "X-Muster-Revision", num);
+}
+
+static void
+reply_value(struct http_req *req, const struct kv_entry *e)
+{
+	set_revision(req, e->mod_rev);
+	http_reply(req, 200, "application/octet-stream", e->value, e->vlen);
+}
+
+static json_t *
+json_b64(const void *p, size_t n)
+{
+	struct buf b = {0};
+	json_t *s;
+
+	if (text_base64_encode(&b, p, n) < 0)
+		return NULL;
+	s = json_stringn(b.data != NULL ? b.data : "", b.len);
+	buf_free(&b);
+	return s;
+}
+
+static json_t *
+json_rev(int64_t rev)
+{
+	return json_pack("{s:I}", "revision", (json_int_t)rev);
+}
+
+/* Replies NOMEM-safe: a failed json_pack becomes an INTERNAL error. */
+static void
+reply_json(struct http_req *req, json_t *obj)
+{
+	if (obj == NULL) {
+		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
+		return;
+	}
+	http_reply_json(req, 200, obj);
+}
+
+static void
+get_expired(struct waiter *w)
+{
+	http_reply_error(w->req, ST_DEADLINE_EXCEEDED,
+	    "key %s not set before the deadline", w->key);
+	/* The list goes with its last waiter. */
+	struct waitlist *l = strmap_get(w->co->getters, w->key, w->klen);
+	if (l != NULL && l->count == 0)
+		free(strmap_del(w->co->getters, w->key, w->klen));
+	waiter_free(w);
+}
+
+static void
+kv_get_route(struct coord *co, struct http_req *req, const struct buf *key)
+{
+	const struct kv_entry *e;
+	int64_t wait;
+	int waiting = http_req_arg(req, "wait") != NULL;
+	struct waitlist *l;
+
+	if (coord_arg_duration(req, "wait", 0, &wait) < 0)
+		return;
+	pthread_mutex_lock(&co->mu);
+	if ((e = kv_get(co->kv, key->data, key->len)) != NULL) {
+		reply_value(req, e);
+	} else if (!waiting) {
+		http_reply_error(req, ST_NOT_FOUND, "key %s not found",
+		    key->data);
+	} else if (co->closing) {
+		coord_reply_closing(req);
+	} else if (wait <= 0) {
+		http_reply_error(req, ST_DEADLINE_EXCEEDED,
+		    "key %s not set before the deadline", key->data);
+	} else {
+		l = strmap_get(co->getters, key->data, key->len);
+		if (l == NULL && ((l = calloc(1, sizeof(*l))) == NULL ||
+		    strmap_put(co->getters, key->data, key->len, l) < 0)) {
+			free(l);
+			l = NULL;
+		}
+		if (l == NULL || waiter_park(co, req, l, wait, get_expired,
+		    key->data, key->len) == NULL) {
+			if (l != NULL && l->count == 0)
+				free(strmap_del(co->getters, key->data,
+				    key->len));
+			http_reply_error(req, ST_RESOURCE_EXHAUSTED,
+			    "out of memory");
+		}
+	}
+	pthread_mutex_unlock(&co->mu);
+}
+
+static void
+kv_dir_route(struct coord *co, struct http_req *req, const struct buf *key)
+{
+	const struct kv_entry **v = NULL;
+	json_t *arr = json_array(), *obj;
+	size_t n;
+
+	pthread_mutex_lock(&co->mu);
+	n = kv_dir(co->kv, key->data, key->len, &v);
+	for (size_t i = 0; arr != NULL && n != (size_t)-1 && i < n; i++) {
+		json_t *ent = json_pack("{s:s%,s:o,s:I,s:I}", "key", v[i]->key,
+		    v[i]->klen, "value", json_b64(v[i]->value, v[i]->vlen),
+		    "revision", (json_int_t)v[i]->mod_rev, "created",
+		    (json_int_t)v[i]->create_rev);
+		if (ent == NULL || json_array_append_new(arr, ent) < 0) {
+			json_decref(arr);
+			arr = NULL;
+		}
+	}
+	obj = arr == NULL || n == (size_t)-1 ? NULL : json_pack("{s:I,s:o}",
+	    "revision", (json_int_t)kv_revision(co->kv), "entries", arr);
+	if (obj == NULL)
+		json_decref(arr);
+	pthread_mutex_unlock(&co->mu);
+	free(v);
+	reply_json(req, obj);
+}
+
+static void
+kv_put_route(struct coord *co, struct http_req *req, const struct buf *key)
+{
+	const char *mode = http_req_arg(req, "mode");
+	enum kv_mode m = KV_INSERT;
+	const char *body;
+	size_t len;
+	int64_t rev = 0;
+	char err[256];
+	enum status st;
+
+	if (mode == NULL || strcmp(mode, "insert") == 0)
+		m = KV_INSERT;
+	else if (strcmp(mode, "overwrite") == 0)
+		m = KV_OVERWRITE;
+	else if (strcmp(mode, "update") == 0)
+		m = KV_UPDATE;
+	else {
+		http_reply_error(req, ST_INVALID_ARGUMENT, "mode=%s is not one "
+		    "of insert, overwrite, update", mode);
+		return;
+	}
+	body = http_req_body(req, &len);
+	pthread_mutex_lock(&co->mu);
+	st = kv_put(co->kv, key->data, key->len, body, len, m, &rev, err,
+	    sizeof(err));
+	pthread_mutex_unlock(&co->mu);
+	if (st != ST_OK) {
+		http_reply_error(req, st, "%s", err);
+		return;
+	}
+	set_revision(req, rev);
+	reply_json(req, json_rev(rev));
+}
+
+/* Parses a JSON body into *root; replies and returns -1 when it is not. */
+static int
+json_body(struct http_req *req, json_t **root)
+{
+	size_t len;
+	const char *body = http_req_body(req, &len);
+	json_error_t jerr;
+
+	*root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (*root == NULL || !json_is_object(*root)) {
+		http_reply_error(req, ST_INVALID_ARGUMENT,
+		    "request body is not a JSON object: %s",
+		    *root == NULL ? jerr.text : "wrong type");
+		json_decref(*root);
+		return -1;
+	}
+	return 0;
+}
+
+static void
+kv_add_route(struct coord *co, struct http_req *req, const struct buf *key)
+{
+	json_t *root, *d;
+	json_int_t delta = 1;
+	int64_t result = 0, rev = 0;
+	char err[256];
+	enum status st;
+
+	if (json_body(req, &root) < 0)
+		return;
+	d = json_object_get(root, "delta");
+	if (d != NULL && !json_is_integer(d)) {
+		json_decref(root);
+		http_reply_error(req, ST_INVALID_ARGUMENT,
+		    "delta must be an integer");
+		return;
+	}
+	if (d != NULL)
+		delta = json_integer_value(d);
+	json_decref(root);
+	pthread_mutex_lock(&co->mu);
+	st = kv_add(co->kv, key->data, key->len, delta, &result, &rev, err,
+	    sizeof(err));
+	pthread_mutex_unlock(&co->mu);
+	if (st != ST_OK) {
+		http_reply_error(req, st, "%s", err);
+		return;
+	}
+	set_revision(req, rev);
+	reply_json(req, json_pack("{s:I,s:I}", "value", (json_int_t)result,
+	    "revision", (json_int_t)rev));
+}
+
+/* Decodes the base64 string field name of root into out. */
+static int
+b64_field(struct http_req *req, json_t *root, const char *name,
+    struct buf *out)
+{
+	json_t *f = json_object_get(root, name);
+
+	if (!json_is_string(f) || text_base64_decode(out,
+	    json_string_value(f), json_string_length(f)) < 0) {
+		http_reply_error(req, ST_INVALID_ARGUMENT,
+		    "%s must be a base64 string", name);
+		return -1;
+	}
+	return 0;
+}
+
+static void
+kv_cas_route(struct coord *co, struct http_req *req, const struct buf *key)
+{
+	json_t *root, *extra = NULL;
+	struct buf val = {0}, expect = {0};
+	const struct kv_entry *cur = NULL;
+	int absent;
+	int64_t rev = 0;
+	char err[256];
+	enum status st;
+
+	if (json_body(req, &root) < 0)
+		return;
+	absent = json_is_true(json_object_get(root, "absent"));
+	if (b64_field(req, root, "value", &val) < 0 ||
+	    (!absent && b64_field(req, root, "expected", &expect) < 0)) {
+		json_decref(root);
+		buf_free(&val);
+		buf_free(&expect);
+		return;
+	}
+	json_decref(root);
+	pthread_mutex_lock(&co->mu);
+	st = kv_cas(co->kv, key->data, key->len, expect.data, expect.len,
+	    absent, val.data != NULL ? val.data : "", val.len, &rev, &cur, err,
+	    sizeof(err));
+	if (st == ST_FAILED_PRECONDITION && cur != NULL)
+		extra = json_pack("{s:o,s:I}", "current", json_b64(cur->value,
+		    cur->vlen), "revision", (json_int_t)cur->mod_rev);
+	pthread_mutex_unlock(&co->mu);
+	buf_free(&val);
+	buf_free(&expect);
+	if (st != ST_OK) {
+		http_reply_error_json(req, st, extra, "%s", err);
+		return;
+	}
+	set_revision(req, rev);
+	reply_json(req, json_rev(rev));
+}
+
+static void
+kv_delete_route(struct coord *co, struct http_req *req, const struct buf *key)
+{
+	size_t n;
+	int64_t rev;
+
+	pthread_mutex_lock(&co->mu);
+	n = kv_delete(co->kv, key->data, key->len, &rev);
+	pthread_mutex_unlock(&co->mu);
+	set_revision(req, rev);
+	reply_json(req, json_pack("{s:I,s:I}", "deleted", (json_int_t)n,
+	    "revision", (json_int_t)rev));
+}
+
+/*
+ * Decodes and normalises the key part of the path. Replies and returns -1
+ * when it is not a key.
+ */
+static int
+path_key(struct coord *co, struct http_req *req, const char *rest,
+    int allow_empty, struct buf *key)
+{
+	struct buf raw = {0};
+	char err[256];
+	enum status st;
+
+	if (text_url_decode(&raw, rest, strlen(rest), 0) < 0) {
+		buf_free(&raw);
+		http_reply_error(req, ST_INVALID_ARGUMENT,
+		    "key has a malformed %%-escape or an escaped NUL byte");
+		return -1;
+	}
+	st = kv_key(co->kv, raw.data != NULL ? raw.data : "", raw.len,
+	    allow_empty, key, err, sizeof(err));
+	buf_free(&raw);
+	if (st != ST_OK) {
+		http_reply_error(req, st, "%s", err);
+		return -1;
+	}
+	return 0;
+}
+
+void
+coord_kv_route(struct coord *co, struct http_req *req, const char *rest)
+{
+	const char *method = http_req_method(req);
+	const char *op = http_req_arg(req, "op");
+	int dir = http_req_arg(req, "dir") != NULL;
+	struct buf key = {0};
+
+	if (path_key(co, req, rest, dir && strcmp(method, "GET") == 0,
+	    &key) < 0)
+		goto out;
+	if (strcmp(method, "GET") == 0) {
+		if (dir)
+			kv_dir_route(co, req, &key);
+		else
+			kv_get_route(co, req, &key);
+	} else if (strcmp(method, "PUT") == 0) {
+		kv_put_route(co, req, &key);
+	} else if (strcmp(method, "DELETE") == 0) {
+		kv_delete_route(co, req, &key);
+	} else if (strcmp(method, "POST") == 0) {
+		if (op != NULL && strcmp(op, "add") == 0)
+			kv_add_route(co, req, &key);
+		else if (op != NULL && strcmp(op, "cas") == 0)
+			kv_cas_route(co, req, &key);
+		else
+			http_reply_error(req, ST_INVALID_ARGUMENT,
+			    "POST needs op=add or op=cas");
+	} else {
+		http_set_header(req, "Allow", "GET, PUT, POST, DELETE");
+		http_reply_error_http(req, 405, ST_INVALID_ARGUMENT,
+		    "method %s not allowed on keys", method);
+	}
+out:
+	buf_free(&key);
+}
+
+struct events_ctx {
+	json_t *arr;
+	int nomem;
+};
+
+static void
+add_event(const struct kv_event *ev, void *arg)
+{
+	struct events_ctx *c = arg;
+	json_t *o;
+
+	if (c->nomem)
+		return;
+	o = json_pack("{s:s,s:s%,s:I}", "type", kv_event_name(ev->type), "key",
+	    ev->key, ev->klen, "revision", (json_int_t)ev->rev);
+	if (o != NULL && ev->type != KV_EV_DELETE &&
+	    json_object_set_new(o, "value", json_b64(ev->value, ev->vlen)) < 0) {
+		json_decref(o);
+		o = NULL;
+	}
+	if (o == NULL || json_array_append_new(c->arr, o) < 0)
+		c->nomem = 1;
+}
+
+/*
+ * Answers a watch with every kept change after since under its prefix, or
+ * returns 0 (leaving it unanswered) when there is none yet.
+ */
+static int
+answer_watch(struct coord *co, struct http_req *req, const char *prefix,
+    size_t plen, int64_t since, int force)
+{
+	struct events_ctx c = {.arr = json_array()};
+	char err[256];
+	enum status st;
+
+	if (c.arr == NULL) {
+		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
+		return 1;
+	}
+	st = kv_changes(co->kv, prefix, plen, since, add_event, &c, err,
+	    sizeof(err));
+	if (st != ST_OK) {
+		json_decref(c.arr);
+		http_reply_error(req, st, "%s", err);
+		return 1;
+	}
+	if (c.nomem) {
+		json_decref(c.arr);
+		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
+		return 1;
+	}
+	if (json_array_size(c.arr) == 0 && !force) {
+		json_decref(c.arr);
+		return 0;
+	}
+	reply_json(req, json_pack("{s:I,s:o}", "revision",
+	    (json_int_t)kv_revision(co->kv), "events", c.arr));
+	return 1;
+}
+
+static void
+watch_expired(struct waiter *w)
+{
+	/* A long poll that saw nothing: an empty answer, not an error. */
+	answer_watch(w->co, w->req, w->key, w->klen, w->since, 1);
+	waiter_free(w);
+}
+
+void
+coord_watch_route(struct coord *co, struct http_req *req, const char *rest)
+{
+	struct buf key = {0};
+	const char *since_s = http_req_arg(req, "since");
+	int64_t since, wait;
+	char *end;
+
+	if (strcmp(http_req_method(req), "GET") != 0) {
+		http_set_header(req, "Allow", "GET");
+		http_reply_error_http(req, 405, ST_INVALID_ARGUMENT,
+		    "method %s not allowed on watches", http_req_method(req));
+		return;
+	}
+	if (path_key(co, req, rest, 1, &key) < 0)
+		return;
+	if (coord_arg_duration(req, "wait", WATCH_WAIT_DEFAULT_MS, &wait) < 0)
+		goto out;
+	if (since_s != NULL) {
+		since = strtoll(since_s, &end, 10);
+		if (*since_s == '\0' || *end != '\0' || since < 0) {
+			http_reply_error(req, ST_INVALID_ARGUMENT,
+			    "since=%s is not a revision", since_s);
+			goto out;
+		}
+	}
+	pthread_mutex_lock(&co->mu);
+	if (since_s == NULL)
+		since = kv_revision(co->kv);
+	if (answer_watch(co, req, key.data, key.len, since, wait <= 0)) {
+		/* answered from the history */
+	} else if (co->closing) {
+		coord_reply_closing(req);
+	} else {
+		struct waiter *w = waiter_park(co, req, &co->watchers, wait,
+		    watch_expired, key.data, key.len);
+		if (w == NULL)
+			http_reply_error(req, ST_RESOURCE_EXHAUSTED,
+			    "out of memory");
+		else
+			w->since = since;
+	}
+	pthread_mutex_unlock(&co->mu);
+out:
+	buf_free(&key);
+}
+
+/* Called under co->mu for every change, after the whole operation. */
+void
+coord_kv_observe(const struct kv_event *ev, void *arg)
+{
+	struct coord *co = arg;
+	struct waiter *w, *next;
+
+	if (ev->type == KV_EV_PUT) {
+		struct waitlist *l = strmap_del(co->getters, ev->key, ev->klen);
+		const struct kv_entry *e = kv_get(co->kv, ev->key, ev->klen);
+
+		while (l != NULL && l->head != NULL) {
+			w = l->head;
+			waiter_unlink(w);
+			reply_value(w->req, e);
+			waiter_free(w);
+		}
+		free(l);
+	}
+	for (w = co->watchers.head; w != NULL; w = next) {
+		next = w->next;
+		if (ev->rev <= w->since ||
+		    !kv_matches(w->key, w->klen, ev->key, ev->klen))
+			continue;
+		waiter_unlink(w);
+		answer_watch(co, w->req, w->key, w->klen, w->since, 1);
+		waiter_free(w);
+	}
+}

@@ -1,0 +1,52 @@
+/*
+ * http_client.h: the client side, on libcurl. One handle per process, so
+ * consecutive calls reuse one keep-alive connection.
+ *
+ * Cluster bring-up order must not matter: while the server cannot be
+ * reached, calls retry with exponential backoff and jitter until the
+ * caller's deadline. A reply carrying Retry-After (a daemon shutting down
+ * answers parked requests that way) is retried too, for requests that are
+ * safe to repeat.
+ */
+#ifndef MUSTER_HTTP_CLIENT_H
+#define MUSTER_HTTP_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "status.h"
+
+#define HTTP_NO_DEADLINE INT64_MAX
+
+struct http_client;
+
+struct http_resp {
+	long code;              /* HTTP status, 0 when none arrived */
+	struct buf body;
+	int64_t revision;       /* X-Muster-Revision, -1 when absent */
+	int retry_after;        /* the reply carried Retry-After */
+};
+
+/* addr is HOST:PORT, [V6]:PORT or HOST (port defport). NULL on bad addr. */
+struct http_client *http_client_new(const char *addr, int defport,
+    char *err, size_t errlen);
+void http_client_free(struct http_client *c);
+const char *http_client_addr(const struct http_client *c);
+
+/*
+ * Sends one request and reads the reply into resp (which the caller frees
+ * with http_resp_free). path includes any query. deadline is on the
+ * monotonic clock (duration_now_ms), or HTTP_NO_DEADLINE. idempotent says
+ * whether the request may be sent again after a failure that may have
+ * reached the server. Returns ST_OK for a 2xx reply; otherwise the status
+ * from the error body (or the HTTP code), with its message in err.
+ */
+enum status http_client_do(struct http_client *c, const char *method,
+    const char *path, const void *body, size_t len, const char *ctype,
+    int64_t deadline, int idempotent, struct http_resp *resp, char *err,
+    size_t errlen);
+
+void http_resp_free(struct http_resp *resp);
+
+#endif

@@ -1,0 +1,84 @@
+/*
+ * http_server.h: the HTTP side of every muster daemon, on libmicrohttpd.
+ *
+ * One handler sees each whole request (body already read, within the size
+ * limit) and either replies at once or parks it. A parked request holds no
+ * thread: its connection is suspended until someone, on any thread, replies
+ * to it. That is how blocking calls (get-with-wait, barriers, watches) cost a
+ * few hundred bytes each instead of a thread each.
+ */
+#ifndef MUSTER_HTTP_SERVER_H
+#define MUSTER_HTTP_SERVER_H
+
+#include <stddef.h>
+
+#include <jansson.h>
+
+#include "status.h"
+
+struct http_server;
+struct http_req;
+
+typedef void (*http_handler_fn)(struct http_req *req, void *arg);
+
+struct http_server_config {
+	const char *host;        /* numeric IPv4 or IPv6 address */
+	int port;                /* 0 picks a free port */
+	unsigned threads;        /* worker threads, each with its own epoll */
+	size_t max_body;         /* larger bodies get RESOURCE_EXHAUSTED */
+	http_handler_fn handler;
+	void *arg;
+};
+
+struct http_server *http_server_start(const struct http_server_config *cfg,
+    char *err, size_t errlen);
+int http_server_port(const struct http_server *srv);
+/* Every parked request must have been answered before this is called. */
+void http_server_stop(struct http_server *srv);
+
+/* The request. Strings live as long as the request. */
+const char *http_req_method(const struct http_req *req);
+/* The path as sent, still percent-encoded, without the query. */
+const char *http_req_path(const struct http_req *req);
+/* A decoded query argument; NULL when absent or badly encoded. */
+const char *http_req_arg(struct http_req *req, const char *name);
+const char *http_req_header(const struct http_req *req, const char *name);
+const char *http_req_body(const struct http_req *req, size_t *len);
+
+/* Per-request slot the application may use (a waiter, say). */
+void http_req_set_data(struct http_req *req, void *data);
+void *http_req_data(const struct http_req *req);
+
+/*
+ * Replies. Each takes the request over: after the call, the caller must not
+ * touch req again. A reply to a parked request resumes its connection.
+ */
+void http_reply(struct http_req *req, int http_status, const char *ctype,
+    const void *body, size_t len);
+/* Sends obj (and drops the caller's reference). */
+void http_reply_json(struct http_req *req, int http_status, json_t *obj);
+void http_reply_error(struct http_req *req, enum status st, const char *fmt,
+    ...) __attribute__((format(printf, 3, 4)));
+/* An error with an HTTP status other than the table's (405, say). */
+void http_reply_error_http(struct http_req *req, int http_status,
+    enum status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* An error body with extra fields merged in (obj's reference is taken). */
+void http_reply_error_json(struct http_req *req, enum status st, json_t *extra,
+    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* Adds a header to the reply that is still to come. 0, or -1 on ENOMEM. */
+int http_set_header(struct http_req *req, const char *name,
+    const char *value);
+
+/*
+ * Parks req: only from inside the handler, and while holding the lock that
+ * guards wherever req has been put to be found by its waker.
+ */
+void http_park(struct http_req *req);
+
+/* Request counters, for /metrics. */
+unsigned long http_server_requests(const struct http_server *srv);
+unsigned long http_server_parked(const struct http_server *srv);
+
+#endif

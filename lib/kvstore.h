@@ -1,0 +1,121 @@
+/*
+ * kvstore.h: the key-value store behind coordd, with no network in it.
+ *
+ * Keys are UTF-8 paths, normalised as upstream does ("//a///b/" is "a/b");
+ * values are bytes. Every change gets the next store-wide revision, is kept
+ * in a bounded history for watchers, and is handed to an observer so that
+ * the daemon can wake whoever waits for it. Not thread-safe: the caller holds
+ * one lock around every call.
+ */
+#ifndef MUSTER_KVSTORE_H
+#define MUSTER_KVSTORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "status.h"
+
+#define KV_MAX_KEY_DEFAULT    4096
+#define KV_MAX_VALUE_DEFAULT  (16u << 20)
+#define KV_HISTORY_EVENTS     100000
+#define KV_HISTORY_BYTES      (64u << 20)
+
+struct kv_entry {
+	char *key;
+	size_t klen;
+	char *value;
+	size_t vlen;
+	int64_t create_rev;
+	int64_t mod_rev;
+};
+
+enum kv_event_type { KV_EV_PUT, KV_EV_UPDATE, KV_EV_DELETE };
+
+struct kv_event {
+	int64_t rev;
+	enum kv_event_type type;
+	char *key;
+	size_t klen;
+	char *value;            /* NULL for a delete */
+	size_t vlen;
+};
+
+enum kv_mode { KV_INSERT, KV_OVERWRITE, KV_UPDATE };
+
+struct kv_limits {
+	size_t max_key;
+	size_t max_value;
+	size_t history_events;
+	size_t history_bytes;
+};
+
+struct kvstore;
+
+typedef void (*kv_observer_fn)(const struct kv_event *ev, void *arg);
+
+struct kvstore *kv_new(const struct kv_limits *lim, kv_observer_fn fn,
+    void *arg);
+void kv_free(struct kvstore *kv);
+
+const char *kv_event_name(enum kv_event_type t);
+
+/*
+ * Checks and normalises a key given as bytes: UTF-8 without NUL, slashes
+ * collapsed and trimmed, within the key limit. An empty result is an error
+ * unless allow_empty (a prefix meaning "everything").
+ */
+enum status kv_key(const struct kvstore *kv, const char *raw, size_t n,
+    int allow_empty, struct buf *out, char *err, size_t errlen);
+
+int64_t kv_revision(const struct kvstore *kv);
+size_t kv_count(const struct kvstore *kv);
+size_t kv_bytes(const struct kvstore *kv);
+
+const struct kv_entry *kv_get(const struct kvstore *kv, const char *key,
+    size_t klen);
+
+enum status kv_put(struct kvstore *kv, const char *key, size_t klen,
+    const void *val, size_t vlen, enum kv_mode mode, int64_t *rev,
+    char *err, size_t errlen);
+
+/* Adds delta to the decimal integer at key (absent counts as 0). */
+enum status kv_add(struct kvstore *kv, const char *key, size_t klen,
+    int64_t delta, int64_t *result, int64_t *rev, char *err, size_t errlen);
+
+/*
+ * Sets key to val only if it now holds expect (or, with absent, does not
+ * exist). On a mismatch returns ST_FAILED_PRECONDITION and points *cur at the
+ * current entry (NULL when absent).
+ */
+enum status kv_cas(struct kvstore *kv, const char *key, size_t klen,
+    const void *expect, size_t elen, int absent, const void *val,
+    size_t vlen, int64_t *rev, const struct kv_entry **cur, char *err,
+    size_t errlen);
+
+/* Deletes key and every key under key/; returns how many went. */
+size_t kv_delete(struct kvstore *kv, const char *key, size_t klen,
+    int64_t *rev);
+
+/*
+ * Every entry under prefix/ (all entries for an empty prefix), sorted by
+ * key, in a malloc'd array the caller frees. Returns the count, or
+ * (size_t)-1 on ENOMEM.
+ */
+size_t kv_dir(const struct kvstore *kv, const char *prefix, size_t plen,
+    const struct kv_entry ***out);
+
+/* 1 when key is prefix itself or lies under prefix/ ("" matches all). */
+int kv_matches(const char *prefix, size_t plen, const char *key,
+    size_t klen);
+
+/*
+ * Calls fn for every kept change after revision since to a key matching
+ * prefix, oldest first. ST_FAILED_PRECONDITION when changes after since
+ * have already been dropped from the history.
+ */
+enum status kv_changes(const struct kvstore *kv, const char *prefix,
+    size_t plen, int64_t since, void (*fn)(const struct kv_event *ev,
+    void *arg), void *arg, char *err, size_t errlen);
+
+#endif
