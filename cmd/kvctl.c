@@ -1,0 +1,515 @@
+/*
+ * kvctl: coordd's key-value store from the shell.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "buf.h"
+#include "cli.h"
+#include "coord_client.h"
+#include "duration.h"
+#include "log.h"
+#include "text.h"
+
+#define DEFAULT_TIMEOUT_MS 30000
+
+static const char synopsis[] =
+    "usage: kvctl [-c ADDR] [--json] [--timeout DUR] put [-f] KEY [VALUE | -]\n"
+    "       kvctl [-c ADDR] [--json] [--timeout DUR] update KEY [VALUE | -]\n"
+    "       kvctl [-c ADDR] [--json] [--timeout DUR] get KEY\n"
+    "       kvctl [-c ADDR] [--json] [--timeout DUR] tryget KEY\n"
+    "       kvctl [-c ADDR] [--json] [--timeout DUR] ls PREFIX\n"
+    "       kvctl [-c ADDR] [--json] [--timeout DUR] rm KEY\n"
+    "       kvctl [-c ADDR] [--json] [--timeout DUR] watch [--since REV] "
+    "[--count N] PREFIX\n"
+    "       kvctl [-c ADDR] [--json] [--timeout DUR] add KEY [N]\n"
+    "       kvctl [-c ADDR] [--json] [--timeout DUR] cas [--absent] KEY "
+    "[OLD] NEW\n";
+
+struct opts {
+	const char *addr;
+	int json;
+	int64_t timeout;        /* ms; -1 when not given */
+	int force;
+	int absent;
+	int64_t since;
+	long count;
+};
+
+struct ctx {
+	struct opts o;
+	struct coord_client *cc;
+	int64_t deadline;
+};
+
+static int
+usage_error(const char *fmt, const char *arg)
+{
+	return cli_usage_error(synopsis, fmt, arg);
+}
+
+/* Parses the options shared by every verb and the verb's own. */
+static int
+parse_opts(int argc, char **argv, struct opts *o, const char *verb)
+{
+	static const struct option longopts[] = {
+		{"json", no_argument, NULL, 'j'},
+		{"timeout", required_argument, NULL, 't'},
+		{"since", required_argument, NULL, 's'},
+		{"count", required_argument, NULL, 'n'},
+		{"absent", no_argument, NULL, 'a'},
+		{"force", no_argument, NULL, 'f'},
+		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
+		{NULL, 0, NULL, 0},
+	};
+	char *end;
+	int c;
+
+	/* "+": options end at the first operand, so "add n -1" works. */
+	while ((c = getopt_long(argc, argv, "+c:fh", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'c':
+			o->addr = optarg;
+			break;
+		case 'j':
+			o->json = 1;
+			break;
+		case 't':
+			if (duration_parse(optarg, &o->timeout) < 0)
+				return usage_error("--timeout %s is not a "
+				    "duration (like 500ms, 30s, 5m)", optarg);
+			break;
+		case 's':
+			errno = 0;
+			o->since = strtoll(optarg, &end, 10);
+			if (verb == NULL || strcmp(verb, "watch") != 0)
+				return usage_error("--since is for watch%s", "");
+			if (*optarg == '\0' || *end != '\0' || errno != 0 ||
+			    o->since < 0)
+				return usage_error("--since %s is not a "
+				    "revision", optarg);
+			break;
+		case 'n':
+			errno = 0;
+			o->count = strtol(optarg, &end, 10);
+			if (verb == NULL || strcmp(verb, "watch") != 0)
+				return usage_error("--count is for watch%s", "");
+			if (*optarg == '\0' || *end != '\0' || errno != 0 ||
+			    o->count < 1)
+				return usage_error("--count %s is not a positive "
+				    "number", optarg);
+			break;
+		case 'a':
+			if (verb == NULL || strcmp(verb, "cas") != 0)
+				return usage_error("--absent is for cas%s", "");
+			o->absent = 1;
+			break;
+		case 'f':
+			if (verb == NULL || strcmp(verb, "put") != 0)
+				return usage_error("-f is for put%s", "");
+			o->force = 1;
+			break;
+		case 'h':
+			fputs(synopsis, stdout);
+			exit(0);
+		case 'V':
+			printf("kvctl %s\n", MUSTER_VERSION);
+			exit(0);
+		default:
+			fputs(synopsis, stderr);
+			return 2;
+		}
+	}
+	return 0;
+}
+
+/* VALUE from the operand, or all of stdin for "-" or no operand. */
+static int
+read_value(const char *arg, struct buf *out)
+{
+	char chunk[65536];
+	ssize_t n;
+
+	if (arg != NULL && strcmp(arg, "-") != 0)
+		return buf_puts(out, arg);
+	while ((n = read(STDIN_FILENO, chunk, sizeof(chunk))) != 0) {
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		if (buf_append(out, chunk, (size_t)n) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+static int
+fail(struct ctx *x, enum status st)
+{
+	return cli_fail(st, "%s", x->cc->err);
+}
+
+/* Sets "value" to the text, or "value_base64" when it is not UTF-8 text. */
+static void
+json_set_value(json_t *obj, const char *p, size_t n)
+{
+	if (memchr(p, '\0', n) == NULL && text_utf8_valid(p, n)) {
+		json_object_set_new(obj, "value", json_stringn(p, n));
+	} else {
+		struct buf b = {0};
+		text_base64_encode(&b, p, n);
+		json_object_set_new(obj, "value_base64",
+		    json_stringn(b.data != NULL ? b.data : "", b.len));
+		buf_free(&b);
+	}
+}
+
+static void
+print_json(json_t *obj)
+{
+	json_dumpf(obj, stdout, JSON_COMPACT | JSON_ENSURE_ASCII);
+	putchar('\n');
+	json_decref(obj);
+}
+
+static int
+write_all(const char *p, size_t n)
+{
+	while (n > 0) {
+		ssize_t w = write(STDOUT_FILENO, p, n);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+static int
+do_put(struct ctx *x, int argc, char **argv, enum kv_mode mode)
+{
+	struct buf val = {0};
+	int64_t rev = 0;
+	enum status st;
+
+	if (argc < 1 || argc > 2)
+		return usage_error("%s takes KEY [VALUE | -]", argv[-1]);
+	if (read_value(argc == 2 ? argv[1] : NULL, &val) < 0)
+		return cli_fail(ST_INVALID_ARGUMENT, "cannot read the value "
+		    "from standard input: %s", strerror(errno));
+	st = coord_kv_put(x->cc, argv[0], val.data != NULL ? val.data : "",
+	    val.len, mode, x->deadline, &rev);
+	buf_free(&val);
+	if (st != ST_OK)
+		return fail(x, st);
+	if (x->o.json)
+		print_json(json_pack("{s:s,s:I}", "key", argv[0], "revision",
+		    (json_int_t)rev));
+	return 0;
+}
+
+static int
+do_get(struct ctx *x, int argc, char **argv, int wait)
+{
+	struct buf val = {0};
+	int64_t rev = 0;
+	enum status st;
+	int rc = 0;
+
+	if (argc != 1)
+		return usage_error("%s takes KEY", argv[-1]);
+	st = coord_kv_get(x->cc, argv[0], wait, x->deadline, &val, &rev);
+	if (st != ST_OK) {
+		buf_free(&val);
+		return fail(x, st);
+	}
+	if (x->o.json) {
+		json_t *obj = json_pack("{s:s,s:I}", "key", argv[0],
+		    "revision", (json_int_t)rev);
+		json_set_value(obj, val.data != NULL ? val.data : "", val.len);
+		print_json(obj);
+	} else if (write_all(val.data != NULL ? val.data : "", val.len) < 0) {
+		rc = cli_fail(ST_INTERNAL, "cannot write the value: %s",
+		    strerror(errno));
+	}
+	buf_free(&val);
+	return rc;
+}
+
+static json_t *
+decode_entry(json_t *e)
+{
+	struct buf b = {0};
+	json_t *v = json_object_get(e, "value");
+	json_t *out = json_pack("{s:O,s:O}", "key", json_object_get(e, "key"),
+	    "revision", json_object_get(e, "revision"));
+
+	if (out == NULL)
+		return NULL;
+	if (json_is_string(v) && text_base64_decode(&b, json_string_value(v),
+	    json_string_length(v)) == 0)
+		json_set_value(out, b.data != NULL ? b.data : "", b.len);
+	buf_free(&b);
+	return out;
+}
+
+static int
+do_ls(struct ctx *x, int argc, char **argv)
+{
+	json_t *reply, *entries, *e, *out = NULL;
+	size_t i;
+	enum status st;
+
+	if (argc != 1)
+		return usage_error("ls takes PREFIX%s", "");
+	if ((st = coord_kv_dir(x->cc, argv[0], x->deadline, &reply)) != ST_OK)
+		return fail(x, st);
+	entries = json_object_get(reply, "entries");
+	if (x->o.json)
+		out = json_array();
+	json_array_foreach(entries, i, e) {
+		if (x->o.json)
+			json_array_append_new(out, decode_entry(e));
+		else
+			printf("%s\n", json_string_value(json_object_get(e,
+			    "key")));
+	}
+	if (x->o.json)
+		print_json(json_pack("{s:O,s:o}", "revision",
+		    json_object_get(reply, "revision"), "entries", out));
+	json_decref(reply);
+	return 0;
+}
+
+static int
+do_rm(struct ctx *x, int argc, char **argv)
+{
+	int64_t n = 0, rev = 0;
+	enum status st;
+
+	if (argc != 1)
+		return usage_error("rm takes KEY%s", "");
+	if ((st = coord_kv_delete(x->cc, argv[0], x->deadline, &n, &rev)) !=
+	    ST_OK)
+		return fail(x, st);
+	if (x->o.json)
+		print_json(json_pack("{s:s,s:I,s:I}", "key", argv[0], "deleted",
+		    (json_int_t)n, "revision", (json_int_t)rev));
+	return 0;
+}
+
+/* One change as a line: "REV TYPE KEY [VALUE]", or a JSON object. */
+static void
+print_event(struct ctx *x, json_t *ev)
+{
+	const char *type = json_string_value(json_object_get(ev, "type"));
+	const char *key = json_string_value(json_object_get(ev, "key"));
+	json_int_t rev = json_integer_value(json_object_get(ev, "revision"));
+	json_t *v = json_object_get(ev, "value");
+	struct buf b = {0};
+
+	if (json_is_string(v))
+		text_base64_decode(&b, json_string_value(v),
+		    json_string_length(v));
+	if (x->o.json) {
+		json_t *out = json_pack("{s:s,s:s,s:I}", "type", type, "key",
+		    key, "revision", rev);
+		if (json_is_string(v))
+			json_set_value(out, b.data != NULL ? b.data : "", b.len);
+		print_json(out);
+	} else if (!json_is_string(v)) {
+		printf("%" JSON_INTEGER_FORMAT " %s %s\n", rev, type, key);
+	} else if (text_printable(b.data != NULL ? b.data : "", b.len)) {
+		printf("%" JSON_INTEGER_FORMAT " %s %s %s\n", rev, type, key,
+		    b.data != NULL ? b.data : "");
+	} else {
+		printf("%" JSON_INTEGER_FORMAT " %s %s (%zu bytes)\n", rev,
+		    type, key, b.len);
+	}
+	fflush(stdout);
+	buf_free(&b);
+}
+
+static int
+do_watch(struct ctx *x, int argc, char **argv)
+{
+	int64_t since = x->o.since;
+	long seen = 0;
+
+	if (argc != 1)
+		return usage_error("watch takes PREFIX%s", "");
+	for (;;) {
+		json_t *events, *ev;
+		size_t i;
+		enum status st = coord_kv_watch(x->cc, argv[0], &since,
+		    x->deadline, &events);
+
+		if (st != ST_OK)
+			return fail(x, st);
+		json_array_foreach(events, i, ev) {
+			print_event(x, ev);
+			if (x->o.count > 0 && ++seen >= x->o.count) {
+				json_decref(events);
+				return 0;
+			}
+		}
+		json_decref(events);
+		if (x->deadline != HTTP_NO_DEADLINE &&
+		    duration_now_ms() >= x->deadline) {
+			/* Watching for a while is a success; waiting for N
+			 * changes that did not come is not. */
+			if (x->o.count > 0)
+				return cli_fail(ST_DEADLINE_EXCEEDED, "saw %ld "
+				    "of %ld changes under %s before the "
+				    "deadline", seen, x->o.count, argv[0]);
+			return 0;
+		}
+	}
+}
+
+static int
+parse_int64(const char *s, int64_t *v)
+{
+	char *end;
+
+	errno = 0;
+	*v = strtoll(s, &end, 10);
+	return *s == '\0' || *end != '\0' || errno != 0 ? -1 : 0;
+}
+
+static int
+do_add(struct ctx *x, int argc, char **argv)
+{
+	int64_t delta = 1, value = 0, rev = 0;
+	enum status st;
+
+	if (argc < 1 || argc > 2)
+		return usage_error("add takes KEY [N]%s", "");
+	if (argc == 2 && parse_int64(argv[1], &delta) < 0)
+		return usage_error("add: %s is not an integer", argv[1]);
+	st = coord_kv_add(x->cc, argv[0], delta, x->deadline, &value, &rev);
+	if (st != ST_OK)
+		return fail(x, st);
+	if (x->o.json)
+		print_json(json_pack("{s:s,s:I,s:I}", "key", argv[0], "value",
+		    (json_int_t)value, "revision", (json_int_t)rev));
+	else
+		printf("%" PRId64 "\n", value);
+	return 0;
+}
+
+static int
+do_cas(struct ctx *x, int argc, char **argv)
+{
+	struct buf val = {0}, cur = {0};
+	const char *old = NULL, *new;
+	int has_cur = 0, rc = 0;
+	int64_t rev = 0;
+	enum status st;
+
+	if (argc != (x->o.absent ? 2 : 3))
+		return usage_error(x->o.absent ? "cas --absent takes KEY NEW%s" :
+		    "cas takes KEY OLD NEW%s", "");
+	if (!x->o.absent)
+		old = argv[1];
+	new = argv[argc - 1];
+	if (read_value(new, &val) < 0)
+		return cli_fail(ST_INVALID_ARGUMENT, "cannot read the value "
+		    "from standard input: %s", strerror(errno));
+	st = coord_kv_cas(x->cc, argv[0], old, old != NULL ? strlen(old) : 0,
+	    x->o.absent, val.data != NULL ? val.data : "", val.len,
+	    x->deadline, &rev, &cur, &has_cur);
+	buf_free(&val);
+	if (st == ST_OK) {
+		if (x->o.json)
+			print_json(json_pack("{s:s,s:I}", "key", argv[0],
+			    "revision", (json_int_t)rev));
+	} else {
+		/* The current value goes to stdout so a script can retry. */
+		if (has_cur && x->o.json) {
+			json_t *obj = json_pack("{s:s}", "key", argv[0]);
+			json_set_value(obj, cur.data != NULL ? cur.data : "",
+			    cur.len);
+			print_json(obj);
+		} else if (has_cur) {
+			write_all(cur.data != NULL ? cur.data : "", cur.len);
+		}
+		rc = fail(x, st);
+	}
+	buf_free(&cur);
+	return rc;
+}
+
+int
+main(int argc, char **argv)
+{
+	struct ctx x = {.o = {.timeout = -1, .since = -1}};
+	const char *verb;
+	char err[512];
+	int rc;
+
+	log_init(argv[0], 0);
+	if ((rc = parse_opts(argc, argv, &x.o, NULL)) != 0)
+		return rc;
+	if (optind >= argc)
+		return cli_usage_error(synopsis, "no command given");
+	verb = argv[optind];
+	argc -= optind;
+	argv += optind;
+	optind = 1;
+	if ((rc = parse_opts(argc, argv, &x.o, verb)) != 0)
+		return rc;
+	argc -= optind;
+	argv += optind;
+	if (strcmp(verb, "put") != 0 && strcmp(verb, "update") != 0 &&
+	    strcmp(verb, "get") != 0 && strcmp(verb, "tryget") != 0 &&
+	    strcmp(verb, "ls") != 0 && strcmp(verb, "rm") != 0 &&
+	    strcmp(verb, "watch") != 0 && strcmp(verb, "add") != 0 &&
+	    strcmp(verb, "cas") != 0)
+		return usage_error("unknown command %s", verb);
+
+	if ((x.cc = coord_client_new(cli_coord_addr(x.o.addr), err,
+	    sizeof(err))) == NULL)
+		return cli_usage_error(synopsis, "%s", err);
+	/* Watch runs until --count or --timeout; the rest default to 30s. */
+	if (x.o.timeout < 0)
+		x.o.timeout = strcmp(verb, "watch") == 0 ? 0 :
+		    DEFAULT_TIMEOUT_MS;
+	x.deadline = x.o.timeout == 0 ? HTTP_NO_DEADLINE :
+	    duration_now_ms() + x.o.timeout;
+	argv[-1] = (char *)verb;
+
+	if (strcmp(verb, "put") == 0)
+		rc = do_put(&x, argc, argv, x.o.force ? KV_OVERWRITE :
+		    KV_INSERT);
+	else if (strcmp(verb, "update") == 0)
+		rc = do_put(&x, argc, argv, KV_UPDATE);
+	else if (strcmp(verb, "get") == 0)
+		rc = do_get(&x, argc, argv, 1);
+	else if (strcmp(verb, "tryget") == 0)
+		rc = do_get(&x, argc, argv, 0);
+	else if (strcmp(verb, "ls") == 0)
+		rc = do_ls(&x, argc, argv);
+	else if (strcmp(verb, "rm") == 0)
+		rc = do_rm(&x, argc, argv);
+	else if (strcmp(verb, "watch") == 0)
+		rc = do_watch(&x, argc, argv);
+	else if (strcmp(verb, "add") == 0)
+		rc = do_add(&x, argc, argv);
+	else
+		rc = do_cas(&x, argc, argv);
+	coord_client_free(x.cc);
+	return rc;
+}

@@ -1,0 +1,60 @@
+/*
+ * coord_client.h: calls to coordd's key-value store, for programs. Each
+ * call takes an absolute deadline (duration_now_ms() based, or
+ * HTTP_NO_DEADLINE) and returns a status with a message in the client's
+ * error buffer. Blocking calls are long polls re-issued until the deadline,
+ * so a client outlives a restart of coordd.
+ */
+#ifndef MUSTER_COORD_CLIENT_H
+#define MUSTER_COORD_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "buf.h"
+#include "http_client.h"
+#include "kvstore.h"
+#include "status.h"
+
+struct coord_client {
+	struct http_client *http;
+	char err[1024];
+};
+
+/* addr as for http_client_new; NULL (and a message in err) on failure. */
+struct coord_client *coord_client_new(const char *addr, char *err,
+    size_t errlen);
+void coord_client_free(struct coord_client *cc);
+
+/* The value of key into val; waits for it to appear when wait is set. */
+enum status coord_kv_get(struct coord_client *cc, const char *key, int wait,
+    int64_t deadline, struct buf *val, int64_t *rev);
+enum status coord_kv_put(struct coord_client *cc, const char *key,
+    const void *val, size_t len, enum kv_mode mode, int64_t deadline,
+    int64_t *rev);
+enum status coord_kv_add(struct coord_client *cc, const char *key,
+    int64_t delta, int64_t deadline, int64_t *value, int64_t *rev);
+/*
+ * On a mismatch returns ST_FAILED_PRECONDITION and, when the key exists,
+ * fills current and sets *has_current.
+ */
+enum status coord_kv_cas(struct coord_client *cc, const char *key,
+    const void *expect, size_t elen, int absent, const void *val,
+    size_t vlen, int64_t deadline, int64_t *rev, struct buf *current,
+    int *has_current);
+enum status coord_kv_delete(struct coord_client *cc, const char *key,
+    int64_t deadline, int64_t *deleted, int64_t *rev);
+/* The reply object {"revision":R,"entries":[{key,value(base64),...}]}. */
+enum status coord_kv_dir(struct coord_client *cc, const char *prefix,
+    int64_t deadline, json_t **reply);
+/*
+ * One long poll for changes under prefix after *since (a negative *since
+ * means "from now"). *events gets the array of changes (maybe empty, when
+ * the deadline passes quietly) and *since advances past them.
+ */
+enum status coord_kv_watch(struct coord_client *cc, const char *prefix,
+    int64_t *since, int64_t deadline, json_t **events);
+
+#endif
