@@ -1,0 +1,254 @@
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvstore.h"
+#include "unit.h"
+
+static struct kvstore *
+store(void)
+{
+	struct kv_limits lim = {0};
+
+	return kv_new(&lim, NULL, NULL);
+}
+
+static int
+key_is(struct kvstore *kv, const char *raw, const char *want)
+{
+	struct buf b = {0};
+	char err[128];
+	int ok = kv_key(kv, raw, strlen(raw), 0, &b, err, sizeof(err)) ==
+	    ST_OK && strcmp(b.data, want) == 0;
+
+	buf_free(&b);
+	return ok;
+}
+
+static enum status
+key_status(struct kvstore *kv, const char *raw, size_t n, int allow_empty)
+{
+	struct buf b = {0};
+	char err[128];
+	enum status st = kv_key(kv, raw, n, allow_empty, &b, err, sizeof(err));
+
+	buf_free(&b);
+	return st;
+}
+
+static void
+kv_keys(void)
+{
+	struct kvstore *kv = store();
+	char *big = malloc(5000);
+
+	CHECK(key_is(kv, "//a///b/", "a/b"));
+	CHECK(key_is(kv, "a", "a"));
+	CHECK(key_is(kv, "/x/y/z", "x/y/z"));
+	CHECK(key_status(kv, "", 0, 0) == ST_INVALID_ARGUMENT);
+	CHECK(key_status(kv, "///", 3, 0) == ST_INVALID_ARGUMENT);
+	CHECK(key_status(kv, "///", 3, 1) == ST_OK);
+	CHECK(key_status(kv, "a\0b", 3, 0) == ST_INVALID_ARGUMENT);
+	CHECK(key_status(kv, "\xff", 1, 0) == ST_INVALID_ARGUMENT);
+	memset(big, 'k', 5000);
+	CHECK(key_status(kv, big, 5000, 0) == ST_RESOURCE_EXHAUSTED);
+	CHECK(key_status(kv, big, 4096, 0) == ST_OK);
+	free(big);
+	kv_free(kv);
+}
+
+static void
+kv_put_modes(void)
+{
+	struct kvstore *kv = store();
+	const struct kv_entry *e;
+	int64_t rev = 0;
+	char err[128];
+
+	CHECK(kv_put(kv, "a", 1, "1", 1, KV_INSERT, &rev, err, 128) == ST_OK);
+	CHECK(rev == 1 && kv_revision(kv) == 1);
+	CHECK(kv_put(kv, "a", 1, "2", 1, KV_INSERT, &rev, err, 128) ==
+	    ST_ALREADY_EXISTS);
+	CHECK(kv_put(kv, "b", 1, "2", 1, KV_UPDATE, &rev, err, 128) ==
+	    ST_NOT_FOUND);
+	CHECK(kv_put(kv, "a", 1, "3", 1, KV_UPDATE, &rev, err, 128) == ST_OK);
+	CHECK(kv_put(kv, "a", 1, "4x", 2, KV_OVERWRITE, &rev, err, 128) ==
+	    ST_OK);
+	e = kv_get(kv, "a", 1);
+	CHECK(e != NULL && e->vlen == 2 && memcmp(e->value, "4x", 2) == 0);
+	CHECK(e->create_rev == 1 && e->mod_rev == 3 && rev == 3);
+	/* Values are bytes. */
+	CHECK(kv_put(kv, "bin", 3, "\0\1\0", 3, KV_INSERT, &rev, err, 128) ==
+	    ST_OK);
+	e = kv_get(kv, "bin", 3);
+	CHECK(e != NULL && e->vlen == 3 && memcmp(e->value, "\0\1\0", 3) == 0);
+	kv_free(kv);
+}
+
+static void
+kv_value_limit(void)
+{
+	struct kv_limits lim = {.max_value = 4};
+	struct kvstore *kv = kv_new(&lim, NULL, NULL);
+	int64_t rev;
+	char err[128];
+
+	CHECK(kv_put(kv, "a", 1, "1234", 4, KV_INSERT, &rev, err, 128) ==
+	    ST_OK);
+	CHECK(kv_put(kv, "b", 1, "12345", 5, KV_INSERT, &rev, err, 128) ==
+	    ST_RESOURCE_EXHAUSTED);
+	CHECK(kv_get(kv, "b", 1) == NULL && kv_revision(kv) == 1);
+	kv_free(kv);
+}
+
+static void
+kv_counters(void)
+{
+	struct kvstore *kv = store();
+	int64_t v = 0, rev;
+	char err[128];
+
+	CHECK(kv_add(kv, "n", 1, 5, &v, &rev, err, 128) == ST_OK && v == 5);
+	CHECK(kv_add(kv, "n", 1, -7, &v, &rev, err, 128) == ST_OK && v == -2);
+	CHECK(kv_put(kv, "s", 1, "abc", 3, KV_INSERT, &rev, err, 128) == ST_OK);
+	CHECK(kv_add(kv, "s", 1, 1, &v, &rev, err, 128) ==
+	    ST_FAILED_PRECONDITION);
+	CHECK(kv_put(kv, "m", 1, "9223372036854775807", 19, KV_INSERT, &rev,
+	    err, 128) == ST_OK);
+	CHECK(kv_add(kv, "m", 1, 1, &v, &rev, err, 128) ==
+	    ST_FAILED_PRECONDITION);
+	CHECK(kv_put(kv, "sp", 2, " 1", 2, KV_INSERT, &rev, err, 128) == ST_OK);
+	CHECK(kv_add(kv, "sp", 2, 1, &v, &rev, err, 128) ==
+	    ST_FAILED_PRECONDITION);
+	kv_free(kv);
+}
+
+static void
+kv_compare_and_swap(void)
+{
+	struct kvstore *kv = store();
+	const struct kv_entry *cur;
+	int64_t rev;
+	char err[128];
+
+	CHECK(kv_cas(kv, "k", 1, "x", 1, 0, "v1", 2, &rev, &cur, err, 128) ==
+	    ST_FAILED_PRECONDITION && cur == NULL);
+	CHECK(kv_cas(kv, "k", 1, NULL, 0, 1, "v1", 2, &rev, &cur, err, 128) ==
+	    ST_OK);
+	CHECK(kv_cas(kv, "k", 1, NULL, 0, 1, "v2", 2, &rev, &cur, err, 128) ==
+	    ST_FAILED_PRECONDITION && cur != NULL);
+	CHECK(kv_cas(kv, "k", 1, "v0", 2, 0, "v2", 2, &rev, &cur, err, 128) ==
+	    ST_FAILED_PRECONDITION && cur != NULL &&
+	    memcmp(cur->value, "v1", 2) == 0);
+	CHECK(kv_cas(kv, "k", 1, "v1", 2, 0, "v2", 2, &rev, &cur, err, 128) ==
+	    ST_OK);
+	CHECK(memcmp(kv_get(kv, "k", 1)->value, "v2", 2) == 0);
+	kv_free(kv);
+}
+
+static void
+kv_directories(void)
+{
+	struct kvstore *kv = store();
+	const struct kv_entry **v = NULL;
+	const char *keys[] = {"d", "d/b", "d/a", "d/a/x", "dd", "e"};
+	int64_t rev;
+	char err[128];
+	size_t n;
+
+	for (size_t i = 0; i < 6; i++)
+		kv_put(kv, keys[i], strlen(keys[i]), "v", 1, KV_INSERT, &rev,
+		    err, 128);
+	n = kv_dir(kv, "d", 1, &v);
+	CHECK(n == 3);
+	CHECK(n == 3 && strcmp(v[0]->key, "d/a") == 0 &&
+	    strcmp(v[1]->key, "d/a/x") == 0 && strcmp(v[2]->key, "d/b") == 0);
+	free(v);
+	n = kv_dir(kv, "", 0, &v);
+	CHECK(n == 6);
+	free(v);
+	CHECK(kv_delete(kv, "d", 1, &rev) == 4);
+	CHECK(kv_get(kv, "dd", 2) != NULL && kv_get(kv, "d/a", 3) == NULL);
+	CHECK(kv_count(kv) == 2);
+	CHECK(kv_delete(kv, "nothing", 7, &rev) == 0);
+	CHECK(kv_matches("a", 1, "a", 1) && kv_matches("a", 1, "a/b", 3));
+	CHECK(!kv_matches("a", 1, "ab", 2) && kv_matches("", 0, "x", 1));
+	kv_free(kv);
+}
+
+struct seen {
+	int n;
+	char types[16];
+	int64_t revs[16];
+};
+
+static void
+on_change(const struct kv_event *ev, void *arg)
+{
+	struct seen *s = arg;
+
+	if (s->n < 16) {
+		s->types[s->n] = kv_event_name(ev->type)[0];
+		s->revs[s->n] = ev->rev;
+	}
+	s->n++;
+}
+
+static void
+kv_history(void)
+{
+	struct kv_limits lim = {.history_events = 4};
+	struct seen obs = {0}, got = {0};
+	struct kvstore *kv = kv_new(&lim, on_change, &obs);
+	int64_t rev;
+	char err[256];
+
+	kv_put(kv, "w/a", 3, "1", 1, KV_INSERT, &rev, err, 256);
+	kv_put(kv, "w/a", 3, "2", 1, KV_OVERWRITE, &rev, err, 256);
+	kv_put(kv, "other", 5, "x", 1, KV_INSERT, &rev, err, 256);
+	kv_delete(kv, "w", 1, &rev);
+	CHECK(obs.n == 4 && memcmp(obs.types, "pupd", 4) == 0);
+	CHECK(kv_changes(kv, "w", 1, 0, on_change, &got, err, 256) == ST_OK);
+	CHECK(got.n == 3 && memcmp(got.types, "pud", 3) == 0);
+	CHECK(got.revs[0] == 1 && got.revs[1] == 2 && got.revs[2] == 4);
+	memset(&got, 0, sizeof(got));
+	CHECK(kv_changes(kv, "w", 1, 2, on_change, &got, err, 256) == ST_OK);
+	CHECK(got.n == 1 && got.types[0] == 'd');
+	/* Past the window: the oldest changes are gone, and a watcher from
+	 * before them is told so instead of silently missing them. */
+	kv_put(kv, "z", 1, "1", 1, KV_INSERT, &rev, err, 256);
+	kv_put(kv, "z", 1, "2", 1, KV_OVERWRITE, &rev, err, 256);
+	CHECK(kv_changes(kv, "w", 1, 0, on_change, &got, err, 256) ==
+	    ST_FAILED_PRECONDITION);
+	CHECK(kv_changes(kv, "w", 1, 2, on_change, &got, err, 256) == ST_OK);
+	kv_free(kv);
+}
+
+static void
+kv_directory_delete_notifies_after(void)
+{
+	struct seen obs = {0};
+	struct kv_limits lim = {0};
+	struct kvstore *kv = kv_new(&lim, on_change, &obs);
+	int64_t rev;
+	char err[128];
+
+	kv_put(kv, "d/1", 3, "1", 1, KV_INSERT, &rev, err, 128);
+	kv_put(kv, "d/2", 3, "1", 1, KV_INSERT, &rev, err, 128);
+	obs.n = 0;
+	CHECK(kv_delete(kv, "d", 1, &rev) == 2);
+	/* One revision for the whole delete, one event per key. */
+	CHECK(obs.n == 2 && obs.revs[0] == 3 && obs.revs[1] == 3);
+	kv_free(kv);
+}
+
+UNIT_TESTS(kvstore_tests) = {
+	{"kvstore: key normalisation and limits", kv_keys},
+	{"kvstore: insert, update, overwrite, bytes", kv_put_modes},
+	{"kvstore: value size limit", kv_value_limit},
+	{"kvstore: add counts, refuses non-integers and overflow", kv_counters},
+	{"kvstore: compare-and-swap", kv_compare_and_swap},
+	{"kvstore: directories and recursive delete", kv_directories},
+	{"kvstore: history, revisions and its window", kv_history},
+	{"kvstore: a directory delete is one revision", kv_directory_delete_notifies_after},
+	{NULL, NULL},
+};
