@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "duration.h"
 #include "coord.h"
 #include "http_server.h"
 #include "log.h"
@@ -17,7 +18,46 @@
 static const char synopsis[] =
     "usage: coordd [-nv] [-l HOST:PORT] [--port-file FILE] "
     "[--max-value-size BYTES]\n"
-    "              [--threads N]\n";
+    "              [--cluster JOB=N[,JOB=N...]] [--heartbeat-timeout DUR]\n"
+    "              [--register-timeout DUR] [--shutdown-barrier-timeout DUR]\n"
+    "              [--recoverable JOB[,JOB...]] [--threads N]\n";
+
+/* A duration flag into *ms; min is the smallest value allowed. */
+static int
+duration_flag(const char *name, const char *arg, int64_t min, int64_t *ms)
+{
+	if (duration_parse(arg, ms) < 0 || *ms < min) {
+		cli_usage_error(synopsis, "--%s %s is not a duration%s", name,
+		    arg, min > 0 ? " above zero" : "");
+		return -1;
+	}
+	return 0;
+}
+
+/* --recoverable JOB[,JOB...]: every job must be one of --cluster's. */
+static int
+parse_recoverable(const char *arg, struct coord_config *cc)
+{
+	char copy[1024], *save = NULL, *job;
+
+	snprintf(copy, sizeof(copy), "%s", arg);
+	for (job = strtok_r(copy, ",", &save); job != NULL;
+	    job = strtok_r(NULL, ",", &save)) {
+		size_t j;
+		for (j = 0; j < cc->cluster.njobs; j++)
+			if (strcmp(cc->cluster.jobs[j].name, job) == 0)
+				break;
+		if (j == cc->cluster.njobs)
+			return cli_usage_error(synopsis, "--recoverable: job %s "
+			    "is not in --cluster", job);
+		if (cc->nrecoverable == 32)
+			return cli_usage_error(synopsis, "--recoverable: too "
+			    "many jobs");
+		snprintf(cc->recoverable[cc->nrecoverable++], TASK_JOB_MAX,
+		    "%s", job);
+	}
+	return 0;
+}
 
 /* Parked requests each hold a socket: allow as many as the system will. */
 static void
@@ -39,6 +79,11 @@ main(int argc, char **argv)
 		{"port-file", required_argument, NULL, 'P'},
 		{"max-value-size", required_argument, NULL, 'V'},
 		{"threads", required_argument, NULL, 'T'},
+		{"cluster", required_argument, NULL, 'C'},
+		{"heartbeat-timeout", required_argument, NULL, 'H'},
+		{"register-timeout", required_argument, NULL, 'G'},
+		{"shutdown-barrier-timeout", required_argument, NULL, 'S'},
+		{"recoverable", required_argument, NULL, 'r'},
 		{"verbose", no_argument, NULL, 'v'},
 		{"check", no_argument, NULL, 'n'},
 		{"help", no_argument, NULL, 'h'},
@@ -46,7 +91,8 @@ main(int argc, char **argv)
 		{NULL, 0, NULL, 0},
 	};
 	const char *listen = "127.0.0.1:7700", *port_file = NULL;
-	struct coord_config cc = {{0}};
+	static struct coord_config cc;
+	const char *recoverable = NULL;
 	struct http_server_config hc = {0};
 	struct http_server *srv;
 	struct coord *co;
@@ -80,6 +126,30 @@ main(int argc, char **argv)
 				    "not a number from 1 to 64", optarg);
 			break;
 		}
+		case 'C':
+			if (task_parse_cluster(optarg, &cc.cluster, err,
+			    sizeof(err)) < 0)
+				return cli_usage_error(synopsis, "--cluster: %s",
+				    err);
+			break;
+		case 'H':
+			if (duration_flag("heartbeat-timeout", optarg, 1,
+			    &cc.heartbeat_timeout_ms) < 0)
+				return 2;
+			break;
+		case 'G':
+			if (duration_flag("register-timeout", optarg, 1,
+			    &cc.register_timeout_ms) < 0)
+				return 2;
+			break;
+		case 'S':
+			if (duration_flag("shutdown-barrier-timeout", optarg, 0,
+			    &cc.shutdown_barrier_timeout_ms) < 0)
+				return 2;
+			break;
+		case 'r':
+			recoverable = optarg;
+			break;
 		case 'v':
 			verbose++;
 			break;
@@ -106,6 +176,8 @@ main(int argc, char **argv)
 		    listen);
 	if (cc.kv.max_value == 0)
 		cc.kv.max_value = KV_MAX_VALUE_DEFAULT;
+	if (recoverable != NULL && parse_recoverable(recoverable, &cc) != 0)
+		return 2;
 	if (check) {
 		printf("coordd: configuration ok\n");
 		return 0;

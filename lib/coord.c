@@ -102,6 +102,10 @@ coord_new(const struct coord_config *cfg, char *err, size_t errlen)
 	    (co->getters = strmap_new()) == NULL ||
 	    (co->kv = kv_new(&cfg->kv, coord_kv_observe, co)) == NULL)
 		goto nomem;
+	if (coord_cluster_init(co, cfg, err, errlen) < 0) {
+		coord_free(co);
+		return NULL;
+	}
 	if (timers_start(co->timers) < 0) {
 		snprintf(err, errlen, "cannot start the timer thread");
 		coord_free(co);
@@ -157,6 +161,7 @@ coord_shutdown(struct coord *co)
 	strmap_free(co->getters, NULL);
 	co->getters = strmap_new();
 	drain(&co->watchers);
+	coord_cluster_shutdown(co);
 	pthread_mutex_unlock(&co->mu);
 }
 
@@ -165,6 +170,9 @@ coord_free(struct coord *co)
 {
 	if (co == NULL)
 		return;
+	if (co->timers != NULL)
+		timers_stop(co->timers);
+	coord_cluster_free(co);
 	if (co->timers != NULL)
 		timers_free(co->timers);
 	strmap_free(co->getters, free);
@@ -256,6 +264,21 @@ coord_handle(struct http_req *req, void *arg)
 	if (prefixed(path, "/v1/watch/", &rest) ||
 	    strcmp(path, "/v1/watch") == 0) {
 		coord_watch_route(co, req, strcmp(path, "/v1/watch") == 0 ?
+		    "" : rest);
+		return;
+	}
+	if (prefixed(path, "/v1/tasks/", &rest) || strcmp(path, "/v1/tasks") == 0) {
+		coord_tasks_route(co, req, strcmp(path, "/v1/tasks") == 0 ? "" :
+		    rest);
+		return;
+	}
+	if (strcmp(path, "/v1/errors") == 0) {
+		coord_errors_route(co, req);
+		return;
+	}
+	if (prefixed(path, "/v1/barriers/", &rest) ||
+	    strcmp(path, "/v1/barriers") == 0) {
+		coord_barriers_route(co, req, strcmp(path, "/v1/barriers") == 0 ?
 		    "" : rest);
 		return;
 	}

@@ -1,6 +1,6 @@
 /*
  * coord.h: the coordination service that coordd serves over HTTP. It owns
- * the state (the key-value store for now), one lock around it, and the
+ * the state (the task registry, barriers and the key-value store), one lock around it, and the
  * parked requests waiting for it to change.
  */
 #ifndef MUSTER_COORD_H
@@ -10,11 +10,18 @@
 
 #include "http_server.h"
 #include "kvstore.h"
+#include "task.h"
 
 struct coord;
 
 struct coord_config {
 	struct kv_limits kv;
+	struct cluster_spec cluster;        /* ntasks 0: no cluster */
+	char recoverable[32][TASK_JOB_MAX]; /* jobs whose tasks may rejoin */
+	size_t nrecoverable;
+	int64_t heartbeat_timeout_ms;
+	int64_t register_timeout_ms;
+	int64_t shutdown_barrier_timeout_ms; /* 0: no shutdown barrier */
 };
 
 struct coord *coord_new(const struct coord_config *cfg, char *err,

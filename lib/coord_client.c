@@ -344,3 +344,307 @@ coord_kv_watch(struct coord_client *cc, const char *prefix, int64_t *since,
 	json_decref(reply);
 	return st;
 }
+
+int
+coord_agent_init(struct coord_agent *a, const char *task, uint64_t incarnation)
+{
+	struct task_name tn;
+
+	memset(a, 0, sizeof(*a));
+	if (task_parse(task, &tn) < 0)
+		return -1;
+	task_format(&tn, a->task, sizeof(a->task));
+	snprintf(a->path, sizeof(a->path), "/v1/tasks/%s/%ld", tn.job,
+	    tn.index);
+	a->incarnation = incarnation;
+	return 0;
+}
+
+/* "/v1/tasks/J/I/verb?incarnation=HEX" plus extra query. */
+static int
+task_path(struct buf *p, const struct coord_agent *a, const char *verb,
+    const char *extra)
+{
+	char inc[17];
+
+	return buf_printf(p, "%s/%s?incarnation=%s%s", a->path, verb,
+	    task_format_incarnation(a->incarnation, inc), extra);
+}
+
+static enum status
+task_call(struct coord_client *cc, const struct coord_agent *a,
+    const char *verb, const char *extra, json_t *body, int64_t deadline,
+    json_t **reply, long *code)
+{
+	struct buf path = {0};
+	struct http_resp resp;
+	char *s = NULL;
+	enum status st;
+
+	if (task_path(&path, a, verb, extra) < 0 || (body != NULL &&
+	    (s = json_dumps(body, JSON_COMPACT)) == NULL)) {
+		buf_free(&path);
+		return nomem(cc);
+	}
+	/* Every task call is safe to repeat: coordd answers a repeat alike. */
+	st = call(cc, "POST", &path, s, s != NULL ? strlen(s) : 0,
+	    s != NULL ? "application/json" : NULL, deadline, 1, &resp);
+	free(s);
+	buf_free(&path);
+	if (code != NULL)
+		*code = resp.code;
+	if (reply != NULL) {
+		*reply = NULL;
+		if (st == ST_OK && (*reply = parse_reply(cc, &resp)) == NULL)
+			st = ST_INTERNAL;
+		else if (st != ST_OK)
+			*reply = json_loadb(resp.body.data != NULL ?
+			    resp.body.data : "", resp.body.len, 0, NULL);
+	}
+	http_resp_free(&resp);
+	return st;
+}
+
+enum status
+coord_register(struct coord_client *cc, struct coord_agent *a,
+    int64_t deadline)
+{
+	json_t *reply;
+	json_int_t to = 0, iv = 0;
+	const char *si = "";
+	enum status st = task_call(cc, a, "register", "", NULL, deadline,
+	    &reply, NULL);
+
+	if (st == ST_OK && json_unpack(reply, "{s:I,s:I,s:s}",
+	    "heartbeat_timeout_ms", &to, "heartbeat_interval_ms", &iv,
+	    "service_incarnation", &si) < 0) {
+		snprintf(cc->err, sizeof(cc->err), "malformed reply to "
+		    "register");
+		st = ST_INTERNAL;
+	}
+	if (st == ST_OK) {
+		a->heartbeat_timeout_ms = to;
+		a->heartbeat_interval_ms = iv > 0 ? iv : 1;
+		snprintf(a->service_incarnation, sizeof(a->service_incarnation),
+		    "%s", si);
+	}
+	json_decref(reply);
+	return st;
+}
+
+enum status
+coord_heartbeat(struct coord_client *cc, const struct coord_agent *a,
+    int64_t deadline, int *not_registered)
+{
+	json_t *reply;
+	enum status st = task_call(cc, a, "heartbeat", "", NULL, deadline,
+	    &reply, NULL);
+	const char *reason = json_string_value(json_object_get(reply,
+	    "reason"));
+
+	*not_registered = st == ST_INVALID_ARGUMENT && reason != NULL &&
+	    strcmp(reason, "not_registered") == 0;
+	json_decref(reply);
+	return st;
+}
+
+enum status
+coord_report_error(struct coord_client *cc, const struct coord_agent *a,
+    enum status code, const char *message, int64_t deadline)
+{
+	json_t *body = json_pack("{s:s,s:s}", "code", status_name(code),
+	    "message", message);
+	enum status st;
+
+	if (body == NULL)
+		return nomem(cc);
+	st = task_call(cc, a, "error", "", body, deadline, NULL, NULL);
+	json_decref(body);
+	return st;
+}
+
+/*
+ * Repeats a long-polled task call while coordd answers 202 (still
+ * waiting), reporting the progress it sends.
+ */
+static enum status
+long_task_call(struct coord_client *cc, const struct coord_agent *a,
+    const char *verb, int64_t deadline, int64_t poll_ms,
+    void (*progress)(void *, long, long), void *arg,
+    const char *done_key, const char *total_key)
+{
+	for (;;) {
+		int64_t hd, w = poll_wait(deadline, &hd);
+		char extra[64];
+		json_t *reply;
+		long code = 0;
+		enum status st;
+
+		if (poll_ms > 0 && w > poll_ms) {
+			w = poll_ms;
+			hd = duration_now_ms() + w + POLL_GRACE_MS;
+		}
+		snprintf(extra, sizeof(extra), "&wait=%" PRId64 "ms", w);
+		st = task_call(cc, a, verb, extra, NULL, hd, &reply, &code);
+		if (st == ST_OK && code == 202) {
+			json_int_t done = 0, total = 0;
+			json_unpack(reply, "{s?I,s?I}", done_key, &done,
+			    total_key, &total);
+			json_decref(reply);
+			if (progress != NULL)
+				progress(arg, (long)done, (long)total);
+			if (deadline != HTTP_NO_DEADLINE &&
+			    duration_now_ms() >= deadline) {
+				snprintf(cc->err, sizeof(cc->err), "%ld of %ld "
+				    "tasks after the deadline", (long)done,
+				    (long)total);
+				return ST_DEADLINE_EXCEEDED;
+			}
+			continue;
+		}
+		json_decref(reply);
+		return st;
+	}
+}
+
+enum status
+coord_wait_all(struct coord_client *cc, const struct coord_agent *a,
+    int64_t deadline, void (*progress)(void *arg, long done, long total),
+    void *arg)
+{
+	return long_task_call(cc, a, "wait-all", deadline, 0, progress, arg,
+	    "connected", "total");
+}
+
+enum status
+coord_shutdown_task(struct coord_client *cc, const struct coord_agent *a,
+    int64_t deadline)
+{
+	return long_task_call(cc, a, "shutdown", deadline, 0, NULL, NULL,
+	    "arrived", "total");
+}
+
+enum status
+coord_poll_errors(struct coord_client *cc, int64_t deadline, json_t **errors)
+{
+	struct buf path = {0};
+	json_t *reply;
+	int64_t hd, w = poll_wait(deadline, &hd);
+	enum status st;
+
+	*errors = NULL;
+	if (buf_printf(&path, "/v1/errors?wait=%" PRId64 "ms", w) < 0)
+		return nomem(cc);
+	st = call_json(cc, "GET", &path, NULL, hd, 1, &reply, NULL);
+	buf_free(&path);
+	if (st == ST_OK) {
+		json_t *e = json_object_get(reply, "errors");
+		if (!json_is_array(e)) {
+			snprintf(cc->err, sizeof(cc->err), "malformed reply to "
+			    "error poll");
+			st = ST_INTERNAL;
+		} else {
+			*errors = json_incref(e);
+		}
+	}
+	json_decref(reply);
+	return st;
+}
+
+enum status
+coord_barrier_wait(struct coord_client *cc, const struct coord_agent *a,
+    const char *id, int64_t timeout_ms, json_t *tasks, int64_t deadline,
+    int64_t poll_ms, void (*progress)(void *arg, long done, long total),
+    void *arg)
+{
+	char inc[17];
+	json_t *body = json_pack("{s:s,s:I}", "task", a->task, "timeout_ms",
+	    (json_int_t)timeout_ms);
+	enum status st;
+
+	if (body == NULL)
+		return nomem(cc);
+	if (a->incarnation != 0)
+		json_object_set_new(body, "incarnation", json_string(
+		    task_format_incarnation(a->incarnation, inc)));
+	if (tasks != NULL)
+		json_object_set(body, "tasks", tasks);
+	for (;;) {
+		struct buf path = {0};
+		struct http_resp resp;
+		int64_t hd, w = poll_wait(deadline, &hd);
+		char *s;
+
+		if (poll_ms > 0 && w > poll_ms) {
+			w = poll_ms;
+			hd = duration_now_ms() + w + POLL_GRACE_MS;
+		}
+		if ((s = json_dumps(body, JSON_COMPACT)) == NULL ||
+		    kv_path(&path, "/v1/barriers/", id, "") < 0 ||
+		    buf_printf(&path, "?wait=%" PRId64 "ms", w) < 0) {
+			free(s);
+			buf_free(&path);
+			json_decref(body);
+			return nomem(cc);
+		}
+		st = call(cc, "POST", &path, s, strlen(s), "application/json",
+		    hd, 1, &resp);
+		free(s);
+		buf_free(&path);
+		if (st == ST_OK && resp.code == 202) {
+			json_t *r = parse_reply(cc, &resp);
+			json_int_t done = 0, total = 0;
+			json_unpack(r, "{s?I,s?I}", "arrived", &done, "total",
+			    &total);
+			json_decref(r);
+			http_resp_free(&resp);
+			if (progress != NULL)
+				progress(arg, (long)done, (long)total);
+			if (deadline != HTTP_NO_DEADLINE &&
+			    duration_now_ms() >= deadline) {
+				snprintf(cc->err, sizeof(cc->err), "barrier %s: "
+				    "%ld of %ld tasks by the deadline", id,
+				    (long)done, (long)total);
+				st = ST_DEADLINE_EXCEEDED;
+				break;
+			}
+			continue;
+		}
+		http_resp_free(&resp);
+		break;
+	}
+	json_decref(body);
+	return st;
+}
+
+enum status
+coord_barrier_cancel(struct coord_client *cc, const struct coord_agent *a,
+    const char *id, int64_t deadline)
+{
+	struct buf path = {0};
+	json_t *reply;
+	enum status st;
+
+	if (kv_path(&path, "/v1/barriers/", id, "?task=") < 0 ||
+	    text_url_encode(&path, a->task, strlen(a->task)) < 0) {
+		buf_free(&path);
+		return nomem(cc);
+	}
+	st = call_json(cc, "DELETE", &path, NULL, deadline, 1, &reply, NULL);
+	buf_free(&path);
+	json_decref(reply);
+	return st;
+}
+
+enum status
+coord_status(struct coord_client *cc, int64_t deadline, json_t **status)
+{
+	struct buf path = {0};
+	enum status st;
+
+	if (buf_puts(&path, "/v1/tasks") < 0)
+		return nomem(cc);
+	st = call_json(cc, "GET", &path, NULL, deadline, 1, status, NULL);
+	buf_free(&path);
+	return st;
+}

@@ -17,6 +17,7 @@
 #include "http_client.h"
 #include "kvstore.h"
 #include "status.h"
+#include "task.h"
 
 struct coord_client {
 	struct http_client *http;
@@ -56,5 +57,55 @@ enum status coord_kv_dir(struct coord_client *cc, const char *prefix,
  */
 enum status coord_kv_watch(struct coord_client *cc, const char *prefix,
     int64_t *since, int64_t deadline, json_t **events);
+
+
+/* The cluster side: what an agent (preemptwatch, barrierwait) calls. */
+struct coord_agent {
+	char task[TASK_JOB_MAX + 24];   /* "job:index" */
+	char path[TASK_JOB_MAX + 40];   /* "/v1/tasks/job/index" */
+	uint64_t incarnation;           /* 0: not known */
+	int64_t heartbeat_timeout_ms;
+	int64_t heartbeat_interval_ms;
+	char service_incarnation[17];
+};
+
+/* Fills a from a task name; -1 when it is not one. */
+int coord_agent_init(struct coord_agent *a, const char *task,
+    uint64_t incarnation);
+
+enum status coord_register(struct coord_client *cc, struct coord_agent *a,
+    int64_t deadline);
+/* *not_registered is set when coordd does not know the task as connected. */
+enum status coord_heartbeat(struct coord_client *cc,
+    const struct coord_agent *a, int64_t deadline, int *not_registered);
+enum status coord_report_error(struct coord_client *cc,
+    const struct coord_agent *a, enum status code, const char *message,
+    int64_t deadline);
+/* Waits for every task; progress(arg, connected, total) on long polls. */
+enum status coord_wait_all(struct coord_client *cc,
+    const struct coord_agent *a, int64_t deadline,
+    void (*progress)(void *arg, long done, long total), void *arg);
+enum status coord_shutdown_task(struct coord_client *cc,
+    const struct coord_agent *a, int64_t deadline);
+/*
+ * One long poll for task errors; *errors gets the array (maybe empty) of
+ * {"task","code","message","reported"}.
+ */
+enum status coord_poll_errors(struct coord_client *cc, int64_t deadline,
+    json_t **errors);
+/*
+ * Waits at barrier id. timeout_ms is the barrier's own timeout (fixed by
+ * the first arrival); tasks NULL means all connected tasks. poll_ms bounds
+ * each long poll (for progress reports).
+ */
+enum status coord_barrier_wait(struct coord_client *cc,
+    const struct coord_agent *a, const char *id, int64_t timeout_ms,
+    json_t *tasks, int64_t deadline, int64_t poll_ms,
+    void (*progress)(void *arg, long done, long total), void *arg);
+enum status coord_barrier_cancel(struct coord_client *cc,
+    const struct coord_agent *a, const char *id, int64_t deadline);
+/* The whole cluster status object (GET /v1/tasks). */
+enum status coord_status(struct coord_client *cc, int64_t deadline,
+    json_t **status);
 
 #endif

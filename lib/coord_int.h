@@ -34,8 +34,56 @@ struct waiter {
 	struct waiter *prev, *next;
 	void (*expire)(struct waiter *w);
 	int64_t since;
+	void *obj;                      /* what it waits on, if not key */
 	size_t klen;
 	char key[];
+};
+
+enum task_state { TASK_DISCONNECTED, TASK_CONNECTED, TASK_ERROR };
+
+struct task {
+	char *name;                     /* "worker:3" */
+	enum task_state state;
+	int recoverable;
+	uint64_t incarnation;
+	int64_t last_heartbeat;         /* monotonic ms */
+	enum status err;                /* the error while in TASK_ERROR, */
+	char *errmsg;                   /* and after, as the last error */
+	int err_reported;               /* reported by the task itself */
+};
+
+enum barrier_state { BARRIER_PENDING, BARRIER_PASSED, BARRIER_FAILED };
+
+struct barrier {
+	struct timer timer;             /* first: the deadline */
+	struct coord *co;
+	char *id;
+	enum barrier_state state;
+	enum status result;
+	char *message;
+	unsigned char *at;              /* per task: 0 no, 1 member, 2 arrived */
+	size_t members, arrived;
+	int explicit_set;
+	int shutdown;                   /* the shutdown barrier */
+	struct barrier *prev, *next;    /* on the pending list */
+	struct waitlist waiters;
+};
+
+struct cluster {
+	struct task *tasks;
+	size_t ntasks;
+	struct strmap *byname;          /* "job:index" -> struct task */
+	size_t nconnected;
+	int64_t hb_timeout, register_timeout, shutdown_timeout;
+	uint64_t service_incarnation;
+	long epoch;
+	struct timer scan;
+	struct waitlist error_waiters;
+	struct waitlist all_waiters;
+	int64_t all_deadline;           /* wait-for-all deadline, 0: unset */
+	struct strmap *barriers;        /* id -> struct barrier */
+	struct barrier *pending;
+	struct barrier *shutdown;
 };
 
 struct coord {
@@ -45,6 +93,7 @@ struct coord {
 	struct kvstore *kv;
 	struct strmap *getters;         /* key -> struct waitlist */
 	struct waitlist watchers;
+	struct cluster cl;
 	volatile int closing;           /* written under mu, read anywhere */
 };
 
@@ -69,5 +118,38 @@ void coord_kv_route(struct coord *co, struct http_req *req, const char *rest);
 void coord_watch_route(struct coord *co, struct http_req *req,
     const char *rest);
 void coord_kv_observe(const struct kv_event *ev, void *arg);
+
+/* The cluster routes and state, from coord_cluster.c. */
+int coord_cluster_init(struct coord *co, const struct coord_config *cfg,
+    char *err, size_t errlen);
+void coord_cluster_free(struct coord *co);
+void coord_cluster_shutdown(struct coord *co);
+/* Starts a new epoch when no task is connected any more. */
+void coord_cluster_settle(struct coord *co);
+void coord_tasks_route(struct coord *co, struct http_req *req,
+    const char *rest);
+void coord_errors_route(struct coord *co, struct http_req *req);
+struct task *coord_task(struct coord *co, const char *name);
+void coord_task_disconnect(struct coord *co, struct task *t);
+void coord_task_set_error(struct coord *co, struct task *t, enum status st,
+    const char *msg, int reported, int propagate);
+json_t *coord_status_json(struct coord *co);
+
+/* Barriers, from coord_barrier.c. */
+void coord_barriers_route(struct coord *co, struct http_req *req,
+    const char *rest);
+void coord_barrier_arrive(struct coord *co, struct http_req *req,
+    struct barrier *b, struct task *t, int64_t wait);
+struct barrier *coord_barrier_new(struct coord *co, const char *id,
+    int64_t timeout_ms);
+void coord_barrier_complete(struct barrier *b, enum status st,
+    const char *msg);
+void coord_barriers_task_failed(struct coord *co, struct task *t);
+void coord_barriers_free(struct coord *co);
+void coord_barriers_shutdown(struct coord *co);
+json_t *coord_barriers_json(struct coord *co);
+/* The names of the members of b that have (arrived) or not arrived. */
+char *coord_barrier_names(struct coord *co, const struct barrier *b,
+    int arrived, size_t max);
 
 #endif
