@@ -31,7 +31,8 @@ static const char synopsis[] =
     "[--count N] PREFIX\n"
     "       kvctl [-c ADDR] [--json] [--timeout DUR] add KEY [N]\n"
     "       kvctl [-c ADDR] [--json] [--timeout DUR] cas [--absent] KEY "
-    "[OLD] NEW\n";
+    "[OLD] NEW\n"
+    "       kvctl [-c ADDR] [--json] [--timeout DUR] status\n";
 
 struct opts {
 	const char *addr;
@@ -452,6 +453,84 @@ do_cas(struct ctx *x, int argc, char **argv)
 	return rc;
 }
 
+static const char *
+str(json_t *o, const char *key)
+{
+	const char *v = json_string_value(json_object_get(o, key));
+
+	return v != NULL ? v : "-";
+}
+
+/* The cluster at a glance: tasks, barriers in flight, the store. */
+static int
+do_status(struct ctx *x, int argc, char **argv)
+{
+	json_t *st, *tasks, *t, *bars, *b;
+	size_t i;
+	char d[32];
+	enum status rc;
+
+	(void)argv;
+	if (argc != 0)
+		return usage_error("status takes no arguments%s", "");
+	if ((rc = coord_status(x->cc, x->deadline, &st)) != ST_OK)
+		return fail(x, rc);
+	if (x->o.json) {
+		print_json(st);
+		return 0;
+	}
+	tasks = json_object_get(st, "tasks");
+	bars = json_object_get(st, "barriers");
+	printf("%" JSON_INTEGER_FORMAT "/%" JSON_INTEGER_FORMAT " tasks "
+	    "connected, epoch %" JSON_INTEGER_FORMAT ", heartbeat timeout %s, "
+	    "%" JSON_INTEGER_FORMAT " keys at revision %" JSON_INTEGER_FORMAT
+	    "\n", json_integer_value(json_object_get(st, "connected")),
+	    json_integer_value(json_object_get(st, "total")),
+	    json_integer_value(json_object_get(st, "epoch")),
+	    duration_format(json_integer_value(json_object_get(st,
+	    "heartbeat_timeout_ms")), d, sizeof(d)),
+	    json_integer_value(json_object_get(st, "keys")),
+	    json_integer_value(json_object_get(st, "revision")));
+	if (json_array_size(tasks) > 0)
+		printf("%-16s %-12s %-16s %-10s %s\n", "TASK", "STATE",
+		    "INCARNATION", "HEARTBEAT", "ERROR");
+	json_array_foreach(tasks, i, t) {
+		json_t *age = json_object_get(t, "heartbeat_age_ms");
+		json_t *e = json_object_get(t, "error");
+		char ago[40] = "-", state[24];
+
+		if (json_is_integer(age))
+			snprintf(ago, sizeof(ago), "%s ago", duration_format(
+			    json_integer_value(age), d, sizeof(d)));
+		/* A recoverable task is marked, as its failures stay local. */
+		snprintf(state, sizeof(state), "%s%s", str(t, "state"),
+		    json_is_true(json_object_get(t, "recoverable")) ? "*" : "");
+		printf("%-16s %-12s %-16s %-10s", str(t, "task"), state,
+		    str(t, "incarnation"), ago);
+		if (json_is_object(e))
+			printf(" %s%s: %s", strcmp(str(t, "state"), "error") ==
+			    0 ? "" : "(last) ", str(e, "code"),
+			    str(e, "message"));
+		putchar('\n');
+	}
+	json_array_foreach(bars, i, b) {
+		json_t *w = json_object_get(b, "tasks_waiting"), *n;
+		size_t k;
+
+		printf("barrier %s: %" JSON_INTEGER_FORMAT "/%"
+		    JSON_INTEGER_FORMAT " arrived, deadline in %s; waiting for",
+		    str(b, "id"), json_integer_value(json_object_get(b,
+		    "arrived")), json_integer_value(json_object_get(b, "total")),
+		    duration_format(json_integer_value(json_object_get(b,
+		    "deadline_in_ms")), d, sizeof(d)));
+		json_array_foreach(w, k, n)
+			printf("%s %s", k == 0 ? "" : ",", json_string_value(n));
+		putchar('\n');
+	}
+	json_decref(st);
+	return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -477,7 +556,7 @@ main(int argc, char **argv)
 	    strcmp(verb, "get") != 0 && strcmp(verb, "tryget") != 0 &&
 	    strcmp(verb, "ls") != 0 && strcmp(verb, "rm") != 0 &&
 	    strcmp(verb, "watch") != 0 && strcmp(verb, "add") != 0 &&
-	    strcmp(verb, "cas") != 0)
+	    strcmp(verb, "cas") != 0 && strcmp(verb, "status") != 0)
 		return usage_error("unknown command %s", verb);
 
 	if ((x.cc = coord_client_new(cli_coord_addr(x.o.addr), err,
@@ -508,6 +587,8 @@ main(int argc, char **argv)
 		rc = do_watch(&x, argc, argv);
 	else if (strcmp(verb, "add") == 0)
 		rc = do_add(&x, argc, argv);
+	else if (strcmp(verb, "status") == 0)
+		rc = do_status(&x, argc, argv);
 	else
 		rc = do_cas(&x, argc, argv);
 	coord_client_free(x.cc);

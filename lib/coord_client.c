@@ -434,7 +434,7 @@ coord_register(struct coord_client *cc, struct coord_agent *a,
 
 enum status
 coord_heartbeat(struct coord_client *cc, const struct coord_agent *a,
-    int64_t deadline, int *not_registered)
+    int64_t deadline, int *not_registered, char *svc)
 {
 	json_t *reply;
 	enum status st = task_call(cc, a, "heartbeat", "", NULL, deadline,
@@ -444,6 +444,10 @@ coord_heartbeat(struct coord_client *cc, const struct coord_agent *a,
 
 	*not_registered = st == ST_INVALID_ARGUMENT && reason != NULL &&
 	    strcmp(reason, "not_registered") == 0;
+	if (*not_registered)
+		snprintf(svc, 17, "%s", json_string_value(json_object_get(reply,
+		    "service_incarnation")) != NULL ? json_string_value(
+		    json_object_get(reply, "service_incarnation")) : "");
 	json_decref(reply);
 	return st;
 }

@@ -75,9 +75,14 @@ int coord_agent_init(struct coord_agent *a, const char *task,
 
 enum status coord_register(struct coord_client *cc, struct coord_agent *a,
     int64_t deadline);
-/* *not_registered is set when coordd does not know the task as connected. */
+/*
+ * *not_registered is set when coordd does not know the task as connected;
+ * svc (17 bytes) then gets coordd's service incarnation, which tells a
+ * restarted coordd from one that moved on without this task.
+ */
 enum status coord_heartbeat(struct coord_client *cc,
-    const struct coord_agent *a, int64_t deadline, int *not_registered);
+    const struct coord_agent *a, int64_t deadline, int *not_registered,
+    char *svc);
 enum status coord_report_error(struct coord_client *cc,
     const struct coord_agent *a, enum status code, const char *message,
     int64_t deadline);

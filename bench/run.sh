@@ -1,0 +1,248 @@
+#!/usr/bin/env bash
+# run.sh: one benchmark run of coordd against its peers, on loopback, in a
+# few minutes. It measures and prints, it never fails on a figure:
+#
+#   1. HTTP throughput with wrk (requests/s): GET of one key on coordd, on a
+#      bare libmicrohttpd server configured like coordd (bench-bare, the
+#      ceiling of our stack) and on etcd's JSON gateway (/v3/kv/range); PUT
+#      of one key on coordd and on etcd (/v3/kv/put). Ratios: coordd GET /
+#      bare, coordd GET / etcd GET, coordd PUT / etcd PUT.
+#   2. A whole command with hyperfine: `kvctl get` against `etcdctl get`.
+#   3. Parked waiters with bench-loadgen: 10,000 GET ?wait= requests parked
+#      on one key, coordd's RSS per waiter, and how long after the PUT that
+#      releases them the last one is answered.
+#
+# Targets are printed next to the figures. Every process it starts is
+# stopped by PID when it exits. MUSTER_BIN is where coordd, kvctl and the
+# bench-* programs are; WRK_DURATION (5s), WRK_THREADS (2), WRK_CONNS (32),
+# HF_RUNS (200) and WAITERS (10000) change the load.
+set -u
+
+here=$(cd "$(dirname "$0")" && pwd)
+bin=${MUSTER_BIN:-$here/../build/bin}
+wrk_duration=${WRK_DURATION:-5s}
+wrk_threads=${WRK_THREADS:-2}
+wrk_conns=${WRK_CONNS:-32}
+hf_runs=${HF_RUNS:-200}
+waiters=${WAITERS:-10000}
+value=0123456789abcdef
+key_b64=$(printf bench | base64)
+value_b64=$(printf %s "$value" | base64)
+
+T=$(mktemp -d "${TMPDIR:-/tmp}/muster-bench.XXXXXX")
+pids=()
+
+cleanup() {
+	local pid
+	for pid in "${pids[@]}"; do
+		kill "$pid" 2>/dev/null
+	done
+	for pid in "${pids[@]}"; do
+		wait "$pid" 2>/dev/null
+	done
+	rm -rf "$T"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+note() { printf 'bench: %s\n' "$*" >&2; }
+
+# wait_file FILE SECONDS: until FILE exists and is not empty.
+wait_file() {
+	local i
+	for ((i = 0; i < $2 * 20; i++)); do
+		[ -s "$1" ] && return 0
+		sleep 0.05
+	done
+	return 1
+}
+
+free_port() {
+	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# ratio A B: A/B with two decimals, or "n/a".
+ratio() {
+	awk -v a="$1" -v b="$2" 'BEGIN {
+		if (a == "" || b == "" || a + 0 <= 0 || b + 0 <= 0) print "n/a";
+		else printf "%.2f\n", a / b }'
+}
+
+# verdict VALUE OP TARGET: "meets" or "MISSES" the target, "n/a" without
+# a value. OP is >= or <=.
+verdict() {
+	awk -v v="$1" -v op="$2" -v t="$3" 'BEGIN {
+		if (v == "" || v == "n/a") { print "n/a"; exit }
+		ok = op == ">=" ? v + 0 >= t + 0 : v + 0 <= t + 0
+		print ok ? "meets" : "MISSES" }'
+}
+
+# wrk_rps NAME URL [METHOD BODY CTYPE]: requests/s, or empty on failure.
+wrk_rps() {
+	local name=$1 url=$2 out rps errs
+	out=$(WRK_METHOD=${3:-GET} WRK_BODY=${4:-} WRK_CTYPE=${5:-} \
+	    wrk -t"$wrk_threads" -c"$wrk_conns" -d"$wrk_duration" \
+	    -s "$here/wrk-body.lua" "$url" 2>&1)
+	echo "$out" >"$T/wrk-$name.out"
+	rps=$(awk '/^Requests\/sec:/ { printf "%d", $2 }' <<<"$out")
+	errs=$(awk '/Non-2xx or 3xx responses:/ { print $NF }
+	    /Socket errors:/ { print }' <<<"$out")
+	[ -n "$errs" ] && note "wrk $name: $errs"
+	echo "$rps"
+}
+
+for prog in coordd kvctl bench-bare bench-loadgen; do
+	if [ ! -x "$bin/$prog" ]; then
+		note "$bin/$prog is missing: run make bench"
+		exit 1
+	fi
+done
+
+# Parked waiters hold a socket each at both ends.
+ulimit -n "$(ulimit -Hn)" 2>/dev/null
+
+ncpu=$(nproc)
+echo "muster benchmarks: $ncpu CPUs, loopback, everything on the same host"
+echo
+
+"$bin/coordd" -l 127.0.0.1:0 --port-file "$T/coordd.port" \
+    2>"$T/coordd.log" &
+coord_pid=$!
+pids+=("$coord_pid")
+"$bin/bench-bare" -l 127.0.0.1:0 --port-file "$T/bare.port" \
+    2>"$T/bare.log" &
+bare_pid=$!
+pids+=("$bare_pid")
+
+etcd_addr=
+if command -v etcd >/dev/null && command -v etcdctl >/dev/null; then
+	cport=$(free_port)
+	pport=$(free_port)
+	etcd --name bench --data-dir "$T/etcd" \
+	    --listen-client-urls "http://127.0.0.1:$cport" \
+	    --advertise-client-urls "http://127.0.0.1:$cport" \
+	    --listen-peer-urls "http://127.0.0.1:$pport" \
+	    --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
+	    --initial-cluster "bench=http://127.0.0.1:$pport" \
+	    --log-level error >"$T/etcd.log" 2>&1 &
+	pids+=("$!")
+	etcd_addr=127.0.0.1:$cport
+else
+	note "etcd or etcdctl not found: etcd figures are skipped"
+fi
+
+if ! wait_file "$T/coordd.port" 5; then
+	note "coordd did not start:"
+	cat "$T/coordd.log" >&2
+	exit 1
+fi
+coord_addr=127.0.0.1:$(cat "$T/coordd.port")
+bare_addr=
+if wait_file "$T/bare.port" 5; then
+	bare_addr=127.0.0.1:$(cat "$T/bare.port")
+else
+	note "bench-bare did not start; its figures are skipped"
+	cat "$T/bare.log" >&2
+fi
+if [ -n "$etcd_addr" ]; then
+	for ((i = 0; i < 100; i++)); do
+		etcdctl --endpoints="http://$etcd_addr" put bench "$value" \
+		    >/dev/null 2>&1 && break
+		sleep 0.1
+	done
+	if ((i == 100)); then
+		note "etcd did not start; its figures are skipped:"
+		tail -5 "$T/etcd.log" >&2
+		etcd_addr=
+	fi
+fi
+if ! "$bin/kvctl" -c "$coord_addr" put -f bench "$value" >/dev/null; then
+	note "cannot put the key into coordd"
+	exit 1
+fi
+
+# 1. Throughput.
+echo "HTTP throughput: wrk -t$wrk_threads -c$wrk_conns -d$wrk_duration," \
+    "one key, $((${#value})) byte value"
+get_coord=$(wrk_rps get-coordd "http://$coord_addr/v1/kv/bench")
+get_bare= get_etcd= put_etcd=
+[ -n "$bare_addr" ] && get_bare=$(wrk_rps get-bare "http://$bare_addr/")
+[ -n "$etcd_addr" ] && get_etcd=$(wrk_rps get-etcd \
+    "http://$etcd_addr/v3/kv/range" POST "{\"key\":\"$key_b64\"}" \
+    application/json)
+put_coord=$(wrk_rps put-coordd \
+    "http://$coord_addr/v1/kv/bench?mode=overwrite" PUT "$value" \
+    application/octet-stream)
+[ -n "$etcd_addr" ] && put_etcd=$(wrk_rps put-etcd \
+    "http://$etcd_addr/v3/kv/put" POST \
+    "{\"key\":\"$key_b64\",\"value\":\"$value_b64\"}" application/json)
+printf '  %-40s %10s req/s\n' \
+    "GET coordd /v1/kv/bench" "${get_coord:-n/a}" \
+    "GET bench-bare (libmicrohttpd ceiling)" "${get_bare:-n/a}" \
+    "GET etcd gateway /v3/kv/range" "${get_etcd:-n/a}" \
+    "PUT coordd /v1/kv/bench?mode=overwrite" "${put_coord:-n/a}" \
+    "PUT etcd gateway /v3/kv/put" "${put_etcd:-n/a}"
+r_bare=$(ratio "$get_coord" "$get_bare")
+r_etcd_get=$(ratio "$get_coord" "$get_etcd")
+r_etcd_put=$(ratio "$put_coord" "$put_etcd")
+printf '  %-28s %8sx   target >= 0.7x   %s\n' "coordd GET / bare GET" \
+    "$r_bare" "$(verdict "$r_bare" '>=' 0.7)"
+printf '  %-28s %8sx   target >= 5x     %s\n' "coordd GET / etcd GET" \
+    "$r_etcd_get" "$(verdict "$r_etcd_get" '>=' 5)"
+printf '  %-28s %8sx   (no target; etcd fsyncs each put)\n' \
+    "coordd PUT / etcd PUT" "$r_etcd_put"
+echo
+
+# 2. Whole commands.
+if hyperfine --help 2>/dev/null | grep -q -- '^ *-N'; then
+	noshell=-N
+else
+	noshell=--shell=none
+fi
+echo "Whole command: hyperfine $noshell --warmup 20 --runs $hf_runs"
+kv_mean= ec_mean=
+cmds=("$bin/kvctl -c $coord_addr get bench")
+[ -n "$etcd_addr" ] &&
+    cmds+=("etcdctl --endpoints=http://$etcd_addr get bench")
+if hyperfine "$noshell" --warmup 20 --runs "$hf_runs" --style none \
+    --export-csv "$T/hf.csv" "${cmds[@]}" >"$T/hf.out" 2>&1; then
+	# command,mean,stddev,median,user,system,min,max; seconds.
+	kv_mean=$(awk -F, 'NR == 2 { printf "%.3f", $2 * 1000 }' "$T/hf.csv")
+	ec_mean=$(awk -F, 'NR == 3 { printf "%.3f", $2 * 1000 }' "$T/hf.csv")
+	kv_sd=$(awk -F, 'NR == 2 { printf "%.3f", $3 * 1000 }' "$T/hf.csv")
+	ec_sd=$(awk -F, 'NR == 3 { printf "%.3f", $3 * 1000 }' "$T/hf.csv")
+else
+	note "hyperfine failed:"
+	tail -5 "$T/hf.out" >&2
+fi
+printf '  %-40s %10s ms (sd %s)\n' "kvctl get bench" "${kv_mean:-n/a}" \
+    "${kv_sd:-n/a}" "etcdctl get bench" "${ec_mean:-n/a}" "${ec_sd:-n/a}"
+r_cli=$(ratio "$ec_mean" "$kv_mean")
+printf '  %-28s %8sx   target >= 5x     %s\n' "etcdctl time / kvctl time" \
+    "$r_cli" "$(verdict "$r_cli" '>=' 5)"
+echo
+
+# 3. Parked waiters.
+echo "Parked waiters: bench-loadgen parked -n $waiters (open files:" \
+    "$(ulimit -n))"
+rss= rel= rel_sent=
+if "$bin/bench-loadgen" parked -c "$coord_addr" --pid "$coord_pid" \
+    -n "$waiters" --key bench-parked --timeout 60s >"$T/lg.out" \
+    2>"$T/lg.err"; then
+	:
+else
+	note "bench-loadgen failed (exit $?):"
+	cat "$T/lg.err" >&2
+fi
+sed 's/^/  /' "$T/lg.out"
+rss=$(awk '$1 == "rss_per_waiter" { print $2 }' "$T/lg.out")
+rel=$(awk '$1 == "release" { print $2 }' "$T/lg.out")
+rel_sent=$(awk '$1 == "release_from_put_sent" { print $2 }' "$T/lg.out")
+printf '  %-28s %8s KiB  target <= 16 KiB  %s\n' "RSS per parked waiter" \
+    "${rss:-n/a}" "$(verdict "${rss:-n/a}" '<=' 16)"
+printf '  %-28s %8s ms   target <= 100 ms  %s\n' "last reply after PUT reply" \
+    "${rel:-n/a}" "$(verdict "${rel:-n/a}" '<=' 100)"
+printf '  %-28s %8s ms   (from the PUT being sent)\n' "last reply after PUT" \
+    "${rel_sent:-n/a}"
+exit 0
