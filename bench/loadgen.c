@@ -3,19 +3,23 @@
  * interface driven by epoll (curl_multi_socket_action), so that tens of
  * thousands of open requests cost nothing while they are idle.
  *
- *   bench-loadgen parked [-v] -c ADDR --pid PID [-n N] [--key KEY]
+ *   bench-loadgen parked [-v] -c ADDR --pid PID [-n N] [--key KEY] [--rounds R]
  *       [--timeout DUR]
  *
  * parked: N requests GET /v1/kv/KEY?wait=60s park at coordd; once its
- * /metrics shows them all parked, coordd's RSS growth per waiter is taken
- * from /proc/PID/status, then one PUT of KEY releases them and the time
- * from the PUT's reply to the last waiter's reply is measured.
+ * /metrics shows them all parked, coordd's RSS growth per waiter over its
+ * RSS before they were opened is taken from /proc/PID/status, then one PUT
+ * of KEY releases them and the time from the PUT's reply to the last
+ * waiter's reply is measured, and every reply checked. Rounds after the
+ * first (R, default 2) park the same N again on their kept-alive
+ * connections.
  *
  * A mode is a function over the shared driver (struct lg): it adds
  * transfers, runs the loop until a condition holds, and prints figures as
  * "name value unit" lines that bench/run.sh reads. Everything is bounded
  * by --timeout: past it, the mode stops with an error.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -36,7 +40,8 @@
 
 static const char synopsis[] =
     "usage: bench-loadgen parked [-v] -c ADDR --pid PID [-n N] [--key KEY] "
-    "[--timeout DUR]\n";
+    "[--rounds R]\n"
+    "                     [--timeout DUR]\n";
 
 /* Requests added to the multi handle but not yet sent, at most. */
 #define CONNECT_BATCH 256
@@ -47,6 +52,7 @@ struct opts {
 	long n;
 	const char *key;
 	int64_t timeout_ms;
+	int rounds;
 };
 
 /*
@@ -98,6 +104,7 @@ struct lg {
 	int stamp;                  /* record ready_us */
 	struct xfer **held;
 	size_t nheld;
+	struct xfer **done;         /* lg_drain's scratch */
 	size_t added, sent, finished;
 };
 
@@ -200,8 +207,10 @@ lg_init(struct lg *lg, int64_t timeout_ms, char *err, size_t errlen)
 	lg->maxevs = 4096;
 	lg->by_fd = calloc(lg->nfd, sizeof(*lg->by_fd));
 	lg->held = calloc(lg->nfd, sizeof(*lg->held));
+	lg->done = calloc(lg->nfd, sizeof(*lg->done));
 	lg->evs = calloc((size_t)lg->maxevs, sizeof(*lg->evs));
-	if (lg->by_fd == NULL || lg->held == NULL || lg->evs == NULL) {
+	if (lg->by_fd == NULL || lg->held == NULL || lg->done == NULL ||
+	    lg->evs == NULL) {
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
@@ -242,6 +251,7 @@ lg_free(struct lg *lg)
 		close(lg->epfd);
 	free(lg->by_fd);
 	free(lg->held);
+	free(lg->done);
 	free(lg->evs);
 }
 
@@ -285,6 +295,9 @@ static int
 lg_add(struct lg *lg, struct xfer *x)
 {
 	x->finished = 0;
+	x->held = 0;
+	x->rc = CURLE_OK;
+	x->code = 0;
 	x->sent = 0;
 	x->blen = 0;
 	x->truncated = 0;
@@ -295,28 +308,39 @@ lg_add(struct lg *lg, struct xfer *x)
 	return 0;
 }
 
+/*
+ * Finishes what curl reports done. Every message is read before any handle
+ * is removed: curl_multi_remove_handle scans the pending messages, which
+ * made a burst of N replies cost O(N^2).
+ */
 static void
 lg_drain(struct lg *lg)
 {
 	CURLMsg *m;
 	int left;
+	size_t n = 0;
 	struct xfer *x;
+	int64_t t = now_us();
 
-	while ((m = curl_multi_info_read(lg->multi, &left)) != NULL) {
+	while (n < lg->nfd &&
+	    (m = curl_multi_info_read(lg->multi, &left)) != NULL) {
 		if (m->msg != CURLMSG_DONE)
 			continue;
 		x = NULL;
 		curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE,
 		    (char **)&x);
 		x->rc = m->data.result;
-		x->done_us = now_us();
+		x->done_us = t;
 		curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &x->code);
 		x->finished = 1;
 		lg->finished++;
-		curl_multi_remove_handle(lg->multi, x->easy);
-		if (x->done != NULL)
-			x->done(x);
+		lg->done[n++] = x;
 	}
+	for (size_t i = 0; i < n; i++)
+		curl_multi_remove_handle(lg->multi, lg->done[i]->easy);
+	for (size_t i = 0; i < n; i++)
+		if (lg->done[i]->done != NULL)
+			lg->done[i]->done(lg->done[i]);
 }
 
 /* One wait for events, at most until until_us, and their handling. */
@@ -451,12 +475,46 @@ rss_kib(long pid)
 	return kib;
 }
 
+/*
+ * CPU time pid's threads have had, in ns, from schedstat: unlike
+ * /proc/PID/stat it is exact, and on a shared host it says what coordd
+ * spent whatever the wall clock says. -1 when unreadable. Threads that
+ * already ended are not counted; coordd's live for its whole life.
+ */
+static int64_t
+cpu_ns(long pid)
+{
+	char path[96];
+	int64_t sum = 0;
+	long long ns;
+	struct dirent *d;
+	DIR *dir;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%ld/task", pid);
+	if ((dir = opendir(path)) == NULL)
+		return -1;
+	while ((d = readdir(dir)) != NULL) {
+		if (d->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%ld/task/%.20s/schedstat",
+		    pid, d->d_name);
+		if ((f = fopen(path, "r")) == NULL)
+			continue;
+		if (fscanf(f, "%lld", &ns) == 1)
+			sum += ns;
+		fclose(f);
+	}
+	closedir(dir);
+	return sum;
+}
+
 /* A gauge from coordd's /metrics, or -1. */
 static long
 metric(const char *addr, const char *name)
 {
 	char url[512], *p;
-	static char text[8192];
+	static char text[65536];
 	size_t n = strlen(name);
 	long code = 0;
 	snprintf(url, sizeof(url), "http://%s/metrics", addr);
@@ -489,140 +547,173 @@ ms(int64_t us)
  * parked.
  */
 
-static int64_t
-arr_last_done(struct xfer **w, size_t n)
-{
-	int64_t last = 0;
+struct parked {
+	const struct opts *o;
+	struct lg lg;
+	struct xfer **w;
+	int64_t *arr;
+	size_t n;
+	long rss_base;
+};
 
-	for (size_t i = 0; i < n; i++)
-		if (w[i]->done_us > last)
-			last = w[i]->done_us;
-	return last;
+/*
+ * One request run to its end, outside the counts of added and finished
+ * transfers that the waiters use; 0 when it got a 2xx.
+ */
+static int
+run_one(struct lg *lg, const char *method, const char *url,
+    const char *body)
+{
+	struct xfer *x = xfer_new(lg, url, method, body);
+	int ret = -1;
+
+	if (x == NULL || lg_add(lg, x) < 0) {
+		cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
+		goto out;
+	}
+	lg->added--;
+	while (!x->finished && now_us() < lg->deadline_us)
+		if (lg_step(lg, lg->deadline_us) < 0)
+			break;
+	lg->finished -= x->finished;
+	if (x->finished && x->rc == CURLE_OK && x->code / 100 == 2)
+		ret = 0;
+	else
+		cli_fail(ST_UNAVAILABLE, "%s %s: %s (HTTP %ld) %s",
+		    method != NULL ? method : "GET", url, x->finished ?
+		    curl_easy_strerror(x->rc) : "timed out", x->code, x->body);
+out:
+	if (x != NULL && !x->finished)
+		curl_multi_remove_handle(lg->multi, x->easy);
+	xfer_free(x);
+	return ret;
 }
 
-static int
-mode_parked(const struct opts *o)
+/* " (round R)" after a figure's name, for rounds after the first. */
+static const char *
+sfx(int round)
 {
-	struct lg lg;
-	struct xfer **w = NULL, *put = NULL;
-	char url[1024], err[256], value[64];
-	long rss_base, rss_parked, parked = -1;
-	int64_t t0, t_open = 0, t_put, t_reply, last_poll = 0, *arr = NULL;
-	size_t n = (size_t)o->n, ok = 0, bad = 0, nready = 0;
-	int ret = 1;
+	static char s[16];
 
-	if (o->pid <= 0)
-		return cli_usage_error(synopsis, "parked needs --pid of coordd");
-	if (lg_init(&lg, o->timeout_ms, err, sizeof(err)) < 0) {
-		cli_fail(ST_INTERNAL, "%s", err);
-		goto out;
-	}
-	if (n + 64 > lg.nfd) {
-		cli_fail(ST_RESOURCE_EXHAUSTED, "%zu waiters need %zu open "
-		    "files; the limit is %zu (raise ulimit -n)", n, n + 64,
-		    lg.nfd);
-		goto out;
-	}
-	snprintf(value, sizeof(value), "released-%ld", (long)getpid());
+	if (round == 1)
+		return "";
+	snprintf(s, sizeof(s), "_r%d", round);
+	return s;
+}
 
-	/* The key must be absent, or every GET would answer at once. */
-	snprintf(url, sizeof(url), "http://%s/v1/kv/%s", o->addr, o->key);
-	put = xfer_new(&lg, url, "DELETE", NULL);
-	if (put == NULL || lg_add(&lg, put) < 0)
-		goto nomem;
-	while (!put->finished && now_us() < lg.deadline_us)
-		if (lg_step(&lg, lg.deadline_us) < 0)
-			goto syserr;
-	if (!put->finished || put->rc != CURLE_OK || put->code != 200) {
-		cli_fail(ST_UNAVAILABLE, "DELETE %s: %s (HTTP %ld) %s", url,
-		    put->finished ? curl_easy_strerror(put->rc) : "timed out",
-		    put->code, put->body);
-		goto out;
-	}
-	xfer_free(put);
-	put = NULL;
-	lg.added = lg.sent = lg.finished = 0;
+/*
+ * Opens every waiter, CONNECT_BATCH connections at a time, and waits for
+ * /metrics to count them all parked; then takes coordd's RSS.
+ */
+static int
+park_all(struct parked *p, int round)
+{
+	struct lg *lg = &p->lg;
+	size_t n = p->n, reused = 0;
+	int64_t t0 = now_us(), t_sent = 0, last_poll = 0, c0 = cpu_ns(p->o->pid);
+	long parked = -1, rss, nconn;
 
-	if ((rss_base = rss_kib(o->pid)) < 0) {
-		cli_fail(ST_NOT_FOUND, "cannot read /proc/%ld/status: %m",
-		    o->pid);
-		goto out;
-	}
-
-	/* Open the waiters, CONNECT_BATCH connections at a time. */
-	snprintf(url, sizeof(url), "http://%s/v1/kv/%s?wait=60s", o->addr,
-	    o->key);
-	if ((w = calloc(n, sizeof(*w))) == NULL ||
-	    (arr = calloc(n, sizeof(*arr))) == NULL)
-		goto nomem;
-	for (size_t i = 0; i < n; i++) {
-		if ((w[i] = xfer_new(&lg, url, NULL, NULL)) == NULL)
-			goto nomem;
-		w[i]->hold = 1;
-	}
-	t0 = now_us();
+	lg->added = lg->sent = lg->finished = 0;
 	for (;;) {
 		int64_t now = now_us();
 
-		while (lg.added < n && lg.added - lg.sent < CONNECT_BATCH)
-			if (lg_add(&lg, w[lg.added]) < 0)
-				goto nomem;
-		if (lg.finished > 0) {
-			for (size_t i = 0; i < n; i++)
-				if (w[i]->finished) {
-					cli_fail(ST_INTERNAL, "a waiter was "
-					    "answered before the PUT: %s, HTTP "
-					    "%ld: %s", curl_easy_strerror(
-					    w[i]->rc), w[i]->code, w[i]->body);
-					break;
-				}
-			goto out;
+		while (lg->added < n && lg->added - lg->sent < CONNECT_BATCH)
+			if (lg_add(lg, p->w[lg->added]) < 0) {
+				cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
+				return -1;
+			}
+		if (lg->finished > 0) {
+			for (size_t i = 0; i < n; i++) {
+				struct xfer *x = p->w[i];
+
+				if (!x->finished)
+					continue;
+				cli_fail(ST_INTERNAL, "a waiter was answered "
+				    "before the PUT: %s, HTTP %ld: %s",
+				    curl_easy_strerror(x->rc), x->code,
+				    x->body);
+				break;
+			}
+			return -1;
 		}
-		if (lg.sent == n && t_open == 0)
-			t_open = now;
-		if (lg.sent == n && now - last_poll >= 50000) {
+		if (lg->sent == n && t_sent == 0)
+			t_sent = now;
+		if (lg->sent == n && now - last_poll >= 50000) {
 			last_poll = now;
-			parked = metric(o->addr, "muster_http_parked");
+			parked = metric(p->o->addr, "muster_http_parked");
 			if (parked >= (long)n)
 				break;
 		}
-		if (now >= lg.deadline_us) {
+		if (now >= lg->deadline_us) {
 			cli_fail(ST_DEADLINE_EXCEEDED, "after %.0f ms: %zu of "
 			    "%zu requests sent, muster_http_parked %ld",
-			    ms(now - t0), lg.sent, n, parked);
-			goto out;
+			    ms(now - t0), lg->sent, n, parked);
+			return -1;
 		}
-		if (lg_step(&lg, now + 20000) < 0)
-			goto syserr;
+		if (lg_step(lg, now + 20000) < 0) {
+			cli_fail(ST_INTERNAL, "epoll_wait: %m");
+			return -1;
+		}
 	}
-	rss_parked = rss_kib(o->pid);
-	printf("parked %ld waiters (muster_http_parked), all sent after "
-	    "%.0f ms, all parked after %.0f ms\n", parked, ms(t_open - t0),
-	    ms(now_us() - t0));
-	printf("rss_base %ld KiB\n", rss_parked < 0 ? -1 : rss_base);
-	printf("rss_parked %ld KiB\n", rss_parked);
-	printf("rss_per_waiter %.2f KiB\n", (double)(rss_parked - rss_base) /
-	    (double)n);
+	rss = rss_kib(p->o->pid);
+	for (size_t i = 0; i < n; i++)
+		if (curl_easy_getinfo(p->w[i]->easy, CURLINFO_NUM_CONNECTS,
+		    &nconn) == CURLE_OK && nconn == 0)
+			reused++;
+	printf("parked%s %ld waiters (muster_http_parked) on %zu new and "
+	    "%zu kept-alive connections, all sent after %.0f ms, all parked "
+	    "after %.0f ms\n", sfx(round), parked, n - reused, reused,
+	    ms(t_sent - t0), ms(now_us() - t0));
+	printf("park_cpu%s %.2f us of coordd CPU per waiter parked\n",
+	    sfx(round), (double)(cpu_ns(p->o->pid) - c0) / 1e3 / (double)n);
+	printf("rss_parked%s %ld KiB\n", sfx(round), rss);
+	printf("rss_per_waiter%s %.2f KiB\n", sfx(round),
+	    (double)(rss - p->rss_base) / (double)n);
 	fflush(stdout);
+	return 0;
+}
 
-	/* Release them: waiter replies are stamped as their sockets turn
-	 * readable, before curl spends any time on them. */
+/*
+ * PUTs the key and times the waiters' replies. They are stamped as their
+ * sockets turn readable, before curl spends any time on them.
+ */
+static int
+release_all(struct parked *p, int round)
+{
+	struct lg *lg = &p->lg;
+	struct xfer *put;
+	size_t n = p->n, ok = 0, bad = 0, nready = 0;
+	char url[1024], value[64];
+	int64_t t_put, t_reply, last = 0, c0, c1;
+	long rss;
+	int ret = -1;
+
+	snprintf(value, sizeof(value), "released-%ld-%d", (long)getpid(),
+	    round);
 	snprintf(url, sizeof(url), "http://%s/v1/kv/%s?mode=overwrite",
-	    o->addr, o->key);
-	if ((put = xfer_new(&lg, url, "PUT", value)) == NULL)
-		goto nomem;
-	lg.capture = lg.stamp = 1;
+	    p->o->addr, p->o->key);
+	if ((put = xfer_new(lg, url, "PUT", value)) == NULL) {
+		cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
+		return -1;
+	}
+	lg->capture = lg->stamp = 1;
+	c0 = cpu_ns(p->o->pid);
 	t_put = now_us();
 	/* For perf record -k CLOCK_MONOTONIC ... --time: the release window. */
-	log_debug("PUT sent at %.6f s (CLOCK_MONOTONIC)", (double)t_put / 1e6);
-	if (lg_add(&lg, put) < 0)
-		goto nomem;
-	while ((!put->finished || lg.nheld < n) && now_us() < lg.deadline_us)
-		if (lg_step(&lg, lg.deadline_us) < 0)
+	log_debug("round %d: PUT sent at %.6f s (CLOCK_MONOTONIC)", round,
+	    (double)t_put / 1e6);
+	if (lg_add(lg, put) < 0) {
+		cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
+		goto out;
+	}
+	while ((!put->finished || lg->nheld < n) && now_us() < lg->deadline_us)
+		if (lg_step(lg, lg->deadline_us) < 0)
 			goto syserr;
-	lg_release_held(&lg);
-	while (lg.finished < n + 1 && now_us() < lg.deadline_us)
-		if (lg_step(&lg, lg.deadline_us) < 0)
+	c1 = cpu_ns(p->o->pid);
+	lg_release_held(lg);
+	lg->stamp = 0;
+	while (lg->finished < n + 1 && now_us() < lg->deadline_us)
+		if (lg_step(lg, lg->deadline_us) < 0)
 			goto syserr;
 	if (!put->finished || put->rc != CURLE_OK || put->code != 200) {
 		cli_fail(ST_UNAVAILABLE, "PUT %s: %s (HTTP %ld) %s", url,
@@ -632,10 +723,12 @@ mode_parked(const struct opts *o)
 	}
 	t_reply = put->ready_us != 0 ? put->ready_us : put->done_us;
 	for (size_t i = 0; i < n; i++) {
-		struct xfer *x = w[i];
+		struct xfer *x = p->w[i];
 
 		if (x->ready_us != 0)
-			arr[nready++] = x->ready_us - t_reply;
+			p->arr[nready++] = x->ready_us - t_reply;
+		if (x->done_us > last)
+			last = x->done_us;
 		if (x->finished && x->rc == CURLE_OK && x->code == 200 &&
 		    !x->truncated && strcmp(x->body, value) == 0)
 			ok++;
@@ -645,41 +738,110 @@ mode_parked(const struct opts *o)
 			    curl_easy_strerror(x->rc) : "no reply in time",
 			    x->code, x->body);
 	}
-	qsort(arr, nready, sizeof(*arr), cmp_i64);
+	log_debug("round %d: curl finished the last waiter at %.6f s", round,
+	    (double)last / 1e6);
+	qsort(p->arr, nready, sizeof(*p->arr), cmp_i64);
 	if (nready > 0) {
-		printf("release %.2f ms from the PUT's reply to the last "
-		    "waiter's reply\n", ms(arr[nready - 1]));
-		printf("release_from_put_sent %.2f ms (the PUT itself took "
-		    "%.2f ms)\n", ms(arr[nready - 1] + t_reply - t_put),
-		    ms(t_reply - t_put));
-		printf("release_p50 %.2f ms, p99 %.2f ms from the PUT's "
-		    "reply\n", ms(arr[nready / 2]), ms(arr[nready * 99 / 100]));
+		printf("release%s %.2f ms from the PUT's reply to the last "
+		    "waiter's reply\n", sfx(round), ms(p->arr[nready - 1]));
+		printf("release_from_put_sent%s %.2f ms (the PUT itself took "
+		    "%.2f ms)\n", sfx(round), ms(p->arr[nready - 1] + t_reply -
+		    t_put), ms(t_reply - t_put));
+		printf("release_p50%s %.2f ms, p99 %.2f ms from the PUT's "
+		    "reply\n", sfx(round), ms(p->arr[nready / 2]),
+		    ms(p->arr[nready * 99 / 100]));
 	}
-	printf("replies %zu of %zu: 200 with the value (%zu bad)\n", ok, n,
-	    bad);
-	log_debug("last waiter finished at %.6f s (CLOCK_MONOTONIC)",
-	    (double)arr_last_done(w, n) / 1e6);
-	ret = ok == n ? 0 : 1;
-	goto out;
-nomem:
-	cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
+	printf("release_cpu%s %.2f us of coordd CPU per waiter released "
+	    "(%.1f ms in all)\n", sfx(round), (double)(c1 - c0) / 1e3 /
+	    (double)n, (double)(c1 - c0) / 1e6);
+	printf("replies%s %zu of %zu: 200 with the value (%zu bad)\n",
+	    sfx(round), ok, n, bad);
+	rss = rss_kib(p->o->pid);
+	printf("rss_answered%s %ld KiB with the %zu connections idle, %.2f "
+	    "KiB per connection\n", sfx(round), rss, n,
+	    (double)(rss - p->rss_base) / (double)n);
+	fflush(stdout);
+	ret = ok == n ? 0 : -1;
 	goto out;
 syserr:
 	cli_fail(ST_INTERNAL, "epoll_wait: %m");
 out:
-	if (w != NULL) {
-		for (size_t i = 0; i < n; i++) {
-			if (w[i] != NULL && !w[i]->finished && i < lg.added)
-				curl_multi_remove_handle(lg.multi, w[i]->easy);
-			xfer_free(w[i]);
-		}
-		free(w);
-	}
-	if (put != NULL && !put->finished)
-		curl_multi_remove_handle(lg.multi, put->easy);
+	lg->capture = lg->stamp = 0;
+	if (!put->finished)
+		curl_multi_remove_handle(lg->multi, put->easy);
 	xfer_free(put);
-	free(arr);
-	lg_free(&lg);
+	return ret;
+}
+
+/*
+ * Round 1 parks N waiters on new connections. Each later round parks them
+ * again on the same connections, kept alive: what a task that long-polls in
+ * a loop costs, once libmicrohttpd has used its connection's memory pool.
+ */
+static int
+mode_parked(const struct opts *o)
+{
+	struct parked p = {.o = o, .n = (size_t)o->n};
+	char url[1024], err[256];
+	int ret = 1;
+
+	if (o->pid <= 0)
+		return cli_usage_error(synopsis, "parked needs --pid of coordd");
+	if (lg_init(&p.lg, o->timeout_ms, err, sizeof(err)) < 0) {
+		cli_fail(ST_INTERNAL, "%s", err);
+		goto out;
+	}
+	if (p.n + 64 > p.lg.nfd) {
+		cli_fail(ST_RESOURCE_EXHAUSTED, "%zu waiters need %zu open "
+		    "files; the limit is %zu (raise ulimit -n)", p.n, p.n + 64,
+		    p.lg.nfd);
+		goto out;
+	}
+	if ((p.w = calloc(p.n, sizeof(*p.w))) == NULL ||
+	    (p.arr = calloc(p.n, sizeof(*p.arr))) == NULL)
+		goto nomem;
+	snprintf(url, sizeof(url), "http://%s/v1/kv/%s?wait=60s", o->addr,
+	    o->key);
+	for (size_t i = 0; i < p.n; i++) {
+		if ((p.w[i] = xfer_new(&p.lg, url, NULL, NULL)) == NULL)
+			goto nomem;
+		p.w[i]->hold = 1;
+	}
+	snprintf(url, sizeof(url), "http://%s/v1/kv/%s", o->addr, o->key);
+	for (int round = 1; round <= o->rounds; round++) {
+		/* The key must be absent, or every GET answers at once. */
+		if (run_one(&p.lg, "DELETE", url, NULL) < 0)
+			goto out;
+		if (round == 1) {
+			if ((p.rss_base = rss_kib(o->pid)) < 0) {
+				cli_fail(ST_NOT_FOUND, "cannot read "
+				    "/proc/%ld/status: %m", o->pid);
+				goto out;
+			}
+			printf("rss_base %ld KiB\n", p.rss_base);
+		} else {
+			printf("round %d: the same %zu waiters again, on their "
+			    "kept-alive connections\n", round, p.n);
+		}
+		if (park_all(&p, round) < 0 || release_all(&p, round) < 0)
+			goto out;
+	}
+	ret = 0;
+	goto out;
+nomem:
+	cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
+out:
+	if (p.w != NULL) {
+		for (size_t i = 0; i < p.n; i++) {
+			if (p.w[i] != NULL && !p.w[i]->finished)
+				curl_multi_remove_handle(p.lg.multi,
+				    p.w[i]->easy);
+			xfer_free(p.w[i]);
+		}
+		free(p.w);
+	}
+	free(p.arr);
+	lg_free(&p.lg);
 	return ret;
 }
 
@@ -709,12 +871,13 @@ main(int argc, char **argv)
 		{"pid", required_argument, NULL, 'p'},
 		{"key", required_argument, NULL, 'k'},
 		{"timeout", required_argument, NULL, 't'},
+		{"rounds", required_argument, NULL, 'r'},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
 	struct opts o = {.n = 10000, .key = "bench-parked",
-	    .timeout_ms = 60000};
+	    .timeout_ms = 60000, .rounds = 2};
 	const struct mode *m = NULL;
 	char *end;
 	int c, ret;
@@ -760,6 +923,13 @@ main(int argc, char **argv)
 			    o.timeout_ms <= 0)
 				return cli_usage_error(synopsis, "--timeout %s is "
 				    "not a duration (like 30s)", optarg);
+			break;
+		case 'r':
+			o.rounds = (int)strtol(optarg, &end, 10);
+			if (*optarg == '\0' || *end != '\0' || o.rounds < 1 ||
+			    o.rounds > 100)
+				return cli_usage_error(synopsis, "--rounds %s is "
+				    "not a number from 1 to 100", optarg);
 			break;
 		case 'v':
 			log_init(log_prog(), 1);

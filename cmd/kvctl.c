@@ -357,6 +357,12 @@ do_watch(struct ctx *x, int argc, char **argv)
 		enum status st = coord_kv_watch(x->cc, argv[0], &since,
 		    x->deadline, &events);
 
+		/* A watch outlives coordd going away and coming back. */
+		if (st == ST_UNAVAILABLE && (x->deadline == HTTP_NO_DEADLINE ||
+		    duration_now_ms() < x->deadline)) {
+			usleep(100000);
+			continue;
+		}
 		if (st != ST_OK)
 			return fail(x, st);
 		json_array_foreach(events, i, ev) {

@@ -1,3 +1,4 @@
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -82,6 +83,13 @@ cli_parse_listen(const char *s, char *host, size_t hostlen, int *port)
 	memcpy(host, s, n);
 	host[n] = '\0';
 	*port = (int)p;
+	/* Daemons bind numeric addresses only: no resolver surprises. */
+	{
+		unsigned char addr[sizeof(struct in6_addr)];
+		if (inet_pton(AF_INET, host, addr) != 1 &&
+		    inet_pton(AF_INET6, host, addr) != 1)
+			return -1;
+	}
 	return 0;
 }
 

@@ -22,7 +22,8 @@ const char *cli_coord_addr(const char *flag);
 /* "1048576", "64k", "16M", "1G" (powers of 1024) into *bytes. */
 int cli_parse_size(const char *s, size_t *bytes);
 
-/* Splits HOST:PORT (or [V6]:PORT) for a daemon's -l flag. */
+/* Splits HOST:PORT (or [V6]:PORT) for a daemon's -l flag; HOST must be
+ * a numeric IPv4 or IPv6 address. */
 int cli_parse_listen(const char *s, char *host, size_t hostlen, int *port);
 
 /* Writes "prog: CODE: message" to stderr and returns the exit code. */

@@ -54,13 +54,20 @@ nomem(struct coord_client *cc)
 	return ST_RESOURCE_EXHAUSTED;
 }
 
+/* How a call may be treated: repeated after a failure, and as a long
+ * poll whose reply may arrive a little after its deadline. */
+#define CALL_ONCE    0
+#define CALL_REPEAT  1
+#define CALL_POLL    3
+
 static enum status
 call(struct coord_client *cc, const char *method, const struct buf *path,
     const void *body, size_t len, const char *ctype, int64_t deadline,
-    int idempotent, struct http_resp *resp)
+    int how, struct http_resp *resp)
 {
-	return http_client_do(cc->http, method, path->data, body, len, ctype,
-	    deadline, idempotent, resp, cc->err, sizeof(cc->err));
+	return http_client_poll(cc->http, method, path->data, body, len, ctype,
+	    deadline, how == CALL_POLL ? POLL_GRACE_MS : 0, how & CALL_REPEAT,
+	    resp, cc->err, sizeof(cc->err));
 }
 
 static json_t *
@@ -76,16 +83,30 @@ parse_reply(struct coord_client *cc, const struct http_resp *resp)
 	return root;
 }
 
-/* The wait a long poll asks of the server, and the HTTP deadline for it. */
+/*
+ * The wait one long poll asks of the server (at most max_ms, never past
+ * the caller's deadline), and the deadline of that poll.
+ */
 static int64_t
-poll_wait(int64_t deadline, int64_t *http_deadline)
+poll_wait(int64_t deadline, int64_t max_ms, int64_t *poll_deadline)
 {
 	int64_t now = duration_now_ms(), wait = POLL_MAX_MS;
 
+	if (max_ms > 0 && max_ms < wait)
+		wait = max_ms;
 	if (deadline != HTTP_NO_DEADLINE && deadline - now < wait)
 		wait = deadline - now > 0 ? deadline - now : 0;
-	*http_deadline = now + wait + POLL_GRACE_MS;
+	*poll_deadline = now + wait;
 	return wait;
+}
+
+/* Whether a failed long poll should be sent again: time is left, and the
+ * failure is coordd being away or the poll itself running out. */
+static int
+poll_again(enum status st, int64_t deadline)
+{
+	return (st == ST_DEADLINE_EXCEEDED || st == ST_UNAVAILABLE) &&
+	    (deadline == HTTP_NO_DEADLINE || duration_now_ms() < deadline - 1);
 }
 
 enum status
@@ -100,13 +121,14 @@ coord_kv_get(struct coord_client *cc, const char *key, int wait,
 		enum status st;
 
 		if (wait) {
-			w = poll_wait(deadline, &hd);
+			w = poll_wait(deadline, 0, &hd);
 			snprintf(suffix, sizeof(suffix), "?wait=%" PRId64 "ms",
 			    w);
 		}
 		if (kv_path(&path, "/v1/kv/", key, suffix) < 0)
 			return nomem(cc);
-		st = call(cc, "GET", &path, NULL, 0, NULL, hd, 1, &resp);
+		st = call(cc, "GET", &path, NULL, 0, NULL, hd, wait ? CALL_POLL :
+		    CALL_REPEAT, &resp);
 		buf_free(&path);
 		if (st == ST_OK) {
 			buf_reset(val);
@@ -120,9 +142,7 @@ coord_kv_get(struct coord_client *cc, const char *key, int wait,
 		}
 		http_resp_free(&resp);
 		/* A quiet long poll before our own deadline: ask again. */
-		if (st == ST_DEADLINE_EXCEEDED && wait &&
-		    (deadline == HTTP_NO_DEADLINE ||
-		    duration_now_ms() < deadline - 1))
+		if (wait && poll_again(st, deadline))
 			continue;
 		if (st == ST_DEADLINE_EXCEEDED)
 			snprintf(cc->err, sizeof(cc->err), "key %s not set "
@@ -153,7 +173,7 @@ coord_kv_put(struct coord_client *cc, const char *key, const void *val,
 		return nomem(cc);
 	/* An overwrite may be repeated; an insert or update may not. */
 	st = call(cc, "PUT", &path, val, len, "application/octet-stream",
-	    deadline, mode == KV_OVERWRITE, &resp);
+	    deadline, mode == KV_OVERWRITE ? CALL_REPEAT : CALL_ONCE, &resp);
 	buf_free(&path);
 	if (st == ST_OK && rev != NULL)
 		*rev = resp.revision;
@@ -164,7 +184,7 @@ coord_kv_put(struct coord_client *cc, const char *key, const void *val,
 /* Sends a JSON body and parses the JSON reply into *reply (when OK). */
 static enum status
 call_json(struct coord_client *cc, const char *method, const struct buf *path,
-    json_t *body, int64_t deadline, int idempotent, json_t **reply,
+    json_t *body, int64_t deadline, int how, json_t **reply,
     struct http_resp *errresp)
 {
 	struct http_resp resp;
@@ -174,7 +194,7 @@ call_json(struct coord_client *cc, const char *method, const struct buf *path,
 	if (body != NULL && (s = json_dumps(body, JSON_COMPACT)) == NULL)
 		return nomem(cc);
 	st = call(cc, method, path, s, s != NULL ? strlen(s) : 0,
-	    s != NULL ? "application/json" : NULL, deadline, idempotent, &resp);
+	    s != NULL ? "application/json" : NULL, deadline, how, &resp);
 	free(s);
 	*reply = NULL;
 	if (st == ST_OK && (*reply = parse_reply(cc, &resp)) == NULL)
@@ -200,7 +220,8 @@ coord_kv_add(struct coord_client *cc, const char *key, int64_t delta,
 		buf_free(&path);
 		return nomem(cc);
 	}
-	st = call_json(cc, "POST", &path, body, deadline, 0, &reply, NULL);
+	st = call_json(cc, "POST", &path, body, deadline, CALL_ONCE, &reply,
+	    NULL);
 	json_decref(body);
 	buf_free(&path);
 	if (st == ST_OK && json_unpack(reply, "{s:I,s:I}", "value", &v,
@@ -248,7 +269,8 @@ coord_kv_cas(struct coord_client *cc, const char *key, const void *expect,
 		buf_free(&path);
 		return nomem(cc);
 	}
-	st = call_json(cc, "POST", &path, body, deadline, 0, &reply, &resp);
+	st = call_json(cc, "POST", &path, body, deadline, CALL_ONCE, &reply,
+	    &resp);
 	json_decref(body);
 	buf_free(&path);
 	if (st == ST_OK) {
@@ -283,7 +305,8 @@ coord_kv_delete(struct coord_client *cc, const char *key, int64_t deadline,
 
 	if (kv_path(&path, "/v1/kv/", key, "") < 0)
 		return nomem(cc);
-	st = call_json(cc, "DELETE", &path, NULL, deadline, 1, &reply, NULL);
+	st = call_json(cc, "DELETE", &path, NULL, deadline, CALL_REPEAT, &reply,
+	    NULL);
 	buf_free(&path);
 	if (st == ST_OK)
 		json_unpack(reply, "{s:I,s:I}", "deleted", &n, "revision", &r);
@@ -303,7 +326,8 @@ coord_kv_dir(struct coord_client *cc, const char *prefix, int64_t deadline,
 
 	if (kv_path(&path, "/v1/kv/", prefix, "?dir=1") < 0)
 		return nomem(cc);
-	st = call_json(cc, "GET", &path, NULL, deadline, 1, reply, NULL);
+	st = call_json(cc, "GET", &path, NULL, deadline, CALL_REPEAT, reply,
+	    NULL);
 	buf_free(&path);
 	return st;
 }
@@ -314,7 +338,7 @@ coord_kv_watch(struct coord_client *cc, const char *prefix, int64_t *since,
 {
 	struct buf path = {0};
 	json_t *reply;
-	int64_t hd, w = poll_wait(deadline, &hd);
+	int64_t hd, w = poll_wait(deadline, 0, &hd);
 	char suffix[96];
 	enum status st;
 
@@ -326,7 +350,7 @@ coord_kv_watch(struct coord_client *cc, const char *prefix, int64_t *since,
 		snprintf(suffix, sizeof(suffix), "?wait=%" PRId64 "ms", w);
 	if (kv_path(&path, "/v1/watch/", prefix, suffix) < 0)
 		return nomem(cc);
-	st = call_json(cc, "GET", &path, NULL, hd, 1, &reply, NULL);
+	st = call_json(cc, "GET", &path, NULL, hd, CALL_POLL, &reply, NULL);
 	buf_free(&path);
 	if (st == ST_OK) {
 		json_int_t r;
@@ -374,7 +398,7 @@ task_path(struct buf *p, const struct coord_agent *a, const char *verb,
 static enum status
 task_call(struct coord_client *cc, const struct coord_agent *a,
     const char *verb, const char *extra, json_t *body, int64_t deadline,
-    json_t **reply, long *code)
+    int how, json_t **reply, long *code)
 {
 	struct buf path = {0};
 	struct http_resp resp;
@@ -388,7 +412,7 @@ task_call(struct coord_client *cc, const struct coord_agent *a,
 	}
 	/* Every task call is safe to repeat: coordd answers a repeat alike. */
 	st = call(cc, "POST", &path, s, s != NULL ? strlen(s) : 0,
-	    s != NULL ? "application/json" : NULL, deadline, 1, &resp);
+	    s != NULL ? "application/json" : NULL, deadline, how, &resp);
 	free(s);
 	buf_free(&path);
 	if (code != NULL)
@@ -413,7 +437,7 @@ coord_register(struct coord_client *cc, struct coord_agent *a,
 	json_int_t to = 0, iv = 0;
 	const char *si = "";
 	enum status st = task_call(cc, a, "register", "", NULL, deadline,
-	    &reply, NULL);
+	    CALL_REPEAT, &reply, NULL);
 
 	if (st == ST_OK && json_unpack(reply, "{s:I,s:I,s:s}",
 	    "heartbeat_timeout_ms", &to, "heartbeat_interval_ms", &iv,
@@ -438,7 +462,7 @@ coord_heartbeat(struct coord_client *cc, const struct coord_agent *a,
 {
 	json_t *reply;
 	enum status st = task_call(cc, a, "heartbeat", "", NULL, deadline,
-	    &reply, NULL);
+	    CALL_REPEAT, &reply, NULL);
 	const char *reason = json_string_value(json_object_get(reply,
 	    "reason"));
 
@@ -462,7 +486,8 @@ coord_report_error(struct coord_client *cc, const struct coord_agent *a,
 
 	if (body == NULL)
 		return nomem(cc);
-	st = task_call(cc, a, "error", "", body, deadline, NULL, NULL);
+	st = task_call(cc, a, "error", "", body, deadline, CALL_REPEAT, NULL,
+	    NULL);
 	json_decref(body);
 	return st;
 }
@@ -478,18 +503,19 @@ long_task_call(struct coord_client *cc, const struct coord_agent *a,
     const char *done_key, const char *total_key)
 {
 	for (;;) {
-		int64_t hd, w = poll_wait(deadline, &hd);
+		int64_t hd, w = poll_wait(deadline, poll_ms, &hd);
 		char extra[64];
 		json_t *reply;
 		long code = 0;
 		enum status st;
 
-		if (poll_ms > 0 && w > poll_ms) {
-			w = poll_ms;
-			hd = duration_now_ms() + w + POLL_GRACE_MS;
-		}
 		snprintf(extra, sizeof(extra), "&wait=%" PRId64 "ms", w);
-		st = task_call(cc, a, verb, extra, NULL, hd, &reply, &code);
+		st = task_call(cc, a, verb, extra, NULL, hd, CALL_POLL, &reply,
+		    &code);
+		if (st == ST_UNAVAILABLE && poll_again(st, deadline)) {
+			json_decref(reply);
+			continue;
+		}
 		if (st == ST_OK && code == 202) {
 			json_int_t done = 0, total = 0;
 			json_unpack(reply, "{s?I,s?I}", done_key, &done,
@@ -533,13 +559,13 @@ coord_poll_errors(struct coord_client *cc, int64_t deadline, json_t **errors)
 {
 	struct buf path = {0};
 	json_t *reply;
-	int64_t hd, w = poll_wait(deadline, &hd);
+	int64_t hd, w = poll_wait(deadline, 0, &hd);
 	enum status st;
 
 	*errors = NULL;
 	if (buf_printf(&path, "/v1/errors?wait=%" PRId64 "ms", w) < 0)
 		return nomem(cc);
-	st = call_json(cc, "GET", &path, NULL, hd, 1, &reply, NULL);
+	st = call_json(cc, "GET", &path, NULL, hd, CALL_POLL, &reply, NULL);
 	buf_free(&path);
 	if (st == ST_OK) {
 		json_t *e = json_object_get(reply, "errors");
@@ -576,13 +602,9 @@ coord_barrier_wait(struct coord_client *cc, const struct coord_agent *a,
 	for (;;) {
 		struct buf path = {0};
 		struct http_resp resp;
-		int64_t hd, w = poll_wait(deadline, &hd);
+		int64_t hd, w = poll_wait(deadline, poll_ms, &hd);
 		char *s;
 
-		if (poll_ms > 0 && w > poll_ms) {
-			w = poll_ms;
-			hd = duration_now_ms() + w + POLL_GRACE_MS;
-		}
 		if ((s = json_dumps(body, JSON_COMPACT)) == NULL ||
 		    kv_path(&path, "/v1/barriers/", id, "") < 0 ||
 		    buf_printf(&path, "?wait=%" PRId64 "ms", w) < 0) {
@@ -592,9 +614,13 @@ coord_barrier_wait(struct coord_client *cc, const struct coord_agent *a,
 			return nomem(cc);
 		}
 		st = call(cc, "POST", &path, s, strlen(s), "application/json",
-		    hd, 1, &resp);
+		    hd, CALL_POLL, &resp);
 		free(s);
 		buf_free(&path);
+		if (st == ST_UNAVAILABLE && poll_again(st, deadline)) {
+			http_resp_free(&resp);
+			continue;
+		}
 		if (st == ST_OK && resp.code == 202) {
 			json_t *r = parse_reply(cc, &resp);
 			json_int_t done = 0, total = 0;
@@ -634,7 +660,8 @@ coord_barrier_cancel(struct coord_client *cc, const struct coord_agent *a,
 		buf_free(&path);
 		return nomem(cc);
 	}
-	st = call_json(cc, "DELETE", &path, NULL, deadline, 1, &reply, NULL);
+	st = call_json(cc, "DELETE", &path, NULL, deadline, CALL_REPEAT, &reply,
+	    NULL);
 	buf_free(&path);
 	json_decref(reply);
 	return st;
@@ -648,7 +675,8 @@ coord_status(struct coord_client *cc, int64_t deadline, json_t **status)
 
 	if (buf_puts(&path, "/v1/tasks") < 0)
 		return nomem(cc);
-	st = call_json(cc, "GET", &path, NULL, deadline, 1, status, NULL);
+	st = call_json(cc, "GET", &path, NULL, deadline, CALL_REPEAT, status,
+	    NULL);
 	buf_free(&path);
 	return st;
 }

@@ -169,6 +169,16 @@ http_client_do(struct http_client *c, const char *method, const char *path,
     const void *body, size_t len, const char *ctype, int64_t deadline,
     int idempotent, struct http_resp *resp, char *err, size_t errlen)
 {
+	return http_client_poll(c, method, path, body, len, ctype, deadline, 0,
+	    idempotent, resp, err, errlen);
+}
+
+enum status
+http_client_poll(struct http_client *c, const char *method, const char *path,
+    const void *body, size_t len, const char *ctype, int64_t deadline,
+    int64_t grace_ms, int idempotent, struct http_resp *resp, char *err,
+    size_t errlen)
+{
 	char hdr[128];
 	struct buf url = {0};
 	int64_t backoff = 20, now;
@@ -222,7 +232,7 @@ http_client_do(struct http_client *c, const char *method, const char *path,
 				break;
 			}
 			curl_easy_setopt(c->curl, CURLOPT_TIMEOUT_MS,
-			    (long)(deadline - now));
+			    (long)(deadline - now + grace_ms));
 		}
 		c->errbuf[0] = '\0';
 		rc = curl_easy_perform(c->curl);

@@ -47,6 +47,15 @@ enum status http_client_do(struct http_client *c, const char *method,
     int64_t deadline, int idempotent, struct http_resp *resp, char *err,
     size_t errlen);
 
+/*
+ * The same for a long poll the server answers by deadline: retries stop at
+ * deadline, while the reply itself may take grace_ms longer to arrive.
+ */
+enum status http_client_poll(struct http_client *c, const char *method,
+    const char *path, const void *body, size_t len, const char *ctype,
+    int64_t deadline, int64_t grace_ms, int idempotent,
+    struct http_resp *resp, char *err, size_t errlen);
+
 void http_resp_free(struct http_resp *resp);
 
 #endif
