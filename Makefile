@@ -9,10 +9,13 @@ VERSION   := 0.1.0
 CC        ?= cc
 CFLAGS    ?= -std=c11 -O2 -g -Wall -Wextra -Werror
 CPPFLAGS  += -D_GNU_SOURCE -DMUSTER_VERSION='"$(VERSION)"' -Ilib
-PKGS      := libmicrohttpd libcurl jansson
-PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKGS      := libmicrohttpd jansson
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) libcurl 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+CURL_LIBS  = $(shell pkg-config --libs libcurl 2>/dev/null)
 LDLIBS    += $(PKG_LIBS) -lpthread -lm
+# Clients load only what they use: a process start is most of a kvctl call.
+LDFLAGS   += -Wl,--as-needed
 
 # SANITIZER=address|undefined builds everything into its own tree.
 ifdef SANITIZER
@@ -64,8 +67,9 @@ $(BUILD)/bin/%: $(BUILD)/cmd/%.o $(BUILD)/libmuster.a | $(BUILD)/bin
 $(BUILD)/bin/unit: $(UNIT_OBJ) $(BUILD)/libmuster.a | $(BUILD)/bin
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# The load generator drives thousands of requests with libcurl's multi API.
 $(BUILD)/bin/bench-%: $(BUILD)/bench/%.o $(BUILD)/libmuster.a | $(BUILD)/bin
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CURL_LIBS)
 
 $(BUILD)/lib $(BUILD)/cmd $(BUILD)/unit $(BUILD)/bench $(BUILD)/bin:
 	@mkdir -p $@

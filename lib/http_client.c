@@ -1,31 +1,52 @@
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <curl/curl.h>
 #include <jansson.h>
 
 #include "duration.h"
 #include "http_client.h"
 #include "log.h"
 
+/* The largest header block a reply may have. */
+#define MAX_HEAD (64 * 1024)
+
 struct http_client {
-	CURL *curl;
-	char base[300];
+	char host[256];
+	char port[12];
 	char addr[280];
-	char errbuf[CURL_ERROR_SIZE];
+	int fd;                 /* the kept-alive connection, or -1 */
+	struct buf in;          /* bytes read and not yet used */
+	struct buf headers;     /* extra request headers */
 	unsigned seed;
+};
+
+/* Why one attempt failed, which decides whether it is tried again. */
+enum fail {
+	F_NONE,
+	F_CONNECT,      /* never connected: always safe to retry */
+	F_STALE,        /* a reused connection died before any reply byte */
+	F_BROKEN,       /* the connection broke after the request went out */
+	F_TIMEOUT,
+	F_PROTOCOL,
 };
 
 struct http_client *
 http_client_new(const char *addr, int defport, char *err, size_t errlen)
 {
 	struct http_client *c;
-	char host[256];
-	const char *colon, *port = NULL;
+	const char *host = addr, *port = NULL;
 	size_t hlen;
 	char *end;
 	long p = defport;
@@ -36,44 +57,55 @@ http_client_new(const char *addr, int defport, char *err, size_t errlen)
 	}
 	if (addr[0] == '[') {
 		const char *rb = strchr(addr, ']');
-		if (rb == NULL) {
-			snprintf(err, errlen, "bad address %s", addr);
+		if (rb == NULL || (rb[1] != ':' && rb[1] != '\0')) {
+			snprintf(err, errlen, "bad address %s (want HOST:PORT)",
+			    addr);
 			return NULL;
 		}
-		hlen = (size_t)(rb - addr) + 1;
+		host = addr + 1;
+		hlen = (size_t)(rb - host);
 		if (rb[1] == ':')
 			port = rb + 2;
-		else if (rb[1] != '\0')
-			hlen = 0;
 	} else {
-		colon = strrchr(addr, ':');
-		hlen = colon != NULL ? (size_t)(colon - addr) : strlen(addr);
+		const char *colon = strchr(addr, ':');
+		if (colon != NULL && strchr(colon + 1, ':') != NULL)
+			hlen = 0;       /* a bare IPv6 address needs brackets */
+		else
+			hlen = colon != NULL ? (size_t)(colon - addr) :
+			    strlen(addr);
 		if (colon != NULL)
 			port = colon + 1;
-		if (strchr(addr, ':') != colon)
-			hlen = 0;       /* a bare IPv6 address needs brackets */
 	}
 	if (port != NULL) {
 		p = strtol(port, &end, 10);
 		if (*port == '\0' || *end != '\0' || p <= 0 || p > 65535)
 			hlen = 0;
 	}
-	if (hlen == 0 || hlen >= sizeof(host)) {
+	if (hlen == 0 || hlen >= sizeof(c->host)) {
 		snprintf(err, errlen, "bad address %s (want HOST:PORT)", addr);
 		return NULL;
 	}
-	memcpy(host, addr, hlen);
-	host[hlen] = '\0';
-	if ((c = calloc(1, sizeof(*c))) == NULL ||
-	    (c->curl = curl_easy_init()) == NULL) {
-		free(c);
-		snprintf(err, errlen, "cannot start libcurl");
+	if ((c = calloc(1, sizeof(*c))) == NULL) {
+		snprintf(err, errlen, "out of memory");
 		return NULL;
 	}
-	snprintf(c->base, sizeof(c->base), "http://%s:%ld", host, p);
-	snprintf(c->addr, sizeof(c->addr), "%s:%ld", host, p);
+	memcpy(c->host, host, hlen);
+	c->host[hlen] = '\0';
+	snprintf(c->port, sizeof(c->port), "%ld", p);
+	snprintf(c->addr, sizeof(c->addr), addr[0] == '[' ? "[%s]:%ld" :
+	    "%s:%ld", c->host, p);
+	c->fd = -1;
 	c->seed = (unsigned)getpid() ^ (unsigned)duration_now_ms();
 	return c;
+}
+
+static void
+disconnect(struct http_client *c)
+{
+	if (c->fd >= 0)
+		close(c->fd);
+	c->fd = -1;
+	buf_reset(&c->in);
 }
 
 void
@@ -81,7 +113,9 @@ http_client_free(struct http_client *c)
 {
 	if (c == NULL)
 		return;
-	curl_easy_cleanup(c->curl);
+	disconnect(c);
+	buf_free(&c->in);
+	buf_free(&c->headers);
 	free(c);
 }
 
@@ -91,36 +125,329 @@ http_client_addr(const struct http_client *c)
 	return c->addr;
 }
 
+int
+http_client_add_header(struct http_client *c, const char *header)
+{
+	return buf_printf(&c->headers, "%s\r\n", header);
+}
+
 void
 http_resp_free(struct http_resp *resp)
 {
 	buf_free(&resp->body);
 }
 
-static size_t
-on_body(char *p, size_t size, size_t n, void *arg)
+/* Milliseconds left before at, for poll(); -1 for no deadline. */
+static int
+left_ms(int64_t at)
 {
-	struct http_resp *resp = arg;
+	int64_t left;
 
-	if (buf_append(&resp->body, p, size * n) < 0)
+	if (at == HTTP_NO_DEADLINE)
+		return -1;
+	left = at - duration_now_ms();
+	if (left <= 0)
 		return 0;
-	return size * n;
+	return left > 1000000000 ? 1000000000 : (int)left;
 }
 
-static size_t
-on_header(char *p, size_t size, size_t n, void *arg)
+/* Waits until fd is ready for events; 0, or -1 when at passes. */
+static int
+wait_fd(int fd, short events, int64_t at)
 {
-	struct http_resp *resp = arg;
-	size_t len = size * n;
-	static const char rev[] = "X-Muster-Revision:";
-	static const char ra[] = "Retry-After:";
+	struct pollfd p = {.fd = fd, .events = events};
 
-	if (len > sizeof(rev) - 1 && strncasecmp(p, rev, sizeof(rev) - 1) == 0)
-		resp->revision = strtoll(p + sizeof(rev) - 1, NULL, 10);
-	else if (len > sizeof(ra) - 1 &&
-	    strncasecmp(p, ra, sizeof(ra) - 1) == 0)
+	for (;;) {
+		int n = poll(&p, 1, left_ms(at));
+		if (n > 0)
+			return 0;
+		if (n == 0)
+			return -1;
+		if (errno != EINTR)
+			return 0;   /* let the read or write report it */
+	}
+}
+
+static enum fail
+open_conn(struct http_client *c, int64_t at, char *err, size_t errlen)
+{
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
+	    .ai_flags = AI_ADDRCONFIG};
+	struct addrinfo *res, *ai;
+	int rc, saved = ECONNREFUSED;
+
+	if ((rc = getaddrinfo(c->host, c->port, &hints, &res)) != 0) {
+		snprintf(err, errlen, "cannot resolve %s: %s", c->host,
+		    gai_strerror(rc));
+		return F_CONNECT;
+	}
+	for (ai = res; ai != NULL; ai = ai->ai_next) {
+		int fd = socket(ai->ai_family, ai->ai_socktype |
+		    SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+		int one = 1, soerr = 0;
+		socklen_t sl = sizeof(soerr);
+
+		if (fd < 0) {
+			saved = errno;
+			continue;
+		}
+		if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0 &&
+		    errno != EINPROGRESS) {
+			saved = errno;
+			close(fd);
+			continue;
+		}
+		if (wait_fd(fd, POLLOUT, at) < 0) {
+			saved = ETIMEDOUT;
+			close(fd);
+			continue;
+		}
+		getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+		if (soerr != 0) {
+			saved = soerr;
+			close(fd);
+			continue;
+		}
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		c->fd = fd;
+		freeaddrinfo(res);
+		return F_NONE;
+	}
+	freeaddrinfo(res);
+	snprintf(err, errlen, "cannot reach %s: %s", c->addr,
+	    strerror(saved));
+	return saved == ETIMEDOUT ? F_TIMEOUT : F_CONNECT;
+}
+
+static enum fail
+send_all(struct http_client *c, struct iovec *iov, int n, int64_t at)
+{
+	while (n > 0) {
+		ssize_t w = writev(c->fd, iov, n);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN) {
+				if (wait_fd(c->fd, POLLOUT, at) < 0)
+					return F_TIMEOUT;
+				continue;
+			}
+			return F_STALE;
+		}
+		while (n > 0 && (size_t)w >= iov->iov_len) {
+			w -= (ssize_t)iov->iov_len;
+			iov++;
+			n--;
+		}
+		if (n > 0) {
+			iov->iov_base = (char *)iov->iov_base + w;
+			iov->iov_len -= (size_t)w;
+		}
+	}
+	return F_NONE;
+}
+
+/* Reads more bytes into c->in; 1 on data, 0 on EOF, -1 on error/timeout. */
+static int
+fill(struct http_client *c, int64_t at, int *timed_out)
+{
+	for (;;) {
+		ssize_t r;
+
+		if (buf_reserve(&c->in, 16384) < 0)
+			return -1;
+		r = read(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len -
+		    1);
+		if (r > 0) {
+			c->in.len += (size_t)r;
+			c->in.data[c->in.len] = '\0';
+			return 1;
+		}
+		if (r == 0)
+			return 0;
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN)
+			return -1;
+		if (wait_fd(c->fd, POLLIN, at) < 0) {
+			*timed_out = 1;
+			return -1;
+		}
+	}
+}
+
+static void
+consume(struct buf *b, size_t n)
+{
+	memmove(b->data, b->data + n, b->len - n);
+	b->len -= n;
+	b->data[b->len] = '\0';
+}
+
+static const char *
+header_value(const char *head, size_t headlen, const char *name)
+{
+	size_t n = strlen(name);
+	const char *p = strstr(head, "\r\n"), *end = head + headlen;
+
+	while (p != NULL && p + 2 < end) {
+		p += 2;
+		if (strncasecmp(p, name, n) == 0 && p[n] == ':') {
+			p += n + 1;
+			while (*p == ' ' || *p == '\t')
+				p++;
+			return p;
+		}
+		p = strstr(p, "\r\n");
+	}
+	return NULL;
+}
+
+/*
+ * Reads one reply. Content-Length, chunked and read-to-close bodies are
+ * understood; anything else is a protocol error.
+ */
+static enum fail
+read_reply(struct http_client *c, int64_t at, struct http_resp *resp,
+    int *keep, char *err, size_t errlen)
+{
+	char *eoh;
+	size_t headlen;
+	const char *v;
+	long long clen = -1;
+	int chunked = 0, timed_out = 0, got_any = 0, r;
+
+	*keep = 1;
+	while ((eoh = strstr(c->in.data != NULL ? c->in.data : "",
+	    "\r\n\r\n")) == NULL) {
+		if (c->in.len > MAX_HEAD) {
+			snprintf(err, errlen, "%s sent an oversized reply "
+			    "header", c->addr);
+			return F_PROTOCOL;
+		}
+		r = fill(c, at, &timed_out);
+		if (r <= 0) {
+			if (timed_out)
+				return F_TIMEOUT;
+			snprintf(err, errlen, "%s closed the connection",
+			    c->addr);
+			return got_any || c->in.len > 0 ? F_BROKEN : F_STALE;
+		}
+		got_any = 1;
+	}
+	headlen = (size_t)(eoh - c->in.data) + 4;
+	if (sscanf(c->in.data, "HTTP/1.%*d %ld", &resp->code) != 1) {
+		snprintf(err, errlen, "%s sent a malformed reply", c->addr);
+		return F_PROTOCOL;
+	}
+	eoh[2] = '\0';          /* header_value stops here */
+	if ((v = header_value(c->in.data, headlen, "Content-Length")) != NULL)
+		clen = strtoll(v, NULL, 10);
+	if ((v = header_value(c->in.data, headlen, "Transfer-Encoding")) !=
+	    NULL && strncasecmp(v, "chunked", 7) == 0)
+		chunked = 1;
+	if ((v = header_value(c->in.data, headlen, "Connection")) != NULL &&
+	    strncasecmp(v, "close", 5) == 0)
+		*keep = 0;
+	if ((v = header_value(c->in.data, headlen, "X-Muster-Revision")) !=
+	    NULL)
+		resp->revision = strtoll(v, NULL, 10);
+	if (header_value(c->in.data, headlen, "Retry-After") != NULL)
 		resp->retry_after = 1;
-	return len;
+	consume(&c->in, headlen);
+
+	if (chunked) {
+		for (;;) {
+			char *nl;
+			unsigned long long n;
+			while ((nl = strstr(c->in.data != NULL ? c->in.data :
+			    "", "\r\n")) == NULL) {
+				if ((r = fill(c, at, &timed_out)) <= 0)
+					goto broken;
+			}
+			n = strtoull(c->in.data, NULL, 16);
+			consume(&c->in, (size_t)(nl - c->in.data) + 2);
+			while (c->in.len < n + 2) {
+				if ((r = fill(c, at, &timed_out)) <= 0)
+					goto broken;
+			}
+			if (n == 0) {
+				/* No trailers from our servers: skip CRLF. */
+				consume(&c->in, 2);
+				return F_NONE;
+			}
+			if (buf_append(&resp->body, c->in.data, n) < 0)
+				goto nomem;
+			consume(&c->in, n + 2);
+		}
+	}
+	if (clen < 0 && resp->code != 204 && resp->code != 304) {
+		/* The body runs to the end of the connection. */
+		*keep = 0;
+		while ((r = fill(c, at, &timed_out)) > 0)
+			;
+		if (r < 0)
+			goto broken;
+		clen = (long long)c->in.len;
+	}
+	if (clen < 0)
+		clen = 0;
+	while (c->in.len < (size_t)clen) {
+		if ((r = fill(c, at, &timed_out)) <= 0)
+			goto broken;
+	}
+	if (buf_append(&resp->body, c->in.data != NULL ? c->in.data : "",
+	    (size_t)clen) < 0)
+		goto nomem;
+	consume(&c->in, (size_t)clen);
+	return F_NONE;
+broken:
+	if (timed_out)
+		return F_TIMEOUT;
+	snprintf(err, errlen, "%s closed the connection mid-reply", c->addr);
+	return F_BROKEN;
+nomem:
+	snprintf(err, errlen, "out of memory");
+	return F_PROTOCOL;
+}
+
+/* One attempt: connect if needed, send, read the reply. */
+static enum fail
+attempt(struct http_client *c, const char *method, const char *path,
+    const void *body, size_t len, const char *ctype, int64_t at,
+    struct http_resp *resp, int *reused, char *err, size_t errlen)
+{
+	struct buf head = {0};
+	struct iovec iov[2];
+	enum fail f;
+	int keep;
+
+	*reused = c->fd >= 0;
+	if (c->fd < 0 && (f = open_conn(c, at, err, errlen)) != F_NONE)
+		return f;
+	if (buf_printf(&head, "%s %s HTTP/1.1\r\nHost: %s\r\n"
+	    "Content-Length: %zu\r\n", method, path, c->addr, len) < 0 ||
+	    (ctype != NULL && buf_printf(&head, "Content-Type: %s\r\n",
+	    ctype) < 0) || (c->headers.len > 0 && buf_append(&head,
+	    c->headers.data, c->headers.len) < 0) ||
+	    buf_puts(&head, "\r\n") < 0) {
+		buf_free(&head);
+		snprintf(err, errlen, "out of memory");
+		return F_PROTOCOL;
+	}
+	iov[0].iov_base = head.data;
+	iov[0].iov_len = head.len;
+	iov[1].iov_base = (void *)body;
+	iov[1].iov_len = len;
+	f = send_all(c, iov, len > 0 ? 2 : 1, at);
+	buf_free(&head);
+	if (f == F_STALE)
+		snprintf(err, errlen, "%s closed the connection", c->addr);
+	if (f == F_NONE)
+		f = read_reply(c, at, resp, &keep, err, errlen);
+	if (f != F_NONE || !keep)
+		disconnect(c);
+	return f;
 }
 
 /* The error a non-2xx reply carries, from its JSON body when it has one. */
@@ -146,24 +473,6 @@ reply_status(struct http_resp *resp, char *err, size_t errlen)
 	return st;
 }
 
-static int
-may_retry(CURLcode rc, int idempotent, int fresh_conn)
-{
-	switch (rc) {
-	case CURLE_COULDNT_CONNECT:
-	case CURLE_COULDNT_RESOLVE_HOST:
-		return 1;
-	case CURLE_GOT_NOTHING:
-	case CURLE_SEND_ERROR:
-	case CURLE_RECV_ERROR:
-		/* The server went away mid-call, or a kept-alive connection
-		 * had died: repeat only what is safe to repeat. */
-		return idempotent || !fresh_conn;
-	default:
-		return 0;
-	}
-}
-
 enum status
 http_client_do(struct http_client *c, const char *method, const char *path,
     const void *body, size_t len, const char *ctype, int64_t deadline,
@@ -179,103 +488,60 @@ http_client_poll(struct http_client *c, const char *method, const char *path,
     int64_t grace_ms, int idempotent, struct http_resp *resp, char *err,
     size_t errlen)
 {
-	char hdr[128];
-	struct buf url = {0};
-	int64_t backoff = 20, now;
-	struct curl_slist *hdrs = NULL;
+	int64_t backoff = 20, reply_at;
 	enum status st;
 
 	memset(resp, 0, sizeof(*resp));
-	if (buf_printf(&url, "%s%s", c->base, path) < 0) {
-		snprintf(err, errlen, "out of memory");
-		return ST_RESOURCE_EXHAUSTED;
-	}
-	/* No "Expect: 100-continue": it costs a round trip per PUT. */
-	hdrs = curl_slist_append(hdrs, "Expect:");
-	if (ctype != NULL) {
-		snprintf(hdr, sizeof(hdr), "Content-Type: %s", ctype);
-		hdrs = curl_slist_append(hdrs, hdr);
-	}
+	reply_at = deadline == HTTP_NO_DEADLINE ? deadline : deadline +
+	    grace_ms;
 	for (;;) {
-		CURLcode rc;
-		long nconn = 0;
+		int reused = 0;
+		enum fail f;
 
 		buf_reset(&resp->body);
 		resp->code = 0;
 		resp->revision = -1;
 		resp->retry_after = 0;
-		curl_easy_reset(c->curl);
-		curl_easy_setopt(c->curl, CURLOPT_URL, url.data);
-		curl_easy_setopt(c->curl, CURLOPT_CUSTOMREQUEST, method);
-		curl_easy_setopt(c->curl, CURLOPT_NOSIGNAL, 1L);
-		curl_easy_setopt(c->curl, CURLOPT_TCP_NODELAY, 1L);
-		curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, hdrs);
-		curl_easy_setopt(c->curl, CURLOPT_ERRORBUFFER, c->errbuf);
-		curl_easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, on_body);
-		curl_easy_setopt(c->curl, CURLOPT_WRITEDATA, resp);
-		curl_easy_setopt(c->curl, CURLOPT_HEADERFUNCTION, on_header);
-		curl_easy_setopt(c->curl, CURLOPT_HEADERDATA, resp);
-		if (strcmp(method, "GET") == 0) {
-			curl_easy_setopt(c->curl, CURLOPT_HTTPGET, 1L);
-		} else if (strcmp(method, "DELETE") != 0 || len > 0) {
-			curl_easy_setopt(c->curl, CURLOPT_POSTFIELDS,
-			    body != NULL ? body : "");
-			curl_easy_setopt(c->curl, CURLOPT_POSTFIELDSIZE_LARGE,
-			    (curl_off_t)len);
+		if (deadline != HTTP_NO_DEADLINE &&
+		    duration_now_ms() >= deadline) {
+			snprintf(err, errlen, "deadline passed before %s could "
+			    "be reached", c->addr);
+			return ST_DEADLINE_EXCEEDED;
 		}
-		now = duration_now_ms();
-		if (deadline != HTTP_NO_DEADLINE) {
-			if (deadline <= now) {
-				snprintf(err, errlen, "deadline passed before "
-				    "%s could be reached", c->addr);
-				st = ST_DEADLINE_EXCEEDED;
-				break;
-			}
-			curl_easy_setopt(c->curl, CURLOPT_TIMEOUT_MS,
-			    (long)(deadline - now + grace_ms));
-		}
-		c->errbuf[0] = '\0';
-		rc = curl_easy_perform(c->curl);
-		curl_easy_getinfo(c->curl, CURLINFO_NUM_CONNECTS, &nconn);
-		if (rc == CURLE_OK) {
-			curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE,
-			    &resp->code);
-			if (resp->code >= 200 && resp->code < 300) {
-				st = ST_OK;
-				break;
-			}
+		f = attempt(c, method, path, body, len, ctype, reply_at, resp,
+		    &reused, err, errlen);
+		if (f == F_NONE) {
+			if (resp->code >= 200 && resp->code < 300)
+				return ST_OK;
 			st = reply_status(resp, err, errlen);
 			if (!(resp->retry_after && idempotent))
-				break;
-		} else if (rc == CURLE_OPERATION_TIMEDOUT) {
+				return st;
+		} else if (f == F_TIMEOUT) {
 			snprintf(err, errlen, "no reply from %s before the "
 			    "deadline", c->addr);
-			st = ST_DEADLINE_EXCEEDED;
-			break;
-		} else if (may_retry(rc, idempotent, nconn > 0)) {
-			snprintf(err, errlen, "cannot reach %s: %s", c->addr,
-			    c->errbuf[0] != '\0' ? c->errbuf :
-			    curl_easy_strerror(rc));
-			st = ST_UNAVAILABLE;
+			return ST_DEADLINE_EXCEEDED;
+		} else if (f == F_STALE && reused) {
+			/* The kept-alive connection had died: at once again. */
+			continue;
+		} else if (f == F_PROTOCOL ||
+		    (f != F_CONNECT && !idempotent)) {
+			return ST_UNAVAILABLE;
 		} else {
-			snprintf(err, errlen, "%s: %s", c->addr,
-			    c->errbuf[0] != '\0' ? c->errbuf :
-			    curl_easy_strerror(rc));
 			st = ST_UNAVAILABLE;
-			break;
 		}
 		/* Retry after a jittered, growing pause, within the deadline. */
 		log_debug("%s; retrying", err);
 		{
-			int64_t pause = backoff / 2 +
-			    (int64_t)(rand_r(&c->seed) % (unsigned)(backoff / 2 + 1));
+			int64_t now = duration_now_ms(), pause = backoff / 2 +
+			    (int64_t)(rand_r(&c->seed) %
+			    (unsigned)(backoff / 2 + 1));
 			struct timespec ts;
 
-			now = duration_now_ms();
-			if (deadline != HTTP_NO_DEADLINE && now + pause >= deadline) {
+			if (deadline != HTTP_NO_DEADLINE) {
 				if (deadline <= now)
-					break;
-				pause = deadline - now;
+					return st;
+				if (now + pause > deadline)
+					pause = deadline - now;
 			}
 			ts.tv_sec = pause / 1000;
 			ts.tv_nsec = (pause % 1000) * 1000000;
@@ -284,10 +550,7 @@ http_client_poll(struct http_client *c, const char *method, const char *path,
 				backoff *= 2;
 			if (deadline != HTTP_NO_DEADLINE &&
 			    duration_now_ms() >= deadline)
-				break;
+				return st;
 		}
 	}
-	curl_slist_free_all(hdrs);
-	buf_free(&url);
-	return st;
 }
