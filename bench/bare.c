@@ -183,7 +183,7 @@ main(int argc, char **argv)
 	    MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
 	    MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(threads > 1 ? threads : 0),
 	    MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000000,
-	    MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(16 * 1024),
+	    MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(8 * 1024),
 	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
 	    MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)4096,
 	    MHD_OPTION_UNESCAPE_CALLBACK, unescape_none, NULL,

@@ -73,6 +73,30 @@ waiter_free(struct waiter *w)
 	free(w);
 }
 
+void
+coord_answer_all(struct waitlist *l, enum status st, const char *msg,
+    json_t *obj)
+{
+	struct http_shared *sh;
+
+	if (st != ST_OK)
+		obj = json_pack("{s:{s:s,s:s}}", "error", "code",
+		    status_name(st), "message", msg != NULL ? msg : "");
+	sh = l->head != NULL ? http_shared_json(st == ST_OK ? 200 :
+	    status_http(st), obj) : (json_decref(obj), NULL);
+	while (l->head != NULL) {
+		struct waiter *w = l->head;
+		waiter_unlink(w);
+		if (sh != NULL)
+			http_reply_shared(w->req, sh);
+		else
+			http_reply_error(w->req, ST_RESOURCE_EXHAUSTED,
+			    "out of memory");
+		waiter_free(w);
+	}
+	http_shared_release(sh);
+}
+
 int
 coord_arg_duration(struct http_req *req, const char *name, int64_t def,
     int64_t *ms)

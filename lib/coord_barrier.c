@@ -99,12 +99,9 @@ coord_barrier_complete(struct barrier *b, enum status st, const char *msg)
 	if (st != ST_OK)
 		log_info("barrier %s failed: %s: %s", b->id, status_name(st),
 		    msg);
-	while (b->waiters.head != NULL) {
-		struct waiter *w = b->waiters.head;
-		waiter_unlink(w);
-		reply_result(b, w->req);
-		waiter_free(w);
-	}
+	coord_answer_all(&b->waiters, b->result, b->message,
+	    b->result == ST_OK ? json_pack("{s:s,s:s}", "barrier", b->id,
+	    "state", "passed") : NULL);
 	if (!b->shutdown)
 		return;
 	for (size_t i = 0; i < co->cl.ntasks; i++) {

@@ -84,20 +84,6 @@ reply_json(struct http_req *req, int code, json_t *obj)
 		http_reply_json(req, code, obj);
 }
 
-static void
-answer_all(struct waitlist *l, enum status st, const char *msg,
-    json_t *obj)
-{
-	while (l->head != NULL) {
-		struct waiter *w = l->head;
-		waiter_unlink(w);
-		if (st == ST_OK)
-			reply_json(w->req, 200, json_deep_copy(obj));
-		else
-			http_reply_error(w->req, st, "%s", msg);
-		waiter_free(w);
-	}
-}
 
 /*
  * Puts t in error. The error reaches the others (error pollers, wait-all)
@@ -122,15 +108,14 @@ coord_task_set_error(struct coord *co, struct task *t, enum status st,
 	if (t->recoverable || !propagate)
 		return;
 	if (co->cl.error_waiters.head != NULL) {
-		json_t *errs = errors_json(co);
-		answer_all(&co->cl.error_waiters, ST_OK, NULL, errs);
-		json_decref(errs);
+		coord_answer_all(&co->cl.error_waiters, ST_OK, NULL,
+		    errors_json(co));
 	}
 	if (co->cl.all_waiters.head != NULL) {
 		char m[1024];
 		snprintf(m, sizeof(m), "task %s failed: %s: %s", t->name,
 		    status_name(st), msg);
-		answer_all(&co->cl.all_waiters, ST_INTERNAL, m, NULL);
+		coord_answer_all(&co->cl.all_waiters, ST_INTERNAL, m, NULL);
 	}
 }
 
@@ -404,9 +389,8 @@ do_register(struct coord *co, struct http_req *req, struct task *t)
 	    "service_incarnation", task_format_incarnation(
 	    cl->service_incarnation, b), "tasks", (json_int_t)cl->ntasks));
 	if (cl->nconnected == cl->ntasks && cl->all_waiters.head != NULL) {
-		json_t *ok = json_pack("{s:I}", "tasks", (json_int_t)cl->ntasks);
-		answer_all(&cl->all_waiters, ST_OK, NULL, ok);
-		json_decref(ok);
+		coord_answer_all(&cl->all_waiters, ST_OK, NULL, json_pack("{s:I}",
+		    "tasks", (json_int_t)cl->ntasks));
 	}
 }
 

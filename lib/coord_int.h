@@ -110,6 +110,13 @@ void waiter_free(struct waiter *w);
 int coord_arg_duration(struct http_req *req, const char *name, int64_t def,
     int64_t *ms);
 
+/*
+ * Answers everyone on l alike: with obj (its reference taken) when st is
+ * ST_OK, else with the error st and msg. The reply is built once.
+ */
+void coord_answer_all(struct waitlist *l, enum status st, const char *msg,
+    json_t *obj);
+
 /* UNAVAILABLE with Retry-After: what every request gets while closing. */
 void coord_reply_closing(struct http_req *req);
 

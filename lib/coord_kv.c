@@ -501,13 +501,25 @@ coord_kv_observe(const struct kv_event *ev, void *arg)
 	if (ev->type == KV_EV_PUT) {
 		struct waitlist *l = strmap_del(co->getters, ev->key, ev->klen);
 		const struct kv_entry *e = kv_get(co->kv, ev->key, ev->klen);
+		struct http_shared *sh = NULL;
+		char num[32];
 
+		/* Every waiter gets the same bytes: build the reply once. */
+		if (l != NULL && l->count > 1 && (sh = http_shared_new(200,
+		    "application/octet-stream", e->value, e->vlen)) != NULL) {
+			snprintf(num, sizeof(num), "%" PRId64, e->mod_rev);
+			http_shared_header(sh, "X-Muster-Revision", num);
+		}
 		while (l != NULL && l->head != NULL) {
 			w = l->head;
 			waiter_unlink(w);
-			reply_value(w->req, e);
+			if (sh != NULL)
+				http_reply_shared(w->req, sh);
+			else
+				reply_value(w->req, e);
 			waiter_free(w);
 		}
+		http_shared_release(sh);
 		free(l);
 	}
 	for (w = co->watchers.head; w != NULL; w = next) {

@@ -35,6 +35,12 @@ struct hdr {
 	char *value;
 };
 
+struct http_shared {
+	struct MHD_Response *mhd;
+	unsigned code;
+	atomic_int refs;
+};
+
 struct http_req {
 	struct http_server *srv;
 	struct MHD_Connection *conn;
@@ -44,7 +50,8 @@ struct http_req {
 	struct arg *args;
 	struct hdr *hdrs;
 	void *data;
-	struct MHD_Response *resp;  /* the reply, once there is one */
+	struct MHD_Response *resp;  /* the reply, once there is one, */
+	struct http_shared *shared; /* or a shared one */
 	unsigned code;
 	unsigned char too_large;
 	unsigned char in_handler;
@@ -176,6 +183,7 @@ req_free(struct http_req *req)
 	}
 	if (req->resp != NULL)
 		MHD_destroy_response(req->resp);
+	http_shared_release(req->shared);
 	buf_free(&req->body);
 	free(req);
 }
@@ -189,6 +197,89 @@ http_park(struct http_req *req)
 	MHD_suspend_connection(req->conn);
 }
 
+struct http_shared *
+http_shared_new(int http_status, const char *ctype, const void *body,
+    size_t len)
+{
+	struct http_shared *sh = calloc(1, sizeof(*sh));
+
+	if (sh == NULL)
+		return NULL;
+	sh->mhd = MHD_create_response_from_buffer(len, (void *)body,
+	    MHD_RESPMEM_MUST_COPY);
+	if (sh->mhd == NULL) {
+		free(sh);
+		return NULL;
+	}
+	if (ctype != NULL)
+		MHD_add_response_header(sh->mhd, MHD_HTTP_HEADER_CONTENT_TYPE,
+		    ctype);
+	sh->code = (unsigned)http_status;
+	atomic_init(&sh->refs, 1);
+	return sh;
+}
+
+struct http_shared *
+http_shared_json(int http_status, json_t *obj)
+{
+	char *s = obj != NULL ? json_dumps(obj, JSON_COMPACT) : NULL;
+	struct http_shared *sh;
+
+	json_decref(obj);
+	if (s == NULL)
+		return NULL;
+	sh = http_shared_new(http_status, "application/json", s, strlen(s));
+	free(s);
+	return sh;
+}
+
+int
+http_shared_header(struct http_shared *sh, const char *name,
+    const char *value)
+{
+	return MHD_add_response_header(sh->mhd, name, value) == MHD_YES ? 0 :
+	    -1;
+}
+
+void
+http_shared_release(struct http_shared *sh)
+{
+	if (sh != NULL && atomic_fetch_sub(&sh->refs, 1) == 1) {
+		MHD_destroy_response(sh->mhd);
+		free(sh);
+	}
+}
+
+/* Resumes a parked request whose reply is now set. */
+static void
+resume(struct http_req *req)
+{
+	/*
+	 * The waker may run while the parking handler has not yet returned;
+	 * libmicrohttpd allows that, and its lock orders the writes of the
+	 * reply before the handler thread reads them.
+	 */
+	if (req->parked) {
+		req->parked = 0;
+		atomic_fetch_sub(&req->srv->parked, 1);
+		MHD_resume_connection(req->conn);
+	}
+}
+
+void
+http_reply_shared(struct http_req *req, struct http_shared *sh)
+{
+	if (req->resp != NULL || req->shared != NULL) {
+		log_info("internal: second reply to %s %s", req->method,
+		    req->path);
+		return;
+	}
+	atomic_fetch_add(&sh->refs, 1);
+	req->shared = sh;
+	free_hdrs(req);
+	resume(req);
+}
+
 void
 http_reply(struct http_req *req, int http_status, const char *ctype,
     const void *body, size_t len)
@@ -196,7 +287,7 @@ http_reply(struct http_req *req, int http_status, const char *ctype,
 	struct MHD_Response *r;
 	struct hdr *h;
 
-	if (req->resp != NULL) {
+	if (req->resp != NULL || req->shared != NULL) {
 		log_info("internal: second reply to %s %s", req->method,
 		    req->path);
 		return;
@@ -216,16 +307,7 @@ http_reply(struct http_req *req, int http_status, const char *ctype,
 	free_hdrs(req);
 	req->resp = r;
 	req->code = (unsigned)http_status;
-	/*
-	 * The waker may run while the parking handler has not yet returned;
-	 * libmicrohttpd allows that, and its lock orders our writes above
-	 * before the handler thread reads them.
-	 */
-	if (req->parked) {
-		req->parked = 0;
-		atomic_fetch_sub(&req->srv->parked, 1);
-		MHD_resume_connection(req->conn);
-	}
+	resume(req);
 }
 
 void
@@ -301,9 +383,16 @@ http_reply_error_json(struct http_req *req, enum status st, json_t *extra,
 static enum MHD_Result
 send_reply(struct http_req *req)
 {
-	enum MHD_Result ret = MHD_queue_response(req->conn, req->code,
-	    req->resp);
+	enum MHD_Result ret;
 
+	if (req->shared != NULL) {
+		ret = MHD_queue_response(req->conn, req->shared->code,
+		    req->shared->mhd);
+		http_shared_release(req->shared);
+		req->shared = NULL;
+		return ret;
+	}
+	ret = MHD_queue_response(req->conn, req->code, req->resp);
 	MHD_destroy_response(req->resp);
 	req->resp = NULL;
 	return ret;
@@ -340,7 +429,7 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url,
 		}
 		return MHD_YES;
 	}
-	if (req->resp != NULL)          /* resumed with its reply */
+	if (req->resp != NULL || req->shared != NULL)   /* resumed, answered */
 		return send_reply(req);
 	if (*upload_size > 0) {
 		if (!req->too_large) {
@@ -366,7 +455,7 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url,
 	if (req->in_handler == 2)        /* parked: its waker owns it now */
 		return MHD_YES;
 	req->in_handler = 0;
-	if (req->resp == NULL)
+	if (req->resp == NULL && req->shared == NULL)
 		http_reply_error(req, ST_INTERNAL, "handler gave no reply");
 	return send_reply(req);
 }
@@ -434,7 +523,13 @@ http_server_start(const struct http_server_config *cfg, char *err,
 	    MHD_OPTION_THREAD_POOL_SIZE,
 	    (unsigned)(cfg->threads > 1 ? cfg->threads : 0),
 	    MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000000,
-	    MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(16 * 1024),
+	    /*
+	     * Each connection's buffer for the request line and headers, and
+	     * what a parked request costs: libmicrohttpd clears the whole pool
+	     * after each reply, so every byte of it ends up resident. 8 KiB
+	     * holds a request for the longest key (4096 bytes) with room left.
+	     */
+	    MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(8 * 1024),
 	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
 	    MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)4096,
 	    MHD_OPTION_UNESCAPE_CALLBACK, unescape_none, NULL,

@@ -67,6 +67,22 @@ void http_reply_error_http(struct http_req *req, int http_status,
 void http_reply_error_json(struct http_req *req, enum status st, json_t *extra,
     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
+/*
+ * A reply built once and sent to many parked requests (every waiter on a
+ * key gets the same value): one copy of the body, reference counted.
+ */
+struct http_shared;
+
+struct http_shared *http_shared_new(int http_status, const char *ctype,
+    const void *body, size_t len);
+/* Takes obj's reference. */
+struct http_shared *http_shared_json(int http_status, json_t *obj);
+int http_shared_header(struct http_shared *sh, const char *name,
+    const char *value);
+/* Sends sh as req's reply; sh stays the caller's to release. */
+void http_reply_shared(struct http_req *req, struct http_shared *sh);
+void http_shared_release(struct http_shared *sh);
+
 /* Adds a header to the reply that is still to come. 0, or -1 on ENOMEM. */
 int http_set_header(struct http_req *req, const char *name,
     const char *value);

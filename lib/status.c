@@ -53,13 +53,13 @@ status_from_http(int http)
 {
 	switch (http) {
 	case 200: case 201: case 204: return ST_OK;
-	case 400: case 405: case 414: case 431: return ST_INVALID_ARGUMENT;
+	case 400: case 405: return ST_INVALID_ARGUMENT;
 	case 401: case 403: return ST_UNAUTHENTICATED;
 	case 404: return ST_NOT_FOUND;
 	case 408: case 504: return ST_DEADLINE_EXCEEDED;
 	case 409: return ST_ABORTED;
 	case 412: return ST_FAILED_PRECONDITION;
-	case 413: case 429: return ST_RESOURCE_EXHAUSTED;
+	case 413: case 414: case 429: case 431: return ST_RESOURCE_EXHAUSTED;
 	case 499: return ST_CANCELLED;
 	case 502: case 503: return ST_UNAVAILABLE;
 	default: return ST_INTERNAL;
