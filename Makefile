@@ -26,8 +26,8 @@ else
 BUILD     ?= build
 endif
 
-PROGS     := coordd kvctl barrierwait preemptwatch
-MAN1      := kvctl.1 barrierwait.1 preemptwatch.1
+PROGS     := coordd kvctl barrierwait preemptwatch syncpoint
+MAN1      := kvctl.1 barrierwait.1 preemptwatch.1 syncpoint.1
 MAN8      := coordd.8
 LIB_SRC   := $(wildcard lib/*.c)
 LIB_OBJ   := $(LIB_SRC:lib/%.c=$(BUILD)/lib/%.o)

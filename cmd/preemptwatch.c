@@ -245,7 +245,9 @@ signame(int sig)
 static void
 leave(struct agent *ag, struct coord_client *cc, int64_t deadline)
 {
-	enum status st = coord_shutdown_task(cc, &ag->a, deadline);
+	/* A clean finish goes through the shutdown barrier; the rest not. */
+	int barrier = deadline > duration_now_ms() + 3000;
+	enum status st = coord_shutdown_task(cc, &ag->a, barrier, deadline);
 
 	if (st != ST_OK && st != ST_FAILED_PRECONDITION)
 		log_info("shutdown: %s: %s", status_name(st), cc->err);

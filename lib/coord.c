@@ -300,6 +300,10 @@ coord_handle(struct http_req *req, void *arg)
 		coord_errors_route(co, req);
 		return;
 	}
+	if (strcmp(path, "/v1/epoch") == 0) {
+		coord_epoch_route(co, req);
+		return;
+	}
 	if (prefixed(path, "/v1/barriers/", &rest) ||
 	    strcmp(path, "/v1/barriers") == 0) {
 		coord_barriers_route(co, req, strcmp(path, "/v1/barriers") == 0 ?

@@ -14,6 +14,12 @@
 
 struct coord;
 
+/*
+ * Keys under this prefix belong to one run of the job (an epoch): coordd
+ * removes them when no task is connected any more.
+ */
+#define COORD_RUN_PREFIX "muster"
+
 struct coord_config {
 	struct kv_limits kv;
 	struct cluster_spec cluster;        /* ntasks 0: no cluster */

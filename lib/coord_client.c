@@ -434,14 +434,14 @@ coord_register(struct coord_client *cc, struct coord_agent *a,
     int64_t deadline)
 {
 	json_t *reply;
-	json_int_t to = 0, iv = 0;
+	json_int_t to = 0, iv = 0, epoch = 0;
 	const char *si = "";
 	enum status st = task_call(cc, a, "register", "", NULL, deadline,
 	    CALL_REPEAT, &reply, NULL);
 
-	if (st == ST_OK && json_unpack(reply, "{s:I,s:I,s:s}",
+	if (st == ST_OK && json_unpack(reply, "{s:I,s:I,s:s,s?I}",
 	    "heartbeat_timeout_ms", &to, "heartbeat_interval_ms", &iv,
-	    "service_incarnation", &si) < 0) {
+	    "service_incarnation", &si, "epoch", &epoch) < 0) {
 		snprintf(cc->err, sizeof(cc->err), "malformed reply to "
 		    "register");
 		st = ST_INTERNAL;
@@ -449,6 +449,7 @@ coord_register(struct coord_client *cc, struct coord_agent *a,
 	if (st == ST_OK) {
 		a->heartbeat_timeout_ms = to;
 		a->heartbeat_interval_ms = iv > 0 ? iv : 1;
+		a->epoch = (long)epoch;
 		snprintf(a->service_incarnation, sizeof(a->service_incarnation),
 		    "%s", si);
 	}
@@ -498,7 +499,7 @@ coord_report_error(struct coord_client *cc, const struct coord_agent *a,
  */
 static enum status
 long_task_call(struct coord_client *cc, const struct coord_agent *a,
-    const char *verb, int64_t deadline, int64_t poll_ms,
+    const char *verb, const char *query, int64_t deadline, int64_t poll_ms,
     void (*progress)(void *, long, long), void *arg,
     const char *done_key, const char *total_key)
 {
@@ -509,7 +510,7 @@ long_task_call(struct coord_client *cc, const struct coord_agent *a,
 		long code = 0;
 		enum status st;
 
-		snprintf(extra, sizeof(extra), "&wait=%" PRId64 "ms", w);
+		snprintf(extra, sizeof(extra), "&wait=%" PRId64 "ms%s", w, query);
 		st = task_call(cc, a, verb, extra, NULL, hd, CALL_POLL, &reply,
 		    &code);
 		if (st == ST_UNAVAILABLE && poll_again(st, deadline)) {
@@ -542,16 +543,56 @@ coord_wait_all(struct coord_client *cc, const struct coord_agent *a,
     int64_t deadline, void (*progress)(void *arg, long done, long total),
     void *arg)
 {
-	return long_task_call(cc, a, "wait-all", deadline, 0, progress, arg,
+	return long_task_call(cc, a, "wait-all", "", deadline, 0, progress, arg,
 	    "connected", "total");
 }
 
 enum status
 coord_shutdown_task(struct coord_client *cc, const struct coord_agent *a,
-    int64_t deadline)
+    int barrier, int64_t deadline)
 {
-	return long_task_call(cc, a, "shutdown", deadline, 0, NULL, NULL,
-	    "arrived", "total");
+	return long_task_call(cc, a, "shutdown", barrier ? "" : "&barrier=0",
+	    deadline, 0, NULL, NULL, "arrived", "total");
+}
+
+enum status
+coord_wait_epoch(struct coord_client *cc, long after, int64_t deadline,
+    long *epoch)
+{
+	*epoch = -1;
+	for (;;) {
+		struct buf path = {0};
+		struct http_resp resp;
+		int64_t hd, w = poll_wait(deadline, 0, &hd);
+		json_t *reply;
+		json_int_t e = -1;
+		enum status st;
+
+		if (buf_printf(&path, "/v1/epoch?after=%ld&wait=%" PRId64 "ms",
+		    after, w) < 0)
+			return nomem(cc);
+		st = call(cc, "GET", &path, NULL, 0, NULL, hd, CALL_POLL, &resp);
+		buf_free(&path);
+		if (st == ST_OK) {
+			reply = parse_reply(cc, &resp);
+			json_unpack(reply, "{s:I}", "epoch", &e);
+			json_decref(reply);
+			*epoch = (long)e;
+			if (resp.code == 200 && e > after) {
+				http_resp_free(&resp);
+				return ST_OK;
+			}
+		}
+		http_resp_free(&resp);
+		if (st != ST_OK && !poll_again(st, deadline))
+			return st;
+		if (deadline != HTTP_NO_DEADLINE &&
+		    duration_now_ms() >= deadline) {
+			snprintf(cc->err, sizeof(cc->err), "the cluster is still "
+			    "in epoch %ld: not every task has left", *epoch);
+			return ST_DEADLINE_EXCEEDED;
+		}
+	}
 }
 
 enum status

@@ -67,6 +67,7 @@ struct coord_agent {
 	int64_t heartbeat_timeout_ms;
 	int64_t heartbeat_interval_ms;
 	char service_incarnation[17];
+	long epoch;                     /* the run it registered in */
 };
 
 /* Fills a from a task name; -1 when it is not one. */
@@ -90,8 +91,12 @@ enum status coord_report_error(struct coord_client *cc,
 enum status coord_wait_all(struct coord_client *cc,
     const struct coord_agent *a, int64_t deadline,
     void (*progress)(void *arg, long done, long total), void *arg);
+/* Leaves the cluster; through the shutdown barrier only when barrier. */
 enum status coord_shutdown_task(struct coord_client *cc,
-    const struct coord_agent *a, int64_t deadline);
+    const struct coord_agent *a, int barrier, int64_t deadline);
+/* Waits until the cluster's epoch is past after; *epoch gets it. */
+enum status coord_wait_epoch(struct coord_client *cc, long after,
+    int64_t deadline, long *epoch);
 /*
  * One long poll for task errors; *errors gets the array (maybe empty) of
  * {"task","code","message","reported"}.

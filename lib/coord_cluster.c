@@ -7,9 +7,10 @@
  *   POST /v1/tasks/JOB/INDEX/heartbeat?incarnation=HEX
  *   POST /v1/tasks/JOB/INDEX/error?incarnation=HEX   {"code":C,"message":M}
  *   POST /v1/tasks/JOB/INDEX/wait-all?incarnation=HEX&wait=DUR
- *   POST /v1/tasks/JOB/INDEX/shutdown?incarnation=HEX&wait=DUR
+ *   POST /v1/tasks/JOB/INDEX/shutdown?incarnation=HEX&wait=DUR[&barrier=0]
  *   POST /v1/tasks/JOB/INDEX/reset
  *   GET  /v1/errors?wait=DUR                    errors to propagate
+ *   GET  /v1/epoch?after=E&wait=DUR             the epoch, once past E
  *
  * Tasks go DISCONNECTED -> CONNECTED (register) -> ERROR (reported, or no
  * heartbeat within the timeout) -> DISCONNECTED (reset). A long poll that
@@ -136,23 +137,27 @@ void
 coord_cluster_settle(struct coord *co)
 {
 	struct cluster *cl = &co->cl;
-	int any = 0;
+	int64_t rev;
+	size_t n;
 
-	if (cl->nconnected > 0)
+	if (cl->nconnected > 0 || !cl->used)
 		return;
-	for (size_t i = 0; i < cl->ntasks; i++) {
-		if (cl->tasks[i].state == TASK_ERROR) {
+	for (size_t i = 0; i < cl->ntasks; i++)
+		if (cl->tasks[i].state == TASK_ERROR)
 			cl->tasks[i].state = TASK_DISCONNECTED;
-			any = 1;
-		}
-	}
-	if (!any && strmap_count(cl->barriers) == 0 && cl->all_deadline == 0)
-		return;
 	coord_barriers_free(co);
 	cl->barriers = strmap_new();
 	cl->all_deadline = 0;
+	cl->used = 0;
 	cl->epoch++;
-	log_info("no task connected: epoch %ld begins", cl->epoch);
+	/* The run's own keys (the preemption notice, step counters) go
+	 * with it; the next run must not act on them. */
+	n = kv_delete(co->kv, COORD_RUN_PREFIX, strlen(COORD_RUN_PREFIX), &rev);
+	log_info("no task connected: epoch %ld begins (%zu keys under %s/ "
+	    "removed)", cl->epoch, n, COORD_RUN_PREFIX);
+	if (cl->epoch_waiters.head != NULL)
+		coord_answer_all(&cl->epoch_waiters, ST_OK, NULL,
+		    json_pack("{s:i}", "epoch", (int)cl->epoch));
 }
 
 static void
@@ -249,9 +254,10 @@ coord_cluster_free(struct coord *co)
 void
 coord_cluster_shutdown(struct coord *co)
 {
-	struct waitlist *lists[] = {&co->cl.error_waiters, &co->cl.all_waiters};
+	struct waitlist *lists[] = {&co->cl.error_waiters, &co->cl.all_waiters,
+	    &co->cl.epoch_waiters};
 
-	for (size_t i = 0; i < 2; i++) {
+	for (size_t i = 0; i < 3; i++) {
 		while (lists[i]->head != NULL) {
 			struct waiter *w = lists[i]->head;
 			waiter_unlink(w);
@@ -376,18 +382,20 @@ do_register(struct coord *co, struct http_req *req, struct task *t)
 	}
 	if (t->state != TASK_CONNECTED)
 		cl->nconnected++;
+	cl->used = 1;
 	if (t->state != TASK_CONNECTED || t->incarnation != inc)
 		log_info("task %s registered (incarnation %s)", t->name,
 		    task_format_incarnation(inc, a));
 	t->state = TASK_CONNECTED;
 	t->incarnation = inc;
 	t->last_heartbeat = duration_now_ms();
-	reply_json(req, 200, json_pack("{s:s,s:s,s:I,s:I,s:s,s:I}", "task",
+	reply_json(req, 200, json_pack("{s:s,s:s,s:I,s:I,s:s,s:I,s:i}", "task",
 	    t->name, "incarnation", task_format_incarnation(inc, a),
 	    "heartbeat_timeout_ms", (json_int_t)cl->hb_timeout,
 	    "heartbeat_interval_ms", (json_int_t)(cl->hb_timeout / 2),
 	    "service_incarnation", task_format_incarnation(
-	    cl->service_incarnation, b), "tasks", (json_int_t)cl->ntasks));
+	    cl->service_incarnation, b), "tasks", (json_int_t)cl->ntasks,
+	    "epoch", (int)cl->epoch));
 	if (cl->nconnected == cl->ntasks && cl->all_waiters.head != NULL) {
 		coord_answer_all(&cl->all_waiters, ST_OK, NULL, json_pack("{s:I}",
 		    "tasks", (json_int_t)cl->ntasks));
@@ -545,7 +553,11 @@ do_shutdown(struct coord *co, struct http_req *req, struct task *t)
 		    status_name(t->err), t->errmsg != NULL ? t->errmsg : "");
 		return;
 	}
-	if (cl->shutdown_timeout <= 0 || t->recoverable) {
+	/* barrier=0: leaving because the run is over anyway (a failure, a
+	 * preemption), not because the work is done. */
+	if (cl->shutdown_timeout <= 0 || t->recoverable ||
+	    (http_req_arg(req, "barrier") != NULL &&
+	    strcmp(http_req_arg(req, "barrier"), "0") == 0)) {
 		coord_task_disconnect(co, t);
 		log_info("task %s shut down", t->name);
 		http_reply(req, 200, "application/json", "{}", 2);
@@ -661,6 +673,54 @@ bad_method:
 	    strrchr(rest, '/') ? "GET" : "POST");
 	http_reply_error_http(req, 405, ST_INVALID_ARGUMENT,
 	    "method %s not allowed on %s", method, http_req_path(req));
+}
+
+static void
+epoch_expired(struct waiter *w)
+{
+	reply_json(w->req, 202, json_pack("{s:i}", "epoch",
+	    (int)w->co->cl.epoch));
+	waiter_free(w);
+}
+
+/*
+ * GET /v1/epoch?after=E&wait=DUR: the current epoch, once it is past E. A
+ * task restarting with the whole job waits here for everyone to leave.
+ */
+void
+coord_epoch_route(struct coord *co, struct http_req *req)
+{
+	const char *after_s = http_req_arg(req, "after");
+	int64_t wait;
+	long after = -1;
+	char *end;
+
+	if (strcmp(http_req_method(req), "GET") != 0) {
+		http_set_header(req, "Allow", "GET");
+		http_reply_error_http(req, 405, ST_INVALID_ARGUMENT,
+		    "method %s not allowed on /v1/epoch", http_req_method(req));
+		return;
+	}
+	if (coord_arg_duration(req, "wait", 0, &wait) < 0)
+		return;
+	if (after_s != NULL) {
+		after = strtol(after_s, &end, 10);
+		if (*after_s == '\0' || *end != '\0' || after < 0) {
+			http_reply_error(req, ST_INVALID_ARGUMENT, "after=%s is "
+			    "not an epoch", after_s);
+			return;
+		}
+	}
+	pthread_mutex_lock(&co->mu);
+	if (co->cl.epoch > after || wait <= 0)
+		reply_json(req, co->cl.epoch > after ? 200 : 202,
+		    json_pack("{s:i}", "epoch", (int)co->cl.epoch));
+	else if (co->closing)
+		coord_reply_closing(req);
+	else if (waiter_park(co, req, &co->cl.epoch_waiters, wait,
+	    epoch_expired, "", 0) == NULL)
+		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
+	pthread_mutex_unlock(&co->mu);
 }
 
 static void

@@ -80,6 +80,8 @@ struct cluster {
 	struct timer scan;
 	struct waitlist error_waiters;
 	struct waitlist all_waiters;
+	struct waitlist epoch_waiters;
+	int used;                       /* a task registered this epoch */
 	int64_t all_deadline;           /* wait-for-all deadline, 0: unset */
 	struct strmap *barriers;        /* id -> struct barrier */
 	struct barrier *pending;
@@ -136,6 +138,7 @@ void coord_cluster_settle(struct coord *co);
 void coord_tasks_route(struct coord *co, struct http_req *req,
     const char *rest);
 void coord_errors_route(struct coord *co, struct http_req *req);
+void coord_epoch_route(struct coord *co, struct http_req *req);
 struct task *coord_task(struct coord *co, const char *name);
 void coord_task_disconnect(struct coord *co, struct task *t);
 void coord_task_set_error(struct coord *co, struct task *t, enum status st,

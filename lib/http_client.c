@@ -27,6 +27,7 @@ struct http_client {
 	char port[12];
 	char addr[280];
 	int fd;                 /* the kept-alive connection, or -1 */
+	int cancel_fd;          /* readable: give up, or -1 */
 	struct buf in;          /* bytes read and not yet used */
 	struct buf headers;     /* extra request headers */
 	unsigned seed;
@@ -40,6 +41,7 @@ enum fail {
 	F_BROKEN,       /* the connection broke after the request went out */
 	F_TIMEOUT,
 	F_PROTOCOL,
+	F_CANCELLED,
 };
 
 struct http_client *
@@ -95,6 +97,7 @@ http_client_new(const char *addr, int defport, char *err, size_t errlen)
 	snprintf(c->addr, sizeof(c->addr), addr[0] == '[' ? "[%s]:%ld" :
 	    "%s:%ld", c->host, p);
 	c->fd = -1;
+	c->cancel_fd = -1;
 	c->seed = (unsigned)getpid() ^ (unsigned)duration_now_ms();
 	return c;
 }
@@ -125,6 +128,12 @@ http_client_addr(const struct http_client *c)
 	return c->addr;
 }
 
+void
+http_client_set_cancel(struct http_client *c, int fd)
+{
+	c->cancel_fd = fd;
+}
+
 int
 http_client_add_header(struct http_client *c, const char *header)
 {
@@ -151,14 +160,20 @@ left_ms(int64_t at)
 	return left > 1000000000 ? 1000000000 : (int)left;
 }
 
-/* Waits until fd is ready for events; 0, or -1 when at passes. */
+/*
+ * Waits until fd (-1: none) is ready for events; 0, -1 when at passes, -2
+ * when the client is cancelled.
+ */
 static int
-wait_fd(int fd, short events, int64_t at)
+wait_fd(const struct http_client *c, int fd, short events, int64_t at)
 {
-	struct pollfd p = {.fd = fd, .events = events};
+	struct pollfd p[2] = {{.fd = fd, .events = events},
+	    {.fd = c->cancel_fd, .events = POLLIN}};
 
 	for (;;) {
-		int n = poll(&p, 1, left_ms(at));
+		int n = poll(p, 2, left_ms(at));
+		if (n > 0 && (p[1].revents & (POLLIN | POLLHUP)) != 0)
+			return -2;
 		if (n > 0)
 			return 0;
 		if (n == 0)
@@ -197,10 +212,12 @@ open_conn(struct http_client *c, int64_t at, char *err, size_t errlen)
 			close(fd);
 			continue;
 		}
-		if (wait_fd(fd, POLLOUT, at) < 0) {
-			saved = ETIMEDOUT;
+		if ((rc = wait_fd(c, fd, POLLOUT, at)) < 0) {
 			close(fd);
-			continue;
+			freeaddrinfo(res);
+			snprintf(err, errlen, rc == -2 ? "cancelled" :
+			    "cannot reach %s: connection timed out", c->addr);
+			return rc == -2 ? F_CANCELLED : F_TIMEOUT;
 		}
 		getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
 		if (soerr != 0) {
@@ -228,8 +245,10 @@ send_all(struct http_client *c, struct iovec *iov, int n, int64_t at)
 			if (errno == EINTR)
 				continue;
 			if (errno == EAGAIN) {
-				if (wait_fd(c->fd, POLLOUT, at) < 0)
-					return F_TIMEOUT;
+				int rc = wait_fd(c, c->fd, POLLOUT, at);
+				if (rc < 0)
+					return rc == -2 ? F_CANCELLED :
+					    F_TIMEOUT;
 				continue;
 			}
 			return F_STALE;
@@ -247,7 +266,10 @@ send_all(struct http_client *c, struct iovec *iov, int n, int64_t at)
 	return F_NONE;
 }
 
-/* Reads more bytes into c->in; 1 on data, 0 on EOF, -1 on error/timeout. */
+/*
+ * Reads more bytes into c->in; 1 on data, 0 on EOF, -1 on error, timeout
+ * (*timed_out 1) or cancel (*timed_out 2).
+ */
 static int
 fill(struct http_client *c, int64_t at, int *timed_out)
 {
@@ -269,8 +291,8 @@ fill(struct http_client *c, int64_t at, int *timed_out)
 			continue;
 		if (errno != EAGAIN)
 			return -1;
-		if (wait_fd(c->fd, POLLIN, at) < 0) {
-			*timed_out = 1;
+		if ((r = wait_fd(c, c->fd, POLLIN, at)) < 0) {
+			*timed_out = r == -2 ? 2 : 1;
 			return -1;
 		}
 	}
@@ -328,7 +350,7 @@ read_reply(struct http_client *c, int64_t at, struct http_resp *resp,
 		r = fill(c, at, &timed_out);
 		if (r <= 0) {
 			if (timed_out)
-				return F_TIMEOUT;
+				return timed_out == 2 ? F_CANCELLED : F_TIMEOUT;
 			snprintf(err, errlen, "%s closed the connection",
 			    c->addr);
 			return got_any || c->in.len > 0 ? F_BROKEN : F_STALE;
@@ -403,7 +425,7 @@ read_reply(struct http_client *c, int64_t at, struct http_resp *resp,
 	return F_NONE;
 broken:
 	if (timed_out)
-		return F_TIMEOUT;
+		return timed_out == 2 ? F_CANCELLED : F_TIMEOUT;
 	snprintf(err, errlen, "%s closed the connection mid-reply", c->addr);
 	return F_BROKEN;
 nomem:
@@ -520,6 +542,9 @@ http_client_poll(struct http_client *c, const char *method, const char *path,
 			snprintf(err, errlen, "no reply from %s before the "
 			    "deadline", c->addr);
 			return ST_DEADLINE_EXCEEDED;
+		} else if (f == F_CANCELLED) {
+			snprintf(err, errlen, "cancelled");
+			return ST_CANCELLED;
 		} else if (f == F_STALE && reused) {
 			/* The kept-alive connection had died: at once again. */
 			continue;
@@ -535,7 +560,6 @@ http_client_poll(struct http_client *c, const char *method, const char *path,
 			int64_t now = duration_now_ms(), pause = backoff / 2 +
 			    (int64_t)(rand_r(&c->seed) %
 			    (unsigned)(backoff / 2 + 1));
-			struct timespec ts;
 
 			if (deadline != HTTP_NO_DEADLINE) {
 				if (deadline <= now)
@@ -543,9 +567,10 @@ http_client_poll(struct http_client *c, const char *method, const char *path,
 				if (now + pause > deadline)
 					pause = deadline - now;
 			}
-			ts.tv_sec = pause / 1000;
-			ts.tv_nsec = (pause % 1000) * 1000000;
-			nanosleep(&ts, NULL);
+			if (wait_fd(c, -1, 0, now + pause) == -2) {
+				snprintf(err, errlen, "cancelled");
+				return ST_CANCELLED;
+			}
 			if (backoff < 1000)
 				backoff *= 2;
 			if (deadline != HTTP_NO_DEADLINE &&

@@ -37,6 +37,12 @@ struct http_client *http_client_new(const char *addr, int defport,
     char *err, size_t errlen);
 void http_client_free(struct http_client *c);
 const char *http_client_addr(const struct http_client *c);
+/*
+ * Makes calls of c give up with ST_CANCELLED as soon as fd is readable (a
+ * pipe another thread writes to): how a thread parked in a long poll is
+ * told to stop. -1 turns it off.
+ */
+void http_client_set_cancel(struct http_client *c, int fd);
 /* Adds a header ("Name: value") sent with every request of c. */
 int http_client_add_header(struct http_client *c, const char *header);
 

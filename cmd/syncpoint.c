@@ -1,0 +1,152 @@
+/*
+ * syncpoint: is this step the one every task checkpoints at before a
+ * preemption? Asks the preemptwatch that runs this task.
+ */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "duration.h"
+#include "log.h"
+#include "syncpoint.h"
+#include "wallclock.h"
+
+static const char synopsis[] =
+    "usage: syncpoint STEP\n"
+    "       syncpoint --status [--json]\n"
+    "       syncpoint --wait-notice [--json] [--timeout DUR]\n";
+
+static void
+print_status(const struct syncpoint_status *st, int json)
+{
+	char when[40] = "", left[32];
+
+	if (st->death_ms != 0)
+		wall_format(st->death_ms, when, sizeof(when));
+	if (json) {
+		printf("{\"state\":\"%s\",\"notice\":%s,\"death_time\":",
+		    syncpoint_state_name(st->state), st->state != SYNC_IDLE ?
+		    "true" : "false");
+		if (st->death_ms != 0)
+			printf("\"%s\"", when);
+		else
+			printf("null");
+		printf(",\"sync_step\":");
+		if (st->sync_step >= 0)
+			printf("%" PRId64, st->sync_step);
+		else
+			printf("null");
+		printf(",\"step\":");
+		if (st->step >= 0)
+			printf("%" PRId64 "}\n", st->step);
+		else
+			printf("null}\n");
+		return;
+	}
+	if (st->state == SYNC_IDLE) {
+		printf("no preemption notice\n");
+		return;
+	}
+	printf("preemption notice: death at %s (%s%s)\n", when,
+	    duration_format(st->death_ms > wall_now_ms() ? st->death_ms -
+	    wall_now_ms() : wall_now_ms() - st->death_ms, left, sizeof(left)),
+	    st->death_ms > wall_now_ms() ? " from now" : " ago");
+	if (st->state == SYNC_KNOWN)
+		printf("sync step: %" PRId64 "\n", st->sync_step);
+	else if (st->state == SYNC_FROZEN)
+		printf("sync step: being agreed\n");
+	else if (st->state == SYNC_FAILED)
+		printf("sync step: none (the protocol failed)\n");
+	else
+		printf("sync step: not yet (the protocol starts closer to the "
+		    "death time)\n");
+}
+
+static int
+unavailable(void)
+{
+	if (getenv(SYNCPOINT_ENV) == NULL)
+		return cli_usage_error(synopsis, "%s", syncpoint_error());
+	return cli_fail(ST_UNAVAILABLE, "%s", syncpoint_error());
+}
+
+int
+main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"status", no_argument, NULL, 's'},
+		{"wait-notice", no_argument, NULL, 'w'},
+		{"json", no_argument, NULL, 'j'},
+		{"timeout", required_argument, NULL, 'T'},
+		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
+		{NULL, 0, NULL, 0},
+	};
+	struct syncpoint_status st;
+	int c, status = 0, wait = 0, json = 0, r;
+	int64_t timeout = -1, step;
+	char *end;
+
+	log_init(argv[0], 0);
+	while ((c = getopt_long(argc, argv, "+h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			status = 1;
+			break;
+		case 'w':
+			wait = 1;
+			break;
+		case 'j':
+			json = 1;
+			break;
+		case 'T':
+			if (duration_parse(optarg, &timeout) < 0)
+				return cli_usage_error(synopsis, "--timeout %s is "
+				    "not a duration", optarg);
+			break;
+		case 'h':
+			fputs(synopsis, stdout);
+			return 0;
+		case 'V':
+			printf("syncpoint %s\n", MUSTER_VERSION);
+			return 0;
+		default:
+			fputs(synopsis, stderr);
+			return 2;
+		}
+	}
+	if (status + wait > 1)
+		return cli_usage_error(synopsis, "--status and --wait-notice "
+		    "exclude each other");
+	if (status || wait) {
+		if (optind != argc)
+			return cli_usage_error(synopsis, "unexpected argument %s",
+			    argv[optind]);
+		r = status ? syncpoint_status(&st) :
+		    syncpoint_wait_notice(timeout, &st);
+		if (r < 0)
+			return unavailable();
+		if (r == 0 && wait)
+			return cli_fail(ST_DEADLINE_EXCEEDED, "no preemption "
+			    "notice within the timeout");
+		print_status(&st, json);
+		return 0;
+	}
+	if (json || timeout >= 0)
+		return cli_usage_error(synopsis, "--json and --timeout go with "
+		    "--status or --wait-notice");
+	if (optind != argc - 1)
+		return cli_usage_error(synopsis, optind == argc ? "no STEP "
+		    "given" : "more than one STEP given");
+	step = strtoll(argv[optind], &end, 10);
+	if (*argv[optind] == '\0' || *end != '\0' || step < 0)
+		return cli_usage_error(synopsis, "STEP %s is not a step number",
+		    argv[optind]);
+	r = syncpoint_reached(step);
+	if (r < 0)
+		return unavailable();
+	return r == 1 ? 0 : 1;
+}
