@@ -38,6 +38,12 @@ coord_client_free(struct coord_client *cc)
 	free(cc);
 }
 
+void
+coord_client_set_cancel(struct coord_client *cc, int fd)
+{
+	http_client_set_cancel(cc->http, fd);
+}
+
 /* "/v1/kv/" + percent-encoded key + suffix. */
 static int
 kv_path(struct buf *p, const char *base, const char *key, const char *suffix)

@@ -28,6 +28,8 @@ struct coord_client {
 struct coord_client *coord_client_new(const char *addr, char *err,
     size_t errlen);
 void coord_client_free(struct coord_client *cc);
+/* Calls give up with ST_CANCELLED once fd is readable (see http_client). */
+void coord_client_set_cancel(struct coord_client *cc, int fd);
 
 /* The value of key into val; waits for it to appear when wait is set. */
 enum status coord_kv_get(struct coord_client *cc, const char *key, int wait,

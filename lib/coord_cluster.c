@@ -62,7 +62,11 @@ error_json(const struct task *t)
 	    "reported", t->err_reported);
 }
 
-/* The errors every task should hear of: non-recoverable tasks in error. */
+/*
+ * The errors every task should hear of: those of non-recoverable tasks in
+ * this epoch, until reset. A failed task that then disconnects stays on
+ * the list, so a poller between two polls cannot miss it.
+ */
 static json_t *
 errors_json(struct coord *co)
 {
@@ -70,7 +74,7 @@ errors_json(struct coord *co)
 
 	for (size_t i = 0; arr != NULL && i < co->cl.ntasks; i++) {
 		struct task *t = &co->cl.tasks[i];
-		if (t->state == TASK_ERROR && !t->recoverable)
+		if (t->err_active && !t->recoverable)
 			json_array_append_new(arr, error_json(t));
 	}
 	return json_pack("{s:o}", "errors", arr);
@@ -104,6 +108,7 @@ coord_task_set_error(struct coord *co, struct task *t, enum status st,
 	free(t->errmsg);
 	t->errmsg = copy;
 	t->err_reported = reported;
+	t->err_active = propagate;
 	log_info("task %s: %s: %s", t->name, status_name(st), msg);
 	coord_barriers_task_failed(co, t);
 	if (t->recoverable || !propagate)
@@ -142,9 +147,11 @@ coord_cluster_settle(struct coord *co)
 
 	if (cl->nconnected > 0 || !cl->used)
 		return;
-	for (size_t i = 0; i < cl->ntasks; i++)
+	for (size_t i = 0; i < cl->ntasks; i++) {
 		if (cl->tasks[i].state == TASK_ERROR)
 			cl->tasks[i].state = TASK_DISCONNECTED;
+		cl->tasks[i].err_active = 0;
+	}
 	coord_barriers_free(co);
 	cl->barriers = strmap_new();
 	cl->all_deadline = 0;
@@ -374,15 +381,17 @@ do_register(struct coord *co, struct http_req *req, struct task *t)
 		http_reply_error(req, ST_ABORTED, "%s", msg);
 		return;
 	}
-	if (t->state == TASK_ERROR && !t->recoverable) {
-		http_reply_error(req, ST_ABORTED, "task %s is in error (%s: %s); "
-		    "it must be reset before it registers again", t->name,
-		    status_name(t->err), t->errmsg != NULL ? t->errmsg : "");
+	if ((t->state == TASK_ERROR || t->err_active) && !t->recoverable) {
+		http_reply_error(req, ST_ABORTED, "task %s failed in this epoch "
+		    "(%s: %s); it must be reset, or the job wind down, before it "
+		    "registers again", t->name, status_name(t->err),
+		    t->errmsg != NULL ? t->errmsg : "");
 		return;
 	}
 	if (t->state != TASK_CONNECTED)
 		cl->nconnected++;
 	cl->used = 1;
+	t->err_active = 0;
 	if (t->state != TASK_CONNECTED || t->incarnation != inc)
 		log_info("task %s registered (incarnation %s)", t->name,
 		    task_format_incarnation(inc, a));
@@ -593,6 +602,7 @@ do_reset(struct coord *co, struct http_req *req, struct task *t)
 		return;
 	}
 	coord_task_disconnect(co, t);
+	t->err_active = 0;
 	log_info("task %s reset", t->name);
 	http_reply(req, 200, "application/json", "{}", 2);
 }

@@ -50,6 +50,7 @@ struct task {
 	enum status err;                /* the error while in TASK_ERROR, */
 	char *errmsg;                   /* and after, as the last error */
 	int err_reported;               /* reported by the task itself */
+	int err_active;                 /* an error of this epoch, not reset */
 };
 
 enum barrier_state { BARRIER_PENDING, BARRIER_PASSED, BARRIER_FAILED };

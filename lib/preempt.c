@@ -1,0 +1,121 @@
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "duration.h"
+#include "log.h"
+#include "preempt.h"
+#include "text.h"
+#include "wallclock.h"
+
+enum status
+preempt_publish(struct coord_client *cc, int64_t *death_ms, int64_t deadline)
+{
+	char when[48];
+	struct buf cur = {0};
+	enum status st;
+
+	wall_format(*death_ms, when, sizeof(when));
+	st = coord_kv_put(cc, PREEMPT_NOTICE_KEY, when, strlen(when),
+	    KV_INSERT, deadline, NULL);
+	if (st != ST_ALREADY_EXISTS)
+		return st;
+	/* Another task was first: its death time stands. */
+	st = coord_kv_get(cc, PREEMPT_NOTICE_KEY, 0, deadline, &cur, NULL);
+	if (st == ST_OK && wall_parse_rfc3339(cur.data != NULL ? cur.data : "",
+	    death_ms) < 0)
+		st = ST_OK;
+	buf_free(&cur);
+	return st;
+}
+
+/* The largest step posted by any task, from the counter directory. */
+static enum status
+max_step(struct coord_client *cc, int64_t deadline, int64_t *max, int *n)
+{
+	json_t *reply, *e;
+	struct buf v = {0};
+	enum status st;
+	size_t i;
+
+	*n = 0;
+	if ((st = coord_kv_dir(cc, PREEMPT_COUNTER_DIR, deadline, &reply)) !=
+	    ST_OK)
+		return st;
+	json_array_foreach(json_object_get(reply, "entries"), i, e) {
+		json_t *val = json_object_get(e, "value");
+		int64_t step;
+		char *end;
+
+		buf_reset(&v);
+		if (!json_is_string(val) || text_base64_decode(&v,
+		    json_string_value(val), json_string_length(val)) < 0 ||
+		    v.len == 0 || (step = strtoll(v.data, &end, 10), *end != '\0')) {
+			snprintf(cc->err, sizeof(cc->err), "step counter %s is "
+			    "not a number", json_string_value(json_object_get(e,
+			    "key")));
+			st = ST_FAILED_PRECONDITION;
+			break;
+		}
+		if (*n == 0 || step > *max)
+			*max = step;
+		(*n)++;
+	}
+	buf_free(&v);
+	json_decref(reply);
+	if (st == ST_OK && *n == 0) {
+		snprintf(cc->err, sizeof(cc->err), "no step counters found");
+		st = ST_FAILED_PRECONDITION;
+	}
+	return st;
+}
+
+enum status
+preempt_sync(struct coord_client *cc, const struct coord_agent *a,
+    struct sync_page *page, int64_t barrier_timeout_ms, int64_t *sync_step)
+{
+	char key[256], num[32], why[1000];
+	int64_t step, max = 0, deadline;
+	enum status st;
+	int n = 0;
+
+	/* Steps stop here until the answer is known (or the protocol fails). */
+	step = sync_page_freeze(page);
+	deadline = duration_now_ms() + barrier_timeout_ms + 10000;
+	snprintf(key, sizeof(key), "%s/%s", PREEMPT_COUNTER_DIR, a->task);
+	snprintf(num, sizeof(num), "%" PRId64, step);
+	st = coord_kv_put(cc, key, num, strlen(num), KV_OVERWRITE, deadline,
+	    NULL);
+	if (st != ST_OK) {
+		snprintf(why, sizeof(why), "posting step %s: %.900s", num, cc->err);
+		goto fail;
+	}
+	st = coord_barrier_wait(cc, a, PREEMPT_BARRIER, barrier_timeout_ms,
+	    NULL, deadline, 0, NULL, NULL);
+	if (st != ST_OK) {
+		snprintf(why, sizeof(why), "barrier %s: %.900s", PREEMPT_BARRIER,
+		    cc->err);
+		goto fail;
+	}
+	if ((st = max_step(cc, deadline, &max, &n)) != ST_OK) {
+		snprintf(why, sizeof(why), "reading the steps: %.900s", cc->err);
+		goto fail;
+	}
+	*sync_step = max + 1;
+	atomic_store(&page->sync_step, *sync_step);
+	sync_page_set(page, SYNC_KNOWN);
+	log_info("sync point: step %" PRId64 " (the furthest of %d tasks was "
+	    "at %" PRId64 ")", *sync_step, n, max);
+	/* For people and status pages; every task agrees on the value. */
+	snprintf(num, sizeof(num), "%" PRId64, *sync_step);
+	coord_kv_put(cc, PREEMPT_SYNC_KEY, num, strlen(num), KV_OVERWRITE,
+	    duration_now_ms() + 2000, NULL);
+	return ST_OK;
+fail:
+	/* Nobody may wait for us at a barrier we will not reach. */
+	coord_barrier_cancel(cc, a, PREEMPT_BARRIER, duration_now_ms() + 2000);
+	sync_page_set(page, SYNC_FAILED);
+	snprintf(cc->err, sizeof(cc->err), "%s", why);
+	return st;
+}

@@ -1,0 +1,41 @@
+/*
+ * preempt.h: the preemption sync protocol, as the reference's preemption
+ * sync manager runs it, over coordd.
+ *
+ * A task that gets a notice publishes the death time under
+ * PREEMPT_NOTICE_KEY (the first notice wins). Every task waits for that
+ * key; once the death time is within the protocol window, each freezes its
+ * steps, posts its current step under PREEMPT_COUNTER_DIR/TASK, meets the
+ * others at barrier PREEMPT_BARRIER, reads every step, and takes max+1 as
+ * the sync point. All keys are under the run's prefix, so coordd drops them
+ * when the job has wound down.
+ */
+#ifndef MUSTER_PREEMPT_H
+#define MUSTER_PREEMPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "coord_client.h"
+#include "syncpoint.h"
+
+#define PREEMPT_NOTICE_KEY  "muster/preemption/notice"
+#define PREEMPT_COUNTER_DIR "muster/preemption/counter"
+#define PREEMPT_SYNC_KEY    "muster/preemption/sync_step"
+#define PREEMPT_BARRIER     "muster.preemption"
+
+/* Publishes a notice (RFC 3339 death time). A notice already there wins:
+ * *death_ms then gets its time. */
+enum status preempt_publish(struct coord_client *cc, int64_t *death_ms,
+    int64_t deadline);
+
+/*
+ * Runs steps 2 to 6 of the protocol for agent a, with page frozen for the
+ * duration. On success *sync_step is set and the page says so; on failure
+ * the barrier is cancelled so nobody waits for this task, the page says
+ * SYNC_FAILED, and the status and cc->err say why.
+ */
+enum status preempt_sync(struct coord_client *cc, const struct coord_agent *a,
+    struct sync_page *page, int64_t barrier_timeout_ms, int64_t *sync_step);
+
+#endif
