@@ -92,6 +92,10 @@ bench: deps $(BINS) $(BENCH_PROGS:%=$(BUILD)/bin/bench-%)
 	@./test/deps.sh bench
 	MUSTER_BIN=$(CURDIR)/$(BUILD)/bin ./bench/run.sh
 
+# The README's first command: a 4-task job survives a preemption.
+demo: deps $(BINS)
+	MUSTER_BIN=$(CURDIR)/$(BUILD)/bin ./examples/demo.sh
+
 lint:
 	mandoc -Tlint -W warning $(addprefix man/,$(MAN1) $(MAN8))
 

@@ -575,7 +575,7 @@ run_loop(struct run *r, struct coord_client *cc, int sfd,
 			if (sig != SIGCHLD) {
 				if (notice_sig[sig] && !own_sent) {
 					own_notice(cc, wall_now_ms() +
-					    pw->o.notice_grace, strsignal(sig));
+					    pw->o.notice_grace, sigabbrev_np(sig));
 					own_sent = 1;
 					continue;
 				}
