@@ -5,6 +5,9 @@
  *
  *   bench-loadgen parked [-v] -c ADDR --pid PID [-n N] [--key KEY] [--rounds R]
  *       [--timeout DUR]
+ *   bench-loadgen tasks [-v] -c ADDR --pid PID [-n N] [--duration DUR]
+ *       [--timeout DUR]
+ *   bench-loadgen detect [-v] -c ADDR [-n K] [--rounds R] [--timeout DUR]
  *
  * parked: N requests GET /v1/kv/KEY?wait=60s park at coordd; once its
  * /metrics shows them all parked, coordd's RSS growth per waiter over its
@@ -13,6 +16,24 @@
  * waiter's reply is measured, and every reply checked. Rounds after the
  * first (R, default 2) park the same N again on their kept-alive
  * connections.
+ *
+ * tasks: against coordd --cluster worker=N, N tasks (default 10000) come
+ * up: each registers with a random incarnation and calls wait-all, again
+ * on 202; bring-up is the time from the first register sent to the last
+ * wait-all reply. Then every task heartbeats once a second, the N beats
+ * spread evenly over the second, for DUR (default 10s): coordd's CPU time
+ * per heartbeat (utime + stime from /proc/PID/stat), its RSS and the
+ * failed heartbeats. Then, heartbeats still going, all N arrive at barrier
+ * b1: N-1 first, parked, then the last; barrier release is the time from
+ * sending the last arrival to the last reply, every reply checked.
+ *
+ * detect: against coordd --cluster worker=K --heartbeat-timeout T, R
+ * rounds (default 2): K tasks register and heartbeat at the interval
+ * coordd advertises, GET /v1/errors?wait=10s is parked, then one task
+ * (task r-1 in round r) sends its last heartbeat at time T0 and stops; the
+ * figure is the time from T0 to the error's arrival. Each round ends with
+ * the failed task reset and the others shut down, so that no task is
+ * connected and coordd starts a new epoch with no task in error.
  *
  * A mode is a function over the shared driver (struct lg): it adds
  * transfers, runs the loop until a condition holds, and prints figures as
@@ -23,25 +44,33 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <curl/curl.h>
 
 #include "cli.h"
+#include "task.h"
 #include "duration.h"
 #include "log.h"
 
 static const char synopsis[] =
     "usage: bench-loadgen parked [-v] -c ADDR --pid PID [-n N] [--key KEY] "
     "[--rounds R]\n"
-    "                     [--timeout DUR]\n";
+    "                     [--timeout DUR]\n"
+    "       bench-loadgen tasks [-v] -c ADDR --pid PID [-n N] "
+    "[--duration DUR]\n"
+    "                     [--timeout DUR]\n"
+    "       bench-loadgen detect [-v] -c ADDR [-n K] [--rounds R] "
+    "[--timeout DUR]\n";
 
 /* Requests added to the multi handle but not yet sent, at most. */
 #define CONNECT_BATCH 256
@@ -52,7 +81,9 @@ struct opts {
 	long n;
 	const char *key;
 	int64_t timeout_ms;
+	int64_t duration_ms;
 	int rounds;
+	int n_set;
 };
 
 /*
@@ -79,10 +110,11 @@ struct xfer {
 	CURLcode rc;
 	long code;
 	int64_t ready_us;           /* first readable after stamping began */
+	int64_t sent_us;            /* about to be sent (curl's prereq) */
 	int64_t done_us;            /* curl finished it */
 	size_t blen;
 	int truncated;
-	char body[256];
+	char body[512];
 };
 
 struct lg {
@@ -92,6 +124,13 @@ struct lg {
 	int64_t deadline_us;
 	struct xfer **by_fd;
 	size_t nfd;
+	/*
+	 * The socket on each local port. curl hands a kept-alive connection
+	 * to another transfer without telling on_socket, so by_fd would still
+	 * name the connection's last user: on_prereq, which learns the local
+	 * port, puts the transfer about to send on it there.
+	 */
+	int *fd_of_port;
 	struct epoll_event *evs;
 	int maxevs;
 	/*
@@ -136,6 +175,14 @@ on_socket(CURL *e, curl_socket_t s, int what, void *userp, void *socketp)
 	lg->by_fd[s] = x;
 	if (x != NULL)
 		x->fd = s;
+	if (socketp == NULL) {
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		if (getsockname(s, (struct sockaddr *)&ss, &sl) == 0)
+			lg->fd_of_port[ntohs(ss.ss_family == AF_INET6 ?
+			    ((struct sockaddr_in6 *)&ss)->sin6_port :
+			    ((struct sockaddr_in *)&ss)->sin_port)] = s;
+	}
 	ev.events = ((what & CURL_POLL_IN) ? EPOLLIN : 0) |
 	    ((what & CURL_POLL_OUT) ? EPOLLOUT : 0);
 	ev.data.fd = s;
@@ -183,9 +230,13 @@ on_prereq(void *arg, char *pip, char *lip, int pport, int lport)
 	(void)pip;
 	(void)lip;
 	(void)pport;
-	(void)lport;
+	if (lport > 0 && lport < 65536 && x->lg->fd_of_port[lport] >= 0) {
+		x->fd = x->lg->fd_of_port[lport];
+		x->lg->by_fd[x->fd] = x;
+	}
 	if (!x->sent) {
 		x->sent = 1;
+		x->sent_us = now_us();
 		x->lg->sent++;
 	}
 	return CURL_PREREQFUNC_OK;
@@ -209,11 +260,14 @@ lg_init(struct lg *lg, int64_t timeout_ms, char *err, size_t errlen)
 	lg->held = calloc(lg->nfd, sizeof(*lg->held));
 	lg->done = calloc(lg->nfd, sizeof(*lg->done));
 	lg->evs = calloc((size_t)lg->maxevs, sizeof(*lg->evs));
+	lg->fd_of_port = malloc(65536 * sizeof(*lg->fd_of_port));
 	if (lg->by_fd == NULL || lg->held == NULL || lg->done == NULL ||
-	    lg->evs == NULL) {
+	    lg->evs == NULL || lg->fd_of_port == NULL) {
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
+	for (size_t i = 0; i < 65536; i++)
+		lg->fd_of_port[i] = -1;
 	if ((lg->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
 		snprintf(err, errlen, "epoll_create1: %m");
 		return -1;
@@ -253,6 +307,7 @@ lg_free(struct lg *lg)
 	free(lg->held);
 	free(lg->done);
 	free(lg->evs);
+	free(lg->fd_of_port);
 }
 
 /* A request for url; method NULL is GET. body NULL sends none. */
@@ -291,6 +346,26 @@ xfer_new(struct lg *lg, const char *url, const char *method,
 	return x;
 }
 
+/*
+ * Points x at another request. Its easy handle is reused, and curl picks
+ * an idle connection to the same host if it has one. body NULL is a GET.
+ */
+static void
+xfer_set(struct xfer *x, const char *url, const char *body)
+{
+	curl_easy_setopt(x->easy, CURLOPT_URL, url);
+	if (body == NULL) {
+		curl_easy_setopt(x->easy, CURLOPT_HTTPGET, 1L);
+		return;
+	}
+	if (x->hdrs == NULL) {
+		x->hdrs = curl_slist_append(NULL, "Content-Type:");
+		curl_easy_setopt(x->easy, CURLOPT_HTTPHEADER, x->hdrs);
+	}
+	curl_easy_setopt(x->easy, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+	curl_easy_setopt(x->easy, CURLOPT_COPYPOSTFIELDS, body);
+}
+
 static int
 lg_add(struct lg *lg, struct xfer *x)
 {
@@ -301,7 +376,7 @@ lg_add(struct lg *lg, struct xfer *x)
 	x->sent = 0;
 	x->blen = 0;
 	x->truncated = 0;
-	x->ready_us = x->done_us = 0;
+	x->ready_us = x->sent_us = x->done_us = 0;
 	if (curl_multi_add_handle(lg->multi, x->easy) != CURLM_OK)
 		return -1;
 	lg->added++;
@@ -845,11 +920,856 @@ out:
 	return ret;
 }
 
+/*
+ * CPU time of pid as /proc/PID/stat counts it (utime + stime, in clock
+ * ticks), in microseconds; -1 when unreadable.
+ */
+static int64_t
+stat_cpu_us(long pid)
+{
+	char path[64], buf[1024], *p;
+	unsigned long long ut, st;
+	size_t len;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+	if ((f = fopen(path, "r")) == NULL)
+		return -1;
+	len = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[len] = '\0';
+	/* Fields 14 and 15, counted after the ") " that ends the name. */
+	if ((p = strrchr(buf, ')')) == NULL || sscanf(p + 2, "%*c %*d %*d "
+	    "%*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+		return -1;
+	return (int64_t)((ut + st) * 1000000ULL /
+	    (unsigned long long)sysconf(_SC_CLK_TCK));
+}
+
+/* The integer after "name": in a JSON text, or -1. */
+static long
+json_int_field(const char *text, const char *name)
+{
+	char pat[128];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "\"%s\":", name);
+	if ((p = strstr(text, pat)) == NULL)
+		return -1;
+	return strtol(p + strlen(pat), NULL, 10);
+}
+
+static size_t
+count_str(const char *s, const char *sub)
+{
+	size_t n = 0;
+
+	while ((s = strstr(s, sub)) != NULL) {
+		n++;
+		s += strlen(sub);
+	}
+	return n;
+}
+
+/*
+ * tasks.
+ */
+
+enum tphase { T_REGISTER, T_WAITALL, T_UP, T_BARRIER, T_PASSED, T_FAILED };
+
+struct tasks;
+
+struct ttask {
+	struct tasks *ts;
+	size_t i;
+	enum tphase phase;
+	char inc[17];
+	struct xfer *x;             /* register, wait-all, barrier */
+	CURLSH *conn;               /* x's own connection cache */
+	int hb_busy;                /* a heartbeat of it is in flight */
+	int64_t reg_sent_us;        /* register sent */
+	int64_t reg_us;             /* register answered */
+	int64_t up_us;              /* wait-all answered 200 */
+};
+
+struct tasks {
+	const struct opts *o;
+	struct lg lg;
+	struct ttask *t;
+	size_t n;
+	size_t nreg, nup, npassed, nfail, nretry;
+	/* Heartbeat slot s is task s % n's, due at hb_t0 + s seconds / n. */
+	int64_t hb_t0;
+	size_t hb_next, hb_limit;
+	struct xfer **pool;         /* idle heartbeat transfers */
+	struct xfer **hbx;          /* all of them, at most one per task */
+	size_t npool, nhb_xfers, hb_inflight, nnoted;
+	size_t hb_ok, hb_fail, hb_skipped;
+	int64_t *lat;               /* heartbeat latencies while recording */
+	size_t nlat, caplat;
+	int record_lat;
+};
+
+/* Reports a failed request; the first few in full, on stderr. */
+static void
+tasks_note(struct tasks *ts, const char *what, struct ttask *t,
+    const struct xfer *x)
+{
+	if (ts->nnoted++ < 5)
+		fprintf(stderr, "%s: %s of worker:%zu: %s, HTTP %ld: %.200s\n",
+		    log_prog(), what, t->i, x->rc != CURLE_OK ?
+		    curl_easy_strerror(x->rc) : "reply", x->code, x->body);
+}
+
+/* A request of t's own failed: t is out. */
+static void
+tasks_bad(struct tasks *ts, const char *what, struct ttask *t,
+    const struct xfer *x)
+{
+	tasks_note(ts, what, t, x);
+	t->phase = T_FAILED;
+	ts->nfail++;
+}
+
+static const char *
+tasks_url(struct tasks *ts, struct ttask *t, const char *verb,
+    const char *extra)
+{
+	static char url[512];
+
+	snprintf(url, sizeof(url), "http://%s/v1/tasks/worker/%zu/%s?"
+	    "incarnation=%s%s", ts->o->addr, t->i, verb, t->inc, extra);
+	return url;
+}
+
+static void
+task_done(struct xfer *x)
+{
+	struct ttask *t = x->arg;
+	struct tasks *ts = t->ts;
+	int ok = x->rc == CURLE_OK && !x->truncated;
+
+	switch (t->phase) {
+	case T_REGISTER:
+		if (!ok || x->code != 200) {
+			tasks_bad(ts, "register", t, x);
+			return;
+		}
+		t->reg_sent_us = x->sent_us;
+		t->reg_us = x->done_us;
+		ts->nreg++;
+		t->phase = T_WAITALL;
+		xfer_set(x, tasks_url(ts, t, "wait-all", "&wait=30s"), "");
+		break;
+	case T_WAITALL:
+		if (ok && x->code == 200) {
+			t->up_us = x->done_us;
+			t->phase = T_UP;
+			ts->nup++;
+			return;
+		}
+		if (!ok || x->code != 202) {
+			tasks_bad(ts, "wait-all", t, x);
+			return;
+		}
+		ts->nretry++;
+		break;
+	case T_BARRIER:
+		if (ok && x->code == 200 && strstr(x->body, "\"passed\"")) {
+			t->phase = T_PASSED;
+			ts->npassed++;
+			return;
+		}
+		if (!ok || x->code != 202) {
+			tasks_bad(ts, "barrier", t, x);
+			return;
+		}
+		ts->nretry++;
+		break;
+	default:
+		return;
+	}
+	if (lg_add(&ts->lg, x) < 0)
+		tasks_bad(ts, "curl_multi_add_handle", t, x);
+}
+
+static void
+hb_done(struct xfer *x)
+{
+	struct ttask *t = x->arg;
+	struct tasks *ts = t->ts;
+
+	t->hb_busy = 0;
+	ts->hb_inflight--;
+	if (x->rc == CURLE_OK && x->code == 200) {
+		ts->hb_ok++;
+		if (ts->record_lat && ts->nlat < ts->caplat && x->sent_us != 0)
+			ts->lat[ts->nlat++] = x->done_us - x->sent_us;
+	} else {
+		ts->hb_fail++;
+		tasks_note(ts, "heartbeat", t, x);
+	}
+	ts->pool[ts->npool++] = x;
+}
+
+static int64_t
+hb_due(const struct tasks *ts, size_t slot)
+{
+	return ts->hb_t0 + (int64_t)(slot / ts->n) * 1000000 +
+	    (int64_t)(slot % ts->n) * 1000000 / (int64_t)ts->n;
+}
+
+/* Sends the heartbeats due by now. */
+static int
+hb_pump(struct tasks *ts, int64_t now)
+{
+	while (ts->hb_next < ts->hb_limit && hb_due(ts, ts->hb_next) <= now) {
+		struct ttask *t = &ts->t[ts->hb_next % ts->n];
+		struct xfer *x;
+
+		ts->hb_next++;
+		if (t->hb_busy) {
+			ts->hb_skipped++;
+			continue;
+		}
+		if (ts->npool > 0) {
+			x = ts->pool[--ts->npool];
+		} else if ((x = xfer_new(&ts->lg, "http://localhost/", NULL,
+		    NULL)) != NULL) {
+			x->done = hb_done;
+			ts->hbx[ts->nhb_xfers++] = x;
+		} else {
+			return -1;
+		}
+		x->arg = t;
+		xfer_set(x, tasks_url(ts, t, "heartbeat", ""), "");
+		if (lg_add(&ts->lg, x) < 0) {
+			ts->pool[ts->npool++] = x;
+			return -1;
+		}
+		t->hb_busy = 1;
+		ts->hb_inflight++;
+	}
+	return 0;
+}
+
+/* One turn of the loop with heartbeats going, waiting until until_us. */
+static int
+tasks_step(struct tasks *ts, int64_t until_us)
+{
+	if (hb_pump(ts, now_us()) < 0) {
+		cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
+		return -1;
+	}
+	if (ts->hb_next < ts->hb_limit && hb_due(ts, ts->hb_next) < until_us)
+		until_us = hb_due(ts, ts->hb_next);
+	if (lg_step(&ts->lg, until_us) < 0) {
+		cli_fail(ST_INTERNAL, "epoll_wait: %m");
+		return -1;
+	}
+	return 0;
+}
+
+static int
+tasks_late(struct tasks *ts, const char *what)
+{
+	if (now_us() < ts->lg.deadline_us)
+		return 0;
+	cli_fail(ST_DEADLINE_EXCEEDED, "%s: --timeout reached", what);
+	return 1;
+}
+
+/* Every task registers, then waits for all; CONNECT_BATCH connects at once. */
+static int
+tasks_bringup(struct tasks *ts)
+{
+	struct lg *lg = &ts->lg;
+	size_t next = 0, n = ts->n;
+	int64_t t0 = INT64_MAX, last_reg = 0, last_up = 0, c0, c1, s0;
+	long rss;
+
+	c0 = stat_cpu_us(ts->o->pid);
+	s0 = cpu_ns(ts->o->pid);
+	while (ts->nup + ts->nfail < n) {
+		while (next < n && lg->added - lg->sent < CONNECT_BATCH) {
+			struct ttask *t = &ts->t[next++];
+			xfer_set(t->x, tasks_url(ts, t, "register", ""), "");
+			if (lg_add(lg, t->x) < 0) {
+				cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
+				return -1;
+			}
+		}
+		if (ts->nfail > 0 || tasks_late(ts, "bring-up"))
+			break;
+		if (lg_step(lg, now_us() + 20000) < 0) {
+			cli_fail(ST_INTERNAL, "epoll_wait: %m");
+			return -1;
+		}
+	}
+	c1 = stat_cpu_us(ts->o->pid);
+	if (ts->nup < n) {
+		cli_fail(ST_UNAVAILABLE, "bring-up: %zu of %zu registered, %zu "
+		    "up, %zu failed", ts->nreg, n, ts->nup, ts->nfail);
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct ttask *t = &ts->t[i];
+		if (t->reg_sent_us != 0 && t->reg_sent_us < t0)
+			t0 = t->reg_sent_us;
+		if (t->reg_us > last_reg)
+			last_reg = t->reg_us;
+		if (t->up_us > last_up)
+			last_up = t->up_us;
+	}
+	rss = rss_kib(ts->o->pid);
+	printf("bringup %.1f ms from the first register sent to the last "
+	    "wait-all reply, %zu tasks\n", ms(last_up - t0), n);
+	printf("bringup_registered %.1f ms until the last register reply\n",
+	    ms(last_reg - t0));
+	printf("bringup_release %.1f ms from the last register reply to the "
+	    "last wait-all reply\n", ms(last_up - last_reg));
+	printf("bringup_cpu %.2f us of coordd CPU per task (utime+stime; "
+	    "schedstat %.2f us)\n", (double)(c1 - c0) / (double)n,
+	    (double)(cpu_ns(ts->o->pid) - s0) / 1e3 / (double)n);
+	printf("bringup_retries %zu wait-all requests re-issued on 202\n",
+	    ts->nretry);
+	printf("rss_up %ld KiB with %zu tasks connected\n", rss, n);
+	fflush(stdout);
+	return 0;
+}
+
+/* Every task heartbeats at 1 Hz for the --duration. */
+static int
+tasks_heartbeats(struct tasks *ts, long rss_base)
+{
+	size_t n = ts->n, total;
+	int64_t t0, t1, c0, c1, s0, s1, d = ts->o->duration_ms;
+	long rss;
+
+	total = (size_t)(d / 1000) * n + (size_t)(d % 1000) * n / 1000;
+	ts->caplat = total;
+	if ((ts->lat = calloc(total + 1, sizeof(*ts->lat))) == NULL) {
+		cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
+		return -1;
+	}
+	ts->record_lat = 1;
+	c0 = stat_cpu_us(ts->o->pid);
+	s0 = cpu_ns(ts->o->pid);
+	t0 = ts->hb_t0 = now_us();
+	ts->hb_next = 0;
+	ts->hb_limit = total;
+	while (ts->hb_next < total || ts->hb_inflight > 0) {
+		if (tasks_late(ts, "heartbeats"))
+			return -1;
+		if (tasks_step(ts, now_us() + 20000) < 0)
+			return -1;
+	}
+	t1 = now_us();
+	c1 = stat_cpu_us(ts->o->pid);
+	s1 = cpu_ns(ts->o->pid);
+	ts->record_lat = 0;
+	rss = rss_kib(ts->o->pid);
+	qsort(ts->lat, ts->nlat, sizeof(*ts->lat), cmp_i64);
+	printf("hb_sent %zu heartbeats in %.2f s (%.0f/s), at most %zu in "
+	    "flight\n", ts->hb_ok + ts->hb_fail, (double)(t1 - t0) / 1e6,
+	    (double)(ts->hb_ok + ts->hb_fail) / ((double)(t1 - t0) / 1e6),
+	    ts->nhb_xfers);
+	printf("hb_failures %zu\n", ts->hb_fail);
+	printf("hb_skipped %zu beats not sent: the task's last one still in "
+	    "flight\n", ts->hb_skipped);
+	printf("hb_cpu %.2f us of coordd CPU per heartbeat (utime+stime from "
+	    "/proc/PID/stat; %.1f%% of a CPU)\n", (double)(c1 - c0) /
+	    (double)total, (double)(c1 - c0) / (double)(t1 - t0) * 100);
+	printf("hb_cpu_schedstat %.2f us per heartbeat (/proc/PID/task/*/"
+	    "schedstat)\n", (double)(s1 - s0) / 1e3 / (double)total);
+	if (ts->nlat > 0)
+		printf("hb_latency_p50 %.3f ms, p99 %.3f ms, max %.3f ms\n",
+		    ms(ts->lat[ts->nlat / 2]), ms(ts->lat[ts->nlat * 99 / 100]),
+		    ms(ts->lat[ts->nlat - 1]));
+	printf("rss_hb %ld KiB after the heartbeats, %.2f KiB per task over "
+	    "the RSS before\n", rss, (double)(rss - rss_base) / (double)n);
+	fflush(stdout);
+	return 0;
+}
+
+/* All N at barrier b1, heartbeats going: N-1 parked, then the last. */
+static int
+tasks_barrier(struct tasks *ts)
+{
+	struct lg *lg = &ts->lg;
+	size_t n = ts->n, next = 0, hb_fail0 = ts->hb_fail, bad = 0;
+	char url[512], body[256];
+	int64_t t0 = now_us(), last_poll = 0, t_sent, c0, c1, *arr;
+	long parked = -1;
+	struct ttask *last = &ts->t[n - 1];
+	size_t nready = 0;
+
+	if ((arr = calloc(n, sizeof(*arr))) == NULL) {
+		cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
+		return -1;
+	}
+	ts->hb_limit = SIZE_MAX;
+	snprintf(url, sizeof(url), "http://%s/v1/barriers/b1?wait=30s",
+	    ts->o->addr);
+	for (size_t i = 0; i < n; i++) {
+		struct ttask *t = &ts->t[i];
+		snprintf(body, sizeof(body), "{\"task\":\"worker:%zu\","
+		    "\"incarnation\":\"%s\",\"timeout_ms\":60000}", i, t->inc);
+		xfer_set(t->x, url, body);
+		t->x->hold = 1;
+		t->phase = T_BARRIER;
+	}
+	ts->nretry = 0;
+	for (;;) {
+		int64_t now = now_us();
+
+		while (next < n - 1 && lg->added - lg->sent < CONNECT_BATCH)
+			if (lg_add(lg, ts->t[next++].x) < 0)
+				goto nomem;
+		if (ts->npassed > 0 || ts->nfail > 0) {
+			cli_fail(ST_INTERNAL, "barrier: %zu passed, %zu failed "
+			    "before the last arrival", ts->npassed, ts->nfail);
+			goto fail;
+		}
+		if (next == n - 1 && now - last_poll >= 50000) {
+			last_poll = now;
+			parked = metric(ts->o->addr, "muster_http_parked");
+			if (parked >= (long)n - 1)
+				break;
+		}
+		if (tasks_late(ts, "barrier"))
+			goto fail;
+		if (tasks_step(ts, now + 20000) < 0)
+			goto fail;
+	}
+	printf("barrier_parked %ld requests parked at b1 after %.0f ms "
+	    "(muster_http_parked)\n", parked, ms(now_us() - t0));
+	/* Replies are stamped as their sockets turn readable. */
+	lg->capture = lg->stamp = 1;
+	c0 = cpu_ns(ts->o->pid);
+	if (lg_add(lg, last->x) < 0)
+		goto nomem;
+	while (lg->nheld < n && ts->nfail == 0) {
+		if (tasks_late(ts, "barrier release"))
+			goto fail;
+		if (tasks_step(ts, now_us() + 20000) < 0)
+			goto fail;
+	}
+	c1 = cpu_ns(ts->o->pid);
+	lg_release_held(lg);
+	lg->stamp = 0;
+	while (ts->npassed + ts->nfail < n) {
+		if (tasks_late(ts, "barrier replies"))
+			goto fail;
+		if (tasks_step(ts, now_us() + 20000) < 0)
+			goto fail;
+	}
+	t_sent = last->x->sent_us;
+	for (size_t i = 0; i < n; i++) {
+		struct xfer *x = ts->t[i].x;
+		if (x->ready_us != 0)
+			arr[nready++] = x->ready_us - t_sent;
+		if (ts->t[i].phase != T_PASSED)
+			bad++;
+	}
+	qsort(arr, nready, sizeof(*arr), cmp_i64);
+	if (nready > 0) {
+		printf("barrier_release %.2f ms from sending the last arrival to "
+		    "the last reply\n", ms(arr[nready - 1]));
+		printf("barrier_release_p50 %.2f ms, first %.2f ms, own reply "
+		    "of the last arrival %.2f ms\n", ms(arr[nready / 2]),
+		    ms(arr[0]), ms(last->x->ready_us - t_sent));
+	}
+	printf("barrier_cpu %.2f us of coordd CPU per task released (%.1f ms "
+	    "in all)\n", (double)(c1 - c0) / 1e3 / (double)n,
+	    (double)(c1 - c0) / 1e6);
+	printf("barrier_replies %zu of %zu: 200 passed (%zu bad, %zu "
+	    "re-issued on 202)\n", n - bad, n, bad, ts->nretry);
+	printf("barrier_hb_failures %zu heartbeats failed during the barrier\n",
+	    ts->hb_fail - hb_fail0);
+	fflush(stdout);
+	free(arr);
+	return bad == 0 ? 0 : -1;
+nomem:
+	cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
+fail:
+	lg->capture = lg->stamp = 0;
+	free(arr);
+	return -1;
+}
+
+static int
+mode_tasks(const struct opts *o)
+{
+	struct tasks ts = {.o = o, .n = (size_t)o->n};
+	char err[256];
+	long rss_base;
+	int ret = 1;
+
+	if (o->pid <= 0)
+		return cli_usage_error(synopsis, "tasks needs --pid of coordd");
+	if (ts.n < 2)
+		return cli_usage_error(synopsis, "tasks needs -n 2 or more");
+	if (lg_init(&ts.lg, o->timeout_ms, err, sizeof(err)) < 0) {
+		cli_fail(ST_INTERNAL, "%s", err);
+		goto out;
+	}
+	if (ts.n + 1024 > ts.lg.nfd) {
+		cli_fail(ST_RESOURCE_EXHAUSTED, "%zu tasks need %zu open files; "
+		    "the limit is %zu (raise ulimit -n)", ts.n, ts.n + 1024,
+		    ts.lg.nfd);
+		goto out;
+	}
+	if ((ts.t = calloc(ts.n, sizeof(*ts.t))) == NULL ||
+	    (ts.pool = calloc(ts.n, sizeof(*ts.pool))) == NULL ||
+	    (ts.hbx = calloc(ts.n, sizeof(*ts.hbx))) == NULL)
+		goto nomem;
+	for (size_t i = 0; i < ts.n; i++) {
+		struct ttask *t = &ts.t[i];
+		t->ts = &ts;
+		t->i = i;
+		task_format_incarnation(task_new_incarnation(), t->inc);
+		if ((t->x = xfer_new(&ts.lg, "http://localhost/", NULL,
+		    NULL)) == NULL || (t->conn = curl_share_init()) == NULL)
+			goto nomem;
+		/*
+		 * A connection cache of its own: the task keeps one connection
+		 * alive, and curl (7.88) does not walk thousands of others
+		 * each time it adds, reuses or removes a transfer.
+		 */
+		curl_share_setopt(t->conn, CURLSHOPT_SHARE,
+		    CURL_LOCK_DATA_CONNECT);
+		curl_easy_setopt(t->x->easy, CURLOPT_SHARE, t->conn);
+		t->x->arg = t;
+		t->x->done = task_done;
+	}
+	if ((rss_base = rss_kib(o->pid)) < 0) {
+		cli_fail(ST_NOT_FOUND, "cannot read /proc/%ld/status: %m",
+		    o->pid);
+		goto out;
+	}
+	printf("rss_base %ld KiB\n", rss_base);
+	if (tasks_bringup(&ts) < 0)
+		goto out;
+	printf("rss_per_task %.2f KiB over the RSS before\n",
+	    (double)(rss_kib(o->pid) - rss_base) / (double)ts.n);
+	if (tasks_heartbeats(&ts, rss_base) < 0 || tasks_barrier(&ts) < 0)
+		goto out;
+	ret = ts.hb_fail == 0 && ts.nfail == 0 ? 0 : 1;
+	goto out;
+nomem:
+	cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
+out:
+	/* Removing a handle that is not in the multi is harmless. */
+	for (size_t i = 0; ts.t != NULL && i < ts.n; i++) {
+		if (ts.t[i].x != NULL)
+			curl_multi_remove_handle(ts.lg.multi, ts.t[i].x->easy);
+		xfer_free(ts.t[i].x);
+		if (ts.t[i].conn != NULL)
+			curl_share_cleanup(ts.t[i].conn);
+	}
+	free(ts.t);
+	for (size_t i = 0; i < ts.nhb_xfers; i++) {
+		curl_multi_remove_handle(ts.lg.multi, ts.hbx[i]->easy);
+		xfer_free(ts.hbx[i]);
+	}
+	free(ts.hbx);
+	free(ts.pool);
+	free(ts.lat);
+	lg_free(&ts.lg);
+	return ret;
+}
+
+/*
+ * detect.
+ */
+
+struct detect;
+
+struct dtask {
+	struct detect *d;
+	size_t i;
+	char inc[17];
+	struct xfer *hb;
+	int busy;
+	int stopped;
+};
+
+struct detect {
+	const struct opts *o;
+	struct lg lg;
+	struct dtask *t;
+	size_t k;
+	size_t hb_ok, hb_fail, hb_skipped;
+	struct xfer *errs;          /* GET /v1/errors?wait=10s */
+	int errs_done;
+};
+
+static void
+dhb_done(struct xfer *x)
+{
+	struct dtask *t = x->arg;
+	struct detect *d = t->d;
+
+	t->busy = 0;
+	if (x->rc == CURLE_OK && x->code == 200) {
+		d->hb_ok++;
+		return;
+	}
+	if (d->hb_fail++ < 5)
+		fprintf(stderr, "%s: heartbeat of worker:%zu: %s, HTTP %ld: "
+		    "%.200s\n", log_prog(), t->i, x->rc != CURLE_OK ?
+		    curl_easy_strerror(x->rc) : "reply", x->code, x->body);
+}
+
+static void
+derrs_done(struct xfer *x)
+{
+	struct detect *d = x->arg;
+
+	/* The poll ended with no error in the list: ask again. */
+	if (x->rc == CURLE_OK && x->code == 200 && !x->truncated &&
+	    strstr(x->body, "\"task\"") == NULL && lg_add(&d->lg, x) == 0)
+		return;
+	d->errs_done = 1;
+}
+
+/* Heartbeats every task not stopped and not still waiting for a reply. */
+static int
+detect_beat(struct detect *d, const char *addr)
+{
+	char url[512];
+
+	for (size_t i = 0; i < d->k; i++) {
+		struct dtask *t = &d->t[i];
+		if (t->stopped)
+			continue;
+		if (t->busy) {
+			d->hb_skipped++;
+			continue;
+		}
+		snprintf(url, sizeof(url), "http://%s/v1/tasks/worker/%zu/"
+		    "heartbeat?incarnation=%s", addr, i, t->inc);
+		xfer_set(t->hb, url, "");
+		if (lg_add(&d->lg, t->hb) < 0)
+			return -1;
+		t->busy = 1;
+	}
+	return 0;
+}
+
+static int
+detect_wait_idle(struct detect *d)
+{
+	for (;;) {
+		int busy = 0;
+		for (size_t i = 0; i < d->k; i++)
+			busy |= d->t[i].busy;
+		if (!busy)
+			return 0;
+		if (now_us() >= d->lg.deadline_us ||
+		    lg_step(&d->lg, now_us() + 20000) < 0)
+			return -1;
+	}
+}
+
+/*
+ * One round: all register, heartbeat, the victim stops after its last
+ * beat; returns the time from that beat's sending to the error's arrival
+ * in *us. Then every task leaves, which starts a new epoch.
+ */
+static int
+detect_round(struct detect *d, int round, size_t victim, int64_t interval,
+    int64_t *us)
+{
+	const char *addr = d->o->addr;
+	struct dtask *v = &d->t[victim];
+	static char text[65536];
+	char url[512], want[64];
+	long code, epoch;
+	int64_t next, t0;
+	int tick = 0, ret = -1;
+	/* Ticks of heartbeats before the victim's last: the poll is parked. */
+	const int warm = 3;
+
+	snprintf(url, sizeof(url), "http://%s/v1/tasks", addr);
+	if (fetch(url, text, sizeof(text), &code) < 0 || code != 200 ||
+	    (epoch = json_int_field(text, "epoch")) < 0 ||
+	    json_int_field(text, "connected") != 0) {
+		cli_fail(ST_FAILED_PRECONDITION, "round %d: tasks are still "
+		    "connected: %.200s", round, text);
+		return -1;
+	}
+	for (size_t i = 0; i < d->k; i++) {
+		struct dtask *t = &d->t[i];
+		task_format_incarnation(task_new_incarnation(), t->inc);
+		t->stopped = 0;
+		snprintf(url, sizeof(url), "http://%s/v1/tasks/worker/%zu/"
+		    "register?incarnation=%s", addr, i, t->inc);
+		if (run_one(&d->lg, "POST", url, "") < 0)
+			return -1;
+	}
+	snprintf(url, sizeof(url), "http://%s/v1/errors?wait=10s", addr);
+	xfer_set(d->errs, url, NULL);
+	d->errs_done = 0;
+	if (lg_add(&d->lg, d->errs) < 0)
+		return -1;
+	next = now_us();
+	while (!d->errs_done) {
+		int64_t now = now_us();
+		if (now >= next) {
+			if (detect_beat(d, addr) < 0) {
+				cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
+				return -1;
+			}
+			if (tick++ == warm)
+				v->stopped = 1;
+			next += interval;
+		}
+		if (now >= d->lg.deadline_us) {
+			cli_fail(ST_DEADLINE_EXCEEDED, "round %d: no error "
+			    "reported before --timeout", round);
+			return -1;
+		}
+		if (lg_step(&d->lg, next < now + 20000 ? next : now + 20000) < 0)
+			return -1;
+	}
+	if (!v->stopped) {
+		cli_fail(ST_INTERNAL, "round %d: an error came before worker:%zu "
+		    "stopped: %s", round, victim, d->errs->body);
+		return -1;
+	}
+	if (detect_wait_idle(d) < 0)
+		return -1;
+	t0 = v->hb->sent_us;
+	*us = d->errs->done_us - t0;
+	snprintf(want, sizeof(want), "\"task\":\"worker:%zu\"", victim);
+	if (d->errs->rc != CURLE_OK || d->errs->code != 200 ||
+	    v->hb->code != 200 || strstr(d->errs->body, want) == NULL ||
+	    count_str(d->errs->body, "\"task\"") != 1) {
+		cli_fail(ST_INTERNAL, "round %d: the last heartbeat of "
+		    "worker:%zu got HTTP %ld; GET /v1/errors: %s, HTTP %ld: %s",
+		    round, victim, v->hb->code, curl_easy_strerror(d->errs->rc),
+		    d->errs->code, d->errs->body);
+		goto leave;
+	}
+	ret = 0;
+leave:
+	/* The failed task is reset and the others shut down: a new epoch. */
+	snprintf(url, sizeof(url), "http://%s/v1/tasks/worker/%zu/reset",
+	    addr, victim);
+	if (run_one(&d->lg, "POST", url, "") < 0)
+		return -1;
+	for (size_t i = 0; i < d->k; i++) {
+		if (i == victim)
+			continue;
+		snprintf(url, sizeof(url), "http://%s/v1/tasks/worker/%zu/"
+		    "shutdown?incarnation=%s&wait=5s&barrier=0", addr, i,
+		    d->t[i].inc);
+		if (run_one(&d->lg, "POST", url, "") < 0)
+			return -1;
+	}
+	snprintf(url, sizeof(url), "http://%s/v1/tasks", addr);
+	if (fetch(url, text, sizeof(text), &code) < 0 || code != 200 ||
+	    json_int_field(text, "epoch") <= epoch) {
+		cli_fail(ST_INTERNAL, "round %d: no new epoch once every task "
+		    "left: %.200s", round, text);
+		return -1;
+	}
+	return ret;
+}
+
+static int
+mode_detect(const struct opts *o)
+{
+	struct detect d = {.o = o};
+	static char text[65536];
+	char url[512], err[256];
+	int64_t *us = NULL, sum = 0;
+	long code, timeout, total;
+	int ret = 1, r;
+
+	snprintf(url, sizeof(url), "http://%s/v1/tasks", o->addr);
+	if (fetch(url, text, sizeof(text), &code) < 0 || code != 200)
+		return cli_fail(ST_UNAVAILABLE, "GET %s: HTTP %ld", url, code);
+	timeout = json_int_field(text, "heartbeat_timeout_ms");
+	total = json_int_field(text, "total");
+	if (timeout <= 0 || total <= 0)
+		return cli_fail(ST_FAILED_PRECONDITION, "detect needs coordd "
+		    "--cluster worker=K: %.200s", text);
+	d.k = o->n_set ? (size_t)o->n : (size_t)total;
+	if (d.k > (size_t)total)
+		return cli_fail(ST_INVALID_ARGUMENT, "-n %zu: coordd has %ld "
+		    "tasks", d.k, total);
+	if (d.k != (size_t)total)
+		return cli_fail(ST_INVALID_ARGUMENT, "-n %zu: coordd has %ld "
+		    "tasks, and every one must take part so that the cluster "
+		    "empties between rounds", d.k, total);
+	if (lg_init(&d.lg, o->timeout_ms, err, sizeof(err)) < 0) {
+		cli_fail(ST_INTERNAL, "%s", err);
+		goto out;
+	}
+	if ((d.t = calloc(d.k, sizeof(*d.t))) == NULL ||
+	    (us = calloc((size_t)o->rounds, sizeof(*us))) == NULL ||
+	    (d.errs = xfer_new(&d.lg, url, NULL, NULL)) == NULL)
+		goto nomem;
+	d.errs->arg = &d;
+	d.errs->done = derrs_done;
+	for (size_t i = 0; i < d.k; i++) {
+		d.t[i].d = &d;
+		d.t[i].i = i;
+		if ((d.t[i].hb = xfer_new(&d.lg, url, NULL, NULL)) == NULL)
+			goto nomem;
+		d.t[i].hb->arg = &d.t[i];
+		d.t[i].hb->done = dhb_done;
+	}
+	printf("detect_timeout %ld ms heartbeat timeout, heartbeats every %ld "
+	    "ms, %zu tasks\n", timeout, timeout / 2, d.k);
+	for (r = 1; r <= o->rounds; r++) {
+		size_t victim = (size_t)(r - 1) % d.k;
+		if (detect_round(&d, r, victim, timeout / 2 * 1000,
+		    &us[r - 1]) < 0)
+			goto out;
+		sum += us[r - 1];
+		printf("detect_r%d %.1f ms from worker:%zu's last heartbeat sent "
+		    "to GET /v1/errors answering (%.2fx the timeout)\n", r,
+		    ms(us[r - 1]), victim, ms(us[r - 1]) / (double)timeout);
+		fflush(stdout);
+	}
+	qsort(us, (size_t)o->rounds, sizeof(*us), cmp_i64);
+	printf("detect_max %.1f ms (%.2fx the timeout), min %.1f ms, mean "
+	    "%.1f ms over %d rounds\n", ms(us[o->rounds - 1]),
+	    ms(us[o->rounds - 1]) / (double)timeout, ms(us[0]),
+	    ms(sum / o->rounds), o->rounds);
+	printf("detect_hb_failures %zu of %zu heartbeats of live tasks failed "
+	    "(%zu skipped, reply still pending)\n", d.hb_fail,
+	    d.hb_ok + d.hb_fail, d.hb_skipped);
+	ret = d.hb_fail == 0 ? 0 : 1;
+	goto out;
+nomem:
+	cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
+out:
+	for (size_t i = 0; d.t != NULL && i < d.k; i++) {
+		if (d.t[i].hb != NULL)
+			curl_multi_remove_handle(d.lg.multi, d.t[i].hb->easy);
+		xfer_free(d.t[i].hb);
+	}
+	if (d.errs != NULL)
+		curl_multi_remove_handle(d.lg.multi, d.errs->easy);
+	xfer_free(d.errs);
+	free(d.t);
+	free(us);
+	lg_free(&d.lg);
+	return ret;
+}
+
 static const struct mode {
 	const char *name;
 	int (*run)(const struct opts *o);
 } modes[] = {
 	{"parked", mode_parked},
+	{"tasks", mode_tasks},
+	{"detect", mode_detect},
 };
 
 static void
@@ -872,12 +1792,13 @@ main(int argc, char **argv)
 		{"key", required_argument, NULL, 'k'},
 		{"timeout", required_argument, NULL, 't'},
 		{"rounds", required_argument, NULL, 'r'},
+		{"duration", required_argument, NULL, 'D'},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
 	struct opts o = {.n = 10000, .key = "bench-parked",
-	    .timeout_ms = 60000, .rounds = 2};
+	    .timeout_ms = 60000, .duration_ms = 10000, .rounds = 2};
 	const struct mode *m = NULL;
 	char *end;
 	int c, ret;
@@ -908,6 +1829,7 @@ main(int argc, char **argv)
 			    o.n > 1000000)
 				return cli_usage_error(synopsis, "-n %s is not a "
 				    "number from 1 to 1000000", optarg);
+			o.n_set = 1;
 			break;
 		case 'p':
 			o.pid = strtol(optarg, &end, 10);
@@ -923,6 +1845,12 @@ main(int argc, char **argv)
 			    o.timeout_ms <= 0)
 				return cli_usage_error(synopsis, "--timeout %s is "
 				    "not a duration (like 30s)", optarg);
+			break;
+		case 'D':
+			if (duration_parse(optarg, &o.duration_ms) < 0 ||
+			    o.duration_ms < 1000)
+				return cli_usage_error(synopsis, "--duration %s is "
+				    "not a duration of 1s or more", optarg);
 			break;
 		case 'r':
 			o.rounds = (int)strtol(optarg, &end, 10);

@@ -541,6 +541,7 @@ int
 main(int argc, char **argv)
 {
 	struct ctx x = {.o = {.timeout = -1, .since = -1}};
+	static struct buf key;
 	const char *verb;
 	char err[512];
 	int rc;
@@ -575,6 +576,12 @@ main(int argc, char **argv)
 	x.deadline = x.o.timeout == 0 ? HTTP_NO_DEADLINE :
 	    duration_now_ms() + x.o.timeout;
 	argv[-1] = (char *)verb;
+	/* Keys are shown as coordd stores them: "//a///b/" is "a/b". */
+	if (argc >= 1 && strcmp(verb, "status") != 0) {
+		if (kv_normalize(argv[0], strlen(argv[0]), &key) < 0)
+			return cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
+		argv[0] = key.data;
+	}
 
 	if (strcmp(verb, "put") == 0)
 		rc = do_put(&x, argc, argv, x.o.force ? KV_OVERWRITE :

@@ -39,7 +39,8 @@ void coord_handle(struct http_req *req, void *arg);
 /*
  * Answers every parked request with UNAVAILABLE and Retry-After, and every
  * later one the same way, so clients wait for the next coordd instead of
- * failing. Call before http_server_stop.
+ * failing; barrier waits, whose state dies with this coordd, get ABORTED.
+ * Call before http_server_stop.
  */
 void coord_shutdown(struct coord *co);
 void coord_free(struct coord *co);

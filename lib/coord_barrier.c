@@ -4,7 +4,7 @@
  *
  *   POST   /v1/barriers/ID?wait=DUR   {"task":T,"incarnation":HEX,
  *                                      "timeout_ms":N,"tasks":[T,...]}
- *   DELETE /v1/barriers/ID            {"task":T}: cancel
+ *   DELETE /v1/barriers/ID?task=T     cancel
  *   GET    /v1/barriers               barriers in flight
  *
  * The first arrival fixes the deadline and the members (the tasks given,

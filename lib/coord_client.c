@@ -345,13 +345,14 @@ coord_kv_watch(struct coord_client *cc, const char *prefix, int64_t *since,
 	struct buf path = {0};
 	json_t *reply;
 	int64_t hd, w = poll_wait(deadline, 0, &hd);
-	char suffix[96];
+	char suffix[128];
 	enum status st;
 
 	*events = NULL;
 	if (*since >= 0)
 		snprintf(suffix, sizeof(suffix), "?wait=%" PRId64 "ms&since=%"
-		    PRId64, w, *since);
+		    PRId64 "%s%s", w, *since, cc->service[0] != '\0' ?
+		    "&service=" : "", cc->service);
 	else
 		snprintf(suffix, sizeof(suffix), "?wait=%" PRId64 "ms", w);
 	if (kv_path(&path, "/v1/watch/", prefix, suffix) < 0)
@@ -361,6 +362,10 @@ coord_kv_watch(struct coord_client *cc, const char *prefix, int64_t *since,
 	if (st == ST_OK) {
 		json_int_t r;
 		json_t *ev = json_object_get(reply, "events");
+		const char *svc = json_string_value(json_object_get(reply,
+		    "service"));
+		if (svc != NULL)
+			snprintf(cc->service, sizeof(cc->service), "%s", svc);
 		if (json_unpack(reply, "{s:I}", "revision", &r) < 0 ||
 		    !json_is_array(ev)) {
 			snprintf(cc->err, sizeof(cc->err), "malformed reply to "

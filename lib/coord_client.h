@@ -21,6 +21,7 @@
 
 struct coord_client {
 	struct http_client *http;
+	char service[17];       /* the coordd a watch's revisions are from */
 	char err[1024];
 };
 

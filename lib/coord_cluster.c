@@ -595,7 +595,8 @@ do_shutdown(struct coord *co, struct http_req *req, struct task *t)
 static void
 do_reset(struct coord *co, struct http_req *req, struct task *t)
 {
-	if (t->state != TASK_ERROR) {
+	/* A task that failed and then left is still in error for the run. */
+	if (t->state != TASK_ERROR && !t->err_active) {
 		http_reply_error(req, ST_FAILED_PRECONDITION, "task %s is %s, "
 		    "not in error: nothing to reset", t->name,
 		    state_name(t->state));

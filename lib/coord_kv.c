@@ -8,8 +8,9 @@
  *   POST   /v1/kv/KEY?op=add       {"delta":N} -> {"value":N,"revision":R}
  *   POST   /v1/kv/KEY?op=cas       {"value":B64,"expected":B64|"absent":true}
  *   DELETE /v1/kv/KEY              KEY and KEY/...: {"deleted":N,"revision":R}
- *   GET    /v1/watch/PREFIX?since=R&wait=DUR
- *                                  {"revision":R,"events":[...]} after R
+ *   GET    /v1/watch/PREFIX?since=R&wait=DUR[&service=HEX]
+ *                                  {"revision":R,"service":HEX,
+ *                                   "events":[...]} after R
  *
  * Values inside JSON are base64; a single value travels as raw bytes with
  * its revision in X-Muster-Revision.
@@ -408,7 +409,7 @@ answer_watch(struct coord *co, struct http_req *req, const char *prefix,
     size_t plen, int64_t since, int force)
 {
 	struct events_ctx c = {.arr = json_array()};
-	char err[256];
+	char err[256], svc[17];
 	enum status st;
 
 	if (c.arr == NULL) {
@@ -431,8 +432,10 @@ answer_watch(struct coord *co, struct http_req *req, const char *prefix,
 		json_decref(c.arr);
 		return 0;
 	}
-	reply_json(req, json_pack("{s:I,s:o}", "revision",
-	    (json_int_t)kv_revision(co->kv), "events", c.arr));
+	reply_json(req, json_pack("{s:I,s:s,s:o}", "revision",
+	    (json_int_t)kv_revision(co->kv), "service",
+	    task_format_incarnation(co->cl.service_incarnation, svc),
+	    "events", c.arr));
 	return 1;
 }
 
@@ -449,7 +452,9 @@ coord_watch_route(struct coord *co, struct http_req *req, const char *rest)
 {
 	struct buf key = {0};
 	const char *since_s = http_req_arg(req, "since");
+	const char *service = http_req_arg(req, "service");
 	int64_t since, wait;
+	uint64_t inc;
 	char *end;
 
 	if (strcmp(http_req_method(req), "GET") != 0) {
@@ -473,6 +478,11 @@ coord_watch_route(struct coord *co, struct http_req *req, const char *rest)
 	pthread_mutex_lock(&co->mu);
 	if (since_s == NULL)
 		since = kv_revision(co->kv);
+	/* A revision from another coordd (this one restarted) means nothing
+	 * here: everything this store has is new to that watcher. */
+	if (service != NULL && (task_parse_incarnation(service, &inc) < 0 ||
+	    inc != co->cl.service_incarnation))
+		since = 0;
 	if (answer_watch(co, req, key.data, key.len, since, wait <= 0)) {
 		/* answered from the history */
 	} else if (co->closing) {

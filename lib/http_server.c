@@ -527,7 +527,8 @@ http_server_start(const struct http_server_config *cfg, char *err,
 	     * Each connection's buffer for the request line and headers, and
 	     * what a parked request costs: libmicrohttpd clears the whole pool
 	     * after each reply, so every byte of it ends up resident. 8 KiB
-	     * holds a request for the longest key (4096 bytes) with room left.
+	     * holds a request for the longest key (2048 bytes, percent-encoded
+	     * to three times that) with room left.
 	     */
 	    MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(8 * 1024),
 	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,

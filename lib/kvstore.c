@@ -83,6 +83,24 @@ kv_event_name(enum kv_event_type t)
 	}
 }
 
+int
+kv_normalize(const char *raw, size_t n, struct buf *out)
+{
+	buf_reset(out);
+	if (buf_reserve(out, n) < 0)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		if (raw[i] == '/' && (out->len == 0 ||
+		    out->data[out->len - 1] == '/'))
+			continue;
+		out->data[out->len++] = raw[i];
+	}
+	if (out->len > 0 && out->data[out->len - 1] == '/')
+		out->len--;
+	out->data[out->len] = '\0';
+	return 0;
+}
+
 enum status
 kv_key(const struct kvstore *kv, const char *raw, size_t n, int allow_empty,
     struct buf *out, char *err, size_t errlen)
@@ -96,19 +114,10 @@ kv_key(const struct kvstore *kv, const char *raw, size_t n, int allow_empty,
 		snprintf(err, errlen, "key is not valid UTF-8");
 		return ST_INVALID_ARGUMENT;
 	}
-	if (buf_reserve(out, n) < 0) {
+	if (kv_normalize(raw, n, out) < 0) {
 		snprintf(err, errlen, "out of memory");
 		return ST_RESOURCE_EXHAUSTED;
 	}
-	for (size_t i = 0; i < n; i++) {
-		if (raw[i] == '/' && (out->len == 0 ||
-		    out->data[out->len - 1] == '/'))
-			continue;
-		out->data[out->len++] = raw[i];
-	}
-	if (out->len > 0 && out->data[out->len - 1] == '/')
-		out->len--;
-	out->data[out->len] = '\0';
 	if (out->len == 0 && !allow_empty) {
 		snprintf(err, errlen, "empty key");
 		return ST_INVALID_ARGUMENT;

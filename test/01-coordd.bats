@@ -303,15 +303,27 @@ wait_exit() {
 	still_serving
 }
 
-@test "a key of 4096 bytes is accepted, 4097 is not" {
+@test "a key of 2048 bytes is accepted, 2049 is not" {
 	start_coordd
 	local key
-	key=$(printf 'k%.0s' {1..4096})
+	key=$(printf 'k%.0s' {1..2048})
 	run http PUT "/v1/kv/$key" -d v
 	assert_line --index 0 200
 	run http PUT "/v1/kv/${key}k" -d v
 	error_is 413 RESOURCE_EXHAUSTED
 	still_serving
+}
+
+@test "a key of 2048 bytes of non-ASCII text is accepted" {
+	start_coordd
+	local key
+	key=$(python3 -c 'print("\u00e9" * 1024)')
+	run kvctl put "$key" v
+	assert_success
+	run kvctl get "$key"
+	assert_output v
+	run kvctl put "${key}x" v
+	assert_failure 12
 }
 
 @test "a 100K body with --max-value-size 1K is 413 RESOURCE_EXHAUSTED" {

@@ -7,7 +7,8 @@ int unit_failed;
 
 static const struct unit_test *groups[] = {
 	status_tests, duration_tests, text_tests, buf_tests, strmap_tests,
-	kvstore_tests, timer_tests, cli_tests, http_tests,
+	kvstore_tests, timer_tests, cli_tests, http_tests, task_tests,
+	notice_tests, syncpoint_tests,
 };
 
 int

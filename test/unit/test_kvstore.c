@@ -51,7 +51,8 @@ kv_keys(void)
 	CHECK(key_status(kv, "\xff", 1, 0) == ST_INVALID_ARGUMENT);
 	memset(big, 'k', 5000);
 	CHECK(key_status(kv, big, 5000, 0) == ST_RESOURCE_EXHAUSTED);
-	CHECK(key_status(kv, big, 4096, 0) == ST_OK);
+	CHECK(key_status(kv, big, 2049, 0) == ST_RESOURCE_EXHAUSTED);
+	CHECK(key_status(kv, big, 2048, 0) == ST_OK);
 	free(big);
 	kv_free(kv);
 }

@@ -1,0 +1,427 @@
+#!/usr/bin/env bats
+# preemptwatch with real processes and real signals: a coordd with a 1 s
+# heartbeat timeout and a few wrapped commands, one per task. Commands are
+# bounded (sleep 8 or 10 at most), every preemptwatch is ours and is
+# stopped by PID in teardown, its command with it.
+
+load helper
+
+bats_require_minimum_version 1.5.0
+
+# preemptwatch processes by name: PW[NAME] is the preemptwatch itself,
+# PWW[NAME] the subshell of ours that waits for it.
+declare -A PW=() PWW=()
+eval "helper_$(declare -f teardown)"
+teardown() {
+	local name i
+	# SIGTERM reaches the commands through preemptwatch; coordd is still
+	# up, so that they leave at once.
+	for name in "${!PW[@]}"; do
+		[ -e "$T/$name.rc" ] || kill -TERM "${PW[$name]}" 2>/dev/null || true
+	done
+	for name in "${!PW[@]}"; do
+		for ((i = 0; i < 60; i++)); do
+			[ -e "$T/$name.rc" ] && break
+			sleep 0.05
+		done
+		[ -e "$T/$name.rc" ] || kill -KILL "${PW[$name]}" 2>/dev/null || true
+		wait "${PWW[$name]}" 2>/dev/null || true
+	done
+	helper_teardown
+}
+
+# pw NAME ARGS...: `preemptwatch ARGS` in the background, with stdout and
+# stderr in NAME.out and NAME.err. When it exits, NAME.t gets the time
+# (µs since the epoch) and then NAME.rc its exit status.
+pw() {
+	local name=$1
+	shift
+	rm -f "$T/$name.pid" "$T/$name.rc" "$T/$name.t"
+	(
+		preemptwatch "$@" >"$T/$name.out" 2>"$T/$name.err" &
+		echo $! >"$T/$name.pid"
+		rc=0
+		wait $! || rc=$?
+		echo "${EPOCHREALTIME/./}" >"$T/$name.t"
+		echo "$rc" >"$T/$name.rc"
+	) 3>&- &
+	PWW[$name]=$!
+	wait_file "$T/$name.pid" 2
+	PW[$name]=$(cat "$T/$name.pid")
+}
+
+# pw_wait NAME SECONDS: waits for preemptwatch NAME to exit, for at most
+# SECONDS; sets STATUS to its exit status ("running" if it did not exit in
+# time) and EXIT_US to the time it exited.
+pw_wait() {
+	local i
+	STATUS=running
+	for ((i = 0; i < $2 * 50; i++)); do
+		if [ -s "$T/$1.rc" ]; then
+			STATUS=$(cat "$T/$1.rc")
+			EXIT_US=$(cat "$T/$1.t")
+			return 0
+		fi
+		sleep 0.02
+	done
+}
+
+# alive PID: PID (ours or not) exists and is not a zombie.
+alive() {
+	local state
+	state=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
+	[[ $state != Z* ]]
+}
+
+# dead PID: PID is gone (or a zombie).
+dead() {
+	! alive "$1"
+}
+
+# now_us: microseconds since the epoch.
+now_us() {
+	echo "${EPOCHREALTIME/./}"
+}
+
+# status_json EXPR: EXPR over `kvctl --json status`, with j bound to it.
+status_json() {
+	kvctl --timeout 2s --json status >"$T/status.json"
+	python3 - "$1" "$T/status.json" <<'EOF'
+import json, sys
+j = json.load(open(sys.argv[2]))
+v = eval(sys.argv[1])
+print(v if isinstance(v, str) else json.dumps(v))
+EOF
+}
+
+# state TASK: TASK's state as coordd sees it.
+state() {
+	status_json "[t['state'] for t in j['tasks'] if t['task'] == '$1'][0]"
+}
+
+# wait_state TASK STATE SECONDS: until coordd shows TASK in STATE.
+wait_state() {
+	local i
+	for ((i = 0; i < $3 * 10; i++)); do
+		[ "$(state "$1")" = "$2" ] && return 0
+		sleep 0.1
+	done
+	echo "wait_state: $1 is $(state "$1"), not $2" >&2
+	return 1
+}
+
+# A command that writes its PID to $T/NAME.cmd once started, then sleeps
+# (10 s at most): `bash -c "$SLEEPER" _ $T/NAME`.
+SLEEPER='echo $$ >"$1.cmd"; exec sleep 10'
+
+# --- the command line -------------------------------------------------------
+
+@test "preemptwatch usage errors exit 2 and register nothing" {
+	start_coordd --cluster worker=1 --heartbeat-timeout 1s
+	run --separate-stderr preemptwatch -t worker:0
+	assert_failure 2
+	[[ $stderr == *"no COMMAND given"*"usage: preemptwatch"* ]]
+	run --separate-stderr preemptwatch -t worker:0 --
+	assert_failure 2
+	run --separate-stderr preemptwatch -- true
+	assert_failure 2
+	[[ $stderr == *"no task: use -t TASK or set MUSTER_TASK"* ]]
+	MUSTER_TASK= run --separate-stderr preemptwatch -- true
+	assert_failure 2
+	local bad
+	for bad in worker w:x :0 worker:-1 "worker 0"; do
+		run --separate-stderr preemptwatch -t "$bad" -- true
+		assert_failure 2
+		[[ $stderr == *"$bad is not a task (want JOB:INDEX)"* ]] || fail "-t '$bad': $stderr"
+	done
+	run --separate-stderr preemptwatch -t worker:0 --grace soon -- true
+	assert_failure 2
+	run --separate-stderr preemptwatch -t worker:0 --timeout 0 -- true
+	assert_failure 2
+	run --separate-stderr preemptwatch -h
+	assert_success
+	assert_line --index 0 --partial 'usage: preemptwatch'
+	assert_equal "$(state worker:0)" disconnected
+	assert_equal "$(status_json 'j["tasks"][0]["incarnation"]')" null
+}
+
+# --- the command's environment and exit status ------------------------------
+
+@test "the command sees MUSTER_COORD, MUSTER_TASK and MUSTER_INCARNATION, and runs as a connected task" {
+	start_coordd --cluster worker=2 --heartbeat-timeout 1s
+	local addr=$MUSTER_COORD
+	pw w1 -t worker:1 -- sleep 8
+	# -c gives the address, and the name may be written /job:J/task:I.
+	env -u MUSTER_COORD preemptwatch -c "$addr" -t /job:worker/task:0 -- bash -c '
+		echo "$MUSTER_COORD $MUSTER_TASK $MUSTER_INCARNATION" >"$1/env.out"
+		kvctl --timeout 2s --json status >"$1/inside.json"' _ "$T" 3>&- &
+	local p0=$!
+	local i
+	for ((i = 0; i < 100; i++)); do
+		alive "$p0" || break
+		sleep 0.05
+	done
+	wait "$p0"
+	read -r coord task inc <"$T/env.out"
+	assert_equal "$coord" "$addr"
+	assert_equal "$task" worker:0
+	[[ $inc =~ ^[0-9a-f]{16}$ ]] || fail "MUSTER_INCARNATION=$inc"
+	# While the command ran, coordd knew the task as connected with it.
+	run python3 -c '
+import json, sys
+t = [t for t in json.load(open(sys.argv[1]))["tasks"] if t["task"] == "worker:0"][0]
+print(t["state"], t["incarnation"])' "$T/inside.json"
+	assert_output "connected $inc"
+	# And it left cleanly.
+	assert_equal "$(state worker:0)" disconnected
+}
+
+@test "the command's exit status passes through, and the others stop with 43 naming the failed task" {
+	start_coordd --cluster worker=3 --heartbeat-timeout 1s
+	pw w0 -t worker:0 -- sleep 8
+	pw w1 -t worker:1 -- sleep 8
+	run --separate-stderr timeout 8 preemptwatch -t worker:2 -- bash -c 'sleep 0.3; exit 3'
+	local t_fail
+	t_fail=$(now_us)
+	assert_failure 3
+	pw_wait w0 3
+	assert_equal "$STATUS" 43
+	[ $(((EXIT_US - t_fail) / 1000)) -lt 2000 ]
+	pw_wait w1 3
+	assert_equal "$STATUS" 43
+	grep -q "task worker:2 failed: INTERNAL: command bash exited with status 3" "$T/w0.err" ||
+		fail "$(cat "$T/w0.err")"
+	grep -q "stopped because task worker:2 failed" "$T/w1.err"
+	assert_equal "$(status_json '[j["tasks"][2]["error"]["code"], j["tasks"][2]["error"]["reported"]]')" '["INTERNAL", true]'
+}
+
+@test "a command killed by SIGKILL gives 137, and the others stop with 43" {
+	start_coordd --cluster worker=2 --heartbeat-timeout 1s
+	pw w1 -t worker:1 -- sleep 8
+	run --separate-stderr timeout 8 preemptwatch -t worker:0 -- bash -c 'sleep 0.3; kill -9 $$'
+	assert_failure 137
+	pw_wait w1 3
+	assert_equal "$STATUS" 43
+	grep -q "task worker:0 failed: INTERNAL: command bash killed by SIGKILL" "$T/w1.err" ||
+		fail "$(cat "$T/w1.err")"
+}
+
+# --- failures of whole tasks ------------------------------------------------
+
+@test "kill -9 of one preemptwatch stops the others' commands within 2 s, exit 43 naming it" {
+	start_coordd --cluster worker=3 --heartbeat-timeout 1s
+	pw w0 -t worker:0 -- bash -c "$SLEEPER" _ "$T/w0"
+	pw w1 -t worker:1 -- bash -c "$SLEEPER" _ "$T/w1"
+	pw w2 -t worker:2 -- sleep 8
+	wait_file "$T/w0.cmd" 5
+	wait_file "$T/w1.cmd" 5
+	# Let a few heartbeats go by: everyone is healthy.
+	sleep 1.2
+	alive "$(cat "$T/w0.cmd")"
+	[ ! -e "$T/w0.rc" ]
+
+	local t_kill took name
+	t_kill=$(now_us)
+	kill -9 "${PW[w2]}"
+	for name in w0 w1; do
+		pw_wait "$name" 4
+		assert_equal "$STATUS" 43
+		took=$(((EXIT_US - t_kill) / 1000))
+		[ "$took" -lt 2000 ] || fail "$name stopped ${took}ms after the kill"
+		grep -q "task worker:2 failed: UNAVAILABLE: no heartbeat" "$T/$name.err" ||
+			fail "$name: $(cat "$T/$name.err")"
+		dead "$(cat "$T/$name.cmd")"
+	done
+	pw_wait w2 1
+	assert_equal "$STATUS" 137
+	assert_equal "$(status_json 'j["tasks"][2]["error"]["code"]')" UNAVAILABLE
+}
+
+@test "--grace: a command that ignores SIGTERM is killed with SIGKILL after the grace" {
+	start_coordd --cluster worker=2 --heartbeat-timeout 1s
+	pw w0 -t worker:0 --grace 1s -- bash -c 'trap "" TERM; echo $$ >"$1.cmd"; sleep 10' _ "$T/w0"
+	run --separate-stderr timeout 8 preemptwatch -t worker:1 -- bash -c 'sleep 0.5; exit 3'
+	local t_fail took
+	t_fail=$(now_us)
+	assert_failure 3
+	# SIGTERM went out at once; the command shrugged it off.
+	sleep 0.5
+	[ ! -e "$T/w0.rc" ] || fail "preemptwatch exited before the grace: $(cat "$T/w0.rc")"
+	alive "$(cat "$T/w0.cmd")"
+	pw_wait w0 3
+	assert_equal "$STATUS" 43
+	took=$(((EXIT_US - t_fail) / 1000))
+	[ "$took" -ge 900 ] && [ "$took" -lt 2200 ] || fail "stopped ${took}ms after the failure"
+	dead "$(cat "$T/w0.cmd")"
+}
+
+@test "commands that exit 0 everywhere: every preemptwatch exits 0, and coordd shows them disconnected" {
+	start_coordd --cluster worker=3 --heartbeat-timeout 1s
+	pw w0 -t worker:0 -- sleep 0.2
+	pw w1 -t worker:1 -- sleep 0.5
+	pw w2 -t worker:2 -- sleep 0.8
+	local name
+	for name in w0 w1 w2; do
+		pw_wait "$name" 5
+		assert_equal "$STATUS" 0
+		[ ! -s "$T/$name.out" ]
+	done
+	assert_equal "$(status_json '[(t["state"], t["error"]) for t in j["tasks"]]')" \
+		'[["disconnected", null], ["disconnected", null], ["disconnected", null]]'
+	assert_equal "$(status_json 'j["connected"]')" 0
+}
+
+@test "with --shutdown-barrier-timeout, tasks that finish early leave with the last one" {
+	start_coordd --cluster worker=2 --heartbeat-timeout 1s --shutdown-barrier-timeout 5s
+	pw w0 -t worker:0 -- sleep 0.1
+	pw w1 -t worker:1 -- bash -c 'sleep 1.5; echo "${EPOCHREALTIME/./}" >"$1.done"' _ "$T/w1"
+	pw_wait w0 5
+	assert_equal "$STATUS" 0
+	local w0_exit=$EXIT_US
+	pw_wait w1 5
+	assert_equal "$STATUS" 0
+	# worker:0 was done first but waited for worker:1 to finish.
+	[ "$w0_exit" -ge "$(cat "$T/w1.done")" ] || fail "worker:0 left $(( ($(cat "$T/w1.done") - w0_exit) / 1000 ))ms before worker:1 finished"
+	assert_equal "$(status_json '[t["state"] for t in j["tasks"]]')" '["disconnected", "disconnected"]'
+}
+
+@test "SIGTERM to preemptwatch is forwarded to the command, whose trap runs" {
+	start_coordd --cluster worker=1 --heartbeat-timeout 1s
+	pw w0 -t worker:0 -- bash -c '
+		trap "echo got TERM >\"\$1.trap\"; exit 5" TERM
+		echo $$ >"$1.cmd"
+		for ((i = 0; i < 100; i++)); do sleep 0.1; done' _ "$T/w0"
+	wait_file "$T/w0.cmd" 5
+	kill -TERM "${PW[w0]}"
+	pw_wait w0 3
+	assert_equal "$STATUS" 5
+	assert_equal "$(cat "$T/w0.trap")" "got TERM"
+	dead "$(cat "$T/w0.cmd")"
+}
+
+@test "a recoverable worker killed with -9 and started again rejoins while the others keep running" {
+	start_coordd --cluster chief=1,worker=2 --recoverable worker --heartbeat-timeout 1s
+	pw c0 -t chief:0 -- bash -c "$SLEEPER" _ "$T/c0"
+	pw w0 -t worker:0 -- bash -c "$SLEEPER" _ "$T/w0"
+	pw w1 -t worker:1 -- bash -c 'echo "$MUSTER_INCARNATION" >"$1.inc"; exec sleep 10' _ "$T/w1"
+	wait_file "$T/c0.cmd" 5
+	wait_file "$T/w0.cmd" 5
+	wait_file "$T/w1.inc" 5
+	local old
+	old=$(cat "$T/w1.inc")
+
+	kill -9 "${PW[w1]}"
+	wait_state worker:1 error 3
+	pw w1b -t worker:1 -- bash -c 'echo "$MUSTER_INCARNATION" >"$1.inc"; exec sleep 10' _ "$T/w1b"
+	wait_file "$T/w1b.inc" 5
+	[ "$(cat "$T/w1b.inc")" != "$old" ]
+	# Past another heartbeat timeout: nothing reached the others.
+	sleep 1.3
+	local name
+	for name in c0 w0; do
+		[ ! -e "$T/$name.rc" ] || fail "$name exited $(cat "$T/$name.rc"): $(cat "$T/$name.err")"
+		alive "${PW[$name]}"
+		alive "$(cat "$T/$name.cmd")"
+	done
+	alive "${PW[w1b]}"
+	run --separate-stderr kvctl --timeout 2s status
+	assert_success
+	assert_line --regexp "^worker:1 +connected\\* +$(cat "$T/w1b.inc") "
+	assert_line --regexp '^chief:0 +connected '
+	assert_line --regexp '^worker:0 +connected\* '
+	assert_equal "$(status_json 'j["connected"]')" 3
+}
+
+@test "a barrier over a subset passes in the wrapped commands while a task outside it is dead" {
+	start_coordd --cluster chief=1,worker=2 --recoverable worker --heartbeat-timeout 1s
+	local script='
+		echo started >"$1.started"
+		kvctl --timeout 8s get go >/dev/null || exit 20
+		barrierwait --timeout 3s --tasks chief:0,worker:0 ckpt1
+		echo "$?" >"$1.bw"'
+	pw c0 -t chief:0 -- bash -c "$script" _ "$T/c0"
+	pw w0 -t worker:0 -- bash -c "$script" _ "$T/w0"
+	pw w1 -t worker:1 -- sleep 8
+	wait_file "$T/c0.started" 5
+	wait_file "$T/w0.started" 5
+	kill -9 "${PW[w1]}"
+	wait_state worker:1 error 3
+
+	kvctl put go 1
+	pw_wait c0 5
+	assert_equal "$STATUS" 0
+	pw_wait w0 5
+	assert_equal "$STATUS" 0
+	assert_equal "$(cat "$T/c0.bw")" 0
+	assert_equal "$(cat "$T/w0.bw")" 0
+}
+
+# --- bring-up ---------------------------------------------------------------
+
+@test "--no-wait-all starts the command before the others register" {
+	start_coordd --cluster worker=3 --heartbeat-timeout 1s
+	local script='echo "$(kvctl --timeout 2s --json status)" >"$1.started"; sleep 8'
+	pw w0 -t worker:0 --no-wait-all -- bash -c "$script" _ "$T/w0"
+	wait_file "$T/w0.started" 3
+	# worker:0's command saw itself alone.
+	run python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["connected"])' "$T/w0.started"
+	assert_output 1
+
+	# Without the flag the command waits for everyone.
+	pw w1 -t worker:1 -- bash -c "$script" _ "$T/w1"
+	wait_state worker:1 connected 3
+	sleep 0.5
+	[ ! -e "$T/w1.started" ] || fail "worker:1 started before worker:2 registered"
+	pw w2 -t worker:2 --no-wait-all -- sleep 8
+	wait_file "$T/w1.started" 3
+}
+
+@test "preemptwatch --timeout: a task that never comes ends the bring-up with 4, and the command never starts" {
+	start_coordd --cluster worker=2 --heartbeat-timeout 1s
+	local t0 took
+	t0=$(now_us)
+	run --separate-stderr timeout 8 preemptwatch -t worker:0 --timeout 1s -- bash -c 'touch "$1.started"' _ "$T/w0"
+	took=$((($(now_us) - t0) / 1000))
+	assert_failure 4
+	[[ $stderr == *DEADLINE_EXCEEDED* ]] || fail "$stderr"
+	[ "$took" -lt 3000 ] || fail "took ${took}ms"
+	[ ! -e "$T/w0.started" ]
+	assert_equal "$(state worker:0)" disconnected
+}
+
+@test "a preemptwatch started before coordd registers once coordd is up" {
+	local port
+	port=$(free_port)
+	export MUSTER_COORD=127.0.0.1:$port
+	pw w0 -t worker:0 --timeout 10s -- bash -c 'echo "$MUSTER_INCARNATION" >"$1.inc"' _ "$T/w0"
+	sleep 0.7
+	[ ! -e "$T/w0.rc" ] || fail "preemptwatch gave up: $(cat "$T/w0.err")"
+
+	coordd -l "127.0.0.1:$port" --cluster worker=1 --heartbeat-timeout 1s 2>>"$T/coordd.log" &
+	DAEMON_PIDS+=($!)
+	pw_wait w0 6
+	assert_equal "$STATUS" 0
+	grep -q "task worker:0 registered (incarnation $(cat "$T/w0.inc"))" "$T/coordd.log"
+	assert_equal "$(state worker:0)" disconnected
+}
+
+@test "when preemptwatch is killed with SIGKILL its command gets SIGTERM and stops" {
+	start_coordd --cluster worker=1 --heartbeat-timeout 1s
+	pw w0 -t worker:0 -- bash -c '
+		trap "echo got TERM >\"\$1.trap\"; exit 0" TERM
+		echo $$ >"$1.cmd"
+		for ((i = 0; i < 100; i++)); do sleep 0.1; done' _ "$T/w0"
+	wait_file "$T/w0.cmd" 5
+	kill -9 "${PW[w0]}"
+	pw_wait w0 2
+	assert_equal "$STATUS" 137
+	wait_file "$T/w0.trap" 2
+	assert_equal "$(cat "$T/w0.trap")" "got TERM"
+	local i cmd
+	cmd=$(cat "$T/w0.cmd")
+	for ((i = 0; i < 40; i++)); do
+		alive "$cmd" || break
+		sleep 0.05
+	done
+	dead "$cmd"
+}
