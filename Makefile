@@ -33,7 +33,7 @@ LIB_SRC   := $(wildcard lib/*.c)
 LIB_OBJ   := $(LIB_SRC:lib/%.c=$(BUILD)/lib/%.o)
 UNIT_SRC  := $(wildcard test/unit/*.c)
 UNIT_OBJ  := $(UNIT_SRC:test/unit/%.c=$(BUILD)/unit/%.o)
-BENCH_PROGS := bare loadgen
+BENCH_PROGS := bare loadgen syncapi
 BINS      := $(PROGS:%=$(BUILD)/bin/%)
 
 .DELETE_ON_ERROR:

@@ -1600,6 +1600,16 @@ detect_round(struct detect *d, int round, size_t victim, int64_t interval,
 		    "connected: %.200s", round, text);
 		return -1;
 	}
+	/*
+	 * coordd scans for silent tasks every timeout / 4. Rounds that began
+	 * right after the last one's detection would all stop at the same
+	 * phase of that scan; a random start samples every phase.
+	 */
+	next = now_us() + (int64_t)(task_new_incarnation() %
+	    (uint64_t)(interval / 2 + 1));
+	while (now_us() < next)
+		if (lg_step(&d->lg, next) < 0)
+			return -1;
 	for (size_t i = 0; i < d->k; i++) {
 		struct dtask *t = &d->t[i];
 		task_format_incarnation(task_new_incarnation(), t->inc);
