@@ -206,7 +206,8 @@ do_put(struct ctx *x, int argc, char **argv, enum kv_mode mode)
 	enum status st;
 
 	if (argc < 1 || argc > 2)
-		return usage_error("%s takes KEY [VALUE | -]", argv[-1]);
+		return usage_error("%s takes KEY [VALUE | -]", mode == KV_UPDATE ?
+		    "update" : "put");
 	if (read_value(argc == 2 ? argv[1] : NULL, &val) < 0)
 		return cli_fail(ST_INVALID_ARGUMENT, "cannot read the value "
 		    "from standard input: %s", strerror(errno));
@@ -230,7 +231,7 @@ do_get(struct ctx *x, int argc, char **argv, int wait)
 	int rc = 0;
 
 	if (argc != 1)
-		return usage_error("%s takes KEY", argv[-1]);
+		return usage_error("%s takes KEY", wait ? "get" : "tryget");
 	st = coord_kv_get(x->cc, argv[0], wait, x->deadline, &val, &rev);
 	if (st != ST_OK) {
 		buf_free(&val);
@@ -575,7 +576,6 @@ main(int argc, char **argv)
 		    DEFAULT_TIMEOUT_MS;
 	x.deadline = x.o.timeout == 0 ? HTTP_NO_DEADLINE :
 	    duration_now_ms() + x.o.timeout;
-	argv[-1] = (char *)verb;
 	/* Keys are shown as coordd stores them: "//a///b/" is "a/b". */
 	if (argc >= 1 && strcmp(verb, "status") != 0) {
 		if (kv_normalize(argv[0], strlen(argv[0]), &key) < 0)

@@ -574,8 +574,11 @@ run_loop(struct run *r, struct coord_client *cc, int sfd,
 			sig = (int)si.ssi_signo;
 			if (sig != SIGCHLD) {
 				if (notice_sig[sig] && !own_sent) {
+					char from[32];
+					snprintf(from, sizeof(from), "SIG%s",
+					    sigabbrev_np(sig));
 					own_notice(cc, wall_now_ms() +
-					    pw->o.notice_grace, sigabbrev_np(sig));
+					    pw->o.notice_grace, from);
 					own_sent = 1;
 					continue;
 				}
@@ -642,6 +645,25 @@ run_loop(struct run *r, struct coord_client *cc, int sfd,
 		}
 	}
 	return out;
+}
+
+/*
+ * The signal that cut a wait short while no command ran, or 0 when it was
+ * only a late SIGCHLD. Exiting on it is what a shell would do.
+ */
+static int
+interrupted(int sfd, const char *what)
+{
+	struct signalfd_siginfo si;
+
+	while (read(sfd, &si, sizeof(si)) == sizeof(si)) {
+		if (si.ssi_signo != SIGCHLD) {
+			log_info("SIG%s while %s: exiting",
+			    sigabbrev_np((int)si.ssi_signo), what);
+			return 128 + (int)si.ssi_signo;
+		}
+	}
+	return 0;
 }
 
 static int
@@ -822,7 +844,7 @@ main(int argc, char **argv)
 	}
 	sigprocmask(SIG_BLOCK, &blocked, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	if ((sfd = signalfd(-1, &blocked, SFD_CLOEXEC)) < 0)
+	if ((sfd = signalfd(-1, &blocked, SFD_CLOEXEC | SFD_NONBLOCK)) < 0)
 		return cli_fail(ST_INTERNAL, "signalfd: %s", strerror(errno));
 	if (sync_server_start(sync) < 0 || (polled &&
 	    pthread_create(&nt, NULL, notices_main, &pw) != 0))
@@ -835,7 +857,16 @@ main(int argc, char **argv)
 
 		r.a.incarnation = task_new_incarnation();
 		r.gen++;
-		st = coord_register(cc, &r.a, duration_now_ms() + o->bringup);
+		/* A signal while coordd is still away ends the wait. */
+		do {
+			coord_client_set_cancel(cc, sfd);
+			st = coord_register(cc, &r.a, duration_now_ms() +
+			    o->bringup);
+			coord_client_set_cancel(cc, -1);
+		} while (st == ST_CANCELLED &&
+		    (rc = interrupted(sfd, "registering")) == 0);
+		if (st == ST_CANCELLED)
+			break;
 		if (st != ST_OK) {
 			rc = cli_fail(st, "registering %s: %s", r.a.task, cc->err);
 			break;
@@ -855,8 +886,15 @@ main(int argc, char **argv)
 		log_info("restarting the command (%ld of at most %ld) once "
 		    "every task has left run %ld", restarts, o->max_restarts,
 		    r.a.epoch);
-		st = coord_wait_epoch(cc, r.a.epoch, duration_now_ms() +
-		    o->bringup, &epoch);
+		do {
+			coord_client_set_cancel(cc, sfd);
+			st = coord_wait_epoch(cc, r.a.epoch, duration_now_ms() +
+			    o->bringup, &epoch);
+			coord_client_set_cancel(cc, -1);
+		} while (st == ST_CANCELLED && (rc = interrupted(sfd,
+		    "waiting for the job to wind down")) == 0);
+		if (st == ST_CANCELLED)
+			break;
 		if (st != ST_OK) {
 			rc = cli_fail(st, "waiting for the job to wind down: %s",
 			    cc->err);

@@ -226,9 +226,19 @@ metrics(struct coord *co, struct http_req *req)
 	    "muster_kv_watchers %zu\n"
 	    "# HELP muster_timers Armed deadlines.\n"
 	    "# TYPE muster_timers gauge\n"
-	    "muster_timers %zu\n",
+	    "muster_timers %zu\n"
+	    "# HELP muster_tasks Tasks in the cluster.\n"
+	    "# TYPE muster_tasks gauge\n"
+	    "muster_tasks %zu\n"
+	    "# HELP muster_tasks_connected Tasks connected now.\n"
+	    "# TYPE muster_tasks_connected gauge\n"
+	    "muster_tasks_connected %zu\n"
+	    "# HELP muster_epoch Runs of the job since coordd started.\n"
+	    "# TYPE muster_epoch counter\n"
+	    "muster_epoch %ld\n",
 	    kv_count(co->kv), kv_bytes(co->kv), kv_revision(co->kv),
-	    co->watchers.count, timers_count(co->timers));
+	    co->watchers.count, timers_count(co->timers), co->cl.ntasks,
+	    co->cl.nconnected, co->cl.epoch);
 	pthread_mutex_unlock(&co->mu);
 	if (co->srv != NULL)
 		buf_printf(&b,
