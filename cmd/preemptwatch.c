@@ -92,6 +92,7 @@ struct run {
 	struct pw *pw;
 	struct coord_agent a;
 	unsigned gen;
+	atomic_int ready;               /* every task is there */
 	int cancel[2];
 	pthread_t threads[3];
 	int nthreads;
@@ -229,6 +230,7 @@ poller_main(void *arg)
 			goto out;
 		}
 	}
+	atomic_store(&r->ready, 1);
 	post(pw, EV_READY, r->gen, ST_OK, 0, "ready");
 	for (;;) {
 		json_t *errors = NULL, *e;
@@ -307,11 +309,15 @@ watcher_main(void *arg)
 	    wall_format(death, when, sizeof(when)));
 	/* Not too early: only within the window before the death time. */
 	start = death - pw->o.window;
-	if (start > wall_now_ms()) {
+	if (start > wall_now_ms())
 		log_info("the sync protocol starts in %s, %s before the death "
 		    "time", duration_format(start - wall_now_ms(), d, sizeof(d)),
 		    duration_format(pw->o.window, when, sizeof(when)));
-		if (nap(r->cancel[0], start - wall_now_ms()) < 0)
+	/* Nor before every task is there: the barrier is everyone's. */
+	while (start > wall_now_ms() || !atomic_load(&r->ready)) {
+		int64_t left = start - wall_now_ms();
+		if (nap(r->cancel[0], !atomic_load(&r->ready) ? 100 :
+		    left < 60000 ? left : 60000) < 0)
 			goto out;
 	}
 	st = preempt_sync(cc, &r->a, pw->page, pw->o.barrier_timeout,
@@ -595,6 +601,16 @@ run_loop(struct run *r, struct coord_client *cc, int sfd,
 			    child)
 				continue;
 			child = 0;
+			/* A failure trumps a notice: no sync point was
+			 * kept, the command was stopped. */
+			if (stopping) {
+				fprintf(stderr, "%s: stopped because %s\n",
+				    log_prog(), reason);
+				leave(cc, &r->a, 0);
+				out.code = EXIT_PEER_FAILED;
+				out.restartable = 1;
+				return out;
+			}
 			if (noticed || own_sent) {
 				/* Preempted: checkpointed (or stopped); the
 				 * scheduler, or we, bring the task back. */
@@ -604,14 +620,6 @@ run_loop(struct run *r, struct coord_client *cc, int sfd,
 				    "sync point" : "", pw->o.restart_code);
 				leave(cc, &r->a, 0);
 				out.code = pw->o.restart_code;
-				out.restartable = 1;
-				return out;
-			}
-			if (stopping) {
-				fprintf(stderr, "%s: stopped because %s\n",
-				    log_prog(), reason);
-				leave(cc, &r->a, 0);
-				out.code = EXIT_PEER_FAILED;
 				out.restartable = 1;
 				return out;
 			}
@@ -742,7 +750,13 @@ parse_args(int argc, char **argv, struct opts *o, int *verbose)
 			    &o->notice_interval) != 0)
 				return 2;
 			break;
-		case 'M': meta = optarg; break;
+		case 'M':
+			meta = optarg;
+			if (strncmp(meta, "http://", 7) != 0 || meta[7] == '\0' ||
+			    meta[7] == '/')
+				return cli_usage_error(synopsis, "--metadata-url %s "
+				    "is not http://HOST[:PORT][/PATH]", meta);
+			break;
 		case 'P':
 			if (parse_dur("--protocol-window", optarg, 0,
 			    &o->window) != 0)
@@ -757,6 +771,10 @@ parse_args(int argc, char **argv, struct opts *o, int *verbose)
 			if (parse_count("--restart-exit-code", optarg, 1, 255,
 			    &v) != 0)
 				return 2;
+			if (v == EXIT_PEER_FAILED)
+				return cli_usage_error(synopsis, "--restart-exit-"
+				    "code %d is the code for a failed peer",
+				    EXIT_PEER_FAILED);
 			o->restart_code = (int)v;
 			break;
 		case 'X':

@@ -109,6 +109,11 @@ notice_parse(const char *spec, const char *base, struct notice_source *src,
 	}
 	if ((src->http = http_client_new(src->addr, 80, err, errlen)) == NULL)
 		return -1;
+	/* Metadata servers answer only requests that say they mean it. */
+	if (src->kind == NOTICE_GCE)
+		http_client_add_header(src->http, "Metadata-Flavor: Google");
+	else if (src->kind == NOTICE_AZURE)
+		http_client_add_header(src->http, "Metadata: true");
 	return 0;
 }
 
@@ -134,16 +139,21 @@ check_file(struct notice_source *src, int64_t grace_ms, int64_t *death_ms)
 	mt = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
 	if (sb.st_ino == src->ino && mt == src->mtime_ns)
 		return 0;
-	src->ino = sb.st_ino;
-	src->mtime_ns = mt;
 	*death_ms = wall_now_ms() + grace_ms;
+	n = 0;
 	if ((f = fopen(src->path, "r")) != NULL) {
 		n = fread(text, 1, sizeof(text) - 1, f);
 		fclose(f);
-		text[n] = '\0';
-		text[strcspn(text, "\r\n")] = '\0';
-		wall_parse_rfc3339(text, death_ms);
 	}
+	text[n] = '\0';
+	text[strcspn(text, "\r\n")] = '\0';
+	/* A file still being written (no time in it yet, touched within the
+	 * last half second) is looked at again next time. */
+	if (wall_parse_rfc3339(text, death_ms) < 0 &&
+	    wall_now_ms() - mt / 1000000 < 500)
+		return 0;
+	src->ino = sb.st_ino;
+	src->mtime_ns = mt;
 	return 1;
 }
 

@@ -80,8 +80,11 @@ preempt_sync(struct coord_client *cc, const struct coord_agent *a,
 	enum status st;
 	int n = 0;
 
-	/* Steps stop here until the answer is known (or the protocol fails). */
+	/* Steps stop here until the answer is known (or the protocol fails).
+	 * A task yet to take its first step is at step 0, as upstream. */
 	step = sync_page_freeze(page);
+	if (step < 0)
+		step = 0;
 	deadline = duration_now_ms() + barrier_timeout_ms + 10000;
 	snprintf(key, sizeof(key), "%s/%s", PREEMPT_COUNTER_DIR, a->task);
 	snprintf(num, sizeof(num), "%" PRId64, step);

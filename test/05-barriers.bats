@@ -11,7 +11,7 @@ bats_require_minimum_version 1.5.0
 # Background processes of ours, stopped by PID in teardown before the
 # helper's own teardown stops the daemons.
 BG_PIDS=()
-declare -A BW=()
+declare -gA BW=()
 eval "helper_$(declare -f teardown)"
 teardown() {
 	local pid

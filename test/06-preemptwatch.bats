@@ -10,7 +10,7 @@ bats_require_minimum_version 1.5.0
 
 # preemptwatch processes by name: PW[NAME] is the preemptwatch itself,
 # PWW[NAME] the subshell of ours that waits for it.
-declare -A PW=() PWW=()
+declare -gA PW=() PWW=()
 eval "helper_$(declare -f teardown)"
 teardown() {
 	local name i

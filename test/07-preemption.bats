@@ -1,0 +1,475 @@
+#!/usr/bin/env bats
+# Preemption: the sync protocol of the reference's preemption sync manager
+# as preemptwatch runs it over coordd (a notice, the death time, the window,
+# every task posting its step, the barrier, max+1 as the sync point), the
+# restart exit code and --max-restarts, a task lost mid-protocol, and the
+# command line of syncpoint and preemptwatch. Every preemptwatch runs in the
+# background with its output in $T and is ours: teardown SIGKILLs the ones
+# still running (SIGTERM would be a preemption notice).
+
+load helper
+
+bats_require_minimum_version 1.5.0
+
+LOOP=$BATS_TEST_DIRNAME/../examples/train-loop.sh
+
+# Background preemptwatch processes of ours, stopped by PID in teardown
+# before the helper's own teardown stops coordd.
+PW_PIDS=()
+eval "helper_$(declare -f teardown)"
+teardown() {
+	local pid
+	for pid in "${PW_PIDS[@]}"; do
+		kill -CONT "$pid" 2>/dev/null || true
+		kill -KILL "$pid" 2>/dev/null || true
+	done
+	for pid in "${PW_PIDS[@]}"; do
+		wait "$pid" 2>/dev/null || true
+	done
+	helper_teardown
+}
+
+# pw NAME ARGS...: preemptwatch ARGS in the background, stdout in
+# $T/NAME.out and stderr in $T/NAME.err; sets PID.
+pw() {
+	local name=$1
+	shift
+	preemptwatch "$@" >"$T/$name.out" 2>"$T/$name.err" 3>&- &
+	PID=$!
+	PW_PIDS+=("$PID")
+}
+
+# wait_exit PID SECONDS: waits for our child PID, for at most SECONDS, and
+# sets STATUS to its exit status ("running" if it did not exit in time).
+wait_exit() {
+	local i state
+	STATUS=running
+	for ((i = 0; i < $2 * 20; i++)); do
+		state=$(ps -o stat= -p "$1" 2>/dev/null) || true
+		if [[ -z $state || $state == Z* ]]; then
+			STATUS=0
+			wait "$1" || STATUS=$?
+			return 0
+		fi
+		sleep 0.05
+	done
+}
+
+# running PID: our child PID has not exited yet.
+running() {
+	local state
+	state=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
+	[[ $state != Z* ]]
+}
+
+# wait_connected N: until coordd counts N tasks connected (5 s).
+wait_connected() {
+	local i
+	for ((i = 0; i < 100; i++)); do
+		curl -s -m 2 "http://$MUSTER_COORD/v1/tasks" |
+			grep -q "\"connected\":$1," && return 0
+		sleep 0.05
+	done
+	echo "wait_connected: never $1 tasks connected" >&2
+	return 1
+}
+
+# wait_grep PATTERN FILE [SECONDS]: until FILE has a line matching the
+# extended regex PATTERN (5 s by default).
+wait_grep() {
+	local i
+	for ((i = 0; i < ${3:-5} * 20; i++)); do
+		grep -Eq -- "$1" "$2" 2>/dev/null && return 0
+		sleep 0.05
+	done
+	echo "wait_grep: no /$1/ in $2:" >&2
+	cat "$2" >&2 2>/dev/null
+	return 1
+}
+
+# js EXPR FILE: the Python expression EXPR over the JSON in FILE, bound to
+# j. Strings print bare, anything else as JSON.
+js() {
+	python3 - "$1" "$2" <<'EOF'
+import json, sys
+j = json.load(open(sys.argv[2]))
+v = eval(sys.argv[1])
+print(v if isinstance(v, str) else json.dumps(v))
+EOF
+}
+
+# now_ms: the wall clock in milliseconds.
+now_ms() {
+	local t=$EPOCHREALTIME
+	echo $(( ${t%.*} * 1000 + 10#${t#*.} / 1000 ))
+}
+
+# script NAME: a bash script from stdin, made executable, at $T/NAME.
+script() {
+	{ echo '#!/bin/bash'; cat; } >"$T/$1"
+	chmod +x "$T/$1"
+}
+
+# --- the protocol ---------------------------------------------------------------
+
+@test "four tasks at different speeds all checkpoint at max+1 of their steps" {
+	start_coordd --cluster worker=4 --heartbeat-timeout 2s
+	local i pids=() times=(0.01 0.02 0.03 0.05)
+	for i in 0 1 2 3; do
+		STEPS=100000 STEP_TIME=${times[i]} CKPT=$T/ckpt.$i \
+			pw "w$i" -t "worker:$i" --grace 3s -- "$LOOP"
+		pids+=("$PID")
+	done
+	wait_connected 4
+	sleep 1
+
+	# One notice, to one task, by SIGTERM: the whole cluster syncs.
+	kill -TERM "${pids[2]}"
+	for i in 0 1 2 3; do
+		wait_exit "${pids[i]}" 15
+		assert_equal "$STATUS" 42
+	done
+	grep -Eq 'preemption notice \((SIG)?TERM\)' "$T/w2.err"
+
+	local n m line
+	line=$(grep 'sync point: step' "$T/w0.err")
+	[[ $line =~ sync\ point:\ step\ ([0-9]+)\ \(the\ furthest\ of\ 4\ tasks\ was\ at\ ([0-9]+)\) ]] ||
+		fail "no sync point line with 4 tasks: $line"
+	n=${BASH_REMATCH[1]} m=${BASH_REMATCH[2]}
+	assert_equal "$n" "$((m + 1))"
+	# The fast tasks were well past step 1 by then: a real max was taken.
+	[ "$m" -gt 10 ]
+	for i in 0 1 2 3; do
+		# Every task agreed on the same point and saved exactly there.
+		grep -qx "preemptwatch: sync point: step $n (the furthest of 4 tasks was at $m)" "$T/w$i.err" ||
+			fail "worker:$i: $(cat "$T/w$i.err")"
+		assert_equal "$(cat "$T/ckpt.$i")" "$n"
+		grep -qx "worker:$i: preemption: checkpointed at step $n" "$T/w$i.out"
+		grep -q 'exited after a preemption notice at the sync point; exiting with the restart code 42' "$T/w$i.err"
+	done
+}
+
+@test "--restart-exit-code 7 is the exit code after a preemption" {
+	start_coordd --cluster worker=2 --heartbeat-timeout 2s
+	local a b
+	STEPS=100000 STEP_TIME=0.01 CKPT=$T/ckpt.0 \
+		pw w0 -t worker:0 --grace 2s --restart-exit-code 7 -- "$LOOP"
+	a=$PID
+	STEPS=100000 STEP_TIME=0.02 CKPT=$T/ckpt.1 \
+		pw w1 -t worker:1 --grace 2s --restart-exit-code 7 -- "$LOOP"
+	b=$PID
+	wait_connected 2
+	sleep 0.3
+	kill -TERM "$b"
+	wait_exit "$a" 10
+	assert_equal "$STATUS" 7
+	wait_exit "$b" 10
+	assert_equal "$STATUS" 7
+	grep -q 'exiting with the restart code 7' "$T/w0.err"
+	assert_equal "$(cat "$T/ckpt.0")" "$(cat "$T/ckpt.1")"
+}
+
+@test "a death time beyond the protocol window: the sync step waits for the window" {
+	start_coordd --cluster worker=1 --heartbeat-timeout 2s
+	# A loop of steps that records what the page says: right at the
+	# notice, half a second later, and when the sync point comes.
+	script window.sh <<'EOF'
+cd "$1"
+( syncpoint --wait-notice --timeout 10s --json >notice.json
+  sleep 0.5
+  syncpoint --status --json >later.json ) &
+step=0
+while ((step < 1000)); do
+	sleep 0.02
+	step=$((step + 1))
+	if syncpoint "$step"; then
+		t=$EPOCHREALTIME
+		echo $(( ${t%.*} * 1000 + 10#${t#*.} / 1000 )) >known.t
+		syncpoint --status --json >known.json
+		echo "$step" >ckpt
+		wait
+		exit 0
+	fi
+done
+exit 5
+EOF
+	pw w0 -t worker:0 --grace 1s --notice "file:$T/notice" \
+		--notice-interval 100ms --protocol-window 2s -- "$T/window.sh" "$T"
+	local p=$PID death when
+	wait_connected 1
+	sleep 0.3
+
+	# A death time 4-5 s ahead, written whole (rename) so the notice is
+	# read with its time.
+	death=$(( $(date +%s) + 5 ))
+	when=$(date -u -d "@$death" +%Y-%m-%dT%H:%M:%SZ)
+	echo "$when" >"$T/notice.tmp"
+	mv "$T/notice.tmp" "$T/notice"
+
+	wait_file "$T/notice.json" 3
+	assert_equal "$(js 'j["state"]' "$T/notice.json")" notice
+	assert_equal "$(js 'j["death_time"]' "$T/notice.json")" "$when"
+	assert_equal "$(js 'j["sync_step"]' "$T/notice.json")" null
+	wait_file "$T/later.json" 3
+	# Half a second on, still 3.5 s or more from the death time: the
+	# protocol has not started.
+	assert_equal "$(js 'j["state"]' "$T/later.json")" notice
+	assert_equal "$(js 'j["sync_step"]' "$T/later.json")" null
+
+	wait_exit "$p" 10
+	assert_equal "$STATUS" 42
+	# Known only once the window (2 s before the death time) opened, and
+	# before the death time.
+	local known
+	known=$(cat "$T/known.t")
+	[ "$known" -ge $(( death * 1000 - 2000 )) ] ||
+		fail "sync point known at $known, $(( death * 1000 - known )) ms before the death time"
+	[ "$known" -lt $(( death * 1000 )) ]
+	assert_equal "$(js 'j["state"]' "$T/known.json")" known
+	assert_equal "$(js 'j["sync_step"]' "$T/known.json")" "$(cat "$T/ckpt")"
+	assert_equal "$(js 'j["death_time"]' "$T/known.json")" "$when"
+	grep -q 'the sync protocol starts in' "$T/w0.err"
+}
+
+@test "a task lost mid-protocol fails the barrier: the others stop well before its timeout" {
+	start_coordd --cluster worker=3 --heartbeat-timeout 2s
+	local i pids=() t0 took
+	for i in 0 1 2; do
+		STEPS=100000 STEP_TIME=0.02 CKPT=$T/ckpt.$i \
+			pw "w$i" -t "worker:$i" --grace 1s --notice-grace 30s \
+			--sync-barrier-timeout 20s -- "$LOOP"
+		pids+=("$PID")
+	done
+	wait_connected 3
+	sleep 0.3
+
+	# worker:2 freezes (no heartbeat, never at the barrier); worker:0
+	# gets the notice; worker:0 and worker:1 post their steps and wait.
+	kill -STOP "${pids[2]}"
+	t0=$(now_ms)
+	kill -TERM "${pids[0]}"
+	for ((i = 0; i < 40; i++)); do
+		curl -s -m 2 -o "$T/barriers.json" "http://$MUSTER_COORD/v1/barriers"
+		grep -q '"arrived":2' "$T/barriers.json" && break
+		sleep 0.05
+	done
+	assert_equal "$(js '[b["tasks_waiting"] for b in j["barriers"] if b["id"] == "muster.preemption"]' "$T/barriers.json")" '[["worker:2"]]'
+	kill -KILL "${pids[2]}"
+	wait_exit "${pids[2]}" 5
+
+	local codes=()
+	for i in 0 1; do
+		wait_exit "${pids[i]}" 15
+		codes+=("$STATUS")
+	done
+	took=$(( $(now_ms) - t0 ))
+	# Far less than the 20 s barrier timeout (and the 30 s to the death
+	# time): the failure of worker:2 ended the protocol.
+	[ "$took" -lt 8000 ] || fail "the others took ${took} ms to stop"
+	# coordd failed the barrier for the task in error; each survivor
+	# learns it from the barrier, the error poll, or both, whichever
+	# comes first.
+	grep -q 'barrier muster.preemption failed: .*worker:2' "$T/coordd.log"
+	for i in 0 1; do
+		grep -q 'task worker:2 failed' "$T/w$i.err" ||
+			fail "worker:$i: $(cat "$T/w$i.err")"
+		# No sync point was agreed, so nobody saved at one.
+		[ ! -e "$T/ckpt.$i" ]
+		run ! grep -q 'sync point: step' "$T/w$i.err"
+	done
+	# They were stopped because another task failed: exit 43, not the
+	# restart code that says "preempted at the sync point".
+	assert_equal "${codes[*]}" "43 43"
+}
+
+@test "a notice before anyone's first step: the sync point is step 1, and the loops save at it" {
+	# The reference's call counters start at 0, so the sync point is at
+	# least 1: the first step a loop that counts from 1 asks about.
+	start_coordd --cluster worker=2 --heartbeat-timeout 2s
+	local i pids=()
+	for i in 0 1; do
+		STEPS=100 STEP_TIME=1 CKPT=$T/ckpt.$i \
+			pw "w$i" -t "worker:$i" --notice "file:$T/notice" \
+			--notice-interval 100ms --notice-grace 5s --grace 1s -- "$LOOP"
+		pids+=("$PID")
+	done
+	wait_connected 2
+	# The commands are in their first step (1 s long) when the notice comes.
+	echo soon >"$T/notice"
+	for i in 0 1; do
+		wait_exit "${pids[i]}" 10
+		assert_equal "$STATUS" 42
+	done
+	for i in 0 1; do
+		[ -e "$T/ckpt.$i" ] || fail "worker:$i saved nothing: $(cat "$T/w$i.err")"
+		assert_equal "$(cat "$T/ckpt.$i")" 1
+	done
+}
+
+@test "a notice while a task is still coming up: the protocol waits for the whole cluster" {
+	start_coordd --cluster worker=2 --heartbeat-timeout 2s
+	# The notice is there from the start; worker:1 comes half a second
+	# after worker:0.
+	echo soon >"$T/notice"
+	local i pids=()
+	for i in 0 1; do
+		STEPS=100 STEP_TIME=0.05 CKPT=$T/ckpt.$i \
+			pw "w$i" -t "worker:$i" --notice "file:$T/notice" \
+			--notice-interval 100ms --notice-grace 6s --grace 1s -- "$LOOP"
+		pids+=("$PID")
+		[ "$i" = 1 ] || { wait_connected 1; sleep 0.5; }
+	done
+	for i in 0 1; do
+		wait_exit "${pids[i]}" 10
+		assert_equal "$STATUS" 42
+	done
+	# Both took part: one sync point, counted over both tasks.
+	for i in 0 1; do
+		if grep -q 'preemption sync failed' "$T/w$i.err"; then
+			fail "worker:$i: $(cat "$T/w$i.err")"
+		fi
+		grep -q 'sync point: step [0-9]* (the furthest of 2 tasks' "$T/w$i.err" ||
+			fail "worker:$i: $(cat "$T/w$i.err")"
+	done
+	assert_equal "$(grep 'sync point' "$T/w0.err")" "$(grep 'sync point' "$T/w1.err")"
+}
+
+@test "--max-restarts 1: every task resumes from its checkpoint and finishes" {
+	start_coordd --cluster worker=3 --heartbeat-timeout 2s
+	local i pids=() times=(0.01 0.015 0.02)
+	for i in 0 1 2; do
+		STEPS=100 STEP_TIME=${times[i]} CKPT=$T/ckpt.$i \
+			pw "w$i" -t "worker:$i" --grace 2s --max-restarts 1 -- "$LOOP"
+		pids+=("$PID")
+	done
+	wait_connected 3
+	sleep 0.4
+	kill -TERM "${pids[1]}"
+	for i in 0 1 2; do
+		wait_exit "${pids[i]}" 20
+		assert_equal "$STATUS" 0
+	done
+
+	local n
+	n=$(sed -n 's/^worker:0: preemption: checkpointed at step \([0-9]*\)$/\1/p' "$T/w0.out")
+	[ -n "$n" ] && [ "$n" -lt 100 ] || fail "worker:0: $(cat "$T/w0.out")"
+	for i in 0 1 2; do
+		run cat "$T/w$i.out"
+		assert_line --index 0 "worker:$i: preemption: checkpointed at step $n"
+		assert_line --index 1 "worker:$i: resuming from step $n"
+		assert_line --index 2 "worker:$i: finished 100 steps"
+		assert_equal "${#lines[@]}" 3
+		assert_equal "$(cat "$T/ckpt.$i")" 100
+		grep -q 'restarting the command (1 of at most 1)' "$T/w$i.err"
+	done
+}
+
+# --- syncpoint's command line ----------------------------------------------------
+
+@test "syncpoint outside preemptwatch: exit 2 and says so" {
+	unset MUSTER_SYNC_SOCKET
+	local args
+	for args in "5" "--status" "--status --json" "--wait-notice --timeout 100ms"; do
+		# shellcheck disable=SC2086
+		run -2 syncpoint $args
+		assert_line --index 0 "syncpoint: not running under preemptwatch (MUSTER_SYNC_SOCKET is not set)"
+	done
+}
+
+@test "syncpoint usage errors exit 2" {
+	# A socket nobody serves: a well-formed call fails to reach it (9,
+	# UNAVAILABLE), so 2 can only come from the argument check.
+	export MUSTER_SYNC_SOCKET=$T/nobody.sock
+	run -9 syncpoint 5
+	assert_output --partial "cannot reach preemptwatch at $T/nobody.sock"
+
+	run -2 syncpoint
+	assert_line --index 0 "syncpoint: no STEP given"
+	run -2 syncpoint abc
+	assert_line --index 0 "syncpoint: STEP abc is not a step number"
+	run -2 syncpoint 12x
+	assert_line --index 0 "syncpoint: STEP 12x is not a step number"
+	run -2 syncpoint ''
+	assert_line --index 0 "syncpoint: STEP  is not a step number"
+	run -2 syncpoint -- -3
+	assert_line --index 0 "syncpoint: STEP -3 is not a step number"
+	run -2 syncpoint 3 4
+	assert_line --index 0 "syncpoint: more than one STEP given"
+	run -2 syncpoint --status 3
+	assert_line --index 0 "syncpoint: unexpected argument 3"
+	run -2 syncpoint --status --wait-notice
+	assert_line --index 0 "syncpoint: --status and --wait-notice exclude each other"
+	run -2 syncpoint --json 3
+	assert_line --index 0 "syncpoint: --json and --timeout go with --status or --wait-notice"
+	run -2 syncpoint --wait-notice --timeout soon
+	assert_line --index 0 "syncpoint: --timeout soon is not a duration"
+	run -2 syncpoint --bogus
+}
+
+@test "syncpoint --wait-notice --timeout 300ms without a notice exits 4" {
+	start_coordd --cluster worker=1 --heartbeat-timeout 2s
+	script quiet.sh <<'EOF'
+cd "$1"
+syncpoint --status --json >idle.json
+s=$EPOCHREALTIME
+syncpoint --wait-notice --timeout 300ms >wait.out 2>wait.err
+echo $? >wait.rc
+e=$EPOCHREALTIME
+echo $(( (${e%.*} - ${s%.*}) * 1000 + (10#${e#*.} - 10#${s#*.}) / 1000 )) >wait.ms
+syncpoint 1; echo $? >step1.rc
+EOF
+	pw w0 -t worker:0 -- "$T/quiet.sh" "$T"
+	wait_exit "$PID" 10
+	# No notice: the command's own exit status, through the normal end.
+	assert_equal "$STATUS" 0
+	assert_equal "$(cat "$T/wait.rc")" 4
+	assert_equal "$(cat "$T/wait.err")" "syncpoint: DEADLINE_EXCEEDED: no preemption notice within the timeout"
+	[ ! -s "$T/wait.out" ]
+	local ms
+	ms=$(cat "$T/wait.ms")
+	[ "$ms" -ge 280 ] && [ "$ms" -lt 2000 ] || fail "waited ${ms} ms"
+	assert_equal "$(cat "$T/idle.json")" '{"state":"idle","notice":false,"death_time":null,"sync_step":null,"step":null}'
+	# Not a sync point, and not an error.
+	assert_equal "$(cat "$T/step1.rc")" 1
+}
+
+# --- preemptwatch's command line -------------------------------------------------
+
+# bad_flags ARGS...: preemptwatch -t worker:0 ARGS -- true must be a usage
+# error. It points at a port nobody listens on, with a 1 s bring-up
+# timeout, so a flag taken for good fails otherwise and soon.
+bad_flags() {
+	run -2 timeout 10 preemptwatch -c "127.0.0.1:$PORT" --timeout 1s \
+		-t worker:0 "$@" -- true
+	assert_line --partial "preemptwatch: "
+	assert_output --partial "usage: preemptwatch"
+}
+
+@test "preemptwatch: bad notice flags exit 2" {
+	PORT=$(free_port)
+	bad_flags --notice bogus
+	assert_line --index 0 --partial "--notice bogus: unknown notice source bogus"
+	bad_flags --notice signal:NOPE
+	assert_line --index 0 "preemptwatch: --notice signal:NOPE: unknown signal NOPE"
+	bad_flags --notice file:
+	bad_flags --notice gce --metadata-url ftp://x
+	assert_line --index 0 --regexp '^preemptwatch: .*ftp://x is not http://HOST\[:PORT\]\[/PATH\]$'
+	bad_flags --notice aws --metadata-url ftp://x
+	bad_flags --notice azure --metadata-url http://
+	bad_flags --max-restarts -1
+	assert_line --index 0 "preemptwatch: --max-restarts -1 is not a number from 0 to 1000000"
+	bad_flags --max-restarts many
+	bad_flags --restart-exit-code 0
+	assert_line --index 0 "preemptwatch: --restart-exit-code 0 is not a number from 1 to 255"
+	bad_flags --restart-exit-code 256
+	bad_flags --notice-interval 0
+	bad_flags --notice-grace soon
+	bad_flags --protocol-window -1s
+	bad_flags --sync-barrier-timeout 0
+}
+
+@test "preemptwatch: a bad --metadata-url is a usage error even before --notice names a cloud" {
+	PORT=$(free_port)
+	bad_flags --metadata-url ftp://x
+	assert_output --partial "ftp://x"
+}
