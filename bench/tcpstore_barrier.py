@@ -38,6 +38,7 @@ import time
 KEY = "barrier"
 DONE = "barrier_done"
 POLL_S = 0.01           # _store_based_barrier's sleep between polls
+SERVER = [None]         # the server's Popen, killed on every way out
 
 
 def note(msg):
@@ -63,21 +64,23 @@ def cpu_us(pid):
 
 
 def serve(timeout):
-    """The server: a master TCPStore until stdin closes or the parent dies."""
-    import torch.distributed as dist
-
+    """The server: a master TCPStore, until killed or the parent dies."""
     # PR_SET_PDEATHSIG: the server never outlives the benchmark.
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
     except (OSError, AttributeError):
         pass
+    if os.getppid() == 1:
+        os._exit(1)
+    import torch.distributed as dist
+
     raise_nofile()
     store = dist.TCPStore("127.0.0.1", 0, None, True,
                           datetime.timedelta(seconds=timeout),
                           wait_for_workers=False)
     print(store.port, flush=True)
     sys.stdin.read()
-    return 0
+    os._exit(0)
 
 
 def main():
@@ -94,20 +97,22 @@ def main():
         ap.error("-n must be 2 or more")
 
     # Bounded in time: past --timeout everything stops, threads blocked
-    # in the store included; the server follows (stdin, PDEATHSIG).
+    # in the store included, and the server is killed.
     deadline = time.monotonic() + a.timeout
-    server = None
 
     def expire():
         note(f"--timeout of {a.timeout:.0f} s reached: stopping")
-        if server is not None:
-            server.kill()
+        sys.stdout.flush()
+        if SERVER[0] is not None:
+            SERVER[0].kill()
+            SERVER[0].wait()
         os._exit(3)
 
     watchdog = threading.Timer(a.timeout, expire)
     watchdog.daemon = True
     watchdog.start()
-    signal.signal(signal.SIGTERM, lambda *_: expire())
+    # SIGTERM keeps its default action: it ends the process even while a
+    # thread is blocked in the store, and PDEATHSIG ends the server.
 
     limit = raise_nofile()
     if n + 64 > limit:
@@ -117,7 +122,7 @@ def main():
     import torch
     import torch.distributed as dist
 
-    server = subprocess.Popen(
+    server = SERVER[0] = subprocess.Popen(
         [sys.executable, os.path.abspath(__file__), "--serve",
          "--timeout", str(a.timeout)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
@@ -205,11 +210,22 @@ def main():
         print(f"tcpstore_server_cpu {(c1 - c0) / n:.2f} us of server CPU per "
               f"participant released ({(c1 - c0) / 1e3:.1f} ms in all, "
               f"utime+stime)")
-    sys.stdout.flush()
-    server.stdin.close()
-    server.wait(5)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Ends with os._exit: the interpreter's own exit would finalize
+    # thousands of threads and store clients, and can hang doing so, with
+    # the watchdog thread already frozen.
+    rc = 1
+    try:
+        rc = main()
+    except Exception as e:  # noqa: BLE001
+        note(f"{type(e).__name__}: {e}")
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if SERVER[0] is not None:
+            SERVER[0].kill()
+            SERVER[0].wait()
+    os._exit(rc)

@@ -369,7 +369,7 @@ static pid_t
 start_command(struct run *r, const sigset_t *blocked)
 {
 	char inc[17];
-	pid_t pid;
+	pid_t pid, parent = getpid();
 
 	setenv("MUSTER_COORD", r->pw->o.addr, 1);
 	setenv("MUSTER_TASK", r->a.task, 1);
@@ -382,7 +382,7 @@ start_command(struct run *r, const sigset_t *blocked)
 		/* If preemptwatch is killed outright, the command must not
 		 * train on alone: the cluster already counts it as failed. */
 		prctl(PR_SET_PDEATHSIG, SIGTERM);
-		if (getppid() == 1)
+		if (getppid() != parent)        /* it died before prctl */
 			_exit(EXIT_PEER_FAILED);
 		sigprocmask(SIG_UNBLOCK, blocked, NULL);
 		execvp(r->pw->o.cmd[0], r->pw->o.cmd);
@@ -611,6 +611,12 @@ run_loop(struct run *r, struct coord_client *cc, int sfd,
 				out.restartable = 1;
 				return out;
 			}
+			/*
+			 * After a notice every exit is a preemption exit, 0
+			 * included: a command may well save on the notice
+			 * alone and leave. Asking for a restart is the safe
+			 * side; a job that had finished finds so at once.
+			 */
 			if (noticed || own_sent) {
 				/* Preempted: checkpointed (or stopped); the
 				 * scheduler, or we, bring the task back. */
@@ -671,6 +677,31 @@ interrupted(int sfd, const char *what)
 			return 128 + (int)si.ssi_signo;
 		}
 	}
+	return 0;
+}
+
+/*
+ * Waits until every task has left run epoch, so that the next run starts
+ * clean. 0, or the exit code to leave with.
+ */
+static int
+wait_next_run(struct coord_client *cc, int sfd, long epoch, int64_t deadline)
+{
+	enum status st;
+	long now_epoch;
+	int rc = 0;
+
+	do {
+		coord_client_set_cancel(cc, sfd);
+		st = coord_wait_epoch(cc, epoch, deadline, &now_epoch);
+		coord_client_set_cancel(cc, -1);
+	} while (st == ST_CANCELLED && (rc = interrupted(sfd,
+	    "waiting for the job to wind down")) == 0);
+	if (st == ST_CANCELLED)
+		return rc;
+	if (st != ST_OK)
+		return cli_fail(st, "waiting for the job to wind down: %s",
+		    cc->err);
 	return 0;
 }
 
@@ -847,6 +878,10 @@ main(int argc, char **argv)
 	setenv(SYNCPOINT_ENV, sync_server_path(sync), 1);
 
 	/* Signals come through signalfd, never to the threads. */
+	/* A shell may have started us with these ignored; they are ours. */
+	signal(SIGINT, SIG_DFL);
+	signal(SIGTERM, SIG_DFL);
+	signal(SIGHUP, SIG_DFL);
 	sigemptyset(&blocked);
 	sigaddset(&blocked, SIGCHLD);
 	sigaddset(&blocked, SIGINT);
@@ -871,7 +906,6 @@ main(int argc, char **argv)
 	for (;;) {
 		struct outcome out;
 		enum status st;
-		long epoch;
 
 		r.a.incarnation = task_new_incarnation();
 		r.gen++;
@@ -885,6 +919,16 @@ main(int argc, char **argv)
 		    (rc = interrupted(sfd, "registering")) == 0);
 		if (st == ST_CANCELLED)
 			break;
+		if (st != ST_OK && r.a.wait_epoch >= 0) {
+			/* Restarted from outside while the run it left winds
+			 * down: join the next run, as a restart from here would. */
+			log_info("%s; waiting for the next run", cc->err);
+			if ((rc = wait_next_run(cc, sfd, r.a.wait_epoch,
+			    duration_now_ms() + o->bringup)) != 0)
+				break;
+			r.gen--;
+			continue;
+		}
 		if (st != ST_OK) {
 			rc = cli_fail(st, "registering %s: %s", r.a.task, cc->err);
 			break;
@@ -904,20 +948,9 @@ main(int argc, char **argv)
 		log_info("restarting the command (%ld of at most %ld) once "
 		    "every task has left run %ld", restarts, o->max_restarts,
 		    r.a.epoch);
-		do {
-			coord_client_set_cancel(cc, sfd);
-			st = coord_wait_epoch(cc, r.a.epoch, duration_now_ms() +
-			    o->bringup, &epoch);
-			coord_client_set_cancel(cc, -1);
-		} while (st == ST_CANCELLED && (rc = interrupted(sfd,
-		    "waiting for the job to wind down")) == 0);
-		if (st == ST_CANCELLED)
+		if ((rc = wait_next_run(cc, sfd, r.a.epoch, duration_now_ms() +
+		    o->bringup)) != 0)
 			break;
-		if (st != ST_OK) {
-			rc = cli_fail(st, "waiting for the job to wind down: %s",
-			    cc->err);
-			break;
-		}
 		sync_page_reset(pw.page);
 	}
 	coord_client_free(cc);

@@ -61,8 +61,7 @@ print_status(const struct syncpoint_status *st, int json)
 	else if (st->state == SYNC_FAILED)
 		printf("sync step: none (the protocol failed)\n");
 	else
-		printf("sync step: not yet (the protocol starts closer to the "
-		    "death time)\n");
+		printf("sync step: not yet agreed\n");
 }
 
 static int

@@ -457,6 +457,16 @@ coord_register(struct coord_client *cc, struct coord_agent *a,
 		    "register");
 		st = ST_INTERNAL;
 	}
+	a->wait_epoch = -1;
+	if (st != ST_OK && reply != NULL) {
+		const char *reason = json_string_value(json_object_get(reply,
+		    "reason"));
+		json_t *e = json_object_get(reply, "epoch");
+		if (reason != NULL && json_is_integer(e) &&
+		    (strcmp(reason, "run_over") == 0 ||
+		    strcmp(reason, "failed_in_epoch") == 0))
+			a->wait_epoch = (long)json_integer_value(e);
+	}
 	if (st == ST_OK) {
 		a->heartbeat_timeout_ms = to;
 		a->heartbeat_interval_ms = iv > 0 ? iv : 1;

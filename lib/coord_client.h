@@ -71,12 +71,18 @@ struct coord_agent {
 	int64_t heartbeat_interval_ms;
 	char service_incarnation[17];
 	long epoch;                     /* the run it registered in */
+	long wait_epoch;                /* register refused: wait past this
+					 * epoch, then try again; -1 none */
 };
 
 /* Fills a from a task name; -1 when it is not one. */
 int coord_agent_init(struct coord_agent *a, const char *task,
     uint64_t incarnation);
 
+/*
+ * Registers a. When coordd says the task belongs to the next run (it left
+ * or failed in this one), a->wait_epoch says which epoch must end first.
+ */
 enum status coord_register(struct coord_client *cc, struct coord_agent *a,
     int64_t deadline);
 /*

@@ -131,6 +131,7 @@ coord_task_disconnect(struct coord *co, struct task *t)
 	if (t->state == TASK_CONNECTED)
 		co->cl.nconnected--;
 	t->state = TASK_DISCONNECTED;
+	t->left_epoch = co->cl.epoch + 1;
 }
 
 /*
@@ -382,10 +383,26 @@ do_register(struct coord *co, struct http_req *req, struct task *t)
 		return;
 	}
 	if ((t->state == TASK_ERROR || t->err_active) && !t->recoverable) {
-		http_reply_error(req, ST_ABORTED, "task %s failed in this epoch "
-		    "(%s: %s); it must be reset, or the job wind down, before it "
-		    "registers again", t->name, status_name(t->err),
-		    t->errmsg != NULL ? t->errmsg : "");
+		http_reply_error_json(req, ST_ABORTED, json_pack("{s:s,s:i}",
+		    "reason", "failed_in_epoch", "epoch", (int)cl->epoch),
+		    "task %s failed in epoch %ld (%s: %s); it must be reset, or "
+		    "the job wind down, before it registers again", t->name,
+		    cl->epoch, status_name(t->err), t->errmsg != NULL ?
+		    t->errmsg : "");
+		return;
+	}
+	/*
+	 * A task that already left this run (finished, stopped, preempted)
+	 * joins the next one: rejoining would revive a run that is winding
+	 * down, with its notice and its passed barriers.
+	 */
+	if (t->state == TASK_DISCONNECTED && t->left_epoch == cl->epoch + 1 &&
+	    !t->recoverable) {
+		http_reply_error_json(req, ST_FAILED_PRECONDITION,
+		    json_pack("{s:s,s:i}", "reason", "run_over", "epoch",
+		    (int)cl->epoch), "task %s already left epoch %ld; it can "
+		    "register again once every task has left", t->name,
+		    cl->epoch);
 		return;
 	}
 	if (t->state != TASK_CONNECTED)
@@ -581,8 +598,11 @@ do_shutdown(struct coord *co, struct http_req *req, struct task *t)
 			return;
 		}
 		cl->shutdown->shutdown = 1;
+		/* Who may still come: a task that failed or already left
+		 * will not, and must not hold the others up. */
 		for (size_t i = 0; i < cl->ntasks; i++) {
-			if (!cl->tasks[i].recoverable) {
+			if (!cl->tasks[i].recoverable &&
+			    cl->tasks[i].state == TASK_CONNECTED) {
 				cl->shutdown->at[i] = 1;
 				cl->shutdown->members++;
 			}
@@ -604,6 +624,7 @@ do_reset(struct coord *co, struct http_req *req, struct task *t)
 	}
 	coord_task_disconnect(co, t);
 	t->err_active = 0;
+	t->left_epoch = 0;
 	log_info("task %s reset", t->name);
 	http_reply(req, 200, "application/json", "{}", 2);
 }

@@ -51,6 +51,7 @@ struct task {
 	char *errmsg;                   /* and after, as the last error */
 	int err_reported;               /* reported by the task itself */
 	int err_active;                 /* an error of this epoch, not reset */
+	long left_epoch;                /* epoch + 1 it last left, 0 never */
 };
 
 enum barrier_state { BARRIER_PENDING, BARRIER_PASSED, BARRIER_FAILED };

@@ -7,10 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <microhttpd.h>
 
 #include "buf.h"
+#include "duration.h"
 #include "http_server.h"
 #include "log.h"
 #include "text.h"
@@ -21,6 +24,7 @@ struct http_server {
 	int port;
 	atomic_ulong requests;
 	atomic_ulong parked;
+	atomic_long open;               /* requests not yet completed */
 };
 
 struct arg {
@@ -418,6 +422,7 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url,
 		req->path = url;
 		*ctx = req;
 		atomic_fetch_add(&srv->requests, 1);
+		atomic_fetch_add(&srv->open, 1);
 		cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 		    MHD_HTTP_HEADER_CONTENT_LENGTH);
 		if (cl != NULL && strtoull(cl, NULL, 10) > srv->cfg.max_body) {
@@ -464,13 +469,15 @@ static void
 on_completed(void *cls, struct MHD_Connection *conn, void **ctx,
     enum MHD_RequestTerminationCode toe)
 {
+	struct http_server *srv = cls;
 	struct http_req *req = *ctx;
 
-	(void)cls;
 	(void)conn;
 	(void)toe;
-	if (req != NULL)
+	if (req != NULL) {
 		req_free(req);
+		atomic_fetch_sub(&srv->open, 1);
+	}
 	*ctx = NULL;
 }
 
@@ -534,7 +541,7 @@ http_server_start(const struct http_server_config *cfg, char *err,
 	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
 	    MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)4096,
 	    MHD_OPTION_UNESCAPE_CALLBACK, unescape_none, NULL,
-	    MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+	    MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
 	    MHD_OPTION_EXTERNAL_LOGGER, on_mhd_error, NULL,
 	    MHD_OPTION_END);
 	if (srv->mhd == NULL) {
@@ -557,9 +564,19 @@ http_server_port(const struct http_server *srv)
 void
 http_server_stop(struct http_server *srv)
 {
+	int64_t until = duration_now_ms() + 2000;
+	struct timespec ts = {0, 10 * 1000000};
+	MHD_socket lsock;
+
 	if (srv == NULL)
 		return;
+	/* No new connections; the replies already given still go out. */
+	lsock = MHD_quiesce_daemon(srv->mhd);
+	while (atomic_load(&srv->open) > 0 && duration_now_ms() < until)
+		nanosleep(&ts, NULL);
 	MHD_stop_daemon(srv->mhd);
+	if (lsock != MHD_INVALID_SOCKET)
+		close(lsock);
 	free(srv);
 }
 

@@ -33,7 +33,10 @@ struct http_server_config {
 struct http_server *http_server_start(const struct http_server_config *cfg,
     char *err, size_t errlen);
 int http_server_port(const struct http_server *srv);
-/* Every parked request must have been answered before this is called. */
+/*
+ * Stops listening, lets the replies already given reach their clients (for
+ * up to 2 s), then stops. Every parked request must have been answered.
+ */
 void http_server_stop(struct http_server *srv);
 
 /* The request. Strings live as long as the request. */

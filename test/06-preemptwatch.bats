@@ -8,16 +8,20 @@ load helper
 
 bats_require_minimum_version 1.5.0
 
+# The system's python3 when there is one: it starts faster than a shim.
+PYTHON=/usr/bin/python3
+[ -x "$PYTHON" ] || PYTHON=python3
+
 # preemptwatch processes by name: PW[NAME] is the preemptwatch itself,
 # PWW[NAME] the subshell of ours that waits for it.
 declare -gA PW=() PWW=()
 eval "helper_$(declare -f teardown)"
 teardown() {
 	local name i
-	# SIGTERM reaches the commands through preemptwatch; coordd is still
-	# up, so that they leave at once.
+	# SIGHUP reaches the commands through preemptwatch (SIGTERM would be
+	# a preemption notice); coordd is still up, so that they leave at once.
 	for name in "${!PW[@]}"; do
-		[ -e "$T/$name.rc" ] || kill -TERM "${PW[$name]}" 2>/dev/null || true
+		[ -e "$T/$name.rc" ] || kill -HUP "${PW[$name]}" 2>/dev/null || true
 	done
 	for name in "${!PW[@]}"; do
 		for ((i = 0; i < 60; i++)); do
@@ -86,7 +90,7 @@ now_us() {
 # status_json EXPR: EXPR over `kvctl --json status`, with j bound to it.
 status_json() {
 	kvctl --timeout 2s --json status >"$T/status.json"
-	python3 - "$1" "$T/status.json" <<'EOF'
+	"$PYTHON" - "$1" "$T/status.json" <<'EOF'
 import json, sys
 j = json.load(open(sys.argv[2]))
 v = eval(sys.argv[1])
@@ -167,7 +171,7 @@ SLEEPER='echo $$ >"$1.cmd"; exec sleep 10'
 	assert_equal "$task" worker:0
 	[[ $inc =~ ^[0-9a-f]{16}$ ]] || fail "MUSTER_INCARNATION=$inc"
 	# While the command ran, coordd knew the task as connected with it.
-	run python3 -c '
+	run "$PYTHON" -c '
 import json, sys
 t = [t for t in json.load(open(sys.argv[1]))["tasks"] if t["task"] == "worker:0"][0]
 print(t["state"], t["incarnation"])' "$T/inside.json"
@@ -285,9 +289,11 @@ print(t["state"], t["incarnation"])' "$T/inside.json"
 	assert_equal "$(status_json '[t["state"] for t in j["tasks"]]')" '["disconnected", "disconnected"]'
 }
 
-@test "SIGTERM to preemptwatch is forwarded to the command, whose trap runs" {
+@test "SIGTERM to preemptwatch is forwarded to the command, whose trap runs, when SIGTERM is not a notice source" {
 	start_coordd --cluster worker=1 --heartbeat-timeout 1s
-	pw w0 -t worker:0 -- bash -c '
+	# SIGTERM is the default preemption notice; with another --notice
+	# source (a file that never appears) it is a plain signal again.
+	pw w0 -t worker:0 --notice "file:$T/no-notice" -- bash -c '
 		trap "echo got TERM >\"\$1.trap\"; exit 5" TERM
 		echo $$ >"$1.cmd"
 		for ((i = 0; i < 100; i++)); do sleep 0.1; done' _ "$T/w0"
@@ -296,6 +302,20 @@ print(t["state"], t["incarnation"])' "$T/inside.json"
 	pw_wait w0 3
 	assert_equal "$STATUS" 5
 	assert_equal "$(cat "$T/w0.trap")" "got TERM"
+	dead "$(cat "$T/w0.cmd")"
+}
+
+@test "SIGHUP to preemptwatch is forwarded to a lone task's command, whose exit status passes through" {
+	start_coordd --cluster worker=1 --heartbeat-timeout 1s
+	pw w0 -t worker:0 -- bash -c '
+		trap "echo got HUP >\"\$1.trap\"; exit 5" HUP
+		echo $$ >"$1.cmd"
+		for ((i = 0; i < 100; i++)); do sleep 0.1; done' _ "$T/w0"
+	wait_file "$T/w0.cmd" 5
+	kill -HUP "${PW[w0]}"
+	pw_wait w0 3
+	assert_equal "$STATUS" 5
+	assert_equal "$(cat "$T/w0.trap")" "got HUP"
 	dead "$(cat "$T/w0.cmd")"
 }
 
@@ -364,7 +384,7 @@ print(t["state"], t["incarnation"])' "$T/inside.json"
 	pw w0 -t worker:0 --no-wait-all -- bash -c "$script" _ "$T/w0"
 	wait_file "$T/w0.started" 3
 	# worker:0's command saw itself alone.
-	run python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["connected"])' "$T/w0.started"
+	run "$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["connected"])' "$T/w0.started"
 	assert_output 1
 
 	# Without the flag the command waits for everyone.
