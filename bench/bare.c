@@ -83,17 +83,6 @@ on_mhd_error(void *cls, const char *fmt, va_list ap)
 		vfprintf(stderr, fmt, ap);
 }
 
-static void
-raise_nofile(void)
-{
-	struct rlimit rl;
-
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-		rl.rlim_cur = rl.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &rl);
-	}
-}
-
 int
 main(int argc, char **argv)
 {
@@ -171,7 +160,7 @@ main(int argc, char **argv)
 	sigaddset(&set, SIGTERM);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	raise_nofile();
+	cli_raise_nofile();
 
 	resp = MHD_create_response_from_buffer(sizeof(body) - 1,
 	    (void *)body, MHD_RESPMEM_PERSISTENT);

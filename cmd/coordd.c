@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -57,18 +56,6 @@ parse_recoverable(const char *arg, struct coord_config *cc)
 		    "%s", job);
 	}
 	return 0;
-}
-
-/* Parked requests each hold a socket: allow as many as the system will. */
-static void
-raise_nofile(void)
-{
-	struct rlimit rl;
-
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-		rl.rlim_cur = rl.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &rl);
-	}
 }
 
 int
@@ -190,7 +177,8 @@ main(int argc, char **argv)
 	sigaddset(&set, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	raise_nofile();
+	/* Parked requests each hold a socket: as many as the system allows. */
+	cli_raise_nofile();
 
 	if ((co = coord_new(&cc, err, sizeof(err))) == NULL)
 		return cli_fail(ST_INTERNAL, "%s", err);

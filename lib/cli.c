@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -117,6 +118,17 @@ cli_usage_error(const char *synopsis, const char *fmt, ...)
 	va_end(ap);
 	fprintf(stderr, "%s: %s\n%s", log_prog(), msg, synopsis);
 	return status_exit(ST_USAGE);
+}
+
+void
+cli_raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
 }
 
 int

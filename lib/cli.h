@@ -34,6 +34,9 @@ int cli_fail(enum status st, const char *fmt, ...)
 int cli_usage_error(const char *synopsis, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Raises the soft limit on open files to the hard one. */
+void cli_raise_nofile(void);
+
 /* Writes the port to path atomically (a temporary file, then rename). */
 int cli_write_port_file(const char *path, int port);
 

@@ -242,19 +242,6 @@ coord_kv_add(struct coord_client *cc, const char *key, int64_t delta,
 	return st;
 }
 
-static json_t *
-b64(const void *p, size_t n)
-{
-	struct buf b = {0};
-	json_t *s;
-
-	if (text_base64_encode(&b, p, n) < 0)
-		return NULL;
-	s = json_stringn(b.data != NULL ? b.data : "", b.len);
-	buf_free(&b);
-	return s;
-}
-
 enum status
 coord_kv_cas(struct coord_client *cc, const char *key, const void *expect,
     size_t elen, int absent, const void *val, size_t vlen, int64_t deadline,
@@ -267,9 +254,9 @@ coord_kv_cas(struct coord_client *cc, const char *key, const void *expect,
 	enum status st;
 
 	*has_current = 0;
-	body = absent ? json_pack("{s:o,s:b}", "value", b64(val, vlen),
-	    "absent", 1) : json_pack("{s:o,s:o}", "value", b64(val, vlen),
-	    "expected", b64(expect, elen));
+	body = absent ? json_pack("{s:o,s:b}", "value", text_base64_json(val, vlen),
+	    "absent", 1) : json_pack("{s:o,s:o}", "value", text_base64_json(val, vlen),
+	    "expected", text_base64_json(expect, elen));
 	if (body == NULL || kv_path(&path, "/v1/kv/", key, "?op=cas") < 0) {
 		json_decref(body);
 		buf_free(&path);

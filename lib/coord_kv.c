@@ -44,19 +44,6 @@ reply_value(struct http_req *req, const struct kv_entry *e)
 }
 
 static json_t *
-json_b64(const void *p, size_t n)
-{
-	struct buf b = {0};
-	json_t *s;
-
-	if (text_base64_encode(&b, p, n) < 0)
-		return NULL;
-	s = json_stringn(b.data != NULL ? b.data : "", b.len);
-	buf_free(&b);
-	return s;
-}
-
-static json_t *
 json_rev(int64_t rev)
 {
 	return json_pack("{s:I}", "revision", (json_int_t)rev);
@@ -136,7 +123,7 @@ kv_dir_route(struct coord *co, struct http_req *req, const struct buf *key)
 	n = kv_dir(co->kv, key->data, key->len, &v);
 	for (size_t i = 0; arr != NULL && n != (size_t)-1 && i < n; i++) {
 		json_t *ent = json_pack("{s:s%,s:o,s:I,s:I}", "key", v[i]->key,
-		    v[i]->klen, "value", json_b64(v[i]->value, v[i]->vlen),
+		    v[i]->klen, "value", text_base64_json(v[i]->value, v[i]->vlen),
 		    "revision", (json_int_t)v[i]->mod_rev, "created",
 		    (json_int_t)v[i]->create_rev);
 		if (ent == NULL || json_array_append_new(arr, ent) < 0) {
@@ -284,7 +271,7 @@ kv_cas_route(struct coord *co, struct http_req *req, const struct buf *key)
 	    absent, val.data != NULL ? val.data : "", val.len, &rev, &cur, err,
 	    sizeof(err));
 	if (st == ST_FAILED_PRECONDITION && cur != NULL)
-		extra = json_pack("{s:o,s:I}", "current", json_b64(cur->value,
+		extra = json_pack("{s:o,s:I}", "current", text_base64_json(cur->value,
 		    cur->vlen), "revision", (json_int_t)cur->mod_rev);
 	pthread_mutex_unlock(&co->mu);
 	buf_free(&val);
@@ -392,7 +379,7 @@ add_event(const struct kv_event *ev, void *arg)
 	o = json_pack("{s:s,s:s%,s:I}", "type", kv_event_name(ev->type), "key",
 	    ev->key, ev->klen, "revision", (json_int_t)ev->rev);
 	if (o != NULL && ev->type != KV_EV_DELETE &&
-	    json_object_set_new(o, "value", json_b64(ev->value, ev->vlen)) < 0) {
+	    json_object_set_new(o, "value", text_base64_json(ev->value, ev->vlen)) < 0) {
 		json_decref(o);
 		o = NULL;
 	}

@@ -37,6 +37,19 @@ text_base64_encode(struct buf *out, const void *p, size_t n)
 	return 0;
 }
 
+json_t *
+text_base64_json(const void *p, size_t n)
+{
+	struct buf b = {0};
+	json_t *s;
+
+	if (text_base64_encode(&b, p, n) < 0)
+		return NULL;
+	s = json_stringn(b.data != NULL ? b.data : "", b.len);
+	buf_free(&b);
+	return s;
+}
+
 static int
 b64val(unsigned char c)
 {

@@ -8,10 +8,15 @@
 
 #include <stddef.h>
 
+#include <jansson.h>
+
 #include "buf.h"
 
 /* Appends the standard base64 form of p to out. */
 int text_base64_encode(struct buf *out, const void *p, size_t n);
+
+/* A JSON string holding the base64 of p; NULL on ENOMEM. */
+json_t *text_base64_json(const void *p, size_t n);
 
 /* Appends the bytes of base64 text s to out; -1 when s is not base64. */
 int text_base64_decode(struct buf *out, const char *s, size_t n);
