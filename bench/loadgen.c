@@ -25,7 +25,12 @@
  * per heartbeat (utime + stime from /proc/PID/stat), its RSS and the
  * failed heartbeats. Then, heartbeats still going, all N arrive at barrier
  * b1: N-1 first, parked, then the last; barrier release is the time from
- * sending the last arrival to the last reply, every reply checked.
+ * sending the last arrival to the last reply, every reply checked. Each
+ * task keeps one connection alive for register, wait-all and the barrier,
+ * in a connection cache of its own (a CURLSH); heartbeats share a pool.
+ * With one cache for all, libcurl 7.88 walks every cached connection each
+ * time it adds, reuses or removes a transfer, and at 10,000 connections
+ * the load generator, not coordd, sets the pace.
  *
  * detect: against coordd --cluster worker=K --heartbeat-timeout T, R
  * rounds (default 2): K tasks register and heartbeat at the interval
@@ -58,9 +63,9 @@
 #include <curl/curl.h>
 
 #include "cli.h"
-#include "task.h"
 #include "duration.h"
 #include "log.h"
+#include "task.h"
 
 static const char synopsis[] =
     "usage: bench-loadgen parked [-v] -c ADDR --pid PID [-n N] [--key KEY] "
@@ -1356,6 +1361,10 @@ tasks_barrier(struct tasks *ts)
 			goto fail;
 	}
 	c1 = cpu_ns(ts->o->pid);
+	/* For perf record -k CLOCK_MONOTONIC ... --time: the release window. */
+	log_debug("barrier: last arrival sent at %.6f s, last reply readable "
+	    "by %.6f s (CLOCK_MONOTONIC)", (double)last->x->sent_us / 1e6,
+	    (double)now_us() / 1e6);
 	lg_release_held(lg);
 	lg->stamp = 0;
 	while (ts->npassed + ts->nfail < n) {
@@ -1414,9 +1423,10 @@ mode_tasks(const struct opts *o)
 		cli_fail(ST_INTERNAL, "%s", err);
 		goto out;
 	}
-	if (ts.n + 1024 > ts.lg.nfd) {
+	/* A connection per task, and a few hundred for the heartbeats. */
+	if (ts.n + 256 > ts.lg.nfd) {
 		cli_fail(ST_RESOURCE_EXHAUSTED, "%zu tasks need %zu open files; "
-		    "the limit is %zu (raise ulimit -n)", ts.n, ts.n + 1024,
+		    "the limit is %zu (raise ulimit -n)", ts.n, ts.n + 256,
 		    ts.lg.nfd);
 		goto out;
 	}

@@ -12,11 +12,29 @@
 #      on one key, coordd's RSS per waiter, and how long after the reply to
 #      the PUT that releases them the last one is answered; once on new
 #      connections, once again on the same connections kept alive.
+#   4. Many tasks with bench-loadgen tasks, against a coordd of its own with
+#      --cluster worker=TASKS: bring-up of TASKS tasks (register, wait-all),
+#      coordd's CPU time per heartbeat with every task heartbeating at 1 Hz,
+#      and the release of a barrier of all TASKS tasks. That coordd runs
+#      with --heartbeat-timeout 30s: heartbeats start once every task is
+#      up, and keep going through the barrier, so 30s only spares a slow
+#      bring-up on a loaded host from timing tasks out.
+#   5. Failure detection with bench-loadgen detect, against a coordd with
+#      --cluster worker=DETECT_TASKS --heartbeat-timeout 1s: from a task's
+#      last heartbeat to GET /v1/errors answering, DETECT_ROUNDS times
+#      (each round ends with every task leaving: a new epoch).
+#   6. The same barrier on PyTorch's TCPStore (tcpstore_barrier.py; Debian
+#      python3-torch), at TASKS participants or the most that fit under
+#      the open files limit; the ratio to coordd is taken at the same N.
+#      For reference, torch's own store-based barrier (add, then poll every
+#      10 ms) with 1000 Python threads.
 #
 # Targets are printed next to the figures. Every process it starts is
 # stopped by PID when it exits. MUSTER_BIN is where coordd, kvctl and the
 # bench-* programs are; WRK_DURATION (5s), WRK_THREADS (2), WRK_CONNS (32),
-# WRK_ROUNDS (2), HF_RUNS (200) and WAITERS (10000) change the load.
+# WRK_ROUNDS (2), HF_RUNS (200), WAITERS (10000), TASKS (10000),
+# HB_DURATION (10s), DETECT_TASKS (16) and DETECT_ROUNDS (6) change the
+# load.
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -27,6 +45,10 @@ wrk_conns=${WRK_CONNS:-32}
 wrk_rounds=${WRK_ROUNDS:-2}
 hf_runs=${HF_RUNS:-200}
 waiters=${WAITERS:-10000}
+tasks=${TASKS:-10000}
+hb_duration=${HB_DURATION:-10s}
+detect_tasks=${DETECT_TASKS:-16}
+detect_rounds=${DETECT_ROUNDS:-6}
 value=0123456789abcdef
 key_b64=$(printf bench | base64)
 value_b64=$(printf %s "$value" | base64)
@@ -50,6 +72,38 @@ trap 'exit 143' TERM
 
 note() { printf 'bench: %s\n' "$*" >&2; }
 
+# forget PID: takes a process that has ended, and was waited for, off the
+# list the cleanup stops.
+forget() {
+	local p keep=()
+	for p in "${pids[@]}"; do
+		[ "$p" != "$1" ] && keep+=("$p")
+	done
+	pids=("${keep[@]}")
+}
+
+# stop PID: ends a process started here, waits for it and forgets it.
+stop() {
+	kill "$1" 2>/dev/null
+	wait "$1" 2>/dev/null
+	forget "$1"
+}
+
+# run_bg OUT ERR CMD...: runs CMD in the background, where the cleanup can
+# stop it by PID (a signal ends the wait at once), and waits for it;
+# returns its exit status.
+run_bg() {
+	local out=$1 err=$2 pid rc
+	shift 2
+	"$@" >"$out" 2>"$err" &
+	pid=$!
+	pids+=("$pid")
+	wait "$pid"
+	rc=$?
+	forget "$pid"
+	return "$rc"
+}
+
 # wait_file FILE SECONDS: until FILE exists and is not empty.
 wait_file() {
 	local i
@@ -63,6 +117,27 @@ wait_file() {
 free_port() {
 	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
+
+# start_coordd NAME ARGS...: a coordd of its own for a scenario, with ARGS;
+# sets scen_pid and scen_addr, or returns 1.
+start_coordd() {
+	local name=$1
+	shift
+	"$bin/coordd" -l 127.0.0.1:0 --port-file "$T/$name.port" "$@" \
+	    2>"$T/$name.log" &
+	scen_pid=$!
+	pids+=("$scen_pid")
+	if ! wait_file "$T/$name.port" 5; then
+		note "coordd $* did not start:"
+		tail -5 "$T/$name.log" >&2
+		stop "$scen_pid"
+		return 1
+	fi
+	scen_addr=127.0.0.1:$(cat "$T/$name.port")
+}
+
+# figf NAME KEY: the value of figure KEY in $T/NAME.out.
+figf() { awk -v k="$2" '$1 == k { print $2; exit }' "$T/$1.out" 2>/dev/null; }
 
 # ratio A B: A/B with two decimals, or "n/a".
 ratio() {
@@ -296,4 +371,114 @@ printf '  %-36s %8s ms   target <= 100 ms  %s\n' \
     "$(verdict "${rel1:-n/a}" '<=' 100)" \
     "last reply after PUT, kept-alive" "${rel2:-n/a}" \
     "$(verdict "${rel2:-n/a}" '<=' 100)"
+echo
+
+# tasks_run NAME N DURATION: bench-loadgen tasks against a coordd of its
+# own; the figures go to $T/NAME.out.
+tasks_run() {
+	: >"$T/$1.out"
+	start_coordd "$1" --cluster "worker=$2" --heartbeat-timeout 30s ||
+	    return 0
+	if ! run_bg "$T/$1.out" "$T/$1.err" "$bin/bench-loadgen" tasks \
+	    -c "$scen_addr" --pid "$scen_pid" -n "$2" --duration "$3" \
+	    --timeout 180s; then
+		note "bench-loadgen tasks -n $2 failed:"
+		tail -8 "$T/$1.err" >&2
+	fi
+	stop "$scen_pid"
+}
+
+# 4. Many tasks. One connection kept alive per task, heartbeats on a pool
+# of their own.
+echo "Many tasks: bench-loadgen tasks -n $tasks --duration $hb_duration," \
+    "coordd --cluster worker=$tasks --heartbeat-timeout 30s"
+tasks_run tasks "$tasks" "$hb_duration"
+sed 's/^/  /' "$T/tasks.out"
+t_up=$(figf tasks bringup) t_cpu=$(figf tasks hb_cpu)
+t_fail=$(figf tasks hb_failures) t_rel=$(figf tasks barrier_release)
+t_bfail=$(figf tasks barrier_hb_failures)
+[ -n "$t_fail" ] && [ -n "$t_bfail" ] && t_fail=$((t_fail + t_bfail))
+printf '  %-36s %8s ms   target <= 2000 ms %s\n' \
+    "bring-up of $tasks tasks" "${t_up:-n/a}" \
+    "$(verdict "${t_up:-n/a}" '<=' 2000)"
+printf '  %-36s %8s us   target <= 20 us   %s\n' \
+    "coordd CPU per heartbeat" "${t_cpu:-n/a}" \
+    "$(verdict "${t_cpu:-n/a}" '<=' 20)"
+printf '  %-36s %8s      target 0          %s\n' \
+    "failed heartbeats" "${t_fail:-n/a}" \
+    "$(verdict "${t_fail:-n/a}" '<=' 0)"
+printf '  %-36s %8s ms   target <= 100 ms  %s\n' \
+    "barrier release, $tasks tasks" "${t_rel:-n/a}" \
+    "$(verdict "${t_rel:-n/a}" '<=' 100)"
+echo
+
+# 5. Failure detection.
+echo "Failure detection: bench-loadgen detect --rounds $detect_rounds," \
+    "coordd --cluster worker=$detect_tasks --heartbeat-timeout 1s"
+: >"$T/detect.out"
+if start_coordd detect --cluster "worker=$detect_tasks" \
+    --heartbeat-timeout 1s; then
+	if ! run_bg "$T/detect.out" "$T/detect.err" "$bin/bench-loadgen" \
+	    detect -c "$scen_addr" --rounds "$detect_rounds" --timeout 120s; then
+		note "bench-loadgen detect failed:"
+		tail -5 "$T/detect.err" >&2
+	fi
+	stop "$scen_pid"
+fi
+sed 's/^/  /' "$T/detect.out"
+d_max=$(figf detect detect_max) d_to=$(figf detect detect_timeout)
+d_target=$(awk -v t="${d_to:-1000}" 'BEGIN { printf "%d", t * 1.25 }')
+printf '  %-36s %8s ms   target <= %s ms %s\n' \
+    "slowest of $detect_rounds detections" "${d_max:-n/a}" "$d_target" \
+    "$(verdict "${d_max:-n/a}" '<=' "$d_target")"
+echo
+
+# 6. TCPStore. Debian's torch is for the system python3, which may not be
+# the first python3 on PATH.
+torch_py=
+for py in /usr/bin/python3 python3; do
+	if "$py" -c 'import torch.distributed' 2>/dev/null; then
+		torch_py=$py
+		break
+	fi
+done
+echo "TCPStore barrier: tcpstore_barrier.py -n $tasks --fit" \
+    "(add, then wait for the key the last arrival sets)"
+: >"$T/ts.out"
+: >"$T/tspoll.out"
+if [ -z "$torch_py" ]; then
+	note "no python3 with torch.distributed: TCPStore figures are skipped"
+else
+	if ! run_bg "$T/ts.out" "$T/ts.err" "$torch_py" \
+	    "$here/tcpstore_barrier.py" -n "$tasks" --fit --timeout 150; then
+		note "tcpstore_barrier.py failed:"
+		tail -5 "$T/ts.err" >&2
+	fi
+	sed 's/^/  /' "$T/ts.out"
+fi
+ts_n=$(figf ts tcpstore_n) ts_rel=$(figf ts tcpstore_release)
+# coordd's barrier at the N TCPStore managed, if that is not TASKS.
+c_rel=$t_rel
+if [ -n "$ts_n" ] && [ "$ts_n" != "$tasks" ]; then
+	echo "  coordd at the same N: bench-loadgen tasks -n $ts_n --duration 1s"
+	tasks_run tasks2 "$ts_n" 1s
+	sed -n 's/^barrier_release /  barrier_release /p' "$T/tasks2.out"
+	c_rel=$(figf tasks2 barrier_release)
+fi
+r_ts=$(ratio "$c_rel" "$ts_rel")
+printf '  %-36s %8s ms\n' "TCPStore release, ${ts_n:-?} participants" \
+    "${ts_rel:-n/a}" "coordd release, ${ts_n:-?} tasks" "${c_rel:-n/a}"
+printf '  %-36s %8sx   for comparison (below 1: coordd is faster)\n' \
+    "coordd / TCPStore release time" "$r_ts"
+if [ -n "$torch_py" ]; then
+	echo "  torch's own store-based barrier (add, then add(key, 0) every" \
+	    "10 ms), 1000 Python threads with a TCPStore client each:"
+	if ! run_bg "$T/tspoll.out" "$T/tspoll.err" "$torch_py" \
+	    "$here/tcpstore_barrier.py" -n 1000 --clients threads \
+	    --pattern poll --timeout 60; then
+		note "tcpstore_barrier.py --pattern poll failed:"
+		tail -5 "$T/tspoll.err" >&2
+	fi
+	sed -n 's/^\(tcpstore_release\)/    \1/p' "$T/tspoll.out"
+fi
 exit 0

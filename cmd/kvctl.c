@@ -499,7 +499,7 @@ do_status(struct ctx *x, int argc, char **argv)
 	    json_integer_value(json_object_get(st, "keys")),
 	    json_integer_value(json_object_get(st, "revision")));
 	if (json_array_size(tasks) > 0)
-		printf("%-16s %-12s %-16s %-10s %s\n", "TASK", "STATE",
+		printf("%-16s %-14s %-16s %-10s %s\n", "TASK", "STATE",
 		    "INCARNATION", "HEARTBEAT", "ERROR");
 	json_array_foreach(tasks, i, t) {
 		json_t *age = json_object_get(t, "heartbeat_age_ms");
@@ -512,7 +512,7 @@ do_status(struct ctx *x, int argc, char **argv)
 		/* A recoverable task is marked, as its failures stay local. */
 		snprintf(state, sizeof(state), "%s%s", str(t, "state"),
 		    json_is_true(json_object_get(t, "recoverable")) ? "*" : "");
-		printf("%-16s %-12s %-16s %-10s", str(t, "task"), state,
+		printf("%-16s %-14s %-16s %-10s", str(t, "task"), state,
 		    str(t, "incarnation"), ago);
 		if (json_is_object(e))
 			printf(" %s%s: %s", strcmp(str(t, "state"), "error") ==

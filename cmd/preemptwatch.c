@@ -93,6 +93,7 @@ struct run {
 	struct coord_agent a;
 	unsigned gen;
 	atomic_int ready;               /* every task is there */
+	int guard;                      /* pipe to the command's guard */
 	int cancel[2];
 	pthread_t threads[3];
 	int nthreads;
@@ -365,6 +366,8 @@ notices_main(void *arg)
 	return NULL;
 }
 
+static void start_guard(struct run *r, pid_t group);
+
 static pid_t
 start_command(struct run *r, const sigset_t *blocked)
 {
@@ -390,9 +393,71 @@ start_command(struct run *r, const sigset_t *blocked)
 		    r->pw->o.cmd[0], strerror(errno));
 		_exit(errno == ENOENT ? 127 : 126);
 	}
-	if (pid > 0)
+	if (pid > 0) {
 		setpgid(pid, pid);
+		start_guard(r, pid);
+	}
 	return pid;
+}
+
+/*
+ * A guard outlives preemptwatch: it waits on a pipe that only preemptwatch
+ * holds, and if preemptwatch dies outright (kill -9) it stops the
+ * command's whole process group, which the parent-death signal alone would
+ * not reach. A word on the pipe dismisses it once the command has ended.
+ */
+static void
+start_guard(struct run *r, pid_t group)
+{
+	int fds[2];
+	pid_t mid;
+
+	r->guard = -1;
+	if (pipe2(fds, O_CLOEXEC) < 0)
+		return;
+	if ((mid = fork()) == 0) {
+		char c;
+		struct timespec ts = {r->pw->o.grace / 1000,
+		    (r->pw->o.grace % 1000) * 1000000};
+
+		if (fork() != 0)
+			_exit(0);       /* the guard goes on, under init */
+		setsid();
+		signal(SIGINT, SIG_IGN);
+		signal(SIGTERM, SIG_IGN);
+		signal(SIGHUP, SIG_IGN);
+		dup2(fds[0], 0);
+		close_range(1, ~0U, 0);
+		ssize_t n;
+
+		while ((n = read(0, &c, 1)) < 0 && errno == EINTR)
+			;
+		if (n == 1 && c == 'q')
+			_exit(0);
+		if (kill(-group, SIGTERM) == 0) {
+			nanosleep(&ts, NULL);
+			kill(-group, SIGKILL);
+		}
+		_exit(0);
+	}
+	close(fds[0]);
+	if (mid > 0) {
+		waitpid(mid, NULL, 0);
+		r->guard = fds[1];
+	} else {
+		close(fds[1]);
+	}
+}
+
+/* The command has ended normally: its guard may go. */
+static void
+dismiss_guard(struct run *r)
+{
+	if (r->guard >= 0) {
+		(void)!write(r->guard, "q", 1);
+		close(r->guard);
+		r->guard = -1;
+	}
 }
 
 /* Tells coordd this task leaves; failures here change nothing. */
@@ -601,6 +666,7 @@ run_loop(struct run *r, struct coord_client *cc, int sfd,
 			    child)
 				continue;
 			child = 0;
+			dismiss_guard(r);
 			/* A failure trumps a notice: no sync point was
 			 * kept, the command was stopped. */
 			if (stopping) {
@@ -852,7 +918,7 @@ main(int argc, char **argv)
 	struct opts *o = &pw.o;
 	struct sync_server *sync;
 	struct coord_client *cc;
-	struct run r = {.pw = &pw};
+	struct run r = {.pw = &pw, .guard = -1};
 	int notice_sig[65] = {0}, polled = 0, verbose = 0, sfd, rc;
 	long restarts = 0;
 	sigset_t blocked;

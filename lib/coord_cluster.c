@@ -109,6 +109,7 @@ coord_task_set_error(struct coord *co, struct task *t, enum status st,
 	t->errmsg = copy;
 	t->err_reported = reported;
 	t->err_active = propagate;
+	t->err_epoch = co->cl.epoch;
 	log_info("task %s: %s: %s", t->name, status_name(st), msg);
 	coord_barriers_task_failed(co, t);
 	if (t->recoverable || !propagate)
@@ -123,6 +124,14 @@ coord_task_set_error(struct coord *co, struct task *t, enum status st,
 		    status_name(st), msg);
 		coord_answer_all(&co->cl.all_waiters, ST_INTERNAL, m, NULL);
 	}
+}
+
+/* Whether t failed in the current epoch (and was not reset since). */
+static int
+failed_now(const struct cluster *cl, const struct task *t)
+{
+	return t->err_active || (t->state == TASK_ERROR &&
+	    t->err_epoch == cl->epoch);
 }
 
 void
@@ -148,11 +157,9 @@ coord_cluster_settle(struct coord *co)
 
 	if (cl->nconnected > 0 || !cl->used)
 		return;
-	for (size_t i = 0; i < cl->ntasks; i++) {
-		if (cl->tasks[i].state == TASK_ERROR)
-			cl->tasks[i].state = TASK_DISCONNECTED;
+	/* Tasks in error stay so, for all to see, but may join the new run. */
+	for (size_t i = 0; i < cl->ntasks; i++)
 		cl->tasks[i].err_active = 0;
-	}
 	coord_barriers_free(co);
 	cl->barriers = strmap_new();
 	cl->all_deadline = 0;
@@ -382,7 +389,7 @@ do_register(struct coord *co, struct http_req *req, struct task *t)
 		http_reply_error(req, ST_ABORTED, "%s", msg);
 		return;
 	}
-	if ((t->state == TASK_ERROR || t->err_active) && !t->recoverable) {
+	if (failed_now(cl, t) && !t->recoverable) {
 		http_reply_error_json(req, ST_ABORTED, json_pack("{s:s,s:i}",
 		    "reason", "failed_in_epoch", "epoch", (int)cl->epoch),
 		    "task %s failed in epoch %ld (%s: %s); it must be reset, or "
@@ -534,7 +541,7 @@ do_wait_all(struct coord *co, struct http_req *req, struct task *t)
 		return;
 	for (size_t i = 0; i < cl->ntasks; i++) {
 		struct task *o = &cl->tasks[i];
-		if (o->state == TASK_ERROR && !o->recoverable) {
+		if (failed_now(cl, o) && !o->recoverable) {
 			http_reply_error(req, ST_INTERNAL, "task %s failed: %s: "
 			    "%s", o->name, status_name(o->err),
 			    o->errmsg != NULL ? o->errmsg : "");
@@ -616,7 +623,7 @@ static void
 do_reset(struct coord *co, struct http_req *req, struct task *t)
 {
 	/* A task that failed and then left is still in error for the run. */
-	if (t->state != TASK_ERROR && !t->err_active) {
+	if (t->state != TASK_ERROR && !failed_now(&co->cl, t)) {
 		http_reply_error(req, ST_FAILED_PRECONDITION, "task %s is %s, "
 		    "not in error: nothing to reset", t->name,
 		    state_name(t->state));

@@ -52,6 +52,7 @@ struct task {
 	int err_reported;               /* reported by the task itself */
 	int err_active;                 /* an error of this epoch, not reset */
 	long left_epoch;                /* epoch + 1 it last left, 0 never */
+	long err_epoch;                 /* the epoch of its last error */
 };
 
 enum barrier_state { BARRIER_PENDING, BARRIER_PASSED, BARRIER_FAILED };

@@ -347,6 +347,49 @@ now_us() {
 	assert_equal "$(cluster 'j["connected"]')" 2
 }
 
+@test "register: a task that left the run is refused (412 run_over) until every task has left" {
+	start_coordd --cluster worker=2 --heartbeat-timeout 60s
+	reg worker:0 a
+	reg worker:1 b
+	run http POST '/v1/tasks/worker/0/shutdown?incarnation=a'
+	assert_line --index 0 200
+	run http POST /v1/tasks/worker/0/register?incarnation=c
+	error_is 412 FAILED_PRECONDITION
+	assert_equal "$(jv '[j["reason"], j["epoch"]]')" '["run_over", 0]'
+	assert_equal "$(task worker:0 'j["state"]')" disconnected
+
+	# The run is over once worker:1 leaves too: worker:0 joins the next.
+	run http POST '/v1/tasks/worker/1/shutdown?incarnation=b'
+	assert_line --index 0 200
+	run http POST /v1/tasks/worker/0/register?incarnation=c
+	assert_line --index 0 200
+	assert_equal "$(jv 'j["epoch"]')" 1
+}
+
+@test "register: a task that failed and then left stays failed for the run until it is reset" {
+	start_coordd --cluster worker=2 --heartbeat-timeout 60s
+	reg worker:0 a
+	reg worker:1 b
+	report worker:1 b INTERNAL "bad node"
+	run http POST '/v1/tasks/worker/1/shutdown?incarnation=b'
+	error_is 412 FAILED_PRECONDITION
+	assert_equal "$(task worker:1 'j["state"]')" disconnected
+	# Its error still reaches a poller that looks only now.
+	run http GET /v1/errors
+	assert_equal "$(jv '[e["task"] for e in j["errors"]]')" '["worker:1"]'
+	run http POST /v1/tasks/worker/1/register?incarnation=c
+	error_is 409 ABORTED
+	assert_equal "$(jv 'j["reason"]')" failed_in_epoch
+
+	run http POST /v1/tasks/worker/1/reset
+	assert_line --index 0 200
+	run http GET /v1/errors
+	assert_equal "$(jv j)" '{"errors": []}'
+	run http POST /v1/tasks/worker/1/register?incarnation=c
+	assert_line --index 0 200
+	assert_equal "$(cluster 'j["connected"]')" 2
+}
+
 @test "unknown task verbs are 404, and task verbs want POST" {
 	start_coordd --cluster worker=1 --heartbeat-timeout 60s
 	run http POST /v1/tasks/worker/0/dance?incarnation=1
@@ -482,7 +525,7 @@ now_us() {
 	report worker:0 a INTERNAL first
 	run http POST /v1/tasks/worker/0/error?incarnation=a -d '{"message":"second"}'
 	error_is 412 FAILED_PRECONDITION
-	[[ $(msg) == *"worker:0 is error"* || $(msg) == *"in error"* ]]
+	[[ $(msg) == *"worker:0 is "*"not connected"* ]]
 	assert_equal "$(task worker:0 'j["error"]["message"]')" first
 }
 
@@ -616,8 +659,9 @@ now_us() {
 	took=$((($(now_us) - t0) / 1000))
 	# worker:2 can never arrive: waiting the 3 s out for it helps no one.
 	[ "$took" -lt 1500 ] || fail "shutdown waited ${took}ms for a failed task: $(cat "$T/http.body")"
-	[[ ${lines[0]} == 200 || ${lines[0]} == 500 ]] || fail "shutdown: $output"
-	assert_equal "$(bg_code s0)" "${lines[0]}"
+	assert_line --index 0 200
+	assert_equal "$(jv 'j["state"]')" passed
+	assert_equal "$(bg_code s0)" 200
 	assert_equal "$(task worker:0 'j["state"]')" disconnected
 	assert_equal "$(task worker:1 'j["state"]')" disconnected
 }
@@ -638,6 +682,27 @@ now_us() {
 		assert_equal "$(bg_code "s0.$run")" 200
 		assert_equal "$(cluster '[t["state"] for t in j["tasks"]]')" '["disconnected", "disconnected"]'
 	done
+}
+
+@test "shutdown with barrier=0 skips the shutdown barrier, which then does not wait for that task" {
+	start_coordd --cluster worker=3 --heartbeat-timeout 60s --shutdown-barrier-timeout 5s
+	reg worker:0 a
+	reg worker:1 b
+	reg worker:2 c
+	local t0 took
+	t0=$(now_us)
+	run http POST '/v1/tasks/worker/2/shutdown?incarnation=c&wait=10s&barrier=0'
+	took=$((($(now_us) - t0) / 1000))
+	assert_line --index 0 200
+	[ "$took" -lt 1000 ] || fail "worker:2 waited ${took}ms"
+	assert_equal "$(task worker:2 'j["state"]')" disconnected
+
+	bg_http s0 POST '/v1/tasks/worker/0/shutdown?incarnation=a&wait=10s'
+	wait_metric muster_http_parked 1
+	run http POST '/v1/tasks/worker/1/shutdown?incarnation=b&wait=10s'
+	assert_line --index 0 200
+	assert_equal "$(jv 'j["state"]')" passed
+	assert_equal "$(bg_code s0)" 200
 }
 
 @test "a recoverable task shuts down at once, and the shutdown barrier does not wait for it" {
@@ -801,13 +866,15 @@ now_us() {
 	done
 	took=$((($(now_us) - t0) / 1000))
 	assert_equal "$(task worker:0 'j["state"]')" error
-	[ "$took" -ge 1000 ] && [ "$took" -le 1650 ] || fail "detected after ${took}ms"
+	# Seen from here, with our polling on top (coordd's own measure of the
+	# silence, below, is the exact one).
+	[ "$took" -ge 1000 ] && [ "$took" -le 2000 ] || fail "detected after ${took}ms"
 
 	# The parked poll was released by the first failure, naming it.
 	assert_equal "$(bg_code errs)" 200
 	assert_equal "$(jv '[j["errors"][0]["task"], j["errors"][0]["code"], j["errors"][0]["reported"]]' "$T/errs.body")" '["worker:0", "UNAVAILABLE", false]'
 	took=$((($(cat "$T/errs.t") - t0) / 1000))
-	[ "$took" -le 1700 ] || fail "the error poll was released after ${took}ms"
+	[ "$took" -le 2000 ] || fail "the error poll was released after ${took}ms"
 
 	# Each was declared failed after 1 s to 1.25 s of silence (coordd's
 	# own measure, in the message).
@@ -888,7 +955,8 @@ print(int(m.group(1) or 0) * 1000 + int(m.group(2) or 0))' "$output")
 	run http POST '/v1/tasks/worker/0/shutdown?incarnation=a'
 	assert_line --index 0 200
 	assert_equal "$(cluster '[j["epoch"], j["connected"]]')" '[1, 0]'
-	assert_equal "$(task worker:1 '[j["state"], j["error"]["message"]]')" '["disconnected", "job crashed"]'
+	# It stays in error, for all to see, until it registers again.
+	assert_equal "$(task worker:1 '[j["state"], j["error"]["message"]]')" '["error", "job crashed"]'
 	run http GET /v1/errors
 	assert_equal "$(jv j)" '{"errors": []}'
 

@@ -155,17 +155,13 @@ SLEEPER='echo $$ >"$1.cmd"; exec sleep 10'
 	start_coordd --cluster worker=2 --heartbeat-timeout 1s
 	local addr=$MUSTER_COORD
 	pw w1 -t worker:1 -- sleep 8
-	# -c gives the address, and the name may be written /job:J/task:I.
-	env -u MUSTER_COORD preemptwatch -c "$addr" -t /job:worker/task:0 -- bash -c '
+	# -c gives the address (over MUSTER_COORD), and the name may be
+	# written /job:J/task:I.
+	MUSTER_COORD=127.0.0.1:1 pw w0 -c "$addr" -t /job:worker/task:0 --timeout 5s -- bash -c '
 		echo "$MUSTER_COORD $MUSTER_TASK $MUSTER_INCARNATION" >"$1/env.out"
-		kvctl --timeout 2s --json status >"$1/inside.json"' _ "$T" 3>&- &
-	local p0=$!
-	local i
-	for ((i = 0; i < 100; i++)); do
-		alive "$p0" || break
-		sleep 0.05
-	done
-	wait "$p0"
+		kvctl --timeout 2s --json status >"$1/inside.json"' _ "$T"
+	pw_wait w0 5
+	assert_equal "$STATUS" 0
 	read -r coord task inc <"$T/env.out"
 	assert_equal "$coord" "$addr"
 	assert_equal "$task" worker:0
@@ -184,7 +180,7 @@ print(t["state"], t["incarnation"])' "$T/inside.json"
 	start_coordd --cluster worker=3 --heartbeat-timeout 1s
 	pw w0 -t worker:0 -- sleep 8
 	pw w1 -t worker:1 -- sleep 8
-	run --separate-stderr timeout 8 preemptwatch -t worker:2 -- bash -c 'sleep 0.3; exit 3'
+	run --separate-stderr timeout -k 1 8 preemptwatch -t worker:2 -- bash -c 'sleep 0.3; exit 3'
 	local t_fail
 	t_fail=$(now_us)
 	assert_failure 3
@@ -202,7 +198,7 @@ print(t["state"], t["incarnation"])' "$T/inside.json"
 @test "a command killed by SIGKILL gives 137, and the others stop with 43" {
 	start_coordd --cluster worker=2 --heartbeat-timeout 1s
 	pw w1 -t worker:1 -- sleep 8
-	run --separate-stderr timeout 8 preemptwatch -t worker:0 -- bash -c 'sleep 0.3; kill -9 $$'
+	run --separate-stderr timeout -k 1 8 preemptwatch -t worker:0 -- bash -c 'sleep 0.3; kill -9 $$'
 	assert_failure 137
 	pw_wait w1 3
 	assert_equal "$STATUS" 43
@@ -244,7 +240,7 @@ print(t["state"], t["incarnation"])' "$T/inside.json"
 @test "--grace: a command that ignores SIGTERM is killed with SIGKILL after the grace" {
 	start_coordd --cluster worker=2 --heartbeat-timeout 1s
 	pw w0 -t worker:0 --grace 1s -- bash -c 'trap "" TERM; echo $$ >"$1.cmd"; sleep 10' _ "$T/w0"
-	run --separate-stderr timeout 8 preemptwatch -t worker:1 -- bash -c 'sleep 0.5; exit 3'
+	run --separate-stderr timeout -k 1 8 preemptwatch -t worker:1 -- bash -c 'sleep 0.5; exit 3'
 	local t_fail took
 	t_fail=$(now_us)
 	assert_failure 3
@@ -400,7 +396,7 @@ print(t["state"], t["incarnation"])' "$T/inside.json"
 	start_coordd --cluster worker=2 --heartbeat-timeout 1s
 	local t0 took
 	t0=$(now_us)
-	run --separate-stderr timeout 8 preemptwatch -t worker:0 --timeout 1s -- bash -c 'touch "$1.started"' _ "$T/w0"
+	run --separate-stderr timeout -k 1 8 preemptwatch -t worker:0 --timeout 1s -- bash -c 'touch "$1.started"' _ "$T/w0"
 	took=$((($(now_us) - t0) / 1000))
 	assert_failure 4
 	[[ $stderr == *DEADLINE_EXCEEDED* ]] || fail "$stderr"
@@ -444,4 +440,31 @@ print(t["state"], t["incarnation"])' "$T/inside.json"
 		sleep 0.05
 	done
 	dead "$cmd"
+}
+
+@test "when preemptwatch is killed with SIGKILL, what its command started stops too" {
+	start_coordd --cluster worker=1 --heartbeat-timeout 1s
+	# A command that does not exec its work: a shell running a child.
+	pw w0 -t worker:0 -- bash -c '
+		sleep 8 &
+		echo $! >"$1.child"
+		echo $$ >"$1.cmd"
+		wait' _ "$T/w0"
+	wait_file "$T/w0.child" 5
+	wait_file "$T/w0.cmd" 5
+	local child i
+	child=$(cat "$T/w0.child")
+	alive "$child"
+	kill -9 "${PW[w0]}"
+	pw_wait w0 2
+	assert_equal "$STATUS" 137
+	for ((i = 0; i < 40; i++)); do
+		alive "$child" || break
+		sleep 0.05
+	done
+	dead "$(cat "$T/w0.cmd")"
+	if alive "$child"; then
+		kill "$child" 2>/dev/null || true
+		fail "the command's child $child (sleep 8) trains on alone after preemptwatch was killed"
+	fi
 }
