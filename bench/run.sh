@@ -481,4 +481,10 @@ if [ -n "$torch_py" ]; then
 	fi
 	sed -n 's/^\(tcpstore_release\)/    \1/p' "$T/tspoll.out"
 fi
+
+echo
+echo "Preemption: the syncpoint C API and process, and the sync protocol" \
+    "with ${PROTOCOL_TASKS:-64} tasks (bench/protocol.sh)"
+MUSTER_BIN=$bin TASKS=${PROTOCOL_TASKS:-64} "$here/protocol.sh" ||
+	note "protocol.sh failed"
 exit 0

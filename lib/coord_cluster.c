@@ -110,6 +110,8 @@ coord_task_set_error(struct coord *co, struct task *t, enum status st,
 	t->err_reported = reported;
 	t->err_active = propagate;
 	t->err_epoch = co->cl.epoch;
+	if (co->cl.failed == NULL && !t->recoverable)
+		co->cl.failed = t;
 	log_info("task %s: %s: %s", t->name, status_name(st), msg);
 	coord_barriers_task_failed(co, t);
 	if (t->recoverable || !propagate)
@@ -132,6 +134,20 @@ failed_now(const struct cluster *cl, const struct task *t)
 {
 	return t->err_active || (t->state == TASK_ERROR &&
 	    t->err_epoch == cl->epoch);
+}
+
+/*
+ * Finds a task whose failure this epoch should stop the others, after the
+ * one remembered has registered again or been reset. Every wait-for-all
+ * asks; with 10,000 tasks it must not scan them each time.
+ */
+static void
+find_failed(struct cluster *cl)
+{
+	cl->failed = NULL;
+	for (size_t i = 0; i < cl->ntasks && cl->failed == NULL; i++)
+		if (failed_now(cl, &cl->tasks[i]) && !cl->tasks[i].recoverable)
+			cl->failed = &cl->tasks[i];
 }
 
 void
@@ -160,6 +176,7 @@ coord_cluster_settle(struct coord *co)
 	/* Tasks in error stay so, for all to see, but may join the new run. */
 	for (size_t i = 0; i < cl->ntasks; i++)
 		cl->tasks[i].err_active = 0;
+	cl->failed = NULL;
 	coord_barriers_free(co);
 	cl->barriers = strmap_new();
 	cl->all_deadline = 0;
@@ -196,9 +213,10 @@ scan_fire(struct timer *tm)
 		coord_task_set_error(co, t, ST_UNAVAILABLE, msg, 0, 1);
 	}
 	coord_cluster_settle(co);
-	/* A quarter of the timeout: detection within 1.25 timeouts. */
-	timers_add(co->timers, &cl->scan, now + (cl->hb_timeout / 4 > 0 ?
-	    cl->hb_timeout / 4 : 1));
+	/* A fifth of the timeout: detection within 1.2 timeouts, which
+	 * leaves room under 1.25 for a timer that fires a little late. */
+	timers_add(co->timers, &cl->scan, now + (cl->hb_timeout / 5 > 0 ?
+	    cl->hb_timeout / 5 : 1));
 }
 
 int
@@ -244,7 +262,7 @@ coord_cluster_init(struct coord *co, const struct coord_config *cfg,
 	cl->scan.fire = scan_fire;
 	pthread_mutex_lock(&co->mu);
 	timers_add(co->timers, &cl->scan, duration_now_ms() +
-	    cl->hb_timeout / 4);
+	    cl->hb_timeout / 5);
 	pthread_mutex_unlock(&co->mu);
 	return 0;
 nomem:
@@ -416,6 +434,8 @@ do_register(struct coord *co, struct http_req *req, struct task *t)
 		cl->nconnected++;
 	cl->used = 1;
 	t->err_active = 0;
+	if (cl->failed == t)
+		find_failed(cl);
 	if (t->state != TASK_CONNECTED || t->incarnation != inc)
 		log_info("task %s registered (incarnation %s)", t->name,
 		    task_format_incarnation(inc, a));
@@ -539,14 +559,12 @@ do_wait_all(struct coord *co, struct http_req *req, struct task *t)
 	}
 	if (check_incarnation(req, t, &inc, 1) < 0)
 		return;
-	for (size_t i = 0; i < cl->ntasks; i++) {
-		struct task *o = &cl->tasks[i];
-		if (failed_now(cl, o) && !o->recoverable) {
-			http_reply_error(req, ST_INTERNAL, "task %s failed: %s: "
-			    "%s", o->name, status_name(o->err),
-			    o->errmsg != NULL ? o->errmsg : "");
-			return;
-		}
+	if (cl->failed != NULL) {
+		struct task *o = cl->failed;
+		http_reply_error(req, ST_INTERNAL, "task %s failed: %s: %s",
+		    o->name, status_name(o->err), o->errmsg != NULL ?
+		    o->errmsg : "");
+		return;
 	}
 	if (cl->nconnected == cl->ntasks) {
 		reply_json(req, 200, json_pack("{s:I}", "tasks",
@@ -632,6 +650,10 @@ do_reset(struct coord *co, struct http_req *req, struct task *t)
 	coord_task_disconnect(co, t);
 	t->err_active = 0;
 	t->left_epoch = 0;
+	/* Reset: not failed now, whatever epoch its error is from. */
+	t->err_epoch = -1;
+	if (co->cl.failed == t)
+		find_failed(&co->cl);
 	log_info("task %s reset", t->name);
 	http_reply(req, 200, "application/json", "{}", 2);
 }

@@ -89,6 +89,7 @@ struct cluster {
 	struct strmap *barriers;        /* id -> struct barrier */
 	struct barrier *pending;
 	struct barrier *shutdown;
+	struct task *failed;            /* one that failed this epoch */
 };
 
 struct coord {
