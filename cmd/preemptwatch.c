@@ -368,16 +368,51 @@ notices_main(void *arg)
 
 static void start_guard(struct run *r, pid_t group);
 
+extern char **environ;
+
+/*
+ * The command's environment: ours, with the task's variables set. Built
+ * here rather than with setenv(), which other threads could race.
+ */
+static char **
+command_env(struct run *r)
+{
+	static const char *names[] = {"MUSTER_COORD=", "MUSTER_TASK=",
+	    "MUSTER_INCARNATION="};
+	size_t n = 0, k = 0;
+	char **env, inc[17];
+
+	while (environ[n] != NULL)
+		n++;
+	if ((env = calloc(n + 4, sizeof(*env))) == NULL)
+		return NULL;
+	for (size_t i = 0; i < n; i++) {
+		int ours = 0;
+		for (size_t j = 0; j < 3; j++)
+			ours |= strncmp(environ[i], names[j],
+			    strlen(names[j])) == 0;
+		if (!ours)
+			env[k++] = environ[i];
+	}
+	if (asprintf(&env[k++], "MUSTER_COORD=%s", r->pw->o.addr) < 0 ||
+	    asprintf(&env[k++], "MUSTER_TASK=%s", r->a.task) < 0 ||
+	    asprintf(&env[k++], "MUSTER_INCARNATION=%s",
+	    task_format_incarnation(r->a.incarnation, inc)) < 0) {
+		free(env);
+		return NULL;
+	}
+	env[k] = NULL;
+	return env;
+}
+
 static pid_t
 start_command(struct run *r, const sigset_t *blocked)
 {
-	char inc[17];
+	char **env = command_env(r);
 	pid_t pid, parent = getpid();
 
-	setenv("MUSTER_COORD", r->pw->o.addr, 1);
-	setenv("MUSTER_TASK", r->a.task, 1);
-	setenv("MUSTER_INCARNATION", task_format_incarnation(r->a.incarnation,
-	    inc), 1);
+	if (env == NULL)
+		return -1;
 	pid = fork();
 	if (pid == 0) {
 		/* Its own process group, so signals reach all it starts. */
@@ -387,24 +422,42 @@ start_command(struct run *r, const sigset_t *blocked)
 		prctl(PR_SET_PDEATHSIG, SIGTERM);
 		if (getppid() != parent)        /* it died before prctl */
 			_exit(EXIT_PEER_FAILED);
+		signal(SIGPIPE, SIG_DFL);
 		sigprocmask(SIG_UNBLOCK, blocked, NULL);
-		execvp(r->pw->o.cmd[0], r->pw->o.cmd);
-		fprintf(stderr, "preemptwatch: cannot run %s: %s\n",
-		    r->pw->o.cmd[0], strerror(errno));
-		_exit(errno == ENOENT ? 127 : 126);
+		execvpe(r->pw->o.cmd[0], r->pw->o.cmd, env);
+		/* Only async-signal-safe calls after fork in a threaded
+		 * process: no stdio. */
+		{
+			int e = errno;
+			const char *m = strerror(e);
+			(void)!write(2, "preemptwatch: cannot run ", 25);
+			(void)!write(2, r->pw->o.cmd[0], strlen(r->pw->o.cmd[0]));
+			(void)!write(2, ": ", 2);
+			(void)!write(2, m, strlen(m));
+			(void)!write(2, "\n", 1);
+			_exit(e == ENOENT ? 127 : 126);
+		}
 	}
 	if (pid > 0) {
 		setpgid(pid, pid);
 		start_guard(r, pid);
 	}
+	for (size_t i = 0; env[i] != NULL; i++)
+		if (strncmp(env[i], "MUSTER_COORD=", 13) == 0 ||
+		    strncmp(env[i], "MUSTER_TASK=", 12) == 0 ||
+		    strncmp(env[i], "MUSTER_INCARNATION=", 19) == 0)
+			free(env[i]);
+	free(env);
 	return pid;
 }
 
 /*
  * A guard outlives preemptwatch: it waits on a pipe that only preemptwatch
- * holds, and if preemptwatch dies outright (kill -9) it stops the
- * command's whole process group, which the parent-death signal alone would
- * not reach. A word on the pipe dismisses it once the command has ended.
+ * holds. When the command's leader has ended (a word on the pipe), or
+ * preemptwatch dies outright (kill -9, the pipe closes), it stops what is
+ * left of the command's process group: SIGTERM, then SIGKILL after the
+ * grace period. Neither the parent-death signal nor a reaped leader would
+ * reach the rest of the group.
  */
 static void
 start_guard(struct run *r, pid_t group)
@@ -417,8 +470,6 @@ start_guard(struct run *r, pid_t group)
 		return;
 	if ((mid = fork()) == 0) {
 		char c;
-		struct timespec ts = {r->pw->o.grace / 1000,
-		    (r->pw->o.grace % 1000) * 1000000};
 
 		if (fork() != 0)
 			_exit(0);       /* the guard goes on, under init */
@@ -432,10 +483,13 @@ start_guard(struct run *r, pid_t group)
 
 		while ((n = read(0, &c, 1)) < 0 && errno == EINTR)
 			;
-		if (n == 1 && c == 'q')
-			_exit(0);
 		if (kill(-group, SIGTERM) == 0) {
-			nanosleep(&ts, NULL);
+			/* Until the group is gone, or the grace is over. */
+			struct timespec tick = {0, 100 * 1000000};
+			int64_t until = duration_now_ms() + r->pw->o.grace;
+
+			while (duration_now_ms() < until && kill(-group, 0) == 0)
+				nanosleep(&tick, NULL);
 			kill(-group, SIGKILL);
 		}
 		_exit(0);
@@ -449,15 +503,34 @@ start_guard(struct run *r, pid_t group)
 	}
 }
 
-/* The command has ended normally: its guard may go. */
+/* The command's leader has ended: the guard stops the rest of it. */
 static void
 dismiss_guard(struct run *r)
 {
 	if (r->guard >= 0) {
-		(void)!write(r->guard, "q", 1);
+		(void)!write(r->guard, "x", 1);
 		close(r->guard);
 		r->guard = -1;
 	}
+}
+
+/*
+ * Reaps every child that has ended (as process 1 of a container, orphans
+ * are ours to reap too) and says whether the command is among them.
+ */
+static int
+reap(pid_t child, int *status)
+{
+	int found = 0, st;
+	pid_t pid;
+
+	while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+		if (pid == child && child > 0) {
+			*status = st;
+			found = 1;
+		}
+	}
+	return found;
 }
 
 /* Tells coordd this task leaves; failures here change nothing. */
@@ -514,6 +587,8 @@ own_notice(struct coord_client *cc, int64_t death, const char *from)
 		log_info("could not publish the preemption notice (%s): %s: %s",
 		    from, status_name(st), cc->err);
 }
+
+static int interrupted(int sfd, const char *what);
 
 struct outcome {
 	int code;
@@ -662,8 +737,7 @@ run_loop(struct run *r, struct coord_client *cc, int sfd,
 				out.code = 128 + sig;
 				return out;
 			}
-			if (child <= 0 || waitpid(child, &status, WNOHANG) !=
-			    child)
+			if (!reap(child, &status))
 				continue;
 			child = 0;
 			dismiss_guard(r);
@@ -697,9 +771,28 @@ run_loop(struct run *r, struct coord_client *cc, int sfd,
 			}
 			if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
 				/* Done: leave together, through the shutdown
-				 * barrier when coordd has one. */
-				leave(cc, &r->a, 1);
+				 * barrier when coordd has one; a signal while
+				 * waiting there leaves at once. */
+				int64_t until = duration_now_ms() + 3600000;
+				enum status st;
+				int rc = 0;
+
+				do {
+					coord_client_set_cancel(cc, sfd);
+					st = coord_shutdown_task(cc, &r->a, 1,
+					    until);
+					coord_client_set_cancel(cc, -1);
+				} while (st == ST_CANCELLED && (rc = interrupted(
+				    sfd, "waiting at the shutdown barrier")) == 0);
 				out.code = 0;
+				if (st == ST_CANCELLED) {
+					leave(cc, &r->a, 0);
+					out.code = rc;
+				} else if (st != ST_OK &&
+				    st != ST_FAILED_PRECONDITION) {
+					log_info("leaving the cluster: %s: %s",
+					    status_name(st), cc->err);
+				}
 				return out;
 			}
 			if (WIFEXITED(status)) {
@@ -936,7 +1029,7 @@ main(int argc, char **argv)
 	o->addr = cli_coord_addr(o->addr);
 	if ((cc = coord_client_new(o->addr, err, sizeof(err))) == NULL)
 		return cli_usage_error(synopsis, "%s", err);
-	if (pipe(pw.evpipe) < 0)
+	if (pipe2(pw.evpipe, O_CLOEXEC) < 0)
 		return cli_fail(ST_INTERNAL, "pipe: %s", strerror(errno));
 	if ((sync = sync_server_new(err, sizeof(err))) == NULL)
 		return cli_fail(ST_INTERNAL, "%s", err);

@@ -111,6 +111,9 @@ coord_arg_duration(struct http_req *req, const char *name, int64_t def,
 		    "%s=%s is not a duration (like 500ms, 30s, 5m)", name, s);
 		return -1;
 	}
+	/* No wait is longer than a year: deadlines stay far from overflow. */
+	if (*ms > COORD_MAX_WAIT_MS)
+		*ms = COORD_MAX_WAIT_MS;
 	return 0;
 }
 

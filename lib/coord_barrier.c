@@ -368,6 +368,11 @@ wait_route(struct coord *co, struct http_req *req, const char *id)
 		return;
 	}
 	pthread_mutex_lock(&co->mu);
+	if (co->closing) {
+		/* Nothing may park once shutdown has drained the waiters. */
+		coord_reply_closing(req);
+		goto out;
+	}
 	if ((t = coord_task(co, tname)) == NULL) {
 		http_reply_error(req, ST_INVALID_ARGUMENT, "task %s is not in "
 		    "the cluster", tname);
@@ -414,6 +419,8 @@ wait_route(struct coord *co, struct http_req *req, const char *id)
 	if (b == NULL) {
 		if (timeout == 0)
 			timeout = 600000;
+		if (timeout > COORD_MAX_WAIT_MS)
+			timeout = COORD_MAX_WAIT_MS;
 		b = coord_barrier_new(co, id, timeout);
 		if (b == NULL || strmap_put(co->cl.barriers, id, strlen(id),
 		    b) < 0) {
@@ -470,6 +477,10 @@ cancel_route(struct coord *co, struct http_req *req, const char *id)
 	struct barrier *b;
 
 	pthread_mutex_lock(&co->mu);
+	if (co->closing) {
+		coord_reply_closing(req);
+		goto out;
+	}
 	if (tname == NULL || coord_task(co, tname) == NULL) {
 		http_reply_error(req, ST_INVALID_ARGUMENT, "task=%s is not in "
 		    "the cluster", tname != NULL ? tname : "");

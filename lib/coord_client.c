@@ -197,6 +197,9 @@ call_json(struct coord_client *cc, const char *method, const struct buf *path,
 	char *s = NULL;
 	enum status st;
 
+	*reply = NULL;
+	if (errresp != NULL)
+		memset(errresp, 0, sizeof(*errresp));
 	if (body != NULL && (s = json_dumps(body, JSON_COMPACT)) == NULL)
 		return nomem(cc);
 	st = call(cc, method, path, s, s != NULL ? strlen(s) : 0,
@@ -408,7 +411,7 @@ task_call(struct coord_client *cc, const struct coord_agent *a,
 		buf_free(&path);
 		return nomem(cc);
 	}
-	/* Every task call is safe to repeat: coordd answers a repeat alike. */
+	/* Task calls are safe to repeat: coordd answers a repeat alike. */
 	st = call(cc, "POST", &path, s, s != NULL ? strlen(s) : 0,
 	    s != NULL ? "application/json" : NULL, deadline, how, &resp);
 	free(s);

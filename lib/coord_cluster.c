@@ -153,10 +153,13 @@ find_failed(struct cluster *cl)
 void
 coord_task_disconnect(struct coord *co, struct task *t)
 {
-	if (t->state == TASK_CONNECTED)
+	/* Only a task that was in this run has left it; one in error is
+	 * kept out by its error instead. */
+	if (t->state == TASK_CONNECTED) {
 		co->cl.nconnected--;
+		t->left_epoch = co->cl.epoch + 1;
+	}
 	t->state = TASK_DISCONNECTED;
-	t->left_epoch = co->cl.epoch + 1;
 }
 
 /*

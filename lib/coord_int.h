@@ -111,6 +111,8 @@ struct waiter *waiter_park(struct coord *co, struct http_req *req,
 void waiter_unlink(struct waiter *w);
 void waiter_free(struct waiter *w);
 
+#define COORD_MAX_WAIT_MS (366LL * 24 * 3600 * 1000)
+
 /* Parses a duration query argument; def when absent. -1 (and a reply)
  * when malformed. */
 int coord_arg_duration(struct http_req *req, const char *name, int64_t def,

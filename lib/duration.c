@@ -42,6 +42,8 @@ duration_parse(const char *s, int64_t *ms)
 		if (*s == '\0') {
 			/* A bare trailing number is seconds, as sleep(1) reads it. */
 			total += v * 1000;
+			if (total > 9.2e15)
+				return -1;
 			break;
 		}
 		for (i = 0; i < sizeof(units) / sizeof(units[0]); i++) {

@@ -387,15 +387,35 @@ read_reply(struct http_client *c, int64_t at, struct http_resp *resp,
 				if ((r = fill(c, at, &timed_out)) <= 0)
 					goto broken;
 			}
-			n = strtoull(c->in.data, NULL, 16);
+			{
+				char *end;
+				n = strtoull(c->in.data, &end, 16);
+				/* Untrusted servers too (a metadata URL). */
+				if (end == c->in.data || (*end != '\r' &&
+				    *end != ';') || n > (1ULL << 30)) {
+					snprintf(err, errlen, "%s sent a bad chunk",
+					    c->addr);
+					return F_PROTOCOL;
+				}
+			}
 			consume(&c->in, (size_t)(nl - c->in.data) + 2);
 			while (c->in.len < n + 2) {
 				if ((r = fill(c, at, &timed_out)) <= 0)
 					goto broken;
 			}
 			if (n == 0) {
-				/* No trailers from our servers: skip CRLF. */
-				consume(&c->in, 2);
+				/* Trailers, if any, end with an empty line. */
+				char *eot;
+				while ((eot = c->in.len >= 2 &&
+				    memcmp(c->in.data, "\r\n", 2) == 0 ?
+				    c->in.data : strstr(c->in.data, "\r\n\r\n"))
+				    == NULL) {
+					if (c->in.len > MAX_HEAD ||
+					    (r = fill(c, at, &timed_out)) <= 0)
+						goto broken;
+				}
+				consume(&c->in, (size_t)(eot - c->in.data) +
+				    (eot == c->in.data ? 2 : 4));
 				return F_NONE;
 			}
 			if (buf_append(&resp->body, c->in.data, n) < 0)
@@ -463,10 +483,18 @@ attempt(struct http_client *c, const char *method, const char *path,
 	iov[1].iov_len = len;
 	f = send_all(c, iov, len > 0 ? 2 : 1, at);
 	buf_free(&head);
-	if (f == F_STALE)
-		snprintf(err, errlen, "%s closed the connection", c->addr);
-	if (f == F_NONE)
+	if (f == F_STALE && !*reused) {
+		/* A fresh connection the server closed mid-request: it may
+		 * have refused the body (413) before reading it; read that. */
 		f = read_reply(c, at, resp, &keep, err, errlen);
+		if (f == F_STALE)
+			f = F_BROKEN;
+		keep = 0;
+	} else if (f == F_STALE) {
+		snprintf(err, errlen, "%s closed the connection", c->addr);
+	} else if (f == F_NONE) {
+		f = read_reply(c, at, resp, &keep, err, errlen);
+	}
 	if (f != F_NONE || !keep)
 		disconnect(c);
 	return f;
