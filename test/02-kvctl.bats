@@ -527,3 +527,15 @@ now_ms() {
 	# It may not wait much past its own deadline.
 	[ "$took" -lt 2000 ] || fail "get --timeout 1s took ${took}ms"
 }
+
+@test "a value far over the limit is RESOURCE_EXHAUSTED (12), not a broken connection" {
+	start_coordd --max-value-size 1K
+	head -c 5000000 /dev/zero >big
+	run --separate-stderr kvctl --timeout 3s put big - <big
+	assert_failure 12
+	[[ $stderr == "kvctl: RESOURCE_EXHAUSTED: "* ]]
+	run --separate-stderr kvctl --timeout 3s put -f big - <big
+	assert_failure 12
+	run kvctl tryget big
+	assert_failure 1
+}

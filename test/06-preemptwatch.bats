@@ -468,3 +468,49 @@ print(t["state"], t["incarnation"])' "$T/inside.json"
 		fail "the command's child $child (sleep 8) trains on alone after preemptwatch was killed"
 	fi
 }
+
+@test "when the command's leader ends, what it left running in its group is stopped too" {
+	start_coordd --cluster worker=1 --heartbeat-timeout 1s
+	pw w0 -t worker:0 --grace 1s -- bash -c '
+		sleep 8 &
+		echo $! >"$1.child"
+		exit 3' _ "$T/w0"
+	pw_wait w0 5
+	assert_equal "$STATUS" 3
+	local child i
+	child=$(cat "$T/w0.child")
+	for ((i = 0; i < 40; i++)); do
+		alive "$child" || break
+		sleep 0.05
+	done
+	if alive "$child"; then
+		kill "$child" 2>/dev/null || true
+		fail "sleep 8, left behind by the command, is still running"
+	fi
+}
+
+@test "the command gets SIGPIPE as usual, and none of preemptwatch's descriptors" {
+	start_coordd --cluster worker=1 --heartbeat-timeout 1s
+	pw w0 -t worker:0 -- bash -c '
+		yes | head -n 1 >/dev/null
+		echo "pipe ${PIPESTATUS[0]}" >"$1.out2"
+		for f in /proc/$$/fd/*; do readlink "$f"; done >"$1.fds"' _ "$T/w0"
+	pw_wait w0 5
+	assert_equal "$STATUS" 0
+	# yes died of SIGPIPE (141), not of an EPIPE error message.
+	assert_equal "$(head -n 1 "$T/w0.out2")" "pipe 141"
+	[ ! -s "$T/w0.err" ] || ! grep -q "Broken pipe" "$T/w0.err"
+	# None of preemptwatch's sockets, signalfd or shared page.
+	run grep -E 'socket:|signalfd|memfd:' "$T/w0.fds"
+	assert_failure
+}
+
+@test "a lone task whose command failed runs again in a new preemptwatch" {
+	start_coordd --cluster worker=1 --heartbeat-timeout 1s
+	pw w0 -t worker:0 -- sh -c 'exit 3'
+	pw_wait w0 5
+	assert_equal "$STATUS" 3
+	pw w1 -t worker:0 --timeout 5s -- sh -c 'exit 0'
+	pw_wait w1 8
+	assert_equal "$STATUS" 0
+}
