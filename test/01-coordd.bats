@@ -29,33 +29,6 @@ still_serving() {
 	assert_output $'200\nok'
 }
 
-# wait_metric NAME VALUE: until coordd's /metrics shows NAME at VALUE (5s).
-wait_metric() {
-	local i
-	for ((i = 0; i < 100; i++)); do
-		curl -s "http://$MUSTER_COORD/metrics" | grep -qx "$1 $2" && return 0
-		sleep 0.05
-	done
-	echo "wait_metric: $1 never reached $2" >&2
-	return 1
-}
-
-# wait_exit PID SECONDS: waits for our child PID, for at most SECONDS, and
-# sets STATUS to its exit status ("running" if it did not exit in time).
-wait_exit() {
-	local i state
-	STATUS=running
-	for ((i = 0; i < $2 * 20; i++)); do
-		state=$(ps -o stat= -p "$1" 2>/dev/null) || true
-		if [[ -z $state || $state == Z* ]]; then
-			STATUS=0
-			wait "$1" || STATUS=$?
-			return 0
-		fi
-		sleep 0.05
-	done
-}
-
 # --- command line -----------------------------------------------------------
 
 @test "coordd -h prints usage to stdout and exits 0" {

@@ -132,22 +132,6 @@ beat() {
 	BG_PIDS+=($!)
 }
 
-# wait_metric NAME VALUE: until coordd's /metrics shows NAME at VALUE (5s).
-wait_metric() {
-	local i
-	for ((i = 0; i < 100; i++)); do
-		curl -s "http://$MUSTER_COORD/metrics" | grep -qx "$1 $2" && return 0
-		sleep 0.05
-	done
-	echo "wait_metric: $1 never reached $2" >&2
-	return 1
-}
-
-# now_us: microseconds since the epoch.
-now_us() {
-	echo "${EPOCHREALTIME/./}"
-}
-
 # --- coordd's cluster flags -------------------------------------------------
 
 @test "coordd --cluster with a bad spec exits 2 with the reason and usage" {

@@ -82,11 +82,6 @@ dead() {
 	! alive "$1"
 }
 
-# now_us: microseconds since the epoch.
-now_us() {
-	echo "${EPOCHREALTIME/./}"
-}
-
 # status_json EXPR: EXPR over `kvctl --json status`, with j bound to it.
 status_json() {
 	kvctl --timeout 2s --json status >"$T/status.json"

@@ -39,29 +39,6 @@ pw() {
 	PW_PIDS+=("$PID")
 }
 
-# wait_exit PID SECONDS: waits for our child PID, for at most SECONDS, and
-# sets STATUS to its exit status ("running" if it did not exit in time).
-wait_exit() {
-	local i state
-	STATUS=running
-	for ((i = 0; i < $2 * 20; i++)); do
-		state=$(ps -o stat= -p "$1" 2>/dev/null) || true
-		if [[ -z $state || $state == Z* ]]; then
-			STATUS=0
-			wait "$1" || STATUS=$?
-			return 0
-		fi
-		sleep 0.05
-	done
-}
-
-# running PID: our child PID has not exited yet.
-running() {
-	local state
-	state=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
-	[[ $state != Z* ]]
-}
-
 # wait_connected N: until coordd counts N tasks connected (5 s).
 wait_connected() {
 	local i
@@ -85,17 +62,6 @@ wait_grep() {
 	echo "wait_grep: no /$1/ in $2:" >&2
 	cat "$2" >&2 2>/dev/null
 	return 1
-}
-
-# js EXPR FILE: the Python expression EXPR over the JSON in FILE, bound to
-# j. Strings print bare, anything else as JSON.
-js() {
-	python3 - "$1" "$2" <<'EOF'
-import json, sys
-j = json.load(open(sys.argv[2]))
-v = eval(sys.argv[1])
-print(v if isinstance(v, str) else json.dumps(v))
-EOF
 }
 
 # now_ms: the wall clock in milliseconds.
