@@ -95,7 +95,7 @@ main(int argc, char **argv)
 		{NULL, 0, NULL, 0},
 	};
 	const char *listen = "127.0.0.1:0", *port_file = NULL;
-	long threads = sysconf(_SC_NPROCESSORS_ONLN);
+	long threads = 2 * sysconf(_SC_NPROCESSORS_ONLN);    /* as coordd */
 	unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD |
 	    MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO | MHD_USE_ERROR_LOG;
 	struct sockaddr_storage ss;
