@@ -14,21 +14,6 @@ bats_require_minimum_version 1.5.0
 PYTHON=/usr/bin/python3
 [ -x "$PYTHON" ] || PYTHON=python3
 
-# Background processes of ours (requests, heartbeat loops), stopped by PID
-# in teardown before the helper's own teardown stops the daemons.
-BG_PIDS=()
-eval "helper_$(declare -f teardown)"
-teardown() {
-	local pid
-	for pid in "${BG_PIDS[@]}"; do
-		kill "$pid" 2>/dev/null || true
-	done
-	for pid in "${BG_PIDS[@]}"; do
-		wait "$pid" 2>/dev/null || true
-	done
-	helper_teardown
-}
-
 # tp TASK [VERB]: the path of TASK (JOB:INDEX), /v1/tasks/JOB/INDEX[/VERB].
 tp() {
 	echo "/v1/tasks/${1%%:*}/${1#*:}${2:+/$2}"

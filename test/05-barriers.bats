@@ -12,21 +12,7 @@ bats_require_minimum_version 1.5.0
 PYTHON=/usr/bin/python3
 [ -x "$PYTHON" ] || PYTHON=python3
 
-# Background processes of ours, stopped by PID in teardown before the
-# helper's own teardown stops the daemons.
-BG_PIDS=()
 declare -gA BW=()
-eval "helper_$(declare -f teardown)"
-teardown() {
-	local pid
-	for pid in "${BG_PIDS[@]}"; do
-		kill "$pid" 2>/dev/null || true
-	done
-	for pid in "${BG_PIDS[@]}"; do
-		wait "$pid" 2>/dev/null || true
-	done
-	helper_teardown
-}
 
 # metric NAME: its value now.
 metric() {

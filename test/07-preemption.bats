@@ -13,32 +13,6 @@ bats_require_minimum_version 1.5.0
 
 LOOP=$BATS_TEST_DIRNAME/../examples/train-loop.sh
 
-# Background preemptwatch processes of ours, stopped by PID in teardown
-# before the helper's own teardown stops coordd.
-PW_PIDS=()
-eval "helper_$(declare -f teardown)"
-teardown() {
-	local pid
-	for pid in "${PW_PIDS[@]}"; do
-		kill -CONT "$pid" 2>/dev/null || true
-		kill -KILL "$pid" 2>/dev/null || true
-	done
-	for pid in "${PW_PIDS[@]}"; do
-		wait "$pid" 2>/dev/null || true
-	done
-	helper_teardown
-}
-
-# pw NAME ARGS...: preemptwatch ARGS in the background, stdout in
-# $T/NAME.out and stderr in $T/NAME.err; sets PID.
-pw() {
-	local name=$1
-	shift
-	preemptwatch "$@" >"$T/$name.out" 2>"$T/$name.err" 3>&- &
-	PID=$!
-	PW_PIDS+=("$PID")
-}
-
 # wait_connected N: until coordd counts N tasks connected (5 s).
 wait_connected() {
 	local i

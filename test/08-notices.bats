@@ -16,29 +16,6 @@ bats_require_minimum_version 1.5.0
 
 FAKE=$BATS_TEST_DIRNAME/fake-metadata.py
 
-PW_PIDS=()
-eval "helper_$(declare -f teardown)"
-teardown() {
-	local pid
-	for pid in "${PW_PIDS[@]}"; do
-		kill -KILL "$pid" 2>/dev/null || true
-	done
-	for pid in "${PW_PIDS[@]}"; do
-		wait "$pid" 2>/dev/null || true
-	done
-	helper_teardown
-}
-
-# pw NAME ARGS...: preemptwatch ARGS in the background, stdout in
-# $T/NAME.out and stderr in $T/NAME.err; sets PID.
-pw() {
-	local name=$1
-	shift
-	preemptwatch "$@" >"$T/$name.out" 2>"$T/$name.err" 3>&- &
-	PID=$!
-	PW_PIDS+=("$PID")
-}
-
 # count PATTERN FILE: lines of FILE matching the extended regex PATTERN.
 count() {
 	local n

@@ -12,6 +12,9 @@ unset MUSTER_COORD MUSTER_TASK
 
 # Started daemons, to be killed in teardown.
 DAEMON_PIDS=()
+# Other background processes of a test (clients, wrapped tasks, loops):
+# killed outright, and before the daemons they talk to.
+BG_PIDS=()
 
 setup() {
 	T=$BATS_TEST_TMPDIR
@@ -20,6 +23,13 @@ setup() {
 
 teardown() {
 	local pid
+	for pid in "${BG_PIDS[@]}"; do
+		kill -CONT "$pid" 2>/dev/null || true
+		kill -KILL "$pid" 2>/dev/null || true
+	done
+	for pid in "${BG_PIDS[@]}"; do
+		wait "$pid" 2>/dev/null || true
+	done
 	for pid in "${DAEMON_PIDS[@]}"; do
 		kill "$pid" 2>/dev/null || true
 	done
@@ -114,4 +124,14 @@ j = json.load(open(sys.argv[2]))
 v = eval(sys.argv[1])
 print(v if isinstance(v, str) else json.dumps(v))
 EOF
+}
+
+# pw NAME ARGS...: preemptwatch ARGS in the background, stdout in
+# $T/NAME.out and stderr in $T/NAME.err; sets PID.
+pw() {
+	local name=$1
+	shift
+	preemptwatch "$@" >"$T/$name.out" 2>"$T/$name.err" 3>&- &
+	PID=$!
+	BG_PIDS+=("$PID")
 }
