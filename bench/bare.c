@@ -104,7 +104,7 @@ main(int argc, char **argv)
 	const union MHD_DaemonInfo *info;
 	struct MHD_Response *resp;
 	struct MHD_Daemon *mhd;
-	char host[256], *end;
+	char host[256];
 	int c, port, verbose = 0, sig;
 	sigset_t set;
 
@@ -118,9 +118,7 @@ main(int argc, char **argv)
 			port_file = optarg;
 			break;
 		case 'T':
-			threads = strtol(optarg, &end, 10);
-			if (*optarg == '\0' || *end != '\0' || threads < 1 ||
-			    threads > 64)
+			if (cli_parse_long(optarg, 1, 64, &threads) < 0)
 				return cli_usage_error(synopsis, "--threads %s is "
 				    "not a number from 1 to 64", optarg);
 			break;

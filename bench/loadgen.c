@@ -1792,17 +1792,6 @@ static const struct mode {
 	{"detect", mode_detect},
 };
 
-static void
-raise_nofile(void)
-{
-	struct rlimit rl;
-
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-		rl.rlim_cur = rl.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &rl);
-	}
-}
-
 int
 main(int argc, char **argv)
 {
@@ -1820,7 +1809,7 @@ main(int argc, char **argv)
 	struct opts o = {.n = 10000, .key = "bench-parked",
 	    .timeout_ms = 60000, .duration_ms = 10000, .rounds = 2};
 	const struct mode *m = NULL;
-	char *end;
+	long v;
 	int c, ret;
 
 	log_init(argv[0], 0);
@@ -1844,16 +1833,13 @@ main(int argc, char **argv)
 			o.addr = optarg;
 			break;
 		case 'n':
-			o.n = strtol(optarg, &end, 10);
-			if (*optarg == '\0' || *end != '\0' || o.n < 1 ||
-			    o.n > 1000000)
+			if (cli_parse_long(optarg, 1, 1000000, &o.n) < 0)
 				return cli_usage_error(synopsis, "-n %s is not a "
 				    "number from 1 to 1000000", optarg);
 			o.n_set = 1;
 			break;
 		case 'p':
-			o.pid = strtol(optarg, &end, 10);
-			if (*optarg == '\0' || *end != '\0' || o.pid < 1)
+			if (cli_parse_long(optarg, 1, LONG_MAX, &o.pid) < 0)
 				return cli_usage_error(synopsis, "--pid %s is "
 				    "not a process id", optarg);
 			break;
@@ -1873,11 +1859,10 @@ main(int argc, char **argv)
 				    "not a duration of 1s or more", optarg);
 			break;
 		case 'r':
-			o.rounds = (int)strtol(optarg, &end, 10);
-			if (*optarg == '\0' || *end != '\0' || o.rounds < 1 ||
-			    o.rounds > 100)
+			if (cli_parse_long(optarg, 1, 100, &v) < 0)
 				return cli_usage_error(synopsis, "--rounds %s is "
 				    "not a number from 1 to 100", optarg);
+			o.rounds = (int)v;
 			break;
 		case 'v':
 			log_init(log_prog(), 1);
@@ -1895,7 +1880,7 @@ main(int argc, char **argv)
 		    argv[optind]);
 	o.addr = cli_coord_addr(o.addr);
 	signal(SIGPIPE, SIG_IGN);
-	raise_nofile();
+	cli_raise_nofile();
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0)
 		return cli_fail(ST_INTERNAL, "curl_global_init failed");
 	ret = m->run(&o);

@@ -109,15 +109,11 @@ main(int argc, char **argv)
 				    "%s is not a size (like 1048576, 64K, 16M)",
 				    optarg);
 			break;
-		case 'T': {
-			char *end;
-			threads = strtol(optarg, &end, 10);
-			if (*optarg == '\0' || *end != '\0' || threads < 1 ||
-			    threads > 64)
+		case 'T':
+			if (cli_parse_long(optarg, 1, 64, &threads) < 0)
 				return cli_usage_error(synopsis, "--threads %s is "
 				    "not a number from 1 to 64", optarg);
 			break;
-		}
 		case 'C':
 			if (task_parse_cluster(optarg, &cc.cluster, err,
 			    sizeof(err)) < 0)

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,12 +100,9 @@ parse_opts(int argc, char **argv, struct opts *o, const char *verb)
 				    "revision", optarg);
 			break;
 		case 'n':
-			errno = 0;
-			o->count = strtol(optarg, &end, 10);
 			if (verb == NULL || strcmp(verb, "watch") != 0)
 				return usage_error("--count is for watch%s", "");
-			if (*optarg == '\0' || *end != '\0' || errno != 0 ||
-			    o->count < 1)
+			if (cli_parse_long(optarg, 1, LONG_MAX, &o->count) < 0)
 				return usage_error("--count %s is not a positive "
 				    "number", optarg);
 			break;

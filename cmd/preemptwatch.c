@@ -867,10 +867,7 @@ wait_next_run(struct coord_client *cc, int sfd, long epoch, int64_t deadline)
 static int
 parse_count(const char *flag, const char *arg, long min, long max, long *v)
 {
-	char *end;
-
-	*v = strtol(arg, &end, 10);
-	if (*arg == '\0' || *end != '\0' || *v < min || *v > max)
+	if (cli_parse_long(arg, min, max, v) < 0)
 		return cli_usage_error(synopsis, "%s %s is not a number from %ld "
 		    "to %ld", flag, arg, min, max);
 	return 0;

@@ -24,6 +24,22 @@ cli_coord_addr(const char *flag)
 }
 
 int
+cli_parse_long(const char *s, long min, long max, long *v)
+{
+	char *end;
+	long x;
+
+	if (s == NULL || *s == '\0')
+		return -1;
+	errno = 0;
+	x = strtol(s, &end, 10);
+	if (*end != '\0' || errno != 0 || x < min || x > max)
+		return -1;
+	*v = x;
+	return 0;
+}
+
+int
 cli_parse_size(const char *s, size_t *bytes)
 {
 	char *end;

@@ -19,6 +19,9 @@
 /* -c ADDR, else $MUSTER_COORD, else the default. */
 const char *cli_coord_addr(const char *flag);
 
+/* A decimal number from min to max into *v; 0, or -1 when it is not. */
+int cli_parse_long(const char *s, long min, long max, long *v);
+
 /* "1048576", "64k", "16M", "1G" (powers of 1024) into *bytes. */
 int cli_parse_size(const char *s, size_t *bytes);
 

@@ -244,6 +244,14 @@ cli_sizes_and_addresses(void)
 	char host[64];
 	int port;
 
+	long v = 0;
+
+	CHECK(cli_parse_long("64", 1, 64, &v) == 0 && v == 64);
+	CHECK(cli_parse_long("65", 1, 64, &v) < 0 && v == 64);
+	CHECK(cli_parse_long("0", 1, 64, &v) < 0);
+	CHECK(cli_parse_long("", 1, 64, &v) < 0);
+	CHECK(cli_parse_long("3x", 1, 64, &v) < 0);
+	CHECK(cli_parse_long("99999999999999999999", 1, 64, &v) < 0);
 	CHECK(cli_parse_size("1048576", &n) == 0 && n == 1048576);
 	CHECK(cli_parse_size("64K", &n) == 0 && n == 65536);
 	CHECK(cli_parse_size("16M", &n) == 0 && n == 16u << 20);
@@ -267,6 +275,7 @@ cli_sizes_and_addresses(void)
 }
 
 UNIT_TESTS(cli_tests) = {
-	{"cli: sizes, listen addresses, coordd address", cli_sizes_and_addresses},
+	{"cli: numbers, sizes, listen addresses, coordd address",
+	    cli_sizes_and_addresses},
 	{NULL, NULL},
 };
