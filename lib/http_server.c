@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -192,9 +193,51 @@ req_free(struct http_req *req)
 	free(req);
 }
 
+/*
+ * What libmicrohttpd may use for one connection's request line and headers,
+ * and what a parked request costs: libmicrohttpd clears the whole pool after
+ * each reply, so every byte of it ends up resident. 8 KiB holds a request
+ * for the longest key (2048 bytes, percent-encoded to three times that) with
+ * room left.
+ */
+#define POOL_SIZE (8 * 1024)
+
+/*
+ * A parked request is answered in a burst with thousands of others, and
+ * libmicrohttpd clears its connection's pool after the reply. On a
+ * connection that has not replied before, that clear is the first write to
+ * most of the pool: a page fault or two per reply, in the middle of the
+ * burst, and half of the burst's cost when the connections are new. So the
+ * pool's pages are made resident now, while the request parks. The request
+ * line lives in the pool, so the pool lies within POOL_SIZE of the path.
+ * Pages are only mapped, never written: a page beyond the pool that is not
+ * someone else's yet becomes resident a little early, nothing more.
+ */
+static void
+prefault_pool(const struct http_req *req)
+{
+#ifdef MADV_POPULATE_WRITE
+	static long pagesize;
+	uintptr_t lo, hi;
+
+	if (pagesize == 0)
+		pagesize = sysconf(_SC_PAGESIZE);
+	if (pagesize <= 0)
+		return;
+	lo = ((uintptr_t)req->path - POOL_SIZE) & ~((uintptr_t)pagesize - 1);
+	hi = ((uintptr_t)req->path + POOL_SIZE + (uintptr_t)pagesize - 1) &
+	    ~((uintptr_t)pagesize - 1);
+	/* Older kernels say EINVAL; a hole at either end, ENOMEM. Both fine. */
+	(void)madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
+#else
+	(void)req;
+#endif
+}
+
 void
 http_park(struct http_req *req)
 {
+	prefault_pool(req);
 	req->parked = 1;
 	req->in_handler = 2;
 	atomic_fetch_add(&req->srv->parked, 1);
@@ -530,14 +573,7 @@ http_server_start(const struct http_server_config *cfg, char *err,
 	    MHD_OPTION_THREAD_POOL_SIZE,
 	    (unsigned)(cfg->threads > 1 ? cfg->threads : 0),
 	    MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000000,
-	    /*
-	     * Each connection's buffer for the request line and headers, and
-	     * what a parked request costs: libmicrohttpd clears the whole pool
-	     * after each reply, so every byte of it ends up resident. 8 KiB
-	     * holds a request for the longest key (2048 bytes, percent-encoded
-	     * to three times that) with room left.
-	     */
-	    MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(8 * 1024),
+	    MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)POOL_SIZE,
 	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
 	    MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)4096,
 	    MHD_OPTION_UNESCAPE_CALLBACK, unescape_none, NULL,
