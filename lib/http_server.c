@@ -26,6 +26,7 @@ struct http_server {
 	atomic_ulong requests;
 	atomic_ulong parked;
 	atomic_long open;               /* requests not yet completed */
+	uintptr_t pagesize;
 };
 
 struct arg {
@@ -208,26 +209,20 @@ req_free(struct http_req *req)
  * connection that has not replied before, that clear is the first write to
  * most of the pool: a page fault or two per reply, in the middle of the
  * burst, and half of the burst's cost when the connections are new. So the
- * pool's pages are made resident now, while the request parks. The request
- * line lives in the pool, so the pool lies within POOL_SIZE of the path.
- * Pages are only mapped, never written: a page beyond the pool that is not
- * someone else's yet becomes resident a little early, nothing more.
+ * pool's pages are made resident now, while the request parks. The pool
+ * starts with the request line, so it begins where the method does, just
+ * before the path. Pages are only mapped, never written.
  */
 static void
 prefault_pool(const struct http_req *req)
 {
 #ifdef MADV_POPULATE_WRITE
-	static long pagesize;
-	uintptr_t lo, hi;
+	uintptr_t page = req->srv->pagesize, start, lo, hi;
 
-	if (pagesize == 0)
-		pagesize = sysconf(_SC_PAGESIZE);
-	if (pagesize <= 0)
-		return;
-	lo = ((uintptr_t)req->path - POOL_SIZE) & ~((uintptr_t)pagesize - 1);
-	hi = ((uintptr_t)req->path + POOL_SIZE + (uintptr_t)pagesize - 1) &
-	    ~((uintptr_t)pagesize - 1);
-	/* Older kernels say EINVAL; a hole at either end, ENOMEM. Both fine. */
+	start = (uintptr_t)req->path - strlen(req->method) - 1;
+	lo = start & ~(page - 1);
+	hi = (start + POOL_SIZE + page - 1) & ~(page - 1);
+	/* Older kernels say EINVAL: the faults then come with the reply. */
 	(void)madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
 #else
 	(void)req;
@@ -568,6 +563,8 @@ http_server_start(const struct http_server_config *cfg, char *err,
 		return NULL;
 	}
 	srv->cfg = *cfg;
+	srv->pagesize = sysconf(_SC_PAGESIZE) > 0 ?
+	    (uintptr_t)sysconf(_SC_PAGESIZE) : 4096;
 	srv->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, srv,
 	    MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
 	    MHD_OPTION_THREAD_POOL_SIZE,
