@@ -110,6 +110,8 @@ struct xfer {
 	int fd;                     /* its socket, as curl last told us */
 	unsigned char hold;         /* capture mode applies to it */
 	unsigned char held;         /* readable, kept back from curl */
+	unsigned char oneshot;      /* armed to report once: lg_capture */
+	unsigned char late;         /* like hold, removed once capture ends */
 	unsigned char sent;
 	unsigned char finished;
 	CURLcode rc;
@@ -148,6 +150,20 @@ struct lg {
 	int stamp;                  /* record ready_us */
 	struct xfer **held;
 	size_t nheld;
+	/*
+	 * Transfers marked hold stamped since stamping began: held ones, and
+	 * those curl read and finished on its own first (while it works on
+	 * another transfer, curl may read any connection that is ready).
+	 */
+	size_t nstamped;
+	/*
+	 * Finished transfers marked hold or late, kept in curl until capture
+	 * mode ends: removing a handle from a multi with 10,000 connections
+	 * walks them all, 10 ms of the client's time in the middle of the
+	 * release.
+	 */
+	struct xfer **later;
+	size_t nlater;
 	struct xfer **done;         /* lg_drain's scratch */
 	size_t added, sent, finished;
 };
@@ -264,9 +280,11 @@ lg_init(struct lg *lg, int64_t timeout_ms, char *err, size_t errlen)
 	lg->by_fd = calloc(lg->nfd, sizeof(*lg->by_fd));
 	lg->held = calloc(lg->nfd, sizeof(*lg->held));
 	lg->done = calloc(lg->nfd, sizeof(*lg->done));
+	lg->later = calloc(lg->nfd, sizeof(*lg->later));
 	lg->evs = calloc((size_t)lg->maxevs, sizeof(*lg->evs));
 	lg->fd_of_port = malloc(65536 * sizeof(*lg->fd_of_port));
 	if (lg->by_fd == NULL || lg->held == NULL || lg->done == NULL ||
+	    lg->later == NULL ||
 	    lg->evs == NULL || lg->fd_of_port == NULL) {
 		snprintf(err, errlen, "out of memory");
 		return -1;
@@ -311,6 +329,7 @@ lg_free(struct lg *lg)
 	free(lg->by_fd);
 	free(lg->held);
 	free(lg->done);
+	free(lg->later);
 	free(lg->evs);
 	free(lg->fd_of_port);
 }
@@ -411,16 +430,38 @@ lg_drain(struct lg *lg)
 		    (char **)&x);
 		x->rc = m->data.result;
 		x->done_us = t;
+		if (lg->stamp && x->ready_us == 0) {
+			x->ready_us = t;
+			lg->nstamped += x->hold;
+		}
 		curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &x->code);
 		x->finished = 1;
 		lg->finished++;
-		lg->done[n++] = x;
+		if (lg->capture && (x->late || x->hold) &&
+		    lg->nlater < lg->nfd)
+			lg->later[lg->nlater++] = x;
+		else
+			lg->done[n++] = x;
 	}
 	for (size_t i = 0; i < n; i++)
 		curl_multi_remove_handle(lg->multi, lg->done[i]->easy);
 	for (size_t i = 0; i < n; i++)
 		if (lg->done[i]->done != NULL)
 			lg->done[i]->done(lg->done[i]);
+}
+
+/* Removes the transfers lg_drain kept in curl, and calls their done. */
+static void
+lg_flush_later(struct lg *lg)
+{
+	size_t n = lg->nlater;
+
+	lg->nlater = 0;
+	for (size_t i = 0; i < n; i++)
+		curl_multi_remove_handle(lg->multi, lg->later[i]->easy);
+	for (size_t i = 0; i < n; i++)
+		if (lg->later[i]->done != NULL)
+			lg->later[i]->done(lg->later[i]);
 }
 
 /* One wait for events, at most until until_us, and their handling. */
@@ -445,10 +486,13 @@ lg_step(struct lg *lg, int64_t until_us)
 		struct xfer *x = lg->by_fd[fd];
 
 		if (x != NULL && lg->stamp && x->ready_us == 0 &&
-		    (e & (EPOLLIN | EPOLLERR | EPOLLHUP)))
+		    (e & (EPOLLIN | EPOLLERR | EPOLLHUP))) {
 			x->ready_us = t;
+			lg->nstamped += x->hold;
+		}
 		if (x != NULL && lg->capture && x->hold && !x->held) {
-			epoll_ctl(lg->epfd, EPOLL_CTL_DEL, fd, NULL);
+			if (!x->oneshot)
+				epoll_ctl(lg->epfd, EPOLL_CTL_DEL, fd, NULL);
 			x->held = 1;
 			lg->held[lg->nheld++] = x;
 			continue;
@@ -470,6 +514,29 @@ lg_step(struct lg *lg, int64_t until_us)
 	return 0;
 }
 
+/*
+ * Starts capture mode. The sockets of transfers marked hold, all waiting
+ * for a reply, are armed to report once: the first event disarms them, so
+ * holding one back costs no system call while the replies are timed.
+ */
+static void
+lg_capture(struct lg *lg)
+{
+	struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT};
+
+	lg->capture = lg->stamp = 1;
+	lg->nstamped = 0;
+	for (size_t fd = 0; fd < lg->nfd; fd++) {
+		struct xfer *x = lg->by_fd[fd];
+
+		if (x == NULL || !x->hold || x->finished || x->fd != (int)fd)
+			continue;
+		ev.data.fd = (int)fd;
+		if (epoll_ctl(lg->epfd, EPOLL_CTL_MOD, (int)fd, &ev) == 0)
+			x->oneshot = 1;
+	}
+}
+
 /* Hands the sockets kept back in capture mode to curl. */
 static void
 lg_release_held(struct lg *lg)
@@ -481,11 +548,19 @@ lg_release_held(struct lg *lg)
 		struct xfer *x = lg->held[i];
 
 		x->held = 0;
+		if (x->oneshot && x->fd >= 0) {
+			/* Re-armed as curl last asked: a reply to read. */
+			struct epoll_event ev = {.events = EPOLLIN,
+			    .data.fd = x->fd};
+			epoll_ctl(lg->epfd, EPOLL_CTL_MOD, x->fd, &ev);
+		}
+		x->oneshot = 0;
 		if (x->fd >= 0)
 			curl_multi_socket_action(lg->multi, x->fd,
 			    CURL_CSELECT_IN, &running);
 	}
 	lg->nheld = 0;
+	lg_flush_later(lg);
 	lg_drain(lg);
 }
 
@@ -776,7 +851,8 @@ release_all(struct parked *p, int round)
 		cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
 		return -1;
 	}
-	lg->capture = lg->stamp = 1;
+	put->late = 1;
+	lg_capture(lg);
 	c0 = cpu_ns(p->o->pid);
 	t_put = now_us();
 	/* For perf record -k CLOCK_MONOTONIC ... --time: the release window. */
@@ -786,7 +862,8 @@ release_all(struct parked *p, int round)
 		cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
 		goto out;
 	}
-	while ((!put->finished || lg->nheld < n) && now_us() < lg->deadline_us)
+	while ((!put->finished || lg->nstamped < n) &&
+	    now_us() < lg->deadline_us)
 		if (lg_step(lg, lg->deadline_us) < 0)
 			goto syserr;
 	c1 = cpu_ns(p->o->pid);
@@ -847,6 +924,7 @@ syserr:
 	cli_fail(ST_INTERNAL, "epoll_wait: %m");
 out:
 	lg->capture = lg->stamp = 0;
+	lg_flush_later(lg);
 	if (!put->finished)
 		curl_multi_remove_handle(lg->multi, put->easy);
 	xfer_free(put);
@@ -1350,11 +1428,11 @@ tasks_barrier(struct tasks *ts)
 	printf("barrier_parked %ld requests parked at b1 after %.0f ms "
 	    "(muster_http_parked)\n", parked, ms(now_us() - t0));
 	/* Replies are stamped as their sockets turn readable. */
-	lg->capture = lg->stamp = 1;
+	lg_capture(lg);
 	c0 = cpu_ns(ts->o->pid);
 	if (lg_add(lg, last->x) < 0)
 		goto nomem;
-	while (lg->nheld < n && ts->nfail == 0) {
+	while (lg->nstamped < n && ts->nfail == 0) {
 		if (tasks_late(ts, "barrier release"))
 			goto fail;
 		if (tasks_step(ts, now_us() + 20000) < 0)
@@ -1403,6 +1481,7 @@ nomem:
 	cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
 fail:
 	lg->capture = lg->stamp = 0;
+	lg_flush_later(lg);
 	free(arr);
 	return -1;
 }
