@@ -229,10 +229,41 @@ prefault_pool(const struct http_req *req)
 #endif
 }
 
+/*
+ * Per connection: whether its pool is resident. It is once prefaulted, and
+ * once a reply has cleared it; a connection that parks again and again
+ * (a task's long poll in a loop) pays for the madvise only the first time.
+ */
+struct conn {
+	unsigned char resident;
+};
+
+static void
+on_connection(void *cls, struct MHD_Connection *c, void **ctx,
+    enum MHD_ConnectionNotificationCode code)
+{
+	(void)cls;
+	(void)c;
+	if (code == MHD_CONNECTION_NOTIFY_STARTED)
+		*ctx = calloc(1, sizeof(struct conn));
+	else {
+		free(*ctx);
+		*ctx = NULL;
+	}
+}
+
 void
 http_park(struct http_req *req)
 {
-	prefault_pool(req);
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
+	    req->conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	struct conn *cs = ci != NULL ? ci->socket_context : NULL;
+
+	if (cs == NULL || !cs->resident) {
+		prefault_pool(req);
+		if (cs != NULL)
+			cs->resident = 1;
+	}
 	req->parked = 1;
 	req->in_handler = 2;
 	atomic_fetch_add(&req->srv->parked, 1);
@@ -575,6 +606,7 @@ http_server_start(const struct http_server_config *cfg, char *err,
 	    MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)4096,
 	    MHD_OPTION_UNESCAPE_CALLBACK, unescape_none, NULL,
 	    MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+	    MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL,
 	    MHD_OPTION_EXTERNAL_LOGGER, on_mhd_error, NULL,
 	    MHD_OPTION_END);
 	if (srv->mhd == NULL) {
