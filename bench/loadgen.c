@@ -426,6 +426,16 @@ lg_add(struct lg *lg, struct xfer *x)
 	return 0;
 }
 
+/* Records t as x's first sign of a reply, when stamping and none yet. */
+static void
+stamp(struct lg *lg, struct xfer *x, int64_t t)
+{
+	if (lg->stamp && x->ready_us == 0) {
+		x->ready_us = t;
+		lg->nstamped += x->hold;
+	}
+}
+
 /*
  * Finishes what curl reports done. Every message is read before any handle
  * is removed: curl_multi_remove_handle scans the pending messages, which
@@ -449,10 +459,7 @@ lg_drain(struct lg *lg)
 		    (char **)&x);
 		x->rc = m->data.result;
 		x->done_us = t;
-		if (lg->stamp && x->ready_us == 0) {
-			x->ready_us = t;
-			lg->nstamped += x->hold;
-		}
+		stamp(lg, x, t);
 		curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &x->code);
 		x->finished = 1;
 		lg->finished++;
@@ -504,11 +511,8 @@ lg_step(struct lg *lg, int64_t until_us)
 		uint32_t e = lg->evs[i].events;
 		struct xfer *x = lg->by_fd[fd];
 
-		if (x != NULL && lg->stamp && x->ready_us == 0 &&
-		    (e & (EPOLLIN | EPOLLERR | EPOLLHUP))) {
-			x->ready_us = t;
-			lg->nstamped += x->hold;
-		}
+		if (x != NULL && (e & (EPOLLIN | EPOLLERR | EPOLLHUP)))
+			stamp(lg, x, t);
 		if (x != NULL && lg->capture && x->hold && !x->held) {
 			if (!x->oneshot)
 				epoll_ctl(lg->epfd, EPOLL_CTL_DEL, fd, NULL);
