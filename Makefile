@@ -8,12 +8,12 @@ VERSION   := 0.1.0
 
 CC        ?= cc
 CFLAGS    ?= -std=c11 -O2 -g -Wall -Wextra -Werror
-CPPFLAGS  += -D_GNU_SOURCE -DMUSTER_VERSION='"$(VERSION)"' -Ilib
-PKGS      := libmicrohttpd jansson
-PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) libcurl 2>/dev/null)
-PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+CPPFLAGS  += -D_GNU_SOURCE -DMUSTER_VERSION='"$(VERSION)"'
+PKG_CFLAGS = $(shell pkg-config --cflags libmicrohttpd jansson libcurl 2>/dev/null)
+JSON_LIBS  = $(shell pkg-config --libs jansson 2>/dev/null)
+HTTPD_LIBS = $(shell pkg-config --libs libmicrohttpd 2>/dev/null)
 CURL_LIBS  = $(shell pkg-config --libs libcurl 2>/dev/null)
-LDLIBS    += $(PKG_LIBS) -lpthread -lm
+SYS_LIBS   = -lpthread -lm
 # Clients load only what they use: a process start is most of a kvctl call.
 LDFLAGS   += -Wl,--as-needed
 
@@ -26,11 +26,45 @@ else
 BUILD     ?= build
 endif
 
-PROGS     := coordd kvctl barrierwait preemptwatch syncpoint
+# The library's layers, lowest first. Each is an archive of its own, and
+# each may use only the layers listed for it: its objects are compiled with
+# only their headers on the include path, and `make layers` links every
+# object of a layer against the layers below it alone, so that an upward
+# call is a build error. Servers (svc) and clients (client) never meet.
+LAYERS       := base io state client svc
+USES_base    := base
+USES_io      := io base
+USES_state   := state base
+USES_client  := client io base
+USES_svc     := svc state io base
+# What each layer's objects need from the system besides libc.
+SYSLIBS_base   = $(JSON_LIBS) $(SYS_LIBS)
+SYSLIBS_io     = $(HTTPD_LIBS) $(JSON_LIBS) $(SYS_LIBS)
+SYSLIBS_state  = $(JSON_LIBS) $(SYS_LIBS)
+# Clients never link libmicrohttpd: a client that reached the HTTP server
+# would fail to link.
+SYSLIBS_client = $(JSON_LIBS) $(SYS_LIBS)
+SYSLIBS_svc    = $(HTTPD_LIBS) $(JSON_LIBS) $(SYS_LIBS)
+
+layer_src  = $(wildcard lib/$(1)/*.c)
+layer_obj  = $(patsubst lib/$(1)/%.c,$(BUILD)/lib/$(1)/%.o,$(call layer_src,$(1)))
+layer_lib  = $(BUILD)/lib/lib$(1).a
+layer_inc  = $(foreach l,$(USES_$(1)),-Ilib/$(l))
+ALL_INC   := $(foreach l,$(LAYERS),-Ilib/$(l))
+
+# Programs, and the layers each links (highest first, as the linker wants).
+SERVERS   := coordd
+CLIENTS   := kvctl barrierwait preemptwatch syncpoint
+PROGS     := $(SERVERS) $(CLIENTS)
+SERVER_ARCHIVES = $(call layer_lib,svc) $(call layer_lib,state) \
+	$(call layer_lib,io) $(call layer_lib,base)
+CLIENT_ARCHIVES = $(call layer_lib,client) $(call layer_lib,io) \
+	$(call layer_lib,base)
+ALL_ARCHIVES = $(call layer_lib,svc) $(call layer_lib,state) \
+	$(call layer_lib,client) $(call layer_lib,io) $(call layer_lib,base)
+
 MAN1      := kvctl.1 barrierwait.1 preemptwatch.1 syncpoint.1
 MAN8      := coordd.8
-LIB_SRC   := $(wildcard lib/*.c)
-LIB_OBJ   := $(LIB_SRC:lib/%.c=$(BUILD)/lib/%.o)
 UNIT_SRC  := $(wildcard test/unit/*.c)
 UNIT_OBJ  := $(UNIT_SRC:test/unit/%.c=$(BUILD)/unit/%.o)
 BENCH_PROGS := bare loadgen syncapi
@@ -38,38 +72,79 @@ BINS      := $(PROGS:%=$(BUILD)/bin/%)
 
 .DELETE_ON_ERROR:
 .SECONDARY:
-.PHONY: all deps check unit asan ubsan bench demo install uninstall clean lint
+.PHONY: FORCE all deps layers check unit asan ubsan bench demo install uninstall \
+	clean lint
 
-all: deps $(BINS)
+all: deps layers $(BINS)
 
 # Stops early with the exact install command when a Debian package is missing.
 deps:
 	@./test/deps.sh build
 
-$(BUILD)/lib/%.o: lib/%.c | $(BUILD)/lib
-	$(CC) $(CPPFLAGS) $(PKG_CFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
+define layer_rules
+$(BUILD)/lib/$(1)/%.o: lib/$(1)/%.c | $(BUILD)/lib/$(1)
+	$$(CC) $$(CPPFLAGS) $(call layer_inc,$(1)) $$(PKG_CFLAGS) $$(CFLAGS) \
+		-MMD -MP -c -o $$@ $$<
+
+# The archive is made anew whenever its list of objects changes, so that a
+# removed source file leaves nothing behind in it.
+$(BUILD)/lib/$(1).objs: FORCE | $(BUILD)/lib/$(1)
+	@echo '$(call layer_obj,$(1))' >$$@.new
+	@cmp -s $$@.new $$@ && rm -f $$@.new || mv $$@.new $$@
+
+$(call layer_lib,$(1)): $(call layer_obj,$(1)) $(BUILD)/lib/$(1).objs
+	@rm -f $$@
+	$$(AR) rcs $$@ $(call layer_obj,$(1))
+
+$(BUILD)/lib/$(1):
+	@mkdir -p $$@
+
+# Every object of the layer, linked with the layers below it and nothing
+# above: an undefined symbol here is a call upward (or a missing library).
+$(BUILD)/lib/$(1).layer: $(foreach l,$(USES_$(1)),$(call layer_lib,$(l))) \
+		$(BUILD)/lib/layer-main.o
+	$$(CC) $$(LDFLAGS) -o $$@.bin $(BUILD)/lib/layer-main.o \
+		-Wl,--whole-archive $(call layer_lib,$(1)) -Wl,--no-whole-archive \
+		$(foreach l,$(wordlist 2,9,$(USES_$(1))),$(call layer_lib,$(l))) \
+		$$(SYSLIBS_$(1))
+	@rm -f $$@.bin
+	@touch $$@
+endef
+$(foreach l,$(LAYERS),$(eval $(call layer_rules,$(l))))
+
+$(BUILD)/lib/layer-main.o: | $(BUILD)/lib
+	printf 'int main(void) { return 0; }\n' | $(CC) -x c -c -o $@ -
+
+layers: $(LAYERS:%=$(BUILD)/lib/%.layer)
+
+FORCE:
 
 $(BUILD)/cmd/%.o: cmd/%.c | $(BUILD)/cmd
-	$(CC) $(CPPFLAGS) $(PKG_CFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
+	$(CC) $(CPPFLAGS) $(ALL_INC) $(PKG_CFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
 
 $(BUILD)/unit/%.o: test/unit/%.c | $(BUILD)/unit
-	$(CC) $(CPPFLAGS) $(PKG_CFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
+	$(CC) $(CPPFLAGS) $(ALL_INC) $(PKG_CFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
 
 $(BUILD)/bench/%.o: bench/%.c | $(BUILD)/bench
-	$(CC) $(CPPFLAGS) $(PKG_CFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
+	$(CC) $(CPPFLAGS) $(ALL_INC) $(PKG_CFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
 
-$(BUILD)/libmuster.a: $(LIB_OBJ)
-	$(AR) rcs $@ $^
+$(SERVERS:%=$(BUILD)/bin/%): $(BUILD)/bin/%: $(BUILD)/cmd/%.o \
+		$(SERVER_ARCHIVES) | $(BUILD)/bin
+	$(CC) $(LDFLAGS) -o $@ $< $(SERVER_ARCHIVES) $(HTTPD_LIBS) $(JSON_LIBS) \
+		$(SYS_LIBS)
 
-$(BUILD)/bin/%: $(BUILD)/cmd/%.o $(BUILD)/libmuster.a | $(BUILD)/bin
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(CLIENTS:%=$(BUILD)/bin/%): $(BUILD)/bin/%: $(BUILD)/cmd/%.o \
+		$(CLIENT_ARCHIVES) | $(BUILD)/bin
+	$(CC) $(LDFLAGS) -o $@ $< $(CLIENT_ARCHIVES) $(JSON_LIBS) $(SYS_LIBS)
 
-$(BUILD)/bin/unit: $(UNIT_OBJ) $(BUILD)/libmuster.a | $(BUILD)/bin
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/bin/unit: $(UNIT_OBJ) $(ALL_ARCHIVES) | $(BUILD)/bin
+	$(CC) $(LDFLAGS) -o $@ $(UNIT_OBJ) $(ALL_ARCHIVES) $(HTTPD_LIBS) \
+		$(JSON_LIBS) $(SYS_LIBS)
 
 # The load generator drives thousands of requests with libcurl's multi API.
-$(BUILD)/bin/bench-%: $(BUILD)/bench/%.o $(BUILD)/libmuster.a | $(BUILD)/bin
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CURL_LIBS)
+$(BUILD)/bin/bench-%: $(BUILD)/bench/%.o $(ALL_ARCHIVES) | $(BUILD)/bin
+	$(CC) $(LDFLAGS) -o $@ $< $(ALL_ARCHIVES) $(HTTPD_LIBS) $(JSON_LIBS) \
+		$(SYS_LIBS) $(CURL_LIBS)
 
 $(BUILD)/lib $(BUILD)/cmd $(BUILD)/unit $(BUILD)/bench $(BUILD)/bin:
 	@mkdir -p $@
@@ -78,7 +153,7 @@ unit: deps $(BUILD)/bin/unit
 	$(BUILD)/bin/unit
 
 # The whole suite: C unit tests, then every bats file, as TAP.
-check: deps $(BINS) $(BUILD)/bin/unit
+check: all $(BUILD)/bin/unit
 	@./test/deps.sh test
 	MUSTER_BIN=$(CURDIR)/$(BUILD)/bin ./test/run.sh
 
@@ -88,12 +163,12 @@ asan:
 ubsan:
 	$(MAKE) SANITIZER=undefined check
 
-bench: deps $(BINS) $(BENCH_PROGS:%=$(BUILD)/bin/bench-%)
+bench: all $(BENCH_PROGS:%=$(BUILD)/bin/bench-%)
 	@./test/deps.sh bench
 	MUSTER_BIN=$(CURDIR)/$(BUILD)/bin ./bench/run.sh
 
 # The README's first command: a 4-task job survives a preemption.
-demo: deps $(BINS)
+demo: all
 	MUSTER_BIN=$(CURDIR)/$(BUILD)/bin ./examples/demo.sh
 
 lint:
@@ -113,4 +188,4 @@ uninstall:
 clean:
 	rm -rf build build-address build-undefined
 
--include $(wildcard $(BUILD)/*/*.d)
+-include $(wildcard $(BUILD)/*/*.d $(BUILD)/lib/*/*.d)

@@ -20,6 +20,8 @@
 #include <microhttpd.h>
 
 #include "cli.h"
+#include "daemon.h"
+#include "parse.h"
 #include "log.h"
 
 static const char synopsis[] =
@@ -118,7 +120,7 @@ main(int argc, char **argv)
 			port_file = optarg;
 			break;
 		case 'T':
-			if (cli_parse_long(optarg, 1, 64, &threads) < 0)
+			if (parse_long(optarg, 1, 64, &threads) < 0)
 				return cli_usage_error(synopsis, "--threads %s is "
 				    "not a number from 1 to 64", optarg);
 			break;
@@ -137,7 +139,7 @@ main(int argc, char **argv)
 		return cli_usage_error(synopsis, "unexpected argument %s",
 		    argv[optind]);
 	log_init(argv[0], verbose);
-	if (cli_parse_listen(listen, host, sizeof(host), &port) < 0)
+	if (parse_listen(listen, host, sizeof(host), &port) < 0)
 		return cli_usage_error(synopsis, "-l %s is not HOST:PORT",
 		    listen);
 	memset(&ss, 0, sizeof(ss));
@@ -158,7 +160,7 @@ main(int argc, char **argv)
 	sigaddset(&set, SIGTERM);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	cli_raise_nofile();
+	daemon_raise_nofile();
 
 	resp = MHD_create_response_from_buffer(sizeof(body) - 1,
 	    (void *)body, MHD_RESPMEM_PERSISTENT);
@@ -185,7 +187,7 @@ main(int argc, char **argv)
 	info = MHD_get_daemon_info(mhd, MHD_DAEMON_INFO_BIND_PORT);
 	if (info != NULL)
 		port = info->port;
-	if (port_file != NULL && cli_write_port_file(port_file, port) < 0) {
+	if (port_file != NULL && daemon_write_port_file(port_file, port) < 0) {
 		MHD_stop_daemon(mhd);
 		MHD_destroy_response(resp);
 		return cli_fail(ST_INTERNAL, "cannot write port file %s: %m",

@@ -63,6 +63,8 @@
 #include <curl/curl.h>
 
 #include "cli.h"
+#include "daemon.h"
+#include "parse.h"
 #include "duration.h"
 #include "log.h"
 #include "task.h"
@@ -1936,13 +1938,13 @@ main(int argc, char **argv)
 			o.addr = optarg;
 			break;
 		case 'n':
-			if (cli_parse_long(optarg, 1, 1000000, &o.n) < 0)
+			if (parse_long(optarg, 1, 1000000, &o.n) < 0)
 				return cli_usage_error(synopsis, "-n %s is not a "
 				    "number from 1 to 1000000", optarg);
 			o.n_set = 1;
 			break;
 		case 'p':
-			if (cli_parse_long(optarg, 1, LONG_MAX, &o.pid) < 0)
+			if (parse_long(optarg, 1, LONG_MAX, &o.pid) < 0)
 				return cli_usage_error(synopsis, "--pid %s is "
 				    "not a process id", optarg);
 			break;
@@ -1962,7 +1964,7 @@ main(int argc, char **argv)
 				    "not a duration of 1s or more", optarg);
 			break;
 		case 'r':
-			if (cli_parse_long(optarg, 1, 100, &v) < 0)
+			if (parse_long(optarg, 1, 100, &v) < 0)
 				return cli_usage_error(synopsis, "--rounds %s is "
 				    "not a number from 1 to 100", optarg);
 			o.rounds = (int)v;
@@ -1983,7 +1985,7 @@ main(int argc, char **argv)
 		    argv[optind]);
 	o.addr = cli_coord_addr(o.addr);
 	signal(SIGPIPE, SIG_IGN);
-	cli_raise_nofile();
+	daemon_raise_nofile();
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0)
 		return cli_fail(ST_INTERNAL, "curl_global_init failed");
 	ret = m->run(&o);

@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "daemon.h"
+#include "parse.h"
 #include "duration.h"
 #include "coord.h"
 #include "http_server.h"
@@ -104,14 +106,14 @@ main(int argc, char **argv)
 			port_file = optarg;
 			break;
 		case 'V':
-			if (cli_parse_size(optarg, &cc.kv.max_value) < 0 ||
+			if (parse_size(optarg, &cc.kv.max_value) < 0 ||
 			    cc.kv.max_value == 0)
 				return cli_usage_error(synopsis, "--max-value-size "
 				    "%s is not a size (like 1048576, 64K, 16M)",
 				    optarg);
 			break;
 		case 'T':
-			if (cli_parse_long(optarg, 1, 64, &threads) < 0)
+			if (parse_long(optarg, 1, 64, &threads) < 0)
 				return cli_usage_error(synopsis, "--threads %s is "
 				    "not a number from 1 to 64", optarg);
 			break;
@@ -160,7 +162,7 @@ main(int argc, char **argv)
 		return cli_usage_error(synopsis, "unexpected argument %s",
 		    argv[optind]);
 	log_init(argv[0], verbose);
-	if (cli_parse_listen(listen, host, sizeof(host), &hc.port) < 0)
+	if (parse_listen(listen, host, sizeof(host), &hc.port) < 0)
 		return cli_usage_error(synopsis, "-l %s is not HOST:PORT",
 		    listen);
 	if (cc.kv.max_value == 0)
@@ -180,7 +182,7 @@ main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	/* Parked requests each hold a socket: as many as the system allows. */
-	cli_raise_nofile();
+	daemon_raise_nofile();
 
 	if ((co = coord_new(&cc, err, sizeof(err))) == NULL)
 		return cli_fail(ST_INTERNAL, "%s", err);
@@ -196,7 +198,7 @@ main(int argc, char **argv)
 	}
 	coord_set_server(co, srv);
 	if (port_file != NULL &&
-	    cli_write_port_file(port_file, http_server_port(srv)) < 0) {
+	    daemon_write_port_file(port_file, http_server_port(srv)) < 0) {
 		coord_shutdown(co);
 		http_server_stop(srv);
 		coord_free(co);

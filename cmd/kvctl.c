@@ -14,9 +14,11 @@
 
 #include "buf.h"
 #include "cli.h"
+#include "parse.h"
 #include "coord_client.h"
 #include "duration.h"
 #include "log.h"
+#include "keypath.h"
 #include "text.h"
 
 #define DEFAULT_TIMEOUT_MS 30000
@@ -102,7 +104,7 @@ parse_opts(int argc, char **argv, struct opts *o, const char *verb)
 		case 'n':
 			if (verb == NULL || strcmp(verb, "watch") != 0)
 				return usage_error("--count is for watch%s", "");
-			if (cli_parse_long(optarg, 1, LONG_MAX, &o->count) < 0)
+			if (parse_long(optarg, 1, LONG_MAX, &o->count) < 0)
 				return usage_error("--count %s is not a positive "
 				    "number", optarg);
 			break;
@@ -197,14 +199,14 @@ write_all(const char *p, size_t n)
 }
 
 static int
-do_put(struct ctx *x, int argc, char **argv, enum kv_mode mode)
+do_put(struct ctx *x, int argc, char **argv, enum coord_put_mode mode)
 {
 	struct buf val = {0};
 	int64_t rev = 0;
 	enum status st;
 
 	if (argc < 1 || argc > 2)
-		return usage_error("%s takes KEY [VALUE | -]", mode == KV_UPDATE ?
+		return usage_error("%s takes KEY [VALUE | -]", mode == COORD_PUT_UPDATE ?
 		    "update" : "put");
 	if (read_value(argc == 2 ? argv[1] : NULL, &val) < 0)
 		return cli_fail(ST_INVALID_ARGUMENT, "cannot read the value "
@@ -383,16 +385,6 @@ do_watch(struct ctx *x, int argc, char **argv)
 			return 0;
 		}
 	}
-}
-
-static int
-parse_int64(const char *s, int64_t *v)
-{
-	char *end;
-
-	errno = 0;
-	*v = strtoll(s, &end, 10);
-	return *s == '\0' || *end != '\0' || errno != 0 ? -1 : 0;
 }
 
 static int
@@ -576,16 +568,16 @@ main(int argc, char **argv)
 	    duration_now_ms() + x.o.timeout;
 	/* Keys are shown as coordd stores them: "//a///b/" is "a/b". */
 	if (argc >= 1 && strcmp(verb, "status") != 0) {
-		if (kv_normalize(argv[0], strlen(argv[0]), &key) < 0)
+		if (keypath_normalize(argv[0], strlen(argv[0]), &key) < 0)
 			return cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
 		argv[0] = key.data;
 	}
 
 	if (strcmp(verb, "put") == 0)
-		rc = do_put(&x, argc, argv, x.o.force ? KV_OVERWRITE :
-		    KV_INSERT);
+		rc = do_put(&x, argc, argv, x.o.force ? COORD_PUT_OVERWRITE :
+		    COORD_PUT_INSERT);
 	else if (strcmp(verb, "update") == 0)
-		rc = do_put(&x, argc, argv, KV_UPDATE);
+		rc = do_put(&x, argc, argv, COORD_PUT_UPDATE);
 	else if (strcmp(verb, "get") == 0)
 		rc = do_get(&x, argc, argv, 1);
 	else if (strcmp(verb, "tryget") == 0)

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "parse.h"
 #include "coord_client.h"
 #include "duration.h"
 #include "log.h"
@@ -867,7 +868,7 @@ wait_next_run(struct coord_client *cc, int sfd, long epoch, int64_t deadline)
 static int
 parse_count(const char *flag, const char *arg, long min, long max, long *v)
 {
-	if (cli_parse_long(arg, min, max, v) < 0)
+	if (parse_long(arg, min, max, v) < 0)
 		return cli_usage_error(synopsis, "%s %s is not a number from %ld "
 		    "to %ld", flag, arg, min, max);
 	return 0;

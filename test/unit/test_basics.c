@@ -8,6 +8,7 @@
 #include "status.h"
 #include "strmap.h"
 #include "text.h"
+#include "parse.h"
 #include "unit.h"
 
 static void
@@ -246,27 +247,27 @@ cli_sizes_and_addresses(void)
 
 	long v = 0;
 
-	CHECK(cli_parse_long("64", 1, 64, &v) == 0 && v == 64);
-	CHECK(cli_parse_long("65", 1, 64, &v) < 0 && v == 64);
-	CHECK(cli_parse_long("0", 1, 64, &v) < 0);
-	CHECK(cli_parse_long("", 1, 64, &v) < 0);
-	CHECK(cli_parse_long("3x", 1, 64, &v) < 0);
-	CHECK(cli_parse_long("99999999999999999999", 1, 64, &v) < 0);
-	CHECK(cli_parse_size("1048576", &n) == 0 && n == 1048576);
-	CHECK(cli_parse_size("64K", &n) == 0 && n == 65536);
-	CHECK(cli_parse_size("16M", &n) == 0 && n == 16u << 20);
-	CHECK(cli_parse_size("1GiB", &n) == 0 && n == 1u << 30);
-	CHECK(cli_parse_size("", &n) < 0);
-	CHECK(cli_parse_size("12Q", &n) < 0);
-	CHECK(cli_parse_size("-1", &n) < 0);
-	CHECK(cli_parse_listen("127.0.0.1:7700", host, sizeof(host),
+	CHECK(parse_long("64", 1, 64, &v) == 0 && v == 64);
+	CHECK(parse_long("65", 1, 64, &v) < 0 && v == 64);
+	CHECK(parse_long("0", 1, 64, &v) < 0);
+	CHECK(parse_long("", 1, 64, &v) < 0);
+	CHECK(parse_long("3x", 1, 64, &v) < 0);
+	CHECK(parse_long("99999999999999999999", 1, 64, &v) < 0);
+	CHECK(parse_size("1048576", &n) == 0 && n == 1048576);
+	CHECK(parse_size("64K", &n) == 0 && n == 65536);
+	CHECK(parse_size("16M", &n) == 0 && n == 16u << 20);
+	CHECK(parse_size("1GiB", &n) == 0 && n == 1u << 30);
+	CHECK(parse_size("", &n) < 0);
+	CHECK(parse_size("12Q", &n) < 0);
+	CHECK(parse_size("-1", &n) < 0);
+	CHECK(parse_listen("127.0.0.1:7700", host, sizeof(host),
 	    &port) == 0 && strcmp(host, "127.0.0.1") == 0 && port == 7700);
-	CHECK(cli_parse_listen("[::1]:0", host, sizeof(host), &port) == 0 &&
+	CHECK(parse_listen("[::1]:0", host, sizeof(host), &port) == 0 &&
 	    strcmp(host, "::1") == 0 && port == 0);
-	CHECK(cli_parse_listen("127.0.0.1", host, sizeof(host), &port) < 0);
-	CHECK(cli_parse_listen("127.0.0.1:99999", host, sizeof(host),
+	CHECK(parse_listen("127.0.0.1", host, sizeof(host), &port) < 0);
+	CHECK(parse_listen("127.0.0.1:99999", host, sizeof(host),
 	    &port) < 0);
-	CHECK(cli_parse_listen(":80", host, sizeof(host), &port) < 0);
+	CHECK(parse_listen(":80", host, sizeof(host), &port) < 0);
 	setenv(CLI_COORD_ENV, "10.0.0.1:1", 1);
 	CHECK(strcmp(cli_coord_addr(NULL), "10.0.0.1:1") == 0);
 	CHECK(strcmp(cli_coord_addr("x:2"), "x:2") == 0);

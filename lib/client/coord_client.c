@@ -158,18 +158,18 @@ coord_kv_get(struct coord_client *cc, const char *key, int wait,
 }
 
 static const char *
-mode_arg(enum kv_mode mode)
+mode_arg(enum coord_put_mode mode)
 {
 	switch (mode) {
-	case KV_OVERWRITE: return "?mode=overwrite";
-	case KV_UPDATE: return "?mode=update";
+	case COORD_PUT_OVERWRITE: return "?mode=overwrite";
+	case COORD_PUT_UPDATE: return "?mode=update";
 	default: return "";
 	}
 }
 
 enum status
 coord_kv_put(struct coord_client *cc, const char *key, const void *val,
-    size_t len, enum kv_mode mode, int64_t deadline, int64_t *rev)
+    size_t len, enum coord_put_mode mode, int64_t deadline, int64_t *rev)
 {
 	struct buf path = {0};
 	struct http_resp resp;
@@ -179,7 +179,7 @@ coord_kv_put(struct coord_client *cc, const char *key, const void *val,
 		return nomem(cc);
 	/* An overwrite may be repeated; an insert or update may not. */
 	st = call(cc, "PUT", &path, val, len, "application/octet-stream",
-	    deadline, mode == KV_OVERWRITE ? CALL_REPEAT : CALL_ONCE, &resp);
+	    deadline, mode == COORD_PUT_OVERWRITE ? CALL_REPEAT : CALL_ONCE, &resp);
 	buf_free(&path);
 	if (st == ST_OK && rev != NULL)
 		*rev = resp.revision;

@@ -18,7 +18,7 @@ preempt_publish(struct coord_client *cc, int64_t *death_ms, int64_t deadline)
 
 	wall_format(*death_ms, when, sizeof(when));
 	st = coord_kv_put(cc, PREEMPT_NOTICE_KEY, when, strlen(when),
-	    KV_INSERT, deadline, NULL);
+	    COORD_PUT_INSERT, deadline, NULL);
 	if (st != ST_ALREADY_EXISTS)
 		return st;
 	/* Another task was first: its death time stands. */
@@ -88,7 +88,7 @@ preempt_sync(struct coord_client *cc, const struct coord_agent *a,
 	deadline = duration_now_ms() + barrier_timeout_ms + 10000;
 	snprintf(key, sizeof(key), "%s/%s", PREEMPT_COUNTER_DIR, a->task);
 	snprintf(num, sizeof(num), "%" PRId64, step);
-	st = coord_kv_put(cc, key, num, strlen(num), KV_OVERWRITE, deadline,
+	st = coord_kv_put(cc, key, num, strlen(num), COORD_PUT_OVERWRITE, deadline,
 	    NULL);
 	if (st != ST_OK) {
 		snprintf(why, sizeof(why), "posting step %s: %.900s", num, cc->err);
@@ -112,7 +112,7 @@ preempt_sync(struct coord_client *cc, const struct coord_agent *a,
 	    "at %" PRId64 ")", *sync_step, n, max);
 	/* For people and status pages; every task agrees on the value. */
 	snprintf(num, sizeof(num), "%" PRId64, *sync_step);
-	coord_kv_put(cc, PREEMPT_SYNC_KEY, num, strlen(num), KV_OVERWRITE,
+	coord_kv_put(cc, PREEMPT_SYNC_KEY, num, strlen(num), COORD_PUT_OVERWRITE,
 	    duration_now_ms() + 2000, NULL);
 	return ST_OK;
 fail:

@@ -15,9 +15,15 @@
 
 #include "buf.h"
 #include "http_client.h"
-#include "kvstore.h"
 #include "status.h"
 #include "task.h"
+
+/* How a put treats a key that exists (or not), as coordd's mode=. */
+enum coord_put_mode {
+	COORD_PUT_INSERT,       /* only a new key */
+	COORD_PUT_OVERWRITE,    /* either */
+	COORD_PUT_UPDATE,       /* only an existing key */
+};
 
 struct coord_client {
 	struct http_client *http;
@@ -36,7 +42,7 @@ void coord_client_set_cancel(struct coord_client *cc, int fd);
 enum status coord_kv_get(struct coord_client *cc, const char *key, int wait,
     int64_t deadline, struct buf *val, int64_t *rev);
 enum status coord_kv_put(struct coord_client *cc, const char *key,
-    const void *val, size_t len, enum kv_mode mode, int64_t deadline,
+    const void *val, size_t len, enum coord_put_mode mode, int64_t deadline,
     int64_t *rev);
 enum status coord_kv_add(struct coord_client *cc, const char *key,
     int64_t delta, int64_t deadline, int64_t *value, int64_t *rev);

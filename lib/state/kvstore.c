@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "keypath.h"
 #include "kvstore.h"
 #include "strmap.h"
 #include "text.h"
@@ -83,24 +84,6 @@ kv_event_name(enum kv_event_type t)
 	}
 }
 
-int
-kv_normalize(const char *raw, size_t n, struct buf *out)
-{
-	buf_reset(out);
-	if (buf_reserve(out, n) < 0)
-		return -1;
-	for (size_t i = 0; i < n; i++) {
-		if (raw[i] == '/' && (out->len == 0 ||
-		    out->data[out->len - 1] == '/'))
-			continue;
-		out->data[out->len++] = raw[i];
-	}
-	if (out->len > 0 && out->data[out->len - 1] == '/')
-		out->len--;
-	out->data[out->len] = '\0';
-	return 0;
-}
-
 enum status
 kv_key(const struct kvstore *kv, const char *raw, size_t n, int allow_empty,
     struct buf *out, char *err, size_t errlen)
@@ -114,7 +97,7 @@ kv_key(const struct kvstore *kv, const char *raw, size_t n, int allow_empty,
 		snprintf(err, errlen, "key is not valid UTF-8");
 		return ST_INVALID_ARGUMENT;
 	}
-	if (kv_normalize(raw, n, out) < 0) {
+	if (keypath_normalize(raw, n, out) < 0) {
 		snprintf(err, errlen, "out of memory");
 		return ST_RESOURCE_EXHAUSTED;
 	}
@@ -377,11 +360,7 @@ kv_cas(struct kvstore *kv, const char *key, size_t klen, const void *expect,
 int
 kv_matches(const char *prefix, size_t plen, const char *key, size_t klen)
 {
-	if (plen == 0)
-		return 1;
-	if (klen < plen || memcmp(key, prefix, plen) != 0)
-		return 0;
-	return klen == plen || key[plen] == '/';
+	return keypath_under(prefix, plen, key, klen);
 }
 
 struct collect {
