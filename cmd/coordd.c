@@ -45,16 +45,16 @@ parse_recoverable(const char *arg, struct coord_config *cc)
 	for (job = strtok_r(copy, ",", &save); job != NULL;
 	    job = strtok_r(NULL, ",", &save)) {
 		size_t j;
-		for (j = 0; j < cc->cluster.njobs; j++)
-			if (strcmp(cc->cluster.jobs[j].name, job) == 0)
+		for (j = 0; j < cc->cluster.cluster.njobs; j++)
+			if (strcmp(cc->cluster.cluster.jobs[j].name, job) == 0)
 				break;
-		if (j == cc->cluster.njobs)
+		if (j == cc->cluster.cluster.njobs)
 			return cli_usage_error(synopsis, "--recoverable: job %s "
 			    "is not in --cluster", job);
-		if (cc->nrecoverable == 32)
+		if (cc->cluster.nrecoverable == REG_MAX_RECOVERABLE)
 			return cli_usage_error(synopsis, "--recoverable: too "
 			    "many jobs");
-		snprintf(cc->recoverable[cc->nrecoverable++], TASK_JOB_MAX,
+		snprintf(cc->cluster.recoverable[cc->cluster.nrecoverable++], TASK_JOB_MAX,
 		    "%s", job);
 	}
 	return 0;
@@ -118,19 +118,19 @@ main(int argc, char **argv)
 				    "not a number from 1 to 64", optarg);
 			break;
 		case 'C':
-			if (task_parse_cluster(optarg, &cc.cluster, err,
+			if (task_parse_cluster(optarg, &cc.cluster.cluster, err,
 			    sizeof(err)) < 0)
 				return cli_usage_error(synopsis, "--cluster: %s",
 				    err);
 			break;
 		case 'H':
 			if (duration_flag("heartbeat-timeout", optarg, 1,
-			    &cc.heartbeat_timeout_ms) < 0)
+			    &cc.cluster.heartbeat_timeout_ms) < 0)
 				return 2;
 			break;
 		case 'G':
 			if (duration_flag("register-timeout", optarg, 1,
-			    &cc.register_timeout_ms) < 0)
+			    &cc.cluster.register_timeout_ms) < 0)
 				return 2;
 			break;
 		case 'S':
@@ -184,6 +184,8 @@ main(int argc, char **argv)
 	/* Parked requests each hold a socket: as many as the system allows. */
 	daemon_raise_nofile();
 
+	/* From here on a stalled stderr must not stall the service. */
+	log_async(1u << 20);
 	if ((co = coord_new(&cc, err, sizeof(err))) == NULL)
 		return cli_fail(ST_INTERNAL, "%s", err);
 	hc.host = host;
@@ -216,5 +218,6 @@ main(int argc, char **argv)
 	coord_shutdown(co);
 	http_server_stop(srv);
 	coord_free(co);
+	log_flush(2000);
 	return 0;
 }

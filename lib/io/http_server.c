@@ -62,6 +62,7 @@ struct http_req {
 	unsigned char too_large;
 	unsigned char in_handler;
 	unsigned char parked;
+	unsigned char held;
 };
 
 /*
@@ -332,11 +333,25 @@ resume(struct http_req *req)
 	 * libmicrohttpd allows that, and its lock orders the writes of the
 	 * reply before the handler thread reads them.
 	 */
-	if (req->parked) {
+	if (req->parked && !req->held) {
 		req->parked = 0;
 		atomic_fetch_sub(&req->srv->parked, 1);
 		MHD_resume_connection(req->conn);
 	}
+}
+
+void
+http_req_hold(struct http_req *req)
+{
+	req->held = 1;
+}
+
+void
+http_req_release(struct http_req *req)
+{
+	req->held = 0;
+	if (req->resp != NULL || req->shared != NULL)
+		resume(req);
 }
 
 void

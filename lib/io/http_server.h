@@ -96,6 +96,14 @@ int http_set_header(struct http_req *req, const char *name,
  */
 void http_park(struct http_req *req);
 
+/*
+ * Holds a parked request: a reply to it is kept, and its connection is not
+ * resumed until http_req_release. A waker that answers thousands of parked
+ * requests under its lock resumes them only once the lock is free.
+ */
+void http_req_hold(struct http_req *req);
+void http_req_release(struct http_req *req);
+
 /* Request counters, for /metrics. */
 unsigned long http_server_requests(const struct http_server *srv);
 unsigned long http_server_parked(const struct http_server *srv);

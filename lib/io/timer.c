@@ -12,6 +12,8 @@ struct timers {
 	int running, stopping;
 	struct timer **heap;
 	size_t len, cap;
+	void (*unlock)(void *arg);
+	void *unlock_arg;
 };
 
 static void
@@ -119,6 +121,13 @@ timers_count(const struct timers *ts)
 	return ts->len;
 }
 
+void
+timers_set_unlock(struct timers *ts, void (*unlock)(void *arg), void *arg)
+{
+	ts->unlock = unlock;
+	ts->unlock_arg = arg;
+}
+
 static void *
 run(void *arg)
 {
@@ -127,11 +136,20 @@ run(void *arg)
 	pthread_mutex_lock(ts->mu);
 	while (!ts->stopping) {
 		int64_t now = duration_now_ms();
+		int fired = 0;
 
 		while (ts->len > 0 && ts->heap[0]->at <= now) {
 			struct timer *t = ts->heap[0];
 			timers_cancel(ts, t);
 			t->fire(t);
+			fired = 1;
+		}
+		if (fired && ts->unlock != NULL) {
+			/* Let the owner finish what the timers began, outside
+			 * the lock, then look at the heap again. */
+			ts->unlock(ts->unlock_arg);
+			pthread_mutex_lock(ts->mu);
+			continue;
 		}
 		if (ts->len == 0) {
 			pthread_cond_wait(&ts->cv, ts->mu);

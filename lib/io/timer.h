@@ -22,6 +22,13 @@ struct timers;
 
 /* mu guards every call below except timers_new, timers_start, timers_free. */
 struct timers *timers_new(pthread_mutex_t *mu);
+/*
+ * How the thread lets go of mu after firing timers: unlock(arg) must
+ * release mu (and may then finish work the fired timers left, such as
+ * resuming the requests they answered). Default: pthread_mutex_unlock.
+ */
+void timers_set_unlock(struct timers *ts, void (*unlock)(void *arg),
+    void *arg);
 int timers_start(struct timers *ts);
 /* Stops the thread; call without holding mu. */
 void timers_stop(struct timers *ts);

@@ -1,3 +1,7 @@
+/*
+ * coord.c: coordd's service: its lock, what it does when the state machines
+ * report a change, /metrics, and the routes.
+ */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,93 +12,64 @@
 #include "duration.h"
 #include "log.h"
 
+void
+coord_lock(struct coord *co)
+{
+	pthread_mutex_lock(&co->mu);
+}
+
+/*
+ * Acts on what the registry reported while the lock was held, in order
+ * (acting may report more: a failed task can end the shutdown barrier,
+ * which fails its stragglers), starts a new epoch once nobody is left,
+ * and lets the lock go.
+ */
+void
+coord_unlock(struct coord *co)
+{
+	for (;;) {
+		for (size_t i = 0; i < co->nevents; i++) {
+			struct reg_event ev = co->events[i];
+			coord_tasks_react(co, &ev);
+		}
+		co->nevents = 0;
+		registry_settle(co->reg);
+		if (co->nevents == 0)
+			break;
+	}
+	coord_barriers_arm(co);
+	park_unlock(co->park);
+}
+
 static void
-timer_fire(struct timer *t)
+unlock_cb(void *arg)
 {
-	struct waiter *w = (struct waiter *)t;
-
-	waiter_unlink(w);
-	w->expire(w);
+	coord_unlock(arg);
 }
 
-struct waiter *
-waiter_park(struct coord *co, struct http_req *req, struct waitlist *list,
-    int64_t timeout_ms, void (*expire)(struct waiter *w), const char *key,
-    size_t klen)
+int
+coord_closing(struct coord *co)
 {
-	struct waiter *w = calloc(1, sizeof(*w) + klen + 1);
+	return atomic_load(&co->closing);
+}
 
-	if (w == NULL)
-		return NULL;
-	w->co = co;
-	w->req = req;
-	w->expire = expire;
-	w->klen = klen;
-	memcpy(w->key, key, klen);
-	w->key[klen] = '\0';
-	w->timer.fire = timer_fire;
-	if (timers_add(co->timers, &w->timer,
-	    duration_now_ms() + timeout_ms) < 0) {
-		free(w);
-		return NULL;
+/* The registry's observer: queued, acted on in coord_unlock. */
+static void
+observe(const struct reg_event *ev, void *arg)
+{
+	struct coord *co = arg;
+
+	if (co->nevents == co->capevents) {
+		size_t cap = co->capevents != 0 ? co->capevents * 2 : 16;
+		struct reg_event *v = realloc(co->events, cap * sizeof(*v));
+		if (v == NULL) {
+			log_info("internal: out of memory; a task event is lost");
+			return;
+		}
+		co->events = v;
+		co->capevents = cap;
 	}
-	w->list = list;
-	w->next = list->head;
-	if (list->head != NULL)
-		list->head->prev = w;
-	list->head = w;
-	list->count++;
-	http_park(req);
-	return w;
-}
-
-void
-waiter_unlink(struct waiter *w)
-{
-	struct waitlist *l = w->list;
-
-	timers_cancel(w->co->timers, &w->timer);
-	if (l == NULL)
-		return;
-	if (w->prev != NULL)
-		w->prev->next = w->next;
-	else
-		l->head = w->next;
-	if (w->next != NULL)
-		w->next->prev = w->prev;
-	w->prev = w->next = NULL;
-	w->list = NULL;
-	l->count--;
-}
-
-void
-waiter_free(struct waiter *w)
-{
-	free(w);
-}
-
-void
-coord_answer_all(struct waitlist *l, enum status st, const char *msg,
-    json_t *obj)
-{
-	struct http_shared *sh;
-
-	if (st != ST_OK)
-		obj = json_pack("{s:{s:s,s:s}}", "error", "code",
-		    status_name(st), "message", msg != NULL ? msg : "");
-	sh = l->head != NULL ? http_shared_json(st == ST_OK ? 200 :
-	    status_http(st), obj) : (json_decref(obj), NULL);
-	while (l->head != NULL) {
-		struct waiter *w = l->head;
-		waiter_unlink(w);
-		if (sh != NULL)
-			http_reply_shared(w->req, sh);
-		else
-			http_reply_error(w->req, ST_RESOURCE_EXHAUSTED,
-			    "out of memory");
-		waiter_free(w);
-	}
-	http_shared_release(sh);
+	co->events[co->nevents++] = *ev;
 }
 
 int
@@ -112,9 +87,54 @@ coord_arg_duration(struct http_req *req, const char *name, int64_t def,
 		return -1;
 	}
 	/* No wait is longer than a year: deadlines stay far from overflow. */
-	if (*ms > COORD_MAX_WAIT_MS)
-		*ms = COORD_MAX_WAIT_MS;
+	if (*ms > PARK_MAX_WAIT_MS)
+		*ms = PARK_MAX_WAIT_MS;
 	return 0;
+}
+
+void
+coord_reply_json(struct http_req *req, int code, json_t *obj)
+{
+	if (obj == NULL)
+		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
+	else
+		http_reply_json(req, code, obj);
+}
+
+void
+coord_answer_all(struct park_list *l, enum status st, const char *msg,
+    json_t *obj)
+{
+	struct http_shared *sh = NULL;
+
+	if (l->head == NULL) {
+		json_decref(obj);
+		return;
+	}
+	if (st != ST_OK)
+		obj = json_pack("{s:{s:s,s:s}}", "error", "code",
+		    status_name(st), "message", msg != NULL ? msg : "");
+	sh = http_shared_json(st == ST_OK ? 200 : status_http(st), obj);
+	park_answer_all(l, sh);
+	http_shared_release(sh);
+}
+
+void
+coord_reply_closing(struct http_req *req)
+{
+	http_set_header(req, "Retry-After", "1");
+	http_reply_error(req, ST_UNAVAILABLE, "coordd is shutting down");
+}
+
+struct parked *
+coord_park(struct coord *co, struct http_req *req, struct park_list *l,
+    int64_t wait, park_fn expire, const char *key, size_t klen)
+{
+	struct parked *w = park_add(co->park, req, l, wait, expire, key, klen);
+
+	if (w == NULL)
+		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
+	return w;
 }
 
 struct coord *
@@ -122,25 +142,34 @@ coord_new(const struct coord_config *cfg, char *err, size_t errlen)
 {
 	struct coord *co = calloc(1, sizeof(*co));
 
-	if (co == NULL)
-		goto nomem;
+	if (co == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
 	pthread_mutex_init(&co->mu, NULL);
-	if ((co->timers = timers_new(&co->mu)) == NULL ||
-	    (co->getters = strmap_new()) == NULL ||
-	    (co->kv = kv_new(&cfg->kv, coord_kv_observe, co)) == NULL)
-		goto nomem;
-	if (coord_cluster_init(co, cfg, err, errlen) < 0) {
-		coord_free(co);
-		return NULL;
+	co->shutdown_timeout = cfg->shutdown_barrier_timeout_ms;
+	if ((co->park = park_new(&co->mu, err, errlen)) == NULL)
+		goto fail;
+	if ((co->getters = park_index_new()) == NULL ||
+	    (co->watchers = park_index_new()) == NULL ||
+	    (co->kv = kv_new(&cfg->kv, coord_kv_observe, co)) == NULL ||
+	    (co->reg = registry_new(&cfg->cluster, observe, co, err,
+	    errlen)) == NULL ||
+	    (co->bars = barriers_new(co->reg, coord_barrier_ended,
+	    co)) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
 	}
-	if (timers_start(co->timers) < 0) {
-		snprintf(err, errlen, "cannot start the timer thread");
-		coord_free(co);
-		return NULL;
-	}
+	co->scan.fire = coord_tasks_scan;
+	co->bar_timer.fire = coord_barrier_timer;
+	coord_lock(co);
+	park_set_unlock(co->park, unlock_cb, co);
+	if (registry_size(co->reg) > 0)
+		timers_add(park_timers(co->park), &co->scan, duration_now_ms() +
+		    registry_heartbeat_timeout(co->reg) / 5);
+	coord_unlock(co);
 	return co;
-nomem:
-	snprintf(err, errlen, "out of memory");
+fail:
 	coord_free(co);
 	return NULL;
 }
@@ -151,45 +180,28 @@ coord_set_server(struct coord *co, struct http_server *srv)
 	co->srv = srv;
 }
 
-void
-coord_reply_closing(struct http_req *req)
-{
-	http_set_header(req, "Retry-After", "1");
-	http_reply_error(req, ST_UNAVAILABLE, "coordd is shutting down");
-}
-
 static void
-drain(struct waitlist *l)
+drain(struct park_list *l, void *arg)
 {
-	while (l->head != NULL) {
-		struct waiter *w = l->head;
-		waiter_unlink(w);
-		coord_reply_closing(w->req);
-		waiter_free(w);
-	}
-}
-
-static void
-drain_getters(const char *key, size_t klen, void *value, void *arg)
-{
-	(void)key;
-	(void)klen;
 	(void)arg;
-	drain(value);
-	free(value);
+	park_list_hold(l);
+	while (l->head != NULL) {
+		struct parked *w = l->head;
+		park_take(w);
+		coord_reply_closing(w->req);
+	}
+	park_list_release(l);
 }
 
 void
 coord_shutdown(struct coord *co)
 {
-	pthread_mutex_lock(&co->mu);
-	co->closing = 1;
-	strmap_each(co->getters, drain_getters, NULL);
-	strmap_free(co->getters, NULL);
-	co->getters = strmap_new();
-	drain(&co->watchers);
-	coord_cluster_shutdown(co);
-	pthread_mutex_unlock(&co->mu);
+	coord_lock(co);
+	atomic_store(&co->closing, 1);
+	park_index_each(co->getters, drain, NULL);
+	park_index_each(co->watchers, drain, NULL);
+	coord_tasks_shutdown(co);
+	coord_unlock(co);
 }
 
 void
@@ -197,13 +209,13 @@ coord_free(struct coord *co)
 {
 	if (co == NULL)
 		return;
-	if (co->timers != NULL)
-		timers_stop(co->timers);
-	coord_cluster_free(co);
-	if (co->timers != NULL)
-		timers_free(co->timers);
-	strmap_free(co->getters, free);
+	park_free(co->park);
+	barriers_free(co->bars);
+	registry_free(co->reg);
+	park_index_free(co->getters);
+	park_index_free(co->watchers);
 	kv_free(co->kv);
+	free(co->events);
 	pthread_mutex_destroy(&co->mu);
 	free(co);
 }
@@ -213,7 +225,7 @@ metrics(struct coord *co, struct http_req *req)
 {
 	struct buf b = {0};
 
-	pthread_mutex_lock(&co->mu);
+	coord_lock(co);
 	buf_printf(&b,
 	    "# HELP muster_kv_keys Keys in the store.\n"
 	    "# TYPE muster_kv_keys gauge\n"
@@ -240,9 +252,10 @@ metrics(struct coord *co, struct http_req *req)
 	    "# TYPE muster_epoch counter\n"
 	    "muster_epoch %ld\n",
 	    kv_count(co->kv), kv_bytes(co->kv), kv_revision(co->kv),
-	    co->watchers.count, timers_count(co->timers), co->cl.ntasks,
-	    co->cl.nconnected, co->cl.epoch);
-	pthread_mutex_unlock(&co->mu);
+	    park_index_waiting(co->watchers),
+	    timers_count(park_timers(co->park)), registry_size(co->reg),
+	    registry_connected(co->reg), registry_epoch(co->reg));
+	coord_unlock(co);
 	if (co->srv != NULL)
 		buf_printf(&b,
 		    "# HELP muster_http_requests_total Requests received.\n"
@@ -278,9 +291,9 @@ coord_handle(struct http_req *req, void *arg)
 	if (strcmp(path, "/healthz") == 0) {
 		if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
 			goto bad_method;
-		http_reply(req, co->closing ? 503 : 200, "text/plain",
-		    co->closing ? "shutting down\n" : "ok\n",
-		    co->closing ? 14 : 3);
+		http_reply(req, coord_closing(co) ? 503 : 200, "text/plain",
+		    coord_closing(co) ? "shutting down\n" : "ok\n",
+		    coord_closing(co) ? 14 : 3);
 		return;
 	}
 	if (strcmp(path, "/metrics") == 0) {
@@ -289,7 +302,7 @@ coord_handle(struct http_req *req, void *arg)
 		metrics(co, req);
 		return;
 	}
-	if (co->closing) {
+	if (coord_closing(co)) {
 		coord_reply_closing(req);
 		return;
 	}
@@ -304,9 +317,10 @@ coord_handle(struct http_req *req, void *arg)
 		    "" : rest);
 		return;
 	}
-	if (prefixed(path, "/v1/tasks/", &rest) || strcmp(path, "/v1/tasks") == 0) {
-		coord_tasks_route(co, req, strcmp(path, "/v1/tasks") == 0 ? "" :
-		    rest);
+	if (prefixed(path, "/v1/tasks/", &rest) ||
+	    strcmp(path, "/v1/tasks") == 0) {
+		coord_tasks_route(co, req, strcmp(path, "/v1/tasks") == 0 ?
+		    "" : rest);
 		return;
 	}
 	if (strcmp(path, "/v1/errors") == 0) {
@@ -319,8 +333,8 @@ coord_handle(struct http_req *req, void *arg)
 	}
 	if (prefixed(path, "/v1/barriers/", &rest) ||
 	    strcmp(path, "/v1/barriers") == 0) {
-		coord_barriers_route(co, req, strcmp(path, "/v1/barriers") == 0 ?
-		    "" : rest);
+		coord_barriers_route(co, req, strcmp(path, "/v1/barriers") ==
+		    0 ? "" : rest);
 		return;
 	}
 	http_reply_error(req, ST_NOT_FOUND, "no such resource: %s %s", method,

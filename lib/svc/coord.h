@@ -1,7 +1,7 @@
 /*
- * coord.h: the coordination service that coordd serves over HTTP. It owns
- * the state (the task registry, barriers and the key-value store), one lock around it, and the
- * parked requests waiting for it to change.
+ * coord.h: the coordination service that coordd serves over HTTP: the task
+ * registry, barriers and the key-value store, one lock around them, and the
+ * requests parked waiting for them to change.
  */
 #ifndef MUSTER_COORD_H
 #define MUSTER_COORD_H
@@ -10,7 +10,7 @@
 
 #include "http_server.h"
 #include "kvstore.h"
-#include "task.h"
+#include "registry.h"
 
 struct coord;
 
@@ -22,11 +22,7 @@ struct coord;
 
 struct coord_config {
 	struct kv_limits kv;
-	struct cluster_spec cluster;        /* ntasks 0: no cluster */
-	char recoverable[32][TASK_JOB_MAX]; /* jobs whose tasks may rejoin */
-	size_t nrecoverable;
-	int64_t heartbeat_timeout_ms;
-	int64_t register_timeout_ms;
+	struct registry_config cluster;
 	int64_t shutdown_barrier_timeout_ms; /* 0: no shutdown barrier */
 };
 

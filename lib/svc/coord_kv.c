@@ -22,6 +22,7 @@
 
 #include "coord_int.h"
 #include "log.h"
+#include "task.h"
 #include "text.h"
 
 #define WATCH_WAIT_DEFAULT_MS 30000
@@ -61,15 +62,10 @@ reply_json(struct http_req *req, json_t *obj)
 }
 
 static void
-get_expired(struct waiter *w)
+get_expired(struct parked *w)
 {
 	http_reply_error(w->req, ST_DEADLINE_EXCEEDED,
 	    "key %s not set before the deadline", w->key);
-	/* The list goes with its last waiter. */
-	struct waitlist *l = strmap_get(w->co->getters, w->key, w->klen);
-	if (l != NULL && l->count == 0)
-		free(strmap_del(w->co->getters, w->key, w->klen));
-	waiter_free(w);
 }
 
 static void
@@ -78,38 +74,29 @@ kv_get_route(struct coord *co, struct http_req *req, const struct buf *key)
 	const struct kv_entry *e;
 	int64_t wait;
 	int waiting = http_req_arg(req, "wait") != NULL;
-	struct waitlist *l;
+	struct park_list *l;
 
 	if (coord_arg_duration(req, "wait", 0, &wait) < 0)
 		return;
-	pthread_mutex_lock(&co->mu);
+	coord_lock(co);
 	if ((e = kv_get(co->kv, key->data, key->len)) != NULL) {
 		reply_value(req, e);
 	} else if (!waiting) {
 		http_reply_error(req, ST_NOT_FOUND, "key %s not found",
 		    key->data);
-	} else if (co->closing) {
+	} else if (coord_closing(co)) {
 		coord_reply_closing(req);
 	} else if (wait <= 0) {
 		http_reply_error(req, ST_DEADLINE_EXCEEDED,
 		    "key %s not set before the deadline", key->data);
-	} else {
-		l = strmap_get(co->getters, key->data, key->len);
-		if (l == NULL && ((l = calloc(1, sizeof(*l))) == NULL ||
-		    strmap_put(co->getters, key->data, key->len, l) < 0)) {
-			free(l);
-			l = NULL;
-		}
-		if (l == NULL || waiter_park(co, req, l, wait, get_expired,
-		    key->data, key->len) == NULL) {
-			if (l != NULL && l->count == 0)
-				free(strmap_del(co->getters, key->data,
-				    key->len));
-			http_reply_error(req, ST_RESOURCE_EXHAUSTED,
-			    "out of memory");
-		}
+	} else if ((l = park_index_list(co->getters, key->data,
+	    key->len)) == NULL) {
+		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
+	} else if (coord_park(co, req, l, wait, get_expired, key->data,
+	    key->len) == NULL) {
+		park_list_prune(l);
 	}
-	pthread_mutex_unlock(&co->mu);
+	coord_unlock(co);
 }
 
 static void
@@ -119,7 +106,7 @@ kv_dir_route(struct coord *co, struct http_req *req, const struct buf *key)
 	json_t *arr = json_array(), *obj;
 	size_t n;
 
-	pthread_mutex_lock(&co->mu);
+	coord_lock(co);
 	n = kv_dir(co->kv, key->data, key->len, &v);
 	for (size_t i = 0; arr != NULL && n != (size_t)-1 && i < n; i++) {
 		json_t *ent = json_pack("{s:s%,s:o,s:I,s:I}", "key", v[i]->key,
@@ -135,7 +122,7 @@ kv_dir_route(struct coord *co, struct http_req *req, const struct buf *key)
 	    "revision", (json_int_t)kv_revision(co->kv), "entries", arr);
 	if (obj == NULL)
 		json_decref(arr);
-	pthread_mutex_unlock(&co->mu);
+	coord_unlock(co);
 	free(v);
 	reply_json(req, obj);
 }
@@ -163,10 +150,10 @@ kv_put_route(struct coord *co, struct http_req *req, const struct buf *key)
 		return;
 	}
 	body = http_req_body(req, &len);
-	pthread_mutex_lock(&co->mu);
+	coord_lock(co);
 	st = kv_put(co->kv, key->data, key->len, body, len, m, &rev, err,
 	    sizeof(err));
-	pthread_mutex_unlock(&co->mu);
+	coord_unlock(co);
 	if (st != ST_OK) {
 		http_reply_error(req, st, "%s", err);
 		return;
@@ -215,10 +202,10 @@ kv_add_route(struct coord *co, struct http_req *req, const struct buf *key)
 	if (d != NULL)
 		delta = json_integer_value(d);
 	json_decref(root);
-	pthread_mutex_lock(&co->mu);
+	coord_lock(co);
 	st = kv_add(co->kv, key->data, key->len, delta, &result, &rev, err,
 	    sizeof(err));
-	pthread_mutex_unlock(&co->mu);
+	coord_unlock(co);
 	if (st != ST_OK) {
 		http_reply_error(req, st, "%s", err);
 		return;
@@ -266,14 +253,14 @@ kv_cas_route(struct coord *co, struct http_req *req, const struct buf *key)
 		return;
 	}
 	json_decref(root);
-	pthread_mutex_lock(&co->mu);
+	coord_lock(co);
 	st = kv_cas(co->kv, key->data, key->len, expect.data, expect.len,
 	    absent, val.data != NULL ? val.data : "", val.len, &rev, &cur, err,
 	    sizeof(err));
 	if (st == ST_FAILED_PRECONDITION && cur != NULL)
 		extra = json_pack("{s:o,s:I}", "current", text_base64_json(cur->value,
 		    cur->vlen), "revision", (json_int_t)cur->mod_rev);
-	pthread_mutex_unlock(&co->mu);
+	coord_unlock(co);
 	buf_free(&val);
 	buf_free(&expect);
 	if (st != ST_OK) {
@@ -290,9 +277,9 @@ kv_delete_route(struct coord *co, struct http_req *req, const struct buf *key)
 	size_t n;
 	int64_t rev;
 
-	pthread_mutex_lock(&co->mu);
+	coord_lock(co);
 	n = kv_delete(co->kv, key->data, key->len, &rev);
-	pthread_mutex_unlock(&co->mu);
+	coord_unlock(co);
 	set_revision(req, rev);
 	reply_json(req, json_pack("{s:I,s:I}", "deleted", (json_int_t)n,
 	    "revision", (json_int_t)rev));
@@ -421,17 +408,16 @@ answer_watch(struct coord *co, struct http_req *req, const char *prefix,
 	}
 	reply_json(req, json_pack("{s:I,s:s,s:o}", "revision",
 	    (json_int_t)kv_revision(co->kv), "service",
-	    task_format_incarnation(co->cl.service_incarnation, svc),
+	    task_format_incarnation(registry_service(co->reg), svc),
 	    "events", c.arr));
 	return 1;
 }
 
 static void
-watch_expired(struct waiter *w)
+watch_expired(struct parked *w)
 {
 	/* A long poll that saw nothing: an empty answer, not an error. */
-	answer_watch(w->co, w->req, w->key, w->klen, w->since, 1);
-	waiter_free(w);
+	answer_watch(w->obj, w->req, w->key, w->klen, w->since, 1);
 }
 
 void
@@ -440,7 +426,7 @@ coord_watch_route(struct coord *co, struct http_req *req, const char *rest)
 	struct buf key = {0};
 	const char *since_s = http_req_arg(req, "since");
 	const char *service = http_req_arg(req, "service");
-	int64_t since, wait;
+	int64_t since = 0, wait;
 	uint64_t inc;
 	char *end;
 
@@ -462,70 +448,103 @@ coord_watch_route(struct coord *co, struct http_req *req, const char *rest)
 			goto out;
 		}
 	}
-	pthread_mutex_lock(&co->mu);
+	coord_lock(co);
 	if (since_s == NULL)
 		since = kv_revision(co->kv);
 	/* A revision from another coordd (this one restarted) means nothing
 	 * here: everything this store has is new to that watcher. */
 	if (service != NULL && (task_parse_incarnation(service, &inc) < 0 ||
-	    inc != co->cl.service_incarnation))
+	    inc != registry_service(co->reg)))
 		since = 0;
 	if (answer_watch(co, req, key.data, key.len, since, wait <= 0)) {
 		/* answered from the history */
-	} else if (co->closing) {
+	} else if (coord_closing(co)) {
 		coord_reply_closing(req);
 	} else {
-		struct waiter *w = waiter_park(co, req, &co->watchers, wait,
-		    watch_expired, key.data, key.len);
-		if (w == NULL)
+		struct park_list *l = park_index_list(co->watchers, key.data,
+		    key.len);
+		struct parked *w = l == NULL ? NULL : coord_park(co, req, l,
+		    wait, watch_expired, key.data, key.len);
+
+		if (l == NULL)
 			http_reply_error(req, ST_RESOURCE_EXHAUSTED,
 			    "out of memory");
-		else
+		else if (w == NULL)
+			park_list_prune(l);
+		else {
 			w->since = since;
+			w->obj = co;
+		}
 	}
-	pthread_mutex_unlock(&co->mu);
+	coord_unlock(co);
 out:
 	buf_free(&key);
 }
 
-/* Called under co->mu for every change, after the whole operation. */
+/* Answers the watchers of l that have not seen revision rev. */
+static void
+wake_watchers(struct coord *co, struct park_list *l, int64_t rev)
+{
+	struct parked *w, *next;
+
+	park_list_hold(l);
+	for (w = l->head; w != NULL; w = next) {
+		next = w->next;
+		if (rev <= w->since)
+			continue;
+		park_take(w);
+		answer_watch(co, w->req, w->key, w->klen, w->since, 1);
+	}
+	park_list_release(l);
+}
+
+/*
+ * Called under the lock for every change, after the whole operation.
+ * Getters wait on the key itself, watchers on the key or a directory
+ * above it: each of the key's path prefixes is looked up once.
+ */
 void
 coord_kv_observe(const struct kv_event *ev, void *arg)
 {
 	struct coord *co = arg;
-	struct waiter *w, *next;
+	struct park_list *l;
 
-	if (ev->type == KV_EV_PUT) {
-		struct waitlist *l = strmap_del(co->getters, ev->key, ev->klen);
+	if (ev->type == KV_EV_PUT && (l = park_index_find(co->getters,
+	    ev->key, ev->klen)) != NULL) {
 		const struct kv_entry *e = kv_get(co->kv, ev->key, ev->klen);
 		struct http_shared *sh = NULL;
 		char num[32];
 
 		/* Every waiter gets the same bytes: build the reply once. */
-		if (l != NULL && l->count > 1 && (sh = http_shared_new(200,
+		if (l->count > 1 && (sh = http_shared_new(200,
 		    "application/octet-stream", e->value, e->vlen)) != NULL) {
 			snprintf(num, sizeof(num), "%" PRId64, e->mod_rev);
 			http_shared_header(sh, "X-Muster-Revision", num);
 		}
-		while (l != NULL && l->head != NULL) {
-			w = l->head;
-			waiter_unlink(w);
+		park_list_hold(l);
+		while (l->head != NULL) {
+			struct parked *w = l->head;
+			park_take(w);
 			if (sh != NULL)
 				http_reply_shared(w->req, sh);
 			else
 				reply_value(w->req, e);
-			waiter_free(w);
 		}
+		park_list_release(l);
 		http_shared_release(sh);
-		free(l);
 	}
-	for (w = co->watchers.head; w != NULL; w = next) {
-		next = w->next;
-		if (ev->rev <= w->since ||
-		    !kv_matches(w->key, w->klen, ev->key, ev->klen))
-			continue;
-		waiter_unlink(w);
-		answer_watch(co, w->req, w->key, w->klen, w->since, 1);
-		waiter_free(w);
+	if (park_index_waiting(co->watchers) == 0)
+		return;
+	for (size_t n = 0;; n++) {
+		if (n == ev->klen || ev->key[n] == '/') {
+			if ((l = park_index_find(co->watchers, ev->key,
+			    n)) != NULL)
+				wake_watchers(co, l, ev->rev);
+		}
+		if (n == ev->klen)
+			break;
 	}
+	/* "" watches everything. */
+	if ((l = park_index_find(co->watchers, "", 0)) != NULL)
+		wake_watchers(co, l, ev->rev);
 }

@@ -8,7 +8,7 @@ int unit_failed;
 static const struct unit_test *groups[] = {
 	status_tests, duration_tests, text_tests, buf_tests, strmap_tests,
 	kvstore_tests, timer_tests, cli_tests, http_tests, task_tests,
-	notice_tests, syncpoint_tests,
+	notice_tests, syncpoint_tests, state_tests,
 };
 
 int

@@ -1,0 +1,119 @@
+/*
+ * park.h: parked requests, the shape of redis's blocked.c. A blocking call
+ * (a get that waits for its key, a barrier, a watch, a fetch) is parked: it
+ * holds no thread, sits on a list with a deadline, and is answered either
+ * by whoever wakes its list or, at the deadline, by its expire function.
+ *
+ * One struct park serves one daemon and is guarded by the daemon's own
+ * lock (the mutex given to park_new): every call below is made with that
+ * lock held, except park_new, park_free and park_unlock. Answers given
+ * under the lock are only recorded; the connections are resumed, and the
+ * replies that were deferred are built, by park_unlock once the lock is
+ * free. So a put that releases 10,000 getters holds the lock for the time
+ * it takes to unlink them, not to send 10,000 replies.
+ */
+#ifndef MUSTER_PARK_H
+#define MUSTER_PARK_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "http_server.h"
+#include "timer.h"
+
+struct park;
+struct parked;
+struct park_index;
+
+/* A list of parked requests waiting for the same thing. */
+struct park_list {
+	struct parked *head;
+	size_t count;
+	struct park_index *index;       /* the index that owns it, if any */
+	int busy;                       /* being walked: do not free */
+	size_t klen;
+	char *key;
+};
+
+typedef void (*park_fn)(struct parked *w);
+
+/* One parked request. Fields after req are the caller's to use. */
+struct parked {
+	struct timer timer;             /* first: the deadline */
+	struct park *park;
+	struct park_list *list;
+	struct parked *prev, *next;     /* on list */
+	struct parked *out;             /* on the answered list */
+	park_fn expire;                 /* answers at the deadline */
+	park_fn build;                  /* answers after the lock, if set */
+	struct http_req *req;
+	void *obj;                      /* what it waits on */
+	void *ctx;                      /* for build */
+	int64_t since;
+	size_t klen;
+	char key[];
+};
+
+/* The waits no request may exceed: deadlines stay far from overflow. */
+#define PARK_MAX_WAIT_MS (366LL * 24 * 3600 * 1000)
+
+struct park *park_new(pthread_mutex_t *mu, char *err, size_t errlen);
+/* Stops its timers; every parked request must have been answered. */
+void park_free(struct park *p);
+/* Releases the lock, then resumes what was answered under it. */
+void park_unlock(struct park *p);
+/*
+ * How the timer thread lets the lock go after deadlines fired: unlock(arg)
+ * must end with park_unlock. For a daemon that acts on what its deadlines
+ * changed before it lets go. Default: park_unlock.
+ */
+void park_set_unlock(struct park *p, void (*unlock)(void *arg), void *arg);
+/* The timers, for the daemon's own deadlines (same lock). */
+struct timers *park_timers(struct park *p);
+/* Requests parked now. */
+size_t park_count(const struct park *p);
+
+/*
+ * Parks req on l until answered, or until timeout_ms passes: then expire
+ * runs (under the lock) and must reply to w->req. key is copied into the
+ * parked request. NULL on ENOMEM (req is then still the caller's).
+ */
+struct parked *park_add(struct park *p, struct http_req *req,
+    struct park_list *l, int64_t timeout_ms, park_fn expire,
+    const char *key, size_t klen);
+
+/*
+ * Takes w off its list and its deadline; the caller replies to w->req at
+ * once (the reply goes out after the lock). w stays readable until then.
+ */
+void park_take(struct parked *w);
+/* The same, but the reply is built after the lock by build(w). */
+void park_take_later(struct parked *w, park_fn build);
+/* Answers everyone on l with one shared reply (sh stays the caller's). */
+void park_answer_all(struct park_list *l, struct http_shared *sh);
+
+/*
+ * Lists by key, made on first use and freed when they empty: getters by
+ * key, watchers by prefix.
+ */
+struct park_index *park_index_new(void);
+void park_index_free(struct park_index *ix);
+/* The list for key, made if missing; NULL on ENOMEM. */
+struct park_list *park_index_list(struct park_index *ix, const char *key,
+    size_t klen);
+/* The list for key if anyone waits there, else NULL. */
+struct park_list *park_index_find(const struct park_index *ix,
+    const char *key, size_t klen);
+/* Lists of the index in use; call fn on each (fn may empty a list). */
+void park_index_each(struct park_index *ix,
+    void (*fn)(struct park_list *l, void *arg), void *arg);
+size_t park_index_waiting(const struct park_index *ix);
+
+/* Marks l as being walked, and frees it afterwards if it went empty. */
+void park_list_hold(struct park_list *l);
+void park_list_release(struct park_list *l);
+/* Frees l if it belongs to an index, is empty and is not being walked. */
+void park_list_prune(struct park_list *l);
+
+#endif

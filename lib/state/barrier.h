@@ -1,0 +1,105 @@
+/*
+ * barrier.h: barriers over a task registry, as the reference's
+ * WaitAtBarrier and CancelBarrier describe them, with no network and no
+ * clock of their own.
+ *
+ * The first arrival fixes the deadline and the members (the tasks given,
+ * or every connected task). A barrier ends once: passed when every member
+ * has arrived, or failed (deadline, a member in error, conflicting member
+ * lists, a caller outside the members, cancel). A member may ask again and
+ * gets the same answer; anyone else reusing an ended id is told it is
+ * single-use. The shutdown barrier is one more, of the connected tasks
+ * that are not recoverable, which a failed straggler does not hold up.
+ *
+ * The caller locks and passes the time in; each barrier that ends goes to
+ * the observer, which may answer its waiters but must not call back here.
+ */
+#ifndef MUSTER_BARRIER_H
+#define MUSTER_BARRIER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "registry.h"
+#include "status.h"
+
+enum bar_state { BAR_PENDING, BAR_PASSED, BAR_FAILED };
+
+/* Per task of the registry, by index. */
+enum { BAR_NOT_MEMBER = 0, BAR_MEMBER = 1, BAR_ARRIVED = 2 };
+
+struct barrier {
+	char *id;
+	enum bar_state state;
+	enum status result;
+	char *message;
+	unsigned char *at;              /* per task: enum above */
+	size_t members, arrived;
+	int explicit_set;               /* members were listed */
+	int shutdown;                   /* the shutdown barrier */
+	int64_t deadline;               /* monotonic ms */
+	struct barrier *prev, *next;    /* on the pending list */
+	void *udata;                    /* the caller's: its waiters */
+};
+
+struct barriers;
+
+typedef void (*bar_observer_fn)(struct barrier *b, void *arg);
+
+/* Barriers that wait this long by default, and at most. */
+#define BAR_TIMEOUT_DEFAULT_MS 600000
+#define BAR_TIMEOUT_MAX_MS (366LL * 24 * 3600 * 1000)
+
+struct barriers *barriers_new(struct registry *r, bar_observer_fn fn,
+    void *arg);
+/* Frees every barrier; none may be pending (see barriers_reset). */
+void barriers_free(struct barriers *bs);
+
+struct barrier *barriers_find(struct barriers *bs, const char *id);
+struct barrier *barriers_shutdown_barrier(struct barriers *bs);
+/* The pending ones, newest first, through b->next. */
+struct barrier *barriers_pending(struct barriers *bs);
+/* The earliest deadline of a pending barrier, or INT64_MAX. */
+int64_t barriers_next_deadline(struct barriers *bs);
+
+/* What an arrival comes to: an answer now, or a wait until the end. */
+enum bar_verdict { BAR_ANSWER, BAR_WAIT };
+
+/*
+ * Task t waits at barrier id. members (count n) are the task indices the
+ * caller listed, NULL for none; bad_list, when set, says why the list did
+ * not resolve. On BAR_ANSWER, *st and msg are the answer (*st ST_OK: it
+ * passed); on BAR_WAIT, *bp is the barrier to wait on.
+ */
+enum bar_verdict barriers_wait(struct barriers *bs, const char *id,
+    struct reg_task *t, uint64_t inc, int64_t timeout_ms,
+    const size_t *members, size_t n, const char *bad_list, int64_t now,
+    struct barrier **bp, enum status *st, char *msg, size_t msglen);
+
+/* Task t arrives at the shutdown barrier (made at the first arrival). */
+enum bar_verdict barriers_shutdown_wait(struct barriers *bs,
+    struct reg_task *t, int64_t timeout_ms, int64_t now,
+    struct barrier **bp, enum status *st, char *msg, size_t msglen);
+
+/* Cancels barrier id, for current and future arrivals. */
+enum status barriers_cancel(struct barriers *bs, const char *id,
+    const char *by, int64_t now, char *msg, size_t msglen);
+
+/* The answer a member of an ended barrier gets. */
+enum status barrier_result(const struct barrier *b, char *msg,
+    size_t msglen);
+
+/* t went into error: the barriers it belongs to fail. */
+void barriers_task_failed(struct barriers *bs, struct reg_task *t);
+/* Ends every pending barrier whose deadline is past. */
+void barriers_expire(struct barriers *bs, int64_t now);
+/* Ends every pending barrier with st and msg, and forgets them all. */
+void barriers_reset(struct barriers *bs, enum status st, const char *msg);
+/* Ends every pending barrier with st and msg. */
+void barriers_abort(struct barriers *bs, enum status st, const char *msg);
+
+/* The names of members that have (arrived) or not arrived, up to max. */
+char *barrier_names(struct barriers *bs, const struct barrier *b,
+    int arrived, size_t max);
+
+#endif
