@@ -1,8 +1,221 @@
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "daemon.h"
+#include "http_server.h"
+#include "log.h"
+#include "parse.h"
+
+struct daemon {
+	const struct daemon_service *svc;
+	struct http_server *srv;
+	atomic_int closing;
+};
+
+void
+daemon_options_init(struct daemon_options *o, int port)
+{
+	static char listen[32];
+
+	memset(o, 0, sizeof(*o));
+	snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+	o->listen = listen;
+	/*
+	 * Twice the CPUs: while one worker resumes thousands of parked
+	 * requests, the others already send their replies.
+	 */
+	o->threads = 2 * sysconf(_SC_NPROCESSORS_ONLN);
+	if (o->threads < 1)
+		o->threads = 2;
+	o->max_body = 1u << 20;
+}
+
+int
+daemon_option(struct daemon_options *o, int c, const char *arg,
+    const char *name, const char *synopsis, int *rc)
+{
+	switch (c) {
+	case 'l':
+		o->listen = arg;
+		return 1;
+	case 0x100:
+		o->port_file = arg;
+		return 1;
+	case 0x101:
+		if (parse_long(arg, 1, 64, &o->threads) < 0) {
+			*rc = cli_usage_error(synopsis, "--threads %s is not a "
+			    "number from 1 to 64", arg);
+			return -1;
+		}
+		return 1;
+	case 'v':
+		o->verbose++;
+		return 1;
+	case 'n':
+		o->check = 1;
+		return 1;
+	case 'h':
+		fputs(synopsis, stdout);
+		*rc = 0;
+		return -1;
+	case 0x102:
+		printf("%s %s\n", name, MUSTER_VERSION);
+		*rc = 0;
+		return -1;
+	default:
+		return 0;
+	}
+}
+
+int
+daemon_options_check(struct daemon_options *o, const char *synopsis)
+{
+	if (parse_listen(o->listen, o->host, sizeof(o->host), &o->port) < 0)
+		return cli_usage_error(synopsis, "-l %s is not HOST:PORT",
+		    o->listen);
+	return 0;
+}
+
+static void
+reply_closing(struct daemon *d, struct http_req *req)
+{
+	http_set_header(req, "Retry-After", "1");
+	http_reply_error(req, ST_UNAVAILABLE, "%s is shutting down",
+	    d->svc->name);
+}
+
+static void
+healthz(struct daemon *d, struct http_req *req)
+{
+	char why[256] = "";
+
+	if (atomic_load(&d->closing)) {
+		http_reply(req, 503, "text/plain", "shutting down\n", 14);
+		return;
+	}
+	if (d->svc->health != NULL && d->svc->health(d->svc->arg, why,
+	    sizeof(why) - 1) != 0) {
+		strcat(why, "\n");
+		http_reply(req, 503, "text/plain", why, strlen(why));
+		return;
+	}
+	http_reply(req, 200, "text/plain", "ok\n", 3);
+}
+
+static void
+metrics(struct daemon *d, struct http_req *req)
+{
+	struct buf b = {0};
+
+	if (d->svc->metrics != NULL)
+		d->svc->metrics(&b, d->svc->arg);
+	buf_printf(&b,
+	    "# HELP muster_http_requests_total Requests received.\n"
+	    "# TYPE muster_http_requests_total counter\n"
+	    "muster_http_requests_total %lu\n"
+	    "# HELP muster_http_parked Requests parked now.\n"
+	    "# TYPE muster_http_parked gauge\n"
+	    "muster_http_parked %lu\n"
+	    "# HELP muster_log_dropped_total Log lines dropped because "
+	    "stderr did not keep up.\n"
+	    "# TYPE muster_log_dropped_total counter\n"
+	    "muster_log_dropped_total %lu\n",
+	    http_server_requests(d->srv), http_server_parked(d->srv),
+	    log_dropped());
+	if (b.data == NULL)
+		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
+	else
+		http_reply(req, 200, "text/plain; version=0.0.4", b.data,
+		    b.len);
+	buf_free(&b);
+}
+
+/* The skeleton's own resources come first; then the service's. */
+static void
+handle(struct http_req *req, void *arg)
+{
+	struct daemon *d = arg;
+	const char *path = http_req_path(req);
+	unsigned m = route_method(http_req_method(req));
+
+	if (strcmp(path, "/healthz") == 0 || strcmp(path, "/metrics") == 0) {
+		int health = path[1] == 'h';
+		unsigned allowed = health ? ROUTE_GET | ROUTE_HEAD : ROUTE_GET;
+
+		if ((m & allowed) == 0) {
+			http_set_header(req, "Allow", health ? "GET, HEAD" :
+			    "GET");
+			http_reply_error_http(req, 405, ST_INVALID_ARGUMENT,
+			    "method %s not allowed on %s",
+			    http_req_method(req), path);
+		} else if (health) {
+			healthz(d, req);
+		} else {
+			metrics(d, req);
+		}
+		return;
+	}
+	if (atomic_load(&d->closing)) {
+		reply_closing(d, req);
+		return;
+	}
+	route_dispatch(d->svc->routes, d->svc->nroutes, req, d->svc->arg);
+}
+
+int
+daemon_run(const struct daemon_options *o, const struct daemon_service *svc)
+{
+	struct daemon d = {.svc = svc};
+	struct http_server_config hc = {.host = o->host, .port = o->port,
+	    .threads = (unsigned)o->threads, .max_body = o->max_body,
+	    .handler = handle, .arg = &d};
+	char err[512];
+	sigset_t set;
+	int sig;
+
+	/* Signals are taken by sigwait below, never by the server threads. */
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	/* Parked requests each hold a socket: as many as the system allows. */
+	daemon_raise_nofile();
+	/* From here on a stalled stderr must not stall the service. */
+	log_async(1u << 20);
+	if ((d.srv = http_server_start(&hc, err, sizeof(err))) == NULL) {
+		log_flush(2000);
+		return cli_fail(ST_UNAVAILABLE, "%s", err);
+	}
+	if (o->port_file != NULL &&
+	    daemon_write_port_file(o->port_file, http_server_port(d.srv)) < 0) {
+		int rc = cli_fail(ST_INTERNAL, "cannot write port file %s: %m",
+		    o->port_file);
+		atomic_store(&d.closing, 1);
+		svc->shutdown(svc->arg);
+		http_server_stop(d.srv);
+		log_flush(2000);
+		return rc;
+	}
+	log_info("listening on %s:%d", o->host, http_server_port(d.srv));
+	do {
+		if (sigwait(&set, &sig) != 0)
+			sig = SIGTERM;
+	} while (sig == SIGHUP);
+	log_info("%s: shutting down", strsignal(sig));
+	atomic_store(&d.closing, 1);
+	svc->shutdown(svc->arg);
+	http_server_stop(d.srv);
+	log_flush(2000);
+	return 0;
+}
 
 void
 daemon_raise_nofile(void)

@@ -1,10 +1,77 @@
 /*
- * daemon.h: what a muster daemon does around its service: as many open
- * files as the system allows (every parked request holds a socket), and the
- * port file tests and scripts read the bound port from.
+ * daemon.h: the skeleton every muster daemon runs in: the options they all
+ * take, the listening socket and its port file, /healthz and /metrics, the
+ * route table, and the signals. A daemon stays in the foreground, logs to
+ * stderr through a queue that never blocks it, and on SIGINT or SIGTERM
+ * answers every parked request (clients retry against the next daemon)
+ * before it stops. SIGHUP is ignored.
  */
 #ifndef MUSTER_DAEMON_H
 #define MUSTER_DAEMON_H
+
+#include <getopt.h>
+#include <stddef.h>
+
+#include "buf.h"
+#include "route.h"
+
+/* What a service hands the skeleton. */
+struct daemon_service {
+	const char *name;               /* "coordd": logs, messages */
+	const struct route *routes;
+	size_t nroutes;
+	void *arg;                      /* passed to every callback */
+	/* Appends the service's lines to /metrics; may be NULL. */
+	void (*metrics)(struct buf *out, void *arg);
+	/* 0 when the service can answer now; else why not, in why. */
+	int (*health)(void *arg, char *why, size_t len);
+	/* SIGTERM: answer what is parked; nothing may park after. */
+	void (*shutdown)(void *arg);
+};
+
+/* The options every daemon takes, with their defaults. */
+struct daemon_options {
+	const char *listen;             /* HOST:PORT */
+	const char *port_file;
+	long threads;                   /* worker threads */
+	size_t max_body;
+	int verbose;
+	int check;                      /* -n: check the options, exit */
+	char host[64];                  /* from listen */
+	int port;
+};
+
+/* Long options of the skeleton, to put first in a daemon's table. */
+#define DAEMON_LONGOPTS \
+	{"listen", required_argument, NULL, 'l'}, \
+	{"port-file", required_argument, NULL, 0x100}, \
+	{"threads", required_argument, NULL, 0x101}, \
+	{"verbose", no_argument, NULL, 'v'}, \
+	{"check", no_argument, NULL, 'n'}, \
+	{"help", no_argument, NULL, 'h'}, \
+	{"version", no_argument, NULL, 0x102}
+#define DAEMON_SHORTOPTS "hl:nv"
+
+/* Fills o with the defaults (listen on 127.0.0.1:port). */
+void daemon_options_init(struct daemon_options *o, int port);
+
+/*
+ * Takes option c if it is one of the skeleton's: 1 taken, 0 not ours, or
+ * an exit code (0 after --help or --version is reported as -1; a usage
+ * error as 2) in *rc with -1 returned.
+ */
+int daemon_option(struct daemon_options *o, int c, const char *arg,
+    const char *name, const char *synopsis, int *rc);
+
+/* Checks what the options say once all are read: 0, or 2 (usage). */
+int daemon_options_check(struct daemon_options *o, const char *synopsis);
+
+/*
+ * Serves svc on the options' address until SIGINT or SIGTERM; returns
+ * the exit code (0, or UNAVAILABLE when it cannot listen).
+ */
+int daemon_run(const struct daemon_options *o,
+    const struct daemon_service *svc);
 
 /* Raises the soft limit on open files to the hard one. */
 void daemon_raise_nofile(void);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "buf.h"
 #include "coord_int.h"
@@ -174,12 +175,6 @@ fail:
 	return NULL;
 }
 
-void
-coord_set_server(struct coord *co, struct http_server *srv)
-{
-	co->srv = srv;
-}
-
 static void
 drain(struct park_list *l, void *arg)
 {
@@ -221,12 +216,12 @@ coord_free(struct coord *co)
 }
 
 static void
-metrics(struct coord *co, struct http_req *req)
+metrics(struct buf *b, void *arg)
 {
-	struct buf b = {0};
+	struct coord *co = arg;
 
 	coord_lock(co);
-	buf_printf(&b,
+	buf_printf(b,
 	    "# HELP muster_kv_keys Keys in the store.\n"
 	    "# TYPE muster_kv_keys gauge\n"
 	    "muster_kv_keys %zu\n"
@@ -256,92 +251,82 @@ metrics(struct coord *co, struct http_req *req)
 	    timers_count(park_timers(co->park)), registry_size(co->reg),
 	    registry_connected(co->reg), registry_epoch(co->reg));
 	coord_unlock(co);
-	if (co->srv != NULL)
-		buf_printf(&b,
-		    "# HELP muster_http_requests_total Requests received.\n"
-		    "# TYPE muster_http_requests_total counter\n"
-		    "muster_http_requests_total %lu\n"
-		    "# HELP muster_http_parked Requests parked now.\n"
-		    "# TYPE muster_http_parked gauge\n"
-		    "muster_http_parked %lu\n",
-		    http_server_requests(co->srv), http_server_parked(co->srv));
-	http_reply(req, 200, "text/plain; version=0.0.4", b.data, b.len);
-	buf_free(&b);
 }
 
+/*
+ * /healthz: the service answers only if it can take its lock; a coordd
+ * stuck holding it must not look healthy.
+ */
 static int
-prefixed(const char *path, const char *prefix, const char **rest)
-{
-	size_t n = strlen(prefix);
-
-	if (strncmp(path, prefix, n) != 0)
-		return 0;
-	*rest = path + n;
-	return 1;
-}
-
-void
-coord_handle(struct http_req *req, void *arg)
+health(void *arg, char *why, size_t len)
 {
 	struct coord *co = arg;
-	const char *path = http_req_path(req);
-	const char *method = http_req_method(req);
-	const char *rest;
+	struct timespec at;
 
-	if (strcmp(path, "/healthz") == 0) {
-		if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
-			goto bad_method;
-		http_reply(req, coord_closing(co) ? 503 : 200, "text/plain",
-		    coord_closing(co) ? "shutting down\n" : "ok\n",
-		    coord_closing(co) ? 14 : 3);
-		return;
+	clock_gettime(CLOCK_REALTIME, &at);
+	at.tv_sec += 2;
+	if (pthread_mutex_timedlock(&co->mu, &at) != 0) {
+		snprintf(why, len, "coordd could not take its lock for 2s");
+		return -1;
 	}
-	if (strcmp(path, "/metrics") == 0) {
-		if (strcmp(method, "GET") != 0)
-			goto bad_method;
-		metrics(co, req);
-		return;
-	}
-	if (coord_closing(co)) {
-		coord_reply_closing(req);
-		return;
-	}
-	if (prefixed(path, "/v1/kv/", &rest) || strcmp(path, "/v1/kv") == 0) {
-		coord_kv_route(co, req, strcmp(path, "/v1/kv") == 0 ? "" :
-		    rest);
-		return;
-	}
-	if (prefixed(path, "/v1/watch/", &rest) ||
-	    strcmp(path, "/v1/watch") == 0) {
-		coord_watch_route(co, req, strcmp(path, "/v1/watch") == 0 ?
-		    "" : rest);
-		return;
-	}
-	if (prefixed(path, "/v1/tasks/", &rest) ||
-	    strcmp(path, "/v1/tasks") == 0) {
-		coord_tasks_route(co, req, strcmp(path, "/v1/tasks") == 0 ?
-		    "" : rest);
-		return;
-	}
-	if (strcmp(path, "/v1/errors") == 0) {
-		coord_errors_route(co, req);
-		return;
-	}
-	if (strcmp(path, "/v1/epoch") == 0) {
-		coord_epoch_route(co, req);
-		return;
-	}
-	if (prefixed(path, "/v1/barriers/", &rest) ||
-	    strcmp(path, "/v1/barriers") == 0) {
-		coord_barriers_route(co, req, strcmp(path, "/v1/barriers") ==
-		    0 ? "" : rest);
-		return;
-	}
-	http_reply_error(req, ST_NOT_FOUND, "no such resource: %s %s", method,
-	    path);
-	return;
-bad_method:
-	http_set_header(req, "Allow", "GET");
-	http_reply_error_http(req, 405, ST_INVALID_ARGUMENT,
-	    "method %s not allowed on %s", method, path);
+	coord_unlock(co);
+	return 0;
+}
+
+static void
+shutdown_cb(void *arg)
+{
+	coord_shutdown(arg);
+}
+
+static void
+kv_route(struct http_req *req, const struct route_match *m, void *arg)
+{
+	coord_kv_route(arg, req, m->rest);
+}
+
+static void
+watch_route(struct http_req *req, const struct route_match *m, void *arg)
+{
+	coord_watch_route(arg, req, m->rest);
+}
+
+static void
+errors_route(struct http_req *req, const struct route_match *m, void *arg)
+{
+	(void)m;
+	coord_errors_route(arg, req);
+}
+
+static void
+epoch_route(struct http_req *req, const struct route_match *m, void *arg)
+{
+	(void)m;
+	coord_epoch_route(arg, req);
+}
+
+static const struct route routes[] = {
+	{"/v1/kv/**", ROUTE_GET | ROUTE_PUT | ROUTE_POST | ROUTE_DELETE,
+	    kv_route},
+	{"/v1/watch/**", ROUTE_GET, watch_route},
+	{"/v1/tasks", ROUTE_GET, coord_tasks_status_route},
+	{"/v1/tasks/*/*", ROUTE_GET, coord_task_route},
+	{"/v1/tasks/*/*/*", ROUTE_POST, coord_task_route},
+	{"/v1/errors", ROUTE_GET, errors_route},
+	{"/v1/epoch", ROUTE_GET, epoch_route},
+	{"/v1/barriers", ROUTE_GET, coord_barriers_status_route},
+	{"/v1/barriers/*", ROUTE_POST | ROUTE_DELETE, coord_barrier_route},
+};
+
+void
+coord_service(struct coord *co, struct daemon_service *svc)
+{
+	memset(svc, 0, sizeof(*svc));
+	svc->name = "coordd";
+	svc->routes = routes;
+	svc->nroutes = sizeof(routes) / sizeof(routes[0]);
+	svc->arg = co;
+	svc->metrics = metrics;
+	svc->health = health;
+	svc->shutdown = shutdown_cb;
 }

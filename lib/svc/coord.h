@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "http_server.h"
+#include "daemon.h"
 #include "kvstore.h"
 #include "registry.h"
 
@@ -28,15 +28,13 @@ struct coord_config {
 
 struct coord *coord_new(const struct coord_config *cfg, char *err,
     size_t errlen);
-/* The server whose counters /metrics shows; optional. */
-void coord_set_server(struct coord *co, struct http_server *srv);
-/* The HTTP handler: pass co as its argument. */
-void coord_handle(struct http_req *req, void *arg);
+/* What the daemon skeleton serves: coordd's routes and callbacks. */
+void coord_service(struct coord *co, struct daemon_service *svc);
 /*
  * Answers every parked request with UNAVAILABLE and Retry-After, and every
  * later one the same way, so clients wait for the next coordd instead of
  * failing; barrier waits, whose state dies with this coordd, get ABORTED.
- * Call before http_server_stop.
+ * The skeleton calls it on SIGTERM.
  */
 void coord_shutdown(struct coord *co);
 void coord_free(struct coord *co);

@@ -226,23 +226,21 @@ valid_id(const char *id)
 	return 1;
 }
 
+/* POST (wait) or DELETE (cancel) /v1/barriers/ID. */
 void
-coord_barriers_route(struct coord *co, struct http_req *req,
-    const char *rest)
+coord_barrier_route(struct http_req *req, const struct route_match *m,
+    void *arg)
 {
-	const char *method = http_req_method(req);
+	struct coord *co = arg;
+	char id[258];
 
-	if (*rest == '\0') {
-		if (strcmp(method, "GET") != 0) {
-			http_set_header(req, "Allow", "GET");
-			http_reply_error_http(req, 405, ST_INVALID_ARGUMENT,
-			    "method %s not allowed on /v1/barriers", method);
-			return;
-		}
-		coord_barriers_status(co, req);
+	if (m->seglen[0] > 256) {
+		http_reply_error(req, ST_INVALID_ARGUMENT, "barrier id must be "
+		    "1 to 256 of [A-Za-z0-9_.:-]");
 		return;
 	}
-	if (!valid_id(rest)) {
+	route_seg(m, 0, id, sizeof(id));
+	if (!valid_id(id)) {
 		http_reply_error(req, ST_INVALID_ARGUMENT, "barrier id must be "
 		    "1 to 256 of [A-Za-z0-9_.:-]");
 		return;
@@ -252,13 +250,8 @@ coord_barriers_route(struct coord *co, struct http_req *req,
 		    "a cluster: coordd runs without --cluster");
 		return;
 	}
-	if (strcmp(method, "POST") == 0) {
-		wait_route(co, req, rest);
-	} else if (strcmp(method, "DELETE") == 0) {
-		cancel_route(co, req, rest);
-	} else {
-		http_set_header(req, "Allow", "POST, DELETE");
-		http_reply_error_http(req, 405, ST_INVALID_ARGUMENT,
-		    "method %s not allowed on barriers", method);
-	}
+	if (m->method == ROUTE_POST)
+		wait_route(co, req, id);
+	else
+		cancel_route(co, req, id);
 }

@@ -22,12 +22,12 @@
 #include "kvstore.h"
 #include "park.h"
 #include "registry.h"
+#include "route.h"
 #include "timer.h"
 
 struct coord {
 	pthread_mutex_t mu;
 	struct park *park;
-	struct http_server *srv;
 	struct kvstore *kv;
 	struct park_index *getters;     /* key -> parked gets */
 	struct park_index *watchers;    /* prefix -> parked watches */
@@ -77,8 +77,10 @@ void coord_watch_route(struct coord *co, struct http_req *req,
     const char *rest);
 void coord_kv_observe(const struct kv_event *ev, void *arg);
 
-void coord_tasks_route(struct coord *co, struct http_req *req,
-    const char *rest);
+void coord_tasks_status_route(struct http_req *req,
+    const struct route_match *m, void *arg);
+void coord_task_route(struct http_req *req, const struct route_match *m,
+    void *arg);
 void coord_errors_route(struct coord *co, struct http_req *req);
 void coord_epoch_route(struct coord *co, struct http_req *req);
 /* Acts on one event the registry reported. */
@@ -86,10 +88,11 @@ void coord_tasks_react(struct coord *co, const struct reg_event *ev);
 void coord_tasks_shutdown(struct coord *co);
 void coord_tasks_scan(struct timer *t);
 
-void coord_barriers_route(struct coord *co, struct http_req *req,
-    const char *rest);
+void coord_barrier_route(struct http_req *req, const struct route_match *m,
+    void *arg);
 /* GET /v1/barriers: the barriers in flight. */
-void coord_barriers_status(struct coord *co, struct http_req *req);
+void coord_barriers_status_route(struct http_req *req,
+    const struct route_match *m, void *arg);
 /* The observer of the barriers: answers everyone waiting at b. */
 void coord_barrier_ended(struct barrier *b, void *arg);
 void coord_barrier_timer(struct timer *t);

@@ -333,18 +333,13 @@ coord_kv_route(struct coord *co, struct http_req *req, const char *rest)
 		kv_put_route(co, req, &key);
 	} else if (strcmp(method, "DELETE") == 0) {
 		kv_delete_route(co, req, &key);
-	} else if (strcmp(method, "POST") == 0) {
-		if (op != NULL && strcmp(op, "add") == 0)
-			kv_add_route(co, req, &key);
-		else if (op != NULL && strcmp(op, "cas") == 0)
-			kv_cas_route(co, req, &key);
-		else
-			http_reply_error(req, ST_INVALID_ARGUMENT,
-			    "POST needs op=add or op=cas");
+	} else if (op != NULL && strcmp(op, "add") == 0) {
+		kv_add_route(co, req, &key);
+	} else if (op != NULL && strcmp(op, "cas") == 0) {
+		kv_cas_route(co, req, &key);
 	} else {
-		http_set_header(req, "Allow", "GET, PUT, POST, DELETE");
-		http_reply_error_http(req, 405, ST_INVALID_ARGUMENT,
-		    "method %s not allowed on keys", method);
+		http_reply_error(req, ST_INVALID_ARGUMENT,
+		    "POST needs op=add or op=cas");
 	}
 out:
 	buf_free(&key);
@@ -430,12 +425,6 @@ coord_watch_route(struct coord *co, struct http_req *req, const char *rest)
 	uint64_t inc;
 	char *end;
 
-	if (strcmp(http_req_method(req), "GET") != 0) {
-		http_set_header(req, "Allow", "GET");
-		http_reply_error_http(req, 405, ST_INVALID_ARGUMENT,
-		    "method %s not allowed on watches", http_req_method(req));
-		return;
-	}
 	if (path_key(co, req, rest, 1, &key) < 0)
 		return;
 	if (coord_arg_duration(req, "wait", WATCH_WAIT_DEFAULT_MS, &wait) < 0)

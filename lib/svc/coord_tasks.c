@@ -341,9 +341,11 @@ reply_status(struct coord *co, struct http_req *req, int whole)
 }
 
 void
-coord_barriers_status(struct coord *co, struct http_req *req)
+coord_barriers_status_route(struct http_req *req,
+    const struct route_match *m, void *arg)
 {
-	reply_status(co, req, 0);
+	(void)m;
+	reply_status(arg, req, 0);
 }
 
 static void
@@ -531,60 +533,35 @@ do_reset(struct coord *co, struct http_req *req, struct reg_task *t)
 		http_reply(req, 200, "application/json", "{}", 2);
 }
 
-static void
-bad_method(struct http_req *req, const char *rest)
+void
+coord_tasks_status_route(struct http_req *req, const struct route_match *m,
+    void *arg)
 {
-	http_set_header(req, "Allow", *rest == '\0' || strchr(rest, '/') ==
-	    strrchr(rest, '/') ? "GET" : "POST");
-	http_reply_error_http(req, 405, ST_INVALID_ARGUMENT,
-	    "method %s not allowed on %s", http_req_method(req),
-	    http_req_path(req));
+	(void)m;
+	reply_status(arg, req, 1);
 }
 
+/* GET /v1/tasks/JOB/INDEX, POST /v1/tasks/JOB/INDEX/VERB. */
 void
-coord_tasks_route(struct coord *co, struct http_req *req, const char *rest)
+coord_task_route(struct http_req *req, const struct route_match *m, void *arg)
 {
-	const char *method = http_req_method(req);
-	char job[TASK_JOB_MAX + 1], verb[32], name[TASK_JOB_MAX + 24];
-	const char *slash, *slash2;
+	struct coord *co = arg;
+	char job[TASK_JOB_MAX + 1], index[24], verb[32], name[sizeof(job) +
+	    sizeof(index) + 1];
 	struct reg_task *t;
-	size_t jl;
 
-	if (*rest == '\0') {
-		if (strcmp(method, "GET") != 0)
-			bad_method(req, rest);
-		else
-			reply_status(co, req, 1);
-		return;
-	}
-	/* JOB/INDEX[/VERB] */
-	slash = strchr(rest, '/');
-	jl = slash != NULL ? (size_t)(slash - rest) : 0;
-	if (slash == NULL || jl == 0 || jl > TASK_JOB_MAX) {
-		http_reply_error(req, ST_NOT_FOUND, "no such resource: "
-		    "/v1/tasks/%s (want /v1/tasks/JOB/INDEX[/VERB])", rest);
-		return;
-	}
-	memcpy(job, rest, jl);
-	job[jl] = '\0';
-	slash2 = strchr(slash + 1, '/');
-	snprintf(name, sizeof(name), "%s:%.*s", job, slash2 != NULL ?
-	    (int)(slash2 - slash - 1) : (int)strlen(slash + 1), slash + 1);
-	snprintf(verb, sizeof(verb), "%s", slash2 != NULL ? slash2 + 1 : "");
-
+	route_seg(m, 0, job, sizeof(job));
+	route_seg(m, 1, index, sizeof(index));
+	route_seg(m, 2, verb, sizeof(verb));
+	snprintf(name, sizeof(name), "%s:%s", job, index);
 	coord_lock(co);
-	if ((t = registry_find(co->reg, name)) == NULL) {
+	if (m->seglen[0] > TASK_JOB_MAX || m->seglen[1] >= sizeof(index) ||
+	    (t = registry_find(co->reg, name)) == NULL) {
 		http_reply_error(req, ST_INVALID_ARGUMENT, "unknown task %s: %s",
 		    name, registry_size(co->reg) == 0 ? "coordd runs without "
 		    "--cluster" : "not in the cluster");
-	} else if (verb[0] == '\0') {
-		if (strcmp(method, "GET") != 0)
-			bad_method(req, rest);
-		else
-			coord_reply_json(req, 200, task_json(t,
-			    duration_now_ms()));
-	} else if (strcmp(method, "POST") != 0) {
-		bad_method(req, rest);
+	} else if (m->nseg == 2) {
+		coord_reply_json(req, 200, task_json(t, duration_now_ms()));
 	} else if (coord_closing(co)) {
 		coord_reply_closing(req);
 	} else if (strcmp(verb, "register") == 0) {
@@ -628,12 +605,6 @@ coord_epoch_route(struct coord *co, struct http_req *req)
 	long after = -1, epoch;
 	char *end;
 
-	if (strcmp(http_req_method(req), "GET") != 0) {
-		http_set_header(req, "Allow", "GET");
-		http_reply_error_http(req, 405, ST_INVALID_ARGUMENT,
-		    "method %s not allowed on /v1/epoch", http_req_method(req));
-		return;
-	}
 	if (coord_arg_duration(req, "wait", 0, &wait) < 0)
 		return;
 	if (after_s != NULL) {
@@ -672,13 +643,6 @@ coord_errors_route(struct coord *co, struct http_req *req)
 	int64_t wait;
 	json_t *errs;
 
-	if (strcmp(http_req_method(req), "GET") != 0) {
-		http_set_header(req, "Allow", "GET");
-		http_reply_error_http(req, 405, ST_INVALID_ARGUMENT,
-		    "method %s not allowed on /v1/errors",
-		    http_req_method(req));
-		return;
-	}
 	if (coord_arg_duration(req, "wait", 0, &wait) < 0)
 		return;
 	coord_lock(co);
