@@ -27,19 +27,21 @@ int
 main(int argc, char **argv)
 {
 	long n = argc > 1 ? strtol(argv[1], NULL, 10) : 10000000;
+	struct syncpoint *sp;
+	char err[256];
 	int64_t t0, t1;
 	long yes = 0;
 
 	if (n <= 0)
 		n = 10000000;
-	/* The first call maps the page; it is not the steady state. */
-	if (syncpoint_reached(0) < 0) {
-		fprintf(stderr, "bench-syncapi: %s\n", syncpoint_error());
+	if ((sp = syncpoint_open(err, sizeof(err))) == NULL) {
+		fprintf(stderr, "bench-syncapi: %s\n", err);
 		return 2;
 	}
+	syncpoint_reached(sp, 0);
 	t0 = now_ns();
 	for (long i = 1; i <= n; i++)
-		yes += syncpoint_reached(i) == 1;
+		yes += syncpoint_reached(sp, i) == 1;
 	t1 = now_ns();
 	printf("syncapi_ns %.1f per call over %ld calls (%ld at the sync "
 	    "point)\n", (double)(t1 - t0) / (double)n, n, yes);

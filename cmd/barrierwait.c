@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "agent.h"
 #include "coord_client.h"
 #include "duration.h"
 #include "log.h"
@@ -158,7 +159,7 @@ main(int argc, char **argv)
 		fputc('\n', stderr);
 	json_decref(tasks);
 	if (st != ST_OK) {
-		int rc = cli_fail(st, "%s", cc->err);
+		int rc = cli_fail(st, "%s", coord_client_error(cc));
 		coord_client_free(cc);
 		return rc;
 	}

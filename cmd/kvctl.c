@@ -156,7 +156,7 @@ read_value(const char *arg, struct buf *out)
 static int
 fail(struct ctx *x, enum status st)
 {
-	return cli_fail(st, "%s", x->cc->err);
+	return cli_fail(st, "%s", coord_client_error(x->cc));
 }
 
 /* Sets "value" to the text, or "value_base64" when it is not UTF-8 text. */

@@ -24,12 +24,13 @@
 
 #include "cli.h"
 #include "parse.h"
+#include "agent.h"
 #include "coord_client.h"
 #include "duration.h"
 #include "log.h"
 #include "notice.h"
 #include "preempt.h"
-#include "syncpoint.h"
+#include "sync_server.h"
 #include "task.h"
 #include "wallclock.h"
 
@@ -193,14 +194,14 @@ heartbeat_main(void *arg)
 				post(pw, EV_FAILED, r->gen, ST_UNAVAILABLE, 0,
 				    "coordd unreachable for %s: %s",
 				    duration_format(duration_now_ms() - last_ok,
-				    a, sizeof(a)), cc->err);
+				    a, sizeof(a)), coord_client_error(cc));
 				break;
 			}
 			continue;
 		}
 		post(pw, EV_FAILED, r->gen, st, 0, "coordd refused the "
 		    "heartbeat of %s: %s: %s", r->a.task, status_name(st),
-		    cc->err);
+		    coord_client_error(cc));
 		break;
 	}
 	coord_client_free(cc);
@@ -228,7 +229,7 @@ poller_main(void *arg)
 			goto out;
 		if (st != ST_OK) {
 			post(pw, EV_BRINGUP_FAILED, r->gen, st, 0, "waiting for "
-			    "all tasks: %s: %s", status_name(st), cc->err);
+			    "all tasks: %s: %s", status_name(st), coord_client_error(cc));
 			goto out;
 		}
 	}
@@ -326,7 +327,7 @@ watcher_main(void *arg)
 	    &sync_step);
 	if (st != ST_CANCELLED)
 		post(pw, EV_SYNCED, r->gen, st, sync_step, "%s", st == ST_OK ?
-		    "synced" : cc->err);
+		    "synced" : coord_client_error(cc));
 out:
 	buf_free(&val);
 	coord_client_free(cc);
@@ -543,7 +544,7 @@ leave(struct coord_client *cc, const struct coord_agent *a, int barrier)
 
 	if (st != ST_OK && st != ST_FAILED_PRECONDITION)
 		log_info("leaving the cluster: %s: %s", status_name(st),
-		    cc->err);
+		    coord_client_error(cc));
 }
 
 static void
@@ -586,7 +587,7 @@ own_notice(struct coord_client *cc, int64_t death, const char *from)
 		    wall_format(death, when, sizeof(when)));
 	else
 		log_info("could not publish the preemption notice (%s): %s: %s",
-		    from, status_name(st), cc->err);
+		    from, status_name(st), coord_client_error(cc));
 }
 
 static int interrupted(int sfd, const char *what);
@@ -792,7 +793,7 @@ run_loop(struct run *r, struct coord_client *cc, int sfd,
 				} else if (st != ST_OK &&
 				    st != ST_FAILED_PRECONDITION) {
 					log_info("leaving the cluster: %s: %s",
-					    status_name(st), cc->err);
+					    status_name(st), coord_client_error(cc));
 				}
 				return out;
 			}
@@ -812,7 +813,7 @@ run_loop(struct run *r, struct coord_client *cc, int sfd,
 			if (coord_report_error(cc, &r->a, ST_INTERNAL, err,
 			    duration_now_ms() + 5000) != ST_OK)
 				log_info("could not report the error: %s",
-				    cc->err);
+				    coord_client_error(cc));
 			leave(cc, &r->a, 0);
 			out.restartable = 1;
 			return out;
@@ -861,7 +862,7 @@ wait_next_run(struct coord_client *cc, int sfd, long epoch, int64_t deadline)
 		return rc;
 	if (st != ST_OK)
 		return cli_fail(st, "waiting for the job to wind down: %s",
-		    cc->err);
+		    coord_client_error(cc));
 	return 0;
 }
 
@@ -1079,7 +1080,7 @@ main(int argc, char **argv)
 		if (st != ST_OK && r.a.wait_epoch >= 0) {
 			/* Restarted from outside while the run it left winds
 			 * down: join the next run, as a restart from here would. */
-			log_info("%s; waiting for the next run", cc->err);
+			log_info("%s; waiting for the next run", coord_client_error(cc));
 			if ((rc = wait_next_run(cc, sfd, r.a.wait_epoch,
 			    duration_now_ms() + o->bringup)) != 0)
 				break;
@@ -1087,7 +1088,7 @@ main(int argc, char **argv)
 			continue;
 		}
 		if (st != ST_OK) {
-			rc = cli_fail(st, "registering %s: %s", r.a.task, cc->err);
+			rc = cli_fail(st, "registering %s: %s", r.a.task, coord_client_error(cc));
 			break;
 		}
 		log_debug("registered %s in epoch %ld; heartbeat every %" PRId64

@@ -65,11 +65,11 @@ print_status(const struct syncpoint_status *st, int json)
 }
 
 static int
-unavailable(void)
+unavailable(const char *err)
 {
 	if (getenv(SYNCPOINT_ENV) == NULL)
-		return cli_usage_error(synopsis, "%s", syncpoint_error());
-	return cli_fail(ST_UNAVAILABLE, "%s", syncpoint_error());
+		return cli_usage_error(synopsis, "%s", err);
+	return cli_fail(ST_UNAVAILABLE, "%s", err);
 }
 
 int
@@ -85,9 +85,10 @@ main(int argc, char **argv)
 		{NULL, 0, NULL, 0},
 	};
 	struct syncpoint_status st;
-	int c, status = 0, wait = 0, json = 0, r;
+	struct syncpoint *sp;
+	int c, status = 0, wait = 0, json = 0, r = 1;
 	int64_t timeout = -1, step;
-	char *end;
+	char *end, err[512];
 
 	log_init(argv[0], 0);
 	while ((c = getopt_long(argc, argv, "+h", longopts, NULL)) != -1) {
@@ -124,11 +125,13 @@ main(int argc, char **argv)
 		if (optind != argc)
 			return cli_usage_error(synopsis, "unexpected argument %s",
 			    argv[optind]);
-		r = status ? syncpoint_status(&st) :
-		    syncpoint_wait_notice(timeout, &st);
-		if (r < 0)
-			return unavailable();
-		if (r == 0 && wait)
+		if ((sp = syncpoint_open(err, sizeof(err))) == NULL)
+			return unavailable(err);
+		if (status)
+			syncpoint_status(sp, &st);
+		else
+			r = syncpoint_wait_notice(sp, timeout, &st);
+		if (r == 0)
 			return cli_fail(ST_DEADLINE_EXCEEDED, "no preemption "
 			    "notice within the timeout");
 		print_status(&st, json);
@@ -144,8 +147,7 @@ main(int argc, char **argv)
 	if (*argv[optind] == '\0' || *end != '\0' || step < 0)
 		return cli_usage_error(synopsis, "STEP %s is not a step number",
 		    argv[optind]);
-	r = syncpoint_reached(step);
-	if (r < 0)
-		return unavailable();
-	return r == 1 ? 0 : 1;
+	if ((sp = syncpoint_open(err, sizeof(err))) == NULL)
+		return unavailable(err);
+	return syncpoint_reached(sp, step) == 1 ? 0 : 1;
 }

@@ -5,6 +5,7 @@
 
 #include "duration.h"
 #include "log.h"
+#include "coord_call.h"
 #include "preempt.h"
 #include "text.h"
 #include "wallclock.h"
@@ -52,7 +53,7 @@ max_step(struct coord_client *cc, int64_t deadline, int64_t *max, int *n)
 		if (!json_is_string(val) || text_base64_decode(&v,
 		    json_string_value(val), json_string_length(val)) < 0 ||
 		    v.len == 0 || (step = strtoll(v.data, &end, 10), *end != '\0')) {
-			snprintf(cc->err, sizeof(cc->err), "step counter %s is "
+			coord_fail(cc, ST_FAILED_PRECONDITION, "step counter %s is "
 			    "not a number", json_string_value(json_object_get(e,
 			    "key")));
 			st = ST_FAILED_PRECONDITION;
@@ -65,7 +66,7 @@ max_step(struct coord_client *cc, int64_t deadline, int64_t *max, int *n)
 	buf_free(&v);
 	json_decref(reply);
 	if (st == ST_OK && *n == 0) {
-		snprintf(cc->err, sizeof(cc->err), "no step counters found");
+		coord_fail(cc, ST_FAILED_PRECONDITION, "no step counters found");
 		st = ST_FAILED_PRECONDITION;
 	}
 	return st;
@@ -91,18 +92,18 @@ preempt_sync(struct coord_client *cc, const struct coord_agent *a,
 	st = coord_kv_put(cc, key, num, strlen(num), COORD_PUT_OVERWRITE, deadline,
 	    NULL);
 	if (st != ST_OK) {
-		snprintf(why, sizeof(why), "posting step %s: %.900s", num, cc->err);
+		snprintf(why, sizeof(why), "posting step %s: %.900s", num, coord_client_error(cc));
 		goto fail;
 	}
 	st = coord_barrier_wait(cc, a, PREEMPT_BARRIER, barrier_timeout_ms,
 	    NULL, deadline, 0, NULL, NULL);
 	if (st != ST_OK) {
 		snprintf(why, sizeof(why), "barrier %s: %.900s", PREEMPT_BARRIER,
-		    cc->err);
+		    coord_client_error(cc));
 		goto fail;
 	}
 	if ((st = max_step(cc, deadline, &max, &n)) != ST_OK) {
-		snprintf(why, sizeof(why), "reading the steps: %.900s", cc->err);
+		snprintf(why, sizeof(why), "reading the steps: %.900s", coord_client_error(cc));
 		goto fail;
 	}
 	*sync_step = max + 1;
@@ -119,6 +120,6 @@ fail:
 	/* Nobody may wait for us at a barrier we will not reach. */
 	coord_barrier_cancel(cc, a, PREEMPT_BARRIER, duration_now_ms() + 2000);
 	sync_page_set(page, SYNC_FAILED);
-	snprintf(cc->err, sizeof(cc->err), "%s", why);
+	coord_fail(cc, st, "%s", why);
 	return st;
 }

@@ -16,8 +16,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "agent.h"
 #include "coord_client.h"
-#include "syncpoint.h"
+#include "sync_page.h"
 
 #define PREEMPT_NOTICE_KEY  "muster/preemption/notice"
 #define PREEMPT_COUNTER_DIR "muster/preemption/counter"

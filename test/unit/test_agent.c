@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "notice.h"
+#include "sync_server.h"
 #include "syncpoint.h"
 #include "task.h"
 #include "unit.h"
@@ -179,6 +180,7 @@ syncpoint_page(void)
 	char err[256];
 	struct sync_server *s = sync_server_new(err, sizeof(err));
 	struct syncpoint_status st;
+	struct syncpoint *sp;
 	int64_t seen = -1;
 	pthread_t th;
 
@@ -187,29 +189,39 @@ syncpoint_page(void)
 		return;
 	CHECK(sync_server_start(s) == 0);
 	served = sync_server_page(s);
+	unsetenv(SYNCPOINT_ENV);
+	CHECK(syncpoint_open(err, sizeof(err)) == NULL);
+	CHECK(strstr(err, "not running under preemptwatch") != NULL);
 	setenv(SYNCPOINT_ENV, sync_server_path(s), 1);
-	CHECK(syncpoint_reached(1) == 0);
-	CHECK(syncpoint_reached(2) == 0);
+	sp = syncpoint_open(err, sizeof(err));
+	CHECK(sp != NULL);
+	if (sp == NULL)
+		return;
+	CHECK(syncpoint_reached(sp, 1) == 0);
+	CHECK(syncpoint_reached(sp, 2) == 0);
 	CHECK(atomic_load(&served->step) == 2);
-	CHECK(syncpoint_status(&st) == 0 && st.state == SYNC_IDLE &&
+	syncpoint_status(sp, &st);
+	CHECK(st.state == SYNC_IDLE &&
 	    st.step == 2 && st.sync_step == -1);
-	CHECK(syncpoint_wait_notice(50, &st) == 0);
+	CHECK(syncpoint_wait_notice(sp, 50, &st) == 0);
 	atomic_store(&served->death_ms, 1795255200000LL);
 	sync_page_set(served, SYNC_NOTICE);
-	CHECK(syncpoint_wait_notice(50, &st) == 1 && st.death_ms ==
+	CHECK(syncpoint_wait_notice(sp, 50, &st) == 1 && st.death_ms ==
 	    1795255200000LL);
 	/* A step taken while frozen waits for the answer. */
 	pthread_create(&th, NULL, protocol, &seen);
 	while (!atomic_load(&frozen_read))
 		;
-	CHECK(syncpoint_reached(3) == 1);       /* seen 2, sync step 3 */
+	CHECK(syncpoint_reached(sp, 3) == 1);       /* seen 2, sync step 3 */
 	pthread_join(th, NULL);
 	CHECK(seen == 2);
 	CHECK(atomic_load(&served->reached) == 1);
-	CHECK(syncpoint_reached(4) == 0);
+	CHECK(syncpoint_reached(sp, 4) == 0);
 	sync_page_reset(served);
-	CHECK(syncpoint_status(&st) == 0 && st.state == SYNC_IDLE &&
+	syncpoint_status(sp, &st);
+	CHECK(st.state == SYNC_IDLE &&
 	    st.step == -1);
+	syncpoint_close(sp);
 	sync_server_free(s);
 	unsetenv(SYNCPOINT_ENV);
 }

@@ -1,0 +1,245 @@
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "duration.h"
+#include "proc.h"
+
+extern char **environ;
+
+/* In the child, between fork and exec: async-signal-safe calls only. */
+static void
+child(const struct proc_spec *s, int errfd, pid_t parent)
+{
+	int e;
+
+	/* Its own process group, so signals reach all it starts. */
+	setpgid(0, 0);
+	if (s->parent_death_signal != 0) {
+		prctl(PR_SET_PDEATHSIG, s->parent_death_signal);
+		if (getppid() != parent)        /* it died before prctl */
+			_exit(128 + s->parent_death_signal);
+	}
+	/* What the supervisor ignores or blocks is the command's to have. */
+	signal(SIGPIPE, SIG_DFL);
+	signal(SIGINT, SIG_DFL);
+	signal(SIGTERM, SIG_DFL);
+	signal(SIGHUP, SIG_DFL);
+	if (s->unblock != NULL)
+		sigprocmask(SIG_UNBLOCK, s->unblock, NULL);
+	if ((s->stdin_fd >= 0 && dup2(s->stdin_fd, 0) < 0) ||
+	    (s->stdout_fd >= 0 && dup2(s->stdout_fd, 1) < 0) ||
+	    (s->stderr_fd >= 0 && dup2(s->stderr_fd, 2) < 0) ||
+	    (s->dir != NULL && chdir(s->dir) < 0))
+		goto fail;
+	execvpe(s->argv[0], s->argv, s->env != NULL ? s->env : environ);
+fail:
+	e = errno;
+	(void)!write(errfd, &e, sizeof(e));
+	_exit(proc_exec_status(e));
+}
+
+int
+proc_exec_status(int exec_errno)
+{
+	return exec_errno == ENOENT ? 127 : 126;
+}
+
+pid_t
+proc_spawn(const struct proc_spec *spec, int *exec_errno, char *err,
+    size_t errlen)
+{
+	pid_t pid, parent = getpid();
+	int fds[2], e = 0;
+	ssize_t n;
+
+	*exec_errno = 0;
+	if (pipe2(fds, O_CLOEXEC) < 0) {
+		snprintf(err, errlen, "pipe: %s", strerror(errno));
+		return -1;
+	}
+	if ((pid = fork()) < 0) {
+		snprintf(err, errlen, "fork: %s", strerror(errno));
+		close(fds[0]);
+		close(fds[1]);
+		return -1;
+	}
+	if (pid == 0)
+		child(spec, fds[1], parent);
+	/* Both sides set the group: whichever runs first, it is there. */
+	setpgid(pid, pid);
+	close(fds[1]);
+	while ((n = read(fds[0], &e, sizeof(e))) < 0 && errno == EINTR)
+		;
+	close(fds[0]);
+	if (n == (ssize_t)sizeof(e)) {
+		/* exec failed: nothing ran, nothing to stop. */
+		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		*exec_errno = e;
+		snprintf(err, errlen, "cannot run %s: %s", spec->argv[0],
+		    strerror(e));
+		return -1;
+	}
+	return pid;
+}
+
+int
+proc_reap(pid_t pid, int *status)
+{
+	int found = 0, st;
+	pid_t p;
+
+	while ((p = waitpid(-1, &st, WNOHANG)) > 0) {
+		if (p == pid && pid > 0) {
+			*status = st;
+			found = 1;
+		}
+	}
+	return found;
+}
+
+char *
+proc_status_text(int status, char *buf, size_t size)
+{
+	if (WIFEXITED(status)) {
+		snprintf(buf, size, "exited with status %d",
+		    WEXITSTATUS(status));
+	} else {
+		const char *name = sigabbrev_np(WTERMSIG(status));
+		snprintf(buf, size, "killed by SIG%s", name != NULL ? name :
+		    "?");
+	}
+	return buf;
+}
+
+int
+proc_status_code(int status)
+{
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 +
+	    WTERMSIG(status);
+}
+
+void
+proc_stop_begin(struct proc_stop *s, pid_t group, int64_t grace_ms,
+    int64_t now)
+{
+	s->group = group;
+	kill(-group, SIGTERM);
+	s->kill_at = now + (grace_ms > 0 ? grace_ms : 0);
+	if (s->kill_at == 0)
+		s->kill_at = 1;
+}
+
+int
+proc_stop_tick(struct proc_stop *s, int64_t now)
+{
+	if (s->kill_at == 0 || now < s->kill_at)
+		return 0;
+	s->kill_at = 0;
+	kill(-s->group, SIGKILL);
+	return 1;
+}
+
+int64_t
+proc_stop_next(const struct proc_stop *s)
+{
+	return s->kill_at;
+}
+
+void
+proc_stop_clear(struct proc_stop *s)
+{
+	s->kill_at = 0;
+}
+
+/* The guard itself: never returns. */
+static void
+guard(int in, pid_t group, int64_t grace_ms, int64_t stall_ms)
+{
+	struct pollfd p = {.fd = in, .events = POLLIN};
+	struct timespec tick = {0, 100 * 1000000};
+	int64_t until;
+	char c;
+
+	setsid();
+	signal(SIGINT, SIG_IGN);
+	signal(SIGTERM, SIG_IGN);
+	signal(SIGHUP, SIG_IGN);
+	for (;;) {
+		int n = poll(&p, 1, stall_ms > 0 ? (int)stall_ms : -1);
+		ssize_t r;
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n == 0)
+			break;                  /* the supervisor is frozen */
+		while ((r = read(in, &c, 1)) < 0 && errno == EINTR)
+			;
+		if (r <= 0 || c != 't')
+			break;                  /* it died, or dismissed us */
+	}
+	if (kill(-group, SIGTERM) == 0) {
+		/* Until the group is gone, or the grace is over. */
+		until = duration_now_ms() + grace_ms;
+		while (duration_now_ms() < until && kill(-group, 0) == 0)
+			nanosleep(&tick, NULL);
+		kill(-group, SIGKILL);
+	}
+	_exit(0);
+}
+
+int
+proc_guard_start(struct proc_guard *g, pid_t group, int64_t grace_ms,
+    int64_t stall_ms)
+{
+	int fds[2];
+	pid_t mid;
+
+	g->fd = -1;
+	if (pipe2(fds, O_CLOEXEC) < 0)
+		return -1;
+	if ((mid = fork()) == 0) {
+		if (fork() != 0)
+			_exit(0);       /* the guard goes on, under init */
+		dup2(fds[0], 0);
+		close_range(1, ~0U, 0);
+		guard(0, group, grace_ms, stall_ms);
+	}
+	close(fds[0]);
+	if (mid < 0) {
+		close(fds[1]);
+		return -1;
+	}
+	while (waitpid(mid, NULL, 0) < 0 && errno == EINTR)
+		;
+	/* A tick the guard has not read yet is as good as a lost one. */
+	fcntl(fds[1], F_SETFL, O_NONBLOCK);
+	g->fd = fds[1];
+	return 0;
+}
+
+void
+proc_guard_tick(struct proc_guard *g)
+{
+	if (g->fd >= 0)
+		(void)!write(g->fd, "t", 1);
+}
+
+void
+proc_guard_dismiss(struct proc_guard *g)
+{
+	if (g->fd >= 0) {
+		(void)!write(g->fd, "x", 1);
+		close(g->fd);
+		g->fd = -1;
+	}
+}
