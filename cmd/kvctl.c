@@ -53,15 +53,42 @@ struct ctx {
 	int64_t deadline;
 };
 
+/* The options only some verbs take. */
+enum {
+	V_FORCE = 1 << 0,
+	V_ABSENT = 1 << 1,
+	V_WATCH = 1 << 2,       /* --since, --count */
+	V_KEY = 1 << 3,         /* the first operand is a key */
+};
+
+struct verb {
+	const char *name;
+	int (*fn)(struct ctx *x, int argc, char **argv);
+	unsigned takes;
+	int64_t timeout;        /* default ms; 0: none */
+};
+
+static const struct verb *find_verb(const char *name);
+
 static int
 usage_error(const char *fmt, const char *arg)
 {
 	return cli_usage_error(synopsis, fmt, arg);
 }
 
+/* A verb's own option: an error unless the verb takes it. */
+static int
+takes(const struct verb *v, unsigned what, const char *flag)
+{
+	if (v != NULL && (v->takes & what) != 0)
+		return 0;
+	return cli_usage_error(synopsis, "%s is not an option of %s", flag,
+	    v != NULL ? v->name : "kvctl itself");
+}
+
 /* Parses the options shared by every verb and the verb's own. */
 static int
-parse_opts(int argc, char **argv, struct opts *o, const char *verb)
+parse_opts(int argc, char **argv, struct opts *o, const struct verb *verb)
 {
 	static const struct option longopts[] = {
 		{"json", no_argument, NULL, 'j'},
@@ -74,7 +101,6 @@ parse_opts(int argc, char **argv, struct opts *o, const char *verb)
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
 	};
-	char *end;
 	int c;
 
 	/* "+": options end at the first operand, so "add n -1" works. */
@@ -92,30 +118,27 @@ parse_opts(int argc, char **argv, struct opts *o, const char *verb)
 				    "duration (like 500ms, 30s, 5m)", optarg);
 			break;
 		case 's':
-			errno = 0;
-			o->since = strtoll(optarg, &end, 10);
-			if (verb == NULL || strcmp(verb, "watch") != 0)
-				return usage_error("--since is for watch%s", "");
-			if (*optarg == '\0' || *end != '\0' || errno != 0 ||
-			    o->since < 0)
+			if (takes(verb, V_WATCH, "--since") != 0)
+				return 2;
+			if (parse_int64(optarg, &o->since) < 0 || o->since < 0)
 				return usage_error("--since %s is not a "
 				    "revision", optarg);
 			break;
 		case 'n':
-			if (verb == NULL || strcmp(verb, "watch") != 0)
-				return usage_error("--count is for watch%s", "");
+			if (takes(verb, V_WATCH, "--count") != 0)
+				return 2;
 			if (parse_long(optarg, 1, LONG_MAX, &o->count) < 0)
 				return usage_error("--count %s is not a positive "
 				    "number", optarg);
 			break;
 		case 'a':
-			if (verb == NULL || strcmp(verb, "cas") != 0)
-				return usage_error("--absent is for cas%s", "");
+			if (takes(verb, V_ABSENT, "--absent") != 0)
+				return 2;
 			o->absent = 1;
 			break;
 		case 'f':
-			if (verb == NULL || strcmp(verb, "put") != 0)
-				return usage_error("-f is for put%s", "");
+			if (takes(verb, V_FORCE, "-f") != 0)
+				return 2;
 			o->force = 1;
 			break;
 		case 'h':
@@ -528,12 +551,60 @@ do_status(struct ctx *x, int argc, char **argv)
 	return 0;
 }
 
+static int
+do_put_verb(struct ctx *x, int argc, char **argv)
+{
+	return do_put(x, argc, argv, x->o.force ? COORD_PUT_OVERWRITE :
+	    COORD_PUT_INSERT);
+}
+
+static int
+do_update(struct ctx *x, int argc, char **argv)
+{
+	return do_put(x, argc, argv, COORD_PUT_UPDATE);
+}
+
+static int
+do_get_verb(struct ctx *x, int argc, char **argv)
+{
+	return do_get(x, argc, argv, 1);
+}
+
+static int
+do_tryget(struct ctx *x, int argc, char **argv)
+{
+	return do_get(x, argc, argv, 0);
+}
+
+/* Watch runs until --count or --timeout; the rest default to 30 s. */
+static const struct verb verbs[] = {
+	{"put", do_put_verb, V_KEY | V_FORCE, DEFAULT_TIMEOUT_MS},
+	{"update", do_update, V_KEY, DEFAULT_TIMEOUT_MS},
+	{"get", do_get_verb, V_KEY, DEFAULT_TIMEOUT_MS},
+	{"tryget", do_tryget, V_KEY, DEFAULT_TIMEOUT_MS},
+	{"ls", do_ls, V_KEY, DEFAULT_TIMEOUT_MS},
+	{"rm", do_rm, V_KEY, DEFAULT_TIMEOUT_MS},
+	{"watch", do_watch, V_KEY | V_WATCH, 0},
+	{"add", do_add, V_KEY, DEFAULT_TIMEOUT_MS},
+	{"cas", do_cas, V_KEY | V_ABSENT, DEFAULT_TIMEOUT_MS},
+	{"status", do_status, 0, DEFAULT_TIMEOUT_MS},
+};
+
+static const struct verb *
+find_verb(const char *name)
+{
+	for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++)
+		if (strcmp(verbs[i].name, name) == 0)
+			return &verbs[i];
+	return NULL;
+}
+
 int
 main(int argc, char **argv)
 {
 	struct ctx x = {.o = {.timeout = -1, .since = -1}};
 	static struct buf key;
-	const char *verb;
+	const struct verb *verb;
 	char err[512];
 	int rc;
 
@@ -542,7 +613,8 @@ main(int argc, char **argv)
 		return rc;
 	if (optind >= argc)
 		return cli_usage_error(synopsis, "no command given");
-	verb = argv[optind];
+	if ((verb = find_verb(argv[optind])) == NULL)
+		return usage_error("unknown command %s", argv[optind]);
 	argc -= optind;
 	argv += optind;
 	optind = 1;
@@ -550,50 +622,20 @@ main(int argc, char **argv)
 		return rc;
 	argc -= optind;
 	argv += optind;
-	if (strcmp(verb, "put") != 0 && strcmp(verb, "update") != 0 &&
-	    strcmp(verb, "get") != 0 && strcmp(verb, "tryget") != 0 &&
-	    strcmp(verb, "ls") != 0 && strcmp(verb, "rm") != 0 &&
-	    strcmp(verb, "watch") != 0 && strcmp(verb, "add") != 0 &&
-	    strcmp(verb, "cas") != 0 && strcmp(verb, "status") != 0)
-		return usage_error("unknown command %s", verb);
-
 	if ((x.cc = coord_client_new(cli_coord_addr(x.o.addr), err,
 	    sizeof(err))) == NULL)
 		return cli_usage_error(synopsis, "%s", err);
-	/* Watch runs until --count or --timeout; the rest default to 30s. */
 	if (x.o.timeout < 0)
-		x.o.timeout = strcmp(verb, "watch") == 0 ? 0 :
-		    DEFAULT_TIMEOUT_MS;
+		x.o.timeout = verb->timeout;
 	x.deadline = x.o.timeout == 0 ? HTTP_NO_DEADLINE :
 	    duration_now_ms() + x.o.timeout;
 	/* Keys are shown as coordd stores them: "//a///b/" is "a/b". */
-	if (argc >= 1 && strcmp(verb, "status") != 0) {
+	if (argc >= 1 && (verb->takes & V_KEY)) {
 		if (keypath_normalize(argv[0], strlen(argv[0]), &key) < 0)
 			return cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
 		argv[0] = key.data;
 	}
-
-	if (strcmp(verb, "put") == 0)
-		rc = do_put(&x, argc, argv, x.o.force ? COORD_PUT_OVERWRITE :
-		    COORD_PUT_INSERT);
-	else if (strcmp(verb, "update") == 0)
-		rc = do_put(&x, argc, argv, COORD_PUT_UPDATE);
-	else if (strcmp(verb, "get") == 0)
-		rc = do_get(&x, argc, argv, 1);
-	else if (strcmp(verb, "tryget") == 0)
-		rc = do_get(&x, argc, argv, 0);
-	else if (strcmp(verb, "ls") == 0)
-		rc = do_ls(&x, argc, argv);
-	else if (strcmp(verb, "rm") == 0)
-		rc = do_rm(&x, argc, argv);
-	else if (strcmp(verb, "watch") == 0)
-		rc = do_watch(&x, argc, argv);
-	else if (strcmp(verb, "add") == 0)
-		rc = do_add(&x, argc, argv);
-	else if (strcmp(verb, "status") == 0)
-		rc = do_status(&x, argc, argv);
-	else
-		rc = do_cas(&x, argc, argv);
+	rc = verb->fn(&x, argc, argv);
 	coord_client_free(x.cc);
 	return rc;
 }

@@ -9,8 +9,11 @@
 #include <jansson.h>
 
 #include "duration.h"
+#include "evq.h"
 #include "http_client.h"
+#include "log.h"
 #include "notice.h"
+#include "session.h"
 #include "wallclock.h"
 
 static const struct {
@@ -389,4 +392,37 @@ notice_check(struct notice_source *src, int64_t grace_ms, int64_t *death_ms,
 		src->fired = 1;
 	}
 	return r;
+}
+
+void *
+notice_watcher(void *arg)
+{
+	struct notice_watch *w = arg;
+	char last[8][256] = {{0}};
+
+	for (;;) {
+		for (size_t i = 0; i < w->n; i++) {
+			struct notice_source *src = &w->src[i];
+			char err[256] = "", when[48];
+			int64_t death = 0;
+			int r;
+
+			if (src->kind == NOTICE_SIGNAL)
+				continue;
+			r = notice_check(src, w->grace_ms, &death, err,
+			    sizeof(err));
+			if (r == 1) {
+				session_post(w->q, SESSION_NOTICE, 0, ST_OK, death,
+				    "%s: death at %s", src->spec, wall_format(
+				    death, when, sizeof(when)));
+			} else if (r < 0 && i < 8 && strcmp(err, last[i]) != 0) {
+				log_info("notice source %s: %s", src->spec, err);
+			}
+			if (i < 8)
+				snprintf(last[i], sizeof(last[i]), "%s", r < 0 ?
+				    err : "");
+		}
+		nap(-1, w->interval_ms);
+	}
+	return NULL;
 }

@@ -55,4 +55,23 @@ int notice_check(struct notice_source *src, int64_t grace_ms,
 
 void notice_free(struct notice_source *src);
 
+struct evq;
+
+/* What the polling thread needs. */
+struct notice_watch {
+	struct notice_source *src;
+	size_t n;
+	int64_t grace_ms;
+	int64_t interval_ms;
+	struct evq *q;
+};
+
+/*
+ * Polls the file and cloud sources every interval, for the life of the
+ * process (arg: struct notice_watch), posting SESSION_NOTICE with the
+ * death time; a source that cannot be read is logged once per distinct
+ * error, and tried again.
+ */
+void *notice_watcher(void *arg);
+
 #endif

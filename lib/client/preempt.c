@@ -123,3 +123,62 @@ fail:
 	coord_fail(cc, st, "%s", why);
 	return st;
 }
+
+void *
+preempt_watcher(void *arg)
+{
+	struct preempt_watch *pw = arg;
+	struct session *s = pw->s;
+	struct coord_client *cc = session_client(s);
+	struct buf val = {0};
+	int64_t death = 0, sync_step = -1, start;
+	char when[48], d[32];
+	enum status st;
+
+	if (cc == NULL)
+		return NULL;
+	for (;;) {
+		st = coord_kv_get(cc, PREEMPT_NOTICE_KEY, 1, HTTP_NO_DEADLINE,
+		    &val, NULL);
+		if (st == ST_OK || st == ST_CANCELLED)
+			break;
+		if (nap(cancel_fd(&s->cancel), 1000) < 0) {
+			st = ST_CANCELLED;
+			break;
+		}
+	}
+	if (st == ST_CANCELLED)
+		goto out;
+	if (wall_parse_rfc3339(val.data != NULL ? val.data : "", &death) < 0) {
+		log_info("preemption notice %s is not an RFC 3339 time; taking "
+		    "the death time as now + %s", val.data, duration_format(
+		    pw->notice_grace_ms, d, sizeof(d)));
+		death = wall_now_ms() + pw->notice_grace_ms;
+	}
+	atomic_store(&pw->page->death_ms, death);
+	sync_page_set(pw->page, SYNC_NOTICE);
+	session_post(s->q, SESSION_DEATH, s->gen, ST_OK, death, "death time %s",
+	    wall_format(death, when, sizeof(when)));
+	/* Not too early: only within the window before the death time. */
+	start = death - pw->window_ms;
+	if (start > wall_now_ms())
+		log_info("the sync protocol starts in %s, %s before the death "
+		    "time", duration_format(start - wall_now_ms(), d, sizeof(d)),
+		    duration_format(pw->window_ms, when, sizeof(when)));
+	/* Nor before every task is there: the barrier is everyone's. */
+	while (start > wall_now_ms() || !atomic_load(&s->ready)) {
+		int64_t left = start - wall_now_ms();
+		if (nap(cancel_fd(&s->cancel), !atomic_load(&s->ready) ? 100 :
+		    left < 60000 ? left : 60000) < 0)
+			goto out;
+	}
+	st = preempt_sync(cc, &s->a, pw->page, pw->barrier_timeout_ms,
+	    &sync_step);
+	if (st != ST_CANCELLED)
+		session_post(s->q, SESSION_SYNCED, s->gen, st, sync_step, "%s",
+		    st == ST_OK ? "synced" : coord_client_error(cc));
+out:
+	buf_free(&val);
+	coord_client_free(cc);
+	return NULL;
+}

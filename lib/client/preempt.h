@@ -18,6 +18,7 @@
 
 #include "agent.h"
 #include "coord_client.h"
+#include "session.h"
 #include "sync_page.h"
 
 #define PREEMPT_NOTICE_KEY  "muster/preemption/notice"
@@ -38,5 +39,23 @@ enum status preempt_publish(struct coord_client *cc, int64_t *death_ms,
  */
 enum status preempt_sync(struct coord_client *cc, const struct coord_agent *a,
     struct sync_page *page, int64_t barrier_timeout_ms, int64_t *sync_step);
+
+/* What the watcher thread of a session needs. */
+struct preempt_watch {
+	struct session *s;
+	struct sync_page *page;
+	int64_t notice_grace_ms;        /* the death time of a notice
+					 * that gives none: now + this */
+	int64_t window_ms;              /* start this long before it */
+	int64_t barrier_timeout_ms;
+};
+
+/*
+ * A thread of the session (arg: struct preempt_watch): waits for the
+ * cluster's notice (SESSION_DEATH with the death time), then, within the
+ * window before the death time and once every task is there, runs the
+ * protocol (SESSION_SYNCED: st says how, value is the sync step).
+ */
+void *preempt_watcher(void *arg);
 
 #endif

@@ -2,6 +2,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,33 @@ fail:
 	e = errno;
 	(void)!write(errfd, &e, sizeof(e));
 	_exit(proc_exec_status(e));
+}
+
+char **
+proc_env(char *const *base, char *const *set)
+{
+	size_t n = 0, m = 0, k = 0;
+	char **env;
+
+	while (base[n] != NULL)
+		n++;
+	while (set[m] != NULL)
+		m++;
+	if ((env = calloc(n + m + 1, sizeof(*env))) == NULL)
+		return NULL;
+	for (size_t i = 0; i < n; i++) {
+		int replaced = 0;
+		for (size_t j = 0; j < m && !replaced; j++) {
+			size_t len = strcspn(set[j], "=") + 1;
+			replaced = strncmp(base[i], set[j], len) == 0;
+		}
+		if (!replaced)
+			env[k++] = base[i];
+	}
+	for (size_t j = 0; j < m; j++)
+		env[k++] = set[j];
+	env[k] = NULL;
+	return env;
 }
 
 int
@@ -204,7 +232,7 @@ proc_guard_start(struct proc_guard *g, pid_t group, int64_t grace_ms,
 	int fds[2];
 	pid_t mid;
 
-	g->fd = -1;
+	atomic_store(&g->fd, -1);
 	if (pipe2(fds, O_CLOEXEC) < 0)
 		return -1;
 	if ((mid = fork()) == 0) {
@@ -223,23 +251,34 @@ proc_guard_start(struct proc_guard *g, pid_t group, int64_t grace_ms,
 		;
 	/* A tick the guard has not read yet is as good as a lost one. */
 	fcntl(fds[1], F_SETFL, O_NONBLOCK);
-	g->fd = fds[1];
+	atomic_store(&g->fd, fds[1]);
 	return 0;
 }
 
 void
 proc_guard_tick(struct proc_guard *g)
 {
-	if (g->fd >= 0)
-		(void)!write(g->fd, "t", 1);
+	int fd = atomic_load(&g->fd);
+
+	if (fd >= 0)
+		(void)!write(fd, "t", 1);
 }
 
 void
 proc_guard_dismiss(struct proc_guard *g)
 {
-	if (g->fd >= 0) {
-		(void)!write(g->fd, "x", 1);
-		close(g->fd);
-		g->fd = -1;
-	}
+	int fd = atomic_load(&g->fd);
+
+	/* The guard reads no more after this; later ticks go nowhere. */
+	if (fd >= 0)
+		(void)!write(fd, "x", 1);
+}
+
+void
+proc_guard_close(struct proc_guard *g)
+{
+	int fd = atomic_exchange(&g->fd, -1);
+
+	if (fd >= 0)
+		close(fd);
 }

@@ -8,6 +8,7 @@
 #define MUSTER_PROC_H
 
 #include <signal.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -30,6 +31,12 @@ struct proc_spec {
  */
 pid_t proc_spawn(const struct proc_spec *spec, int *exec_errno, char *err,
     size_t errlen);
+
+/*
+ * An environment: base with each "NAME=value" of set in place of NAME's
+ * own entry, or added. The array (freed by the caller) points into both.
+ */
+char **proc_env(char *const *base, char *const *set);
 
 /* The exit status a shell gives a command it could not run. */
 int proc_exec_status(int exec_errno);
@@ -70,14 +77,16 @@ void proc_stop_clear(struct proc_stop *s);
  * It sends TERM, waits up to the grace period, then KILL.
  */
 struct proc_guard {
-	int fd;                         /* our end of the pipe; -1: none */
+	_Atomic int fd;                 /* our end of the pipe; -1: none */
 };
 
 int proc_guard_start(struct proc_guard *g, pid_t group, int64_t grace_ms,
     int64_t stall_ms);
-/* The supervisor is alive: call more often than stall_ms. */
+/* The supervisor is alive: call more often than stall_ms (any thread). */
 void proc_guard_tick(struct proc_guard *g);
 /* The leader has ended: stop what is left of the group, then exit. */
 void proc_guard_dismiss(struct proc_guard *g);
+/* Lets go of the guard, once no thread ticks it any more. */
+void proc_guard_close(struct proc_guard *g);
 
 #endif
