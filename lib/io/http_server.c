@@ -307,6 +307,43 @@ http_shared_json(int http_status, json_t *obj)
 	return sh;
 }
 
+static void
+unref_blob(void *cls)
+{
+	blob_unref(cls);
+}
+
+/* A response over the bytes of b, which it holds until it is freed. */
+static struct MHD_Response *
+blob_response(struct blob *b)
+{
+	struct MHD_Response *r = MHD_create_response_from_buffer_with_free_callback_cls(
+	    b->len, b->data, unref_blob, b);
+
+	if (r != NULL)
+		blob_ref(b);
+	return r;
+}
+
+struct http_shared *
+http_shared_blob(int http_status, const char *ctype, struct blob *b)
+{
+	struct http_shared *sh = calloc(1, sizeof(*sh));
+
+	if (sh == NULL)
+		return NULL;
+	if ((sh->mhd = blob_response(b)) == NULL) {
+		free(sh);
+		return NULL;
+	}
+	if (ctype != NULL)
+		MHD_add_response_header(sh->mhd, MHD_HTTP_HEADER_CONTENT_TYPE,
+		    ctype);
+	sh->code = (unsigned)http_status;
+	atomic_init(&sh->refs, 1);
+	return sh;
+}
+
 int
 http_shared_header(struct http_shared *sh, const char *name,
     const char *value)
@@ -340,6 +377,15 @@ resume(struct http_req *req)
 	}
 }
 
+static int
+second_reply(struct http_req *req)
+{
+	if (req->resp == NULL && req->shared == NULL)
+		return 0;
+	log_info("internal: second reply to %s %s", req->method, req->path);
+	return 1;
+}
+
 void
 http_req_hold(struct http_req *req)
 {
@@ -357,31 +403,21 @@ http_req_release(struct http_req *req)
 void
 http_reply_shared(struct http_req *req, struct http_shared *sh)
 {
-	if (req->resp != NULL || req->shared != NULL) {
-		log_info("internal: second reply to %s %s", req->method,
-		    req->path);
+	if (second_reply(req))
 		return;
-	}
 	atomic_fetch_add(&sh->refs, 1);
 	req->shared = sh;
 	free_hdrs(req);
 	resume(req);
 }
 
-void
-http_reply(struct http_req *req, int http_status, const char *ctype,
-    const void *body, size_t len)
+/* Sets r (NULL: out of memory) as req's reply, and resumes it. */
+static void
+set_reply(struct http_req *req, int http_status, const char *ctype,
+    struct MHD_Response *r)
 {
-	struct MHD_Response *r;
 	struct hdr *h;
 
-	if (req->resp != NULL || req->shared != NULL) {
-		log_info("internal: second reply to %s %s", req->method,
-		    req->path);
-		return;
-	}
-	r = MHD_create_response_from_buffer(len, (void *)body,
-	    MHD_RESPMEM_MUST_COPY);
 	if (r == NULL) {
 		/* Out of memory: closing the connection is all that is left. */
 		r = MHD_create_response_from_buffer(0, (void *)"",
@@ -396,6 +432,24 @@ http_reply(struct http_req *req, int http_status, const char *ctype,
 	req->resp = r;
 	req->code = (unsigned)http_status;
 	resume(req);
+}
+
+void
+http_reply(struct http_req *req, int http_status, const char *ctype,
+    const void *body, size_t len)
+{
+	if (!second_reply(req))
+		set_reply(req, http_status, ctype,
+		    MHD_create_response_from_buffer(len, (void *)body,
+		    MHD_RESPMEM_MUST_COPY));
+}
+
+void
+http_reply_blob(struct http_req *req, int http_status, const char *ctype,
+    struct blob *b)
+{
+	if (!second_reply(req))
+		set_reply(req, http_status, ctype, blob_response(b));
 }
 
 void

@@ -14,6 +14,7 @@
 
 #include <jansson.h>
 
+#include "blob.h"
 #include "status.h"
 
 struct http_server;
@@ -58,6 +59,9 @@ void *http_req_data(const struct http_req *req);
  */
 void http_reply(struct http_req *req, int http_status, const char *ctype,
     const void *body, size_t len);
+/* Sends the bytes of b without a copy (the reply takes a reference). */
+void http_reply_blob(struct http_req *req, int http_status, const char *ctype,
+    struct blob *b);
 /* Sends obj (and drops the caller's reference). */
 void http_reply_json(struct http_req *req, int http_status, json_t *obj);
 void http_reply_error(struct http_req *req, enum status st, const char *fmt,
@@ -80,6 +84,9 @@ struct http_shared *http_shared_new(int http_status, const char *ctype,
     const void *body, size_t len);
 /* Takes obj's reference. */
 struct http_shared *http_shared_json(int http_status, json_t *obj);
+/* The bytes of b, without a copy. */
+struct http_shared *http_shared_blob(int http_status, const char *ctype,
+    struct blob *b);
 int http_shared_header(struct http_shared *sh, const char *name,
     const char *value);
 /* Sends sh as req's reply; sh stays the caller's to release. */

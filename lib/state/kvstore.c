@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blob.h"
 #include "keypath.h"
 #include "kvstore.h"
 #include "strmap.h"
@@ -31,7 +32,7 @@ entry_free(void *p)
 	if (e == NULL)
 		return;
 	free(e->key);
-	free(e->value);
+	blob_unref(e->val);
 	free(e);
 }
 
@@ -68,7 +69,7 @@ kv_free(struct kvstore *kv)
 	strmap_free(kv->map, entry_free);
 	for (size_t i = kv->first; i < kv->len; i++) {
 		free(kv->events[i].key);
-		free(kv->events[i].value);
+		blob_unref(kv->events[i].val);
 	}
 	free(kv->events);
 	free(kv);
@@ -145,7 +146,7 @@ drop_oldest(struct kvstore *kv)
 	kv->floor = ev->rev;
 	kv->hist_bytes -= ev->klen + ev->vlen;
 	free(ev->key);
-	free(ev->value);
+	blob_unref(ev->val);
 }
 
 /*
@@ -154,18 +155,17 @@ drop_oldest(struct kvstore *kv)
  */
 static void
 record(struct kvstore *kv, enum kv_event_type type, const char *key,
-    size_t klen, const void *val, size_t vlen)
+    size_t klen, struct blob *val)
 {
-	struct kv_event ev = {.rev = kv->rev, .type = type, .klen = klen,
-	    .vlen = type == KV_EV_DELETE ? 0 : vlen};
+	struct kv_event ev = {.rev = kv->rev, .type = type, .klen = klen};
 
-	ev.key = malloc(klen + 1);
-	if (type != KV_EV_DELETE)
-		ev.value = malloc(vlen + 1);
-	if (ev.key == NULL || (type != KV_EV_DELETE && ev.value == NULL)) {
+	if (type != KV_EV_DELETE) {
+		ev.val = val;
+		ev.value = val->data;
+		ev.vlen = val->len;
+	}
+	if ((ev.key = malloc(klen + 1)) == NULL) {
 		/* Cannot keep it: make the gap visible to watchers. */
-		free(ev.key);
-		free(ev.value);
 		while (kv->first < kv->len)
 			drop_oldest(kv);
 		kv->floor = kv->rev;
@@ -173,10 +173,6 @@ record(struct kvstore *kv, enum kv_event_type type, const char *key,
 	}
 	memcpy(ev.key, key, klen);
 	ev.key[klen] = '\0';
-	if (ev.value != NULL) {
-		memcpy(ev.value, val, vlen);
-		ev.value[vlen] = '\0';
-	}
 	while (kv->len > kv->first &&
 	    (kv->len - kv->first >= kv->lim.history_events ||
 	    kv->hist_bytes + klen + ev.vlen > kv->lim.history_bytes))
@@ -192,13 +188,14 @@ record(struct kvstore *kv, enum kv_event_type type, const char *key,
 		struct kv_event *p = realloc(kv->events, cap * sizeof(*p));
 		if (p == NULL) {
 			free(ev.key);
-			free(ev.value);
 			kv->floor = kv->rev;
 			return;
 		}
 		kv->events = p;
 		kv->cap = cap;
 	}
+	/* The history shares the value's bytes with the store. */
+	blob_ref(ev.val);
 	kv->events[kv->len++] = ev;
 	kv->hist_bytes += klen + ev.vlen;
 }
@@ -222,50 +219,44 @@ notify(struct kvstore *kv, int64_t rev)
 }
 
 static enum status
-set_value(struct kvstore *kv, const char *key, size_t klen, const void *val,
-    size_t vlen, struct kv_entry *e, int64_t *rev, char *err, size_t errlen)
+set_value(struct kvstore *kv, const char *key, size_t klen, struct blob *val,
+    struct kv_entry *e, int64_t *rev, char *err, size_t errlen)
 {
-	char *copy;
 	int fresh = e == NULL;
 
-	if (vlen > kv->lim.max_value) {
+	if (val->len > kv->lim.max_value) {
 		snprintf(err, errlen, "value of %zu bytes is over the limit of "
-		    "%zu bytes", vlen, kv->lim.max_value);
+		    "%zu bytes", val->len, kv->lim.max_value);
 		return ST_RESOURCE_EXHAUSTED;
 	}
-	if ((copy = malloc(vlen + 1)) == NULL)
-		goto nomem;
-	memcpy(copy, val, vlen);
-	copy[vlen] = '\0';
 	if (fresh) {
 		if ((e = calloc(1, sizeof(*e))) == NULL ||
 		    (e->key = malloc(klen + 1)) == NULL) {
 			free(e);
-			free(copy);
 			goto nomem;
 		}
 		memcpy(e->key, key, klen);
 		e->key[klen] = '\0';
 		e->klen = klen;
 		if (strmap_put(kv->map, key, klen, e) < 0) {
-			free(copy);
 			entry_free(e);
 			goto nomem;
 		}
 		kv->bytes += klen;
 	} else {
 		kv->bytes -= e->vlen;
-		free(e->value);
+		blob_unref(e->val);
 	}
-	e->value = copy;
-	e->vlen = vlen;
-	kv->bytes += vlen;
+	e->val = blob_ref(val);
+	e->value = val->data;
+	e->vlen = val->len;
+	kv->bytes += val->len;
 	e->mod_rev = ++kv->rev;
 	if (fresh)
 		e->create_rev = e->mod_rev;
 	if (rev != NULL)
 		*rev = kv->rev;
-	record(kv, fresh ? KV_EV_PUT : KV_EV_UPDATE, key, klen, val, vlen);
+	record(kv, fresh ? KV_EV_PUT : KV_EV_UPDATE, key, klen, val);
 	notify(kv, kv->rev);
 	return ST_OK;
 nomem:
@@ -273,9 +264,21 @@ nomem:
 	return ST_RESOURCE_EXHAUSTED;
 }
 
+/* A value given as bytes: a blob of them for the calls that take one. */
+static enum status
+with_blob(const void *p, size_t n, struct blob **b, char *err, size_t errlen)
+{
+	if ((*b = blob_new(p, n)) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return ST_RESOURCE_EXHAUSTED;
+	}
+	return ST_OK;
+}
+
 enum status
-kv_put(struct kvstore *kv, const char *key, size_t klen, const void *val,
-    size_t vlen, enum kv_mode mode, int64_t *rev, char *err, size_t errlen)
+kv_put_blob(struct kvstore *kv, const char *key, size_t klen,
+    struct blob *val, enum kv_mode mode, int64_t *rev, char *err,
+    size_t errlen)
 {
 	struct kv_entry *e = strmap_get(kv->map, key, klen);
 
@@ -287,7 +290,21 @@ kv_put(struct kvstore *kv, const char *key, size_t klen, const void *val,
 		snprintf(err, errlen, "key %s not found", key);
 		return ST_NOT_FOUND;
 	}
-	return set_value(kv, key, klen, val, vlen, e, rev, err, errlen);
+	return set_value(kv, key, klen, val, e, rev, err, errlen);
+}
+
+enum status
+kv_put(struct kvstore *kv, const char *key, size_t klen, const void *val,
+    size_t vlen, enum kv_mode mode, int64_t *rev, char *err, size_t errlen)
+{
+	struct blob *b;
+	enum status st = with_blob(val, vlen, &b, err, errlen);
+
+	if (st != ST_OK)
+		return st;
+	st = kv_put_blob(kv, key, klen, b, mode, rev, err, errlen);
+	blob_unref(b);
+	return st;
 }
 
 /* Strict decimal int64: optional sign, digits, nothing else. */
@@ -317,6 +334,8 @@ kv_add(struct kvstore *kv, const char *key, size_t klen, int64_t delta,
 {
 	struct kv_entry *e = strmap_get(kv->map, key, klen);
 	int64_t cur = 0, sum;
+	struct blob *b;
+	enum status st;
 	char num[32];
 
 	if (e != NULL && parse_int(e->value, e->vlen, &cur) < 0) {
@@ -330,13 +349,17 @@ kv_add(struct kvstore *kv, const char *key, size_t klen, int64_t delta,
 	}
 	snprintf(num, sizeof(num), "%" PRId64, sum);
 	*result = sum;
-	return set_value(kv, key, klen, num, strlen(num), e, rev, err, errlen);
+	if ((st = with_blob(num, strlen(num), &b, err, errlen)) != ST_OK)
+		return st;
+	st = set_value(kv, key, klen, b, e, rev, err, errlen);
+	blob_unref(b);
+	return st;
 }
 
 enum status
-kv_cas(struct kvstore *kv, const char *key, size_t klen, const void *expect,
-    size_t elen, int absent, const void *val, size_t vlen, int64_t *rev,
-    const struct kv_entry **cur, char *err, size_t errlen)
+kv_cas_blob(struct kvstore *kv, const char *key, size_t klen,
+    const void *expect, size_t elen, int absent, struct blob *val,
+    int64_t *rev, const struct kv_entry **cur, char *err, size_t errlen)
 {
 	struct kv_entry *e = strmap_get(kv->map, key, klen);
 
@@ -354,7 +377,25 @@ kv_cas(struct kvstore *kv, const char *key, size_t klen, const void *expect,
 		    "value", key);
 		return ST_FAILED_PRECONDITION;
 	}
-	return set_value(kv, key, klen, val, vlen, e, rev, err, errlen);
+	return set_value(kv, key, klen, val, e, rev, err, errlen);
+}
+
+enum status
+kv_cas(struct kvstore *kv, const char *key, size_t klen, const void *expect,
+    size_t elen, int absent, const void *val, size_t vlen, int64_t *rev,
+    const struct kv_entry **cur, char *err, size_t errlen)
+{
+	struct blob *b;
+	enum status st = with_blob(val, vlen, &b, err, errlen);
+
+	if (st != ST_OK) {
+		*cur = NULL;
+		return st;
+	}
+	st = kv_cas_blob(kv, key, klen, expect, elen, absent, b, rev, cur, err,
+	    errlen);
+	blob_unref(b);
+	return st;
 }
 
 int
@@ -449,7 +490,7 @@ kv_delete(struct kvstore *kv, const char *key, size_t klen, int64_t *rev)
 		struct kv_entry *e = strmap_del(kv->map, v[i]->key,
 		    v[i]->klen);
 		kv->bytes -= e->klen + e->vlen;
-		record(kv, KV_EV_DELETE, e->key, e->klen, NULL, 0);
+		record(kv, KV_EV_DELETE, e->key, e->klen, NULL);
 		entry_free(e);
 	}
 	free(v);

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "blob.h"
 #include "buf.h"
 #include "status.h"
 
@@ -28,7 +29,8 @@
 struct kv_entry {
 	char *key;
 	size_t klen;
-	char *value;
+	struct blob *val;       /* the value, shared with history and replies */
+	const char *value;      /* val's bytes */
 	size_t vlen;
 	int64_t create_rev;
 	int64_t mod_rev;
@@ -41,7 +43,8 @@ struct kv_event {
 	enum kv_event_type type;
 	char *key;
 	size_t klen;
-	char *value;            /* NULL for a delete */
+	struct blob *val;       /* NULL for a delete */
+	const char *value;      /* val's bytes */
 	size_t vlen;
 };
 
@@ -82,6 +85,11 @@ size_t kv_bytes(const struct kvstore *kv);
 const struct kv_entry *kv_get(const struct kvstore *kv, const char *key,
     size_t klen);
 
+/* Stores val (the store takes its own reference). */
+enum status kv_put_blob(struct kvstore *kv, const char *key, size_t klen,
+    struct blob *val, enum kv_mode mode, int64_t *rev, char *err,
+    size_t errlen);
+/* The same with a copy of val's bytes. */
 enum status kv_put(struct kvstore *kv, const char *key, size_t klen,
     const void *val, size_t vlen, enum kv_mode mode, int64_t *rev,
     char *err, size_t errlen);
@@ -95,6 +103,9 @@ enum status kv_add(struct kvstore *kv, const char *key, size_t klen,
  * exist). On a mismatch returns ST_FAILED_PRECONDITION and points *cur at the
  * current entry (NULL when absent).
  */
+enum status kv_cas_blob(struct kvstore *kv, const char *key, size_t klen,
+    const void *expect, size_t elen, int absent, struct blob *val,
+    int64_t *rev, const struct kv_entry **cur, char *err, size_t errlen);
 enum status kv_cas(struct kvstore *kv, const char *key, size_t klen,
     const void *expect, size_t elen, int absent, const void *val,
     size_t vlen, int64_t *rev, const struct kv_entry **cur, char *err,

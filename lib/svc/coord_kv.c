@@ -14,6 +14,10 @@
  *
  * Values inside JSON are base64; a single value travels as raw bytes with
  * its revision in X-Muster-Revision.
+ *
+ * Nothing big happens under the lock: a value is copied once, before the
+ * lock, and then shared (store, history, replies); directory listings and
+ * watch replies take references under the lock and become JSON after it.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -41,24 +45,13 @@ static void
 reply_value(struct http_req *req, const struct kv_entry *e)
 {
 	set_revision(req, e->mod_rev);
-	http_reply(req, 200, "application/octet-stream", e->value, e->vlen);
+	http_reply_blob(req, 200, "application/octet-stream", e->val);
 }
 
 static json_t *
 json_rev(int64_t rev)
 {
 	return json_pack("{s:I}", "revision", (json_int_t)rev);
-}
-
-/* Replies NOMEM-safe: a failed json_pack becomes an INTERNAL error. */
-static void
-reply_json(struct http_req *req, json_t *obj)
-{
-	if (obj == NULL) {
-		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
-		return;
-	}
-	http_reply_json(req, 200, obj);
 }
 
 static void
@@ -99,67 +92,163 @@ kv_get_route(struct coord *co, struct http_req *req, const struct buf *key)
 	coord_unlock(co);
 }
 
+/*
+ * Entries or changes taken under the lock: small copies of the keys and
+ * references to the values, turned into JSON once the lock is free.
+ */
+struct snap_item {
+	char *key;
+	size_t klen;
+	struct blob *val;               /* NULL: a delete */
+	int64_t rev, created;
+	enum kv_event_type type;
+};
+
+struct snap {
+	struct snap_item *v;
+	size_t n, cap;
+	size_t bytes;                   /* of values */
+	int nomem;
+	int64_t revision;
+	uint64_t service;
+	enum status st;                 /* of kv_changes */
+	char err[256];
+};
+
+static void
+snap_free(struct snap *s)
+{
+	for (size_t i = 0; i < s->n; i++) {
+		free(s->v[i].key);
+		blob_unref(s->v[i].val);
+	}
+	free(s->v);
+	free(s);
+}
+
+static void
+snap_add(struct snap *s, const char *key, size_t klen, struct blob *val,
+    int64_t rev, int64_t created, enum kv_event_type type)
+{
+	struct snap_item *it;
+
+	if (s->nomem)
+		return;
+	if (s->n == s->cap) {
+		size_t cap = s->cap != 0 ? s->cap * 2 : 16;
+		struct snap_item *v = realloc(s->v, cap * sizeof(*v));
+		if (v == NULL) {
+			s->nomem = 1;
+			return;
+		}
+		s->v = v;
+		s->cap = cap;
+	}
+	it = &s->v[s->n];
+	if ((it->key = malloc(klen + 1)) == NULL) {
+		s->nomem = 1;
+		return;
+	}
+	memcpy(it->key, key, klen);
+	it->key[klen] = '\0';
+	it->klen = klen;
+	it->val = blob_ref(val);
+	it->rev = rev;
+	it->created = created;
+	it->type = type;
+	s->bytes += val != NULL ? val->len : 0;
+	s->n++;
+}
+
 static void
 kv_dir_route(struct coord *co, struct http_req *req, const struct buf *key)
 {
 	const struct kv_entry **v = NULL;
-	json_t *arr = json_array(), *obj;
+	struct snap *s = calloc(1, sizeof(*s));
+	json_t *arr, *obj = NULL;
 	size_t n;
 
+	if (s == NULL) {
+		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
+		return;
+	}
 	coord_lock(co);
 	n = kv_dir(co->kv, key->data, key->len, &v);
-	for (size_t i = 0; arr != NULL && n != (size_t)-1 && i < n; i++) {
-		json_t *ent = json_pack("{s:s%,s:o,s:I,s:I}", "key", v[i]->key,
-		    v[i]->klen, "value", text_base64_json(v[i]->value, v[i]->vlen),
-		    "revision", (json_int_t)v[i]->mod_rev, "created",
-		    (json_int_t)v[i]->create_rev);
-		if (ent == NULL || json_array_append_new(arr, ent) < 0) {
-			json_decref(arr);
-			arr = NULL;
-		}
-	}
-	obj = arr == NULL || n == (size_t)-1 ? NULL : json_pack("{s:I,s:o}",
-	    "revision", (json_int_t)kv_revision(co->kv), "entries", arr);
-	if (obj == NULL)
-		json_decref(arr);
+	for (size_t i = 0; n != (size_t)-1 && i < n; i++)
+		snap_add(s, v[i]->key, v[i]->klen, v[i]->val, v[i]->mod_rev,
+		    v[i]->create_rev, KV_EV_PUT);
+	s->revision = kv_revision(co->kv);
 	coord_unlock(co);
 	free(v);
-	reply_json(req, obj);
+	if (n != (size_t)-1 && !s->nomem && (arr = json_array()) != NULL) {
+		for (size_t i = 0; arr != NULL && i < s->n; i++) {
+			struct snap_item *it = &s->v[i];
+			json_t *ent = json_pack("{s:s%,s:o,s:I,s:I}", "key",
+			    it->key, it->klen, "value", text_base64_json(
+			    it->val->data, it->val->len), "revision",
+			    (json_int_t)it->rev, "created",
+			    (json_int_t)it->created);
+			if (ent == NULL || json_array_append_new(arr, ent) < 0) {
+				json_decref(arr);
+				arr = NULL;
+			}
+		}
+		obj = arr == NULL ? NULL : json_pack("{s:I,s:o}", "revision",
+		    (json_int_t)s->revision, "entries", arr);
+	}
+	snap_free(s);
+	coord_reply_json(req, 200, obj);
+}
+
+static enum status
+parse_mode(struct http_req *req, enum kv_mode *m)
+{
+	const char *mode = http_req_arg(req, "mode");
+
+	if (mode == NULL || strcmp(mode, "insert") == 0)
+		*m = KV_INSERT;
+	else if (strcmp(mode, "overwrite") == 0)
+		*m = KV_OVERWRITE;
+	else if (strcmp(mode, "update") == 0)
+		*m = KV_UPDATE;
+	else {
+		http_reply_error(req, ST_INVALID_ARGUMENT, "mode=%s is not one "
+		    "of insert, overwrite, update", mode);
+		return ST_INVALID_ARGUMENT;
+	}
+	return ST_OK;
 }
 
 static void
 kv_put_route(struct coord *co, struct http_req *req, const struct buf *key)
 {
-	const char *mode = http_req_arg(req, "mode");
-	enum kv_mode m = KV_INSERT;
+	enum kv_mode m;
 	const char *body;
 	size_t len;
 	int64_t rev = 0;
+	struct blob *val;
 	char err[256];
 	enum status st;
 
-	if (mode == NULL || strcmp(mode, "insert") == 0)
-		m = KV_INSERT;
-	else if (strcmp(mode, "overwrite") == 0)
-		m = KV_OVERWRITE;
-	else if (strcmp(mode, "update") == 0)
-		m = KV_UPDATE;
-	else {
-		http_reply_error(req, ST_INVALID_ARGUMENT, "mode=%s is not one "
-		    "of insert, overwrite, update", mode);
+	if (parse_mode(req, &m) != ST_OK)
+		return;
+	body = http_req_body(req, &len);
+	/* The one copy of the value, before the lock. */
+	if ((val = blob_new(body, len)) == NULL) {
+		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
-	body = http_req_body(req, &len);
 	coord_lock(co);
-	st = kv_put(co->kv, key->data, key->len, body, len, m, &rev, err,
+	st = kv_put_blob(co->kv, key->data, key->len, val, m, &rev, err,
 	    sizeof(err));
 	coord_unlock(co);
+	blob_unref(val);
 	if (st != ST_OK) {
 		http_reply_error(req, st, "%s", err);
 		return;
 	}
 	set_revision(req, rev);
-	reply_json(req, json_rev(rev));
+	coord_reply_json(req, 200, json_rev(rev));
 }
 
 /* Parses a JSON body into *root; replies and returns -1 when it is not. */
@@ -211,8 +300,8 @@ kv_add_route(struct coord *co, struct http_req *req, const struct buf *key)
 		return;
 	}
 	set_revision(req, rev);
-	reply_json(req, json_pack("{s:I,s:I}", "value", (json_int_t)result,
-	    "revision", (json_int_t)rev));
+	coord_reply_json(req, 200, json_pack("{s:I,s:I}", "value",
+	    (json_int_t)result, "revision", (json_int_t)rev));
 }
 
 /* Decodes the base64 string field name of root into out. */
@@ -234,11 +323,12 @@ b64_field(struct http_req *req, json_t *root, const char *name,
 static void
 kv_cas_route(struct coord *co, struct http_req *req, const struct buf *key)
 {
-	json_t *root, *extra = NULL;
+	json_t *root;
 	struct buf val = {0}, expect = {0};
 	const struct kv_entry *cur = NULL;
+	struct blob *nv = NULL, *curv = NULL;
 	int absent;
-	int64_t rev = 0;
+	int64_t rev = 0, currev = 0;
 	char err[256];
 	enum status st;
 
@@ -253,22 +343,34 @@ kv_cas_route(struct coord *co, struct http_req *req, const struct buf *key)
 		return;
 	}
 	json_decref(root);
-	coord_lock(co);
-	st = kv_cas(co->kv, key->data, key->len, expect.data, expect.len,
-	    absent, val.data != NULL ? val.data : "", val.len, &rev, &cur, err,
-	    sizeof(err));
-	if (st == ST_FAILED_PRECONDITION && cur != NULL)
-		extra = json_pack("{s:o,s:I}", "current", text_base64_json(cur->value,
-		    cur->vlen), "revision", (json_int_t)cur->mod_rev);
-	coord_unlock(co);
+	if ((nv = blob_new(val.data != NULL ? val.data : "", val.len)) ==
+	    NULL) {
+		buf_free(&val);
+		buf_free(&expect);
+		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
+		return;
+	}
 	buf_free(&val);
+	coord_lock(co);
+	st = kv_cas_blob(co->kv, key->data, key->len, expect.data, expect.len,
+	    absent, nv, &rev, &cur, err, sizeof(err));
+	if (st == ST_FAILED_PRECONDITION && cur != NULL) {
+		curv = blob_ref(cur->val);
+		currev = cur->mod_rev;
+	}
+	coord_unlock(co);
+	blob_unref(nv);
 	buf_free(&expect);
 	if (st != ST_OK) {
+		json_t *extra = curv == NULL ? NULL : json_pack("{s:o,s:I}",
+		    "current", text_base64_json(curv->data, curv->len),
+		    "revision", (json_int_t)currev);
+		blob_unref(curv);
 		http_reply_error_json(req, st, extra, "%s", err);
 		return;
 	}
 	set_revision(req, rev);
-	reply_json(req, json_rev(rev));
+	coord_reply_json(req, 200, json_rev(rev));
 }
 
 static void
@@ -281,8 +383,8 @@ kv_delete_route(struct coord *co, struct http_req *req, const struct buf *key)
 	n = kv_delete(co->kv, key->data, key->len, &rev);
 	coord_unlock(co);
 	set_revision(req, rev);
-	reply_json(req, json_pack("{s:I,s:I}", "deleted", (json_int_t)n,
-	    "revision", (json_int_t)rev));
+	coord_reply_json(req, 200, json_pack("{s:I,s:I}", "deleted",
+	    (json_int_t)n, "revision", (json_int_t)rev));
 }
 
 /*
@@ -345,74 +447,94 @@ out:
 	buf_free(&key);
 }
 
-struct events_ctx {
-	json_t *arr;
-	int nomem;
-};
-
 static void
 add_event(const struct kv_event *ev, void *arg)
 {
-	struct events_ctx *c = arg;
-	json_t *o;
-
-	if (c->nomem)
-		return;
-	o = json_pack("{s:s,s:s%,s:I}", "type", kv_event_name(ev->type), "key",
-	    ev->key, ev->klen, "revision", (json_int_t)ev->rev);
-	if (o != NULL && ev->type != KV_EV_DELETE &&
-	    json_object_set_new(o, "value", text_base64_json(ev->value, ev->vlen)) < 0) {
-		json_decref(o);
-		o = NULL;
-	}
-	if (o == NULL || json_array_append_new(c->arr, o) < 0)
-		c->nomem = 1;
+	snap_add(arg, ev->key, ev->klen, ev->val, ev->rev, 0, ev->type);
 }
 
 /*
- * Answers a watch with every kept change after since under its prefix, or
- * returns 0 (leaving it unanswered) when there is none yet.
+ * The changes after since under prefix, taken under the lock; NULL on
+ * ENOMEM. s->st says whether the history still has them.
  */
-static int
-answer_watch(struct coord *co, struct http_req *req, const char *prefix,
-    size_t plen, int64_t since, int force)
+static struct snap *
+take_changes(struct coord *co, const char *prefix, size_t plen,
+    int64_t since)
 {
-	struct events_ctx c = {.arr = json_array()};
-	char err[256], svc[17];
-	enum status st;
+	struct snap *s = calloc(1, sizeof(*s));
 
-	if (c.arr == NULL) {
+	if (s == NULL)
+		return NULL;
+	s->st = kv_changes(co->kv, prefix, plen, since, add_event, s, s->err,
+	    sizeof(s->err));
+	s->revision = kv_revision(co->kv);
+	s->service = registry_service(co->reg);
+	if (s->nomem) {
+		snap_free(s);
+		return NULL;
+	}
+	return s;
+}
+
+/* The watch's reply from changes taken under the lock; frees s. */
+static void
+reply_changes(struct http_req *req, struct snap *s)
+{
+	json_t *arr;
+	char svc[17];
+
+	if (s == NULL) {
 		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
-		return 1;
+		return;
 	}
-	st = kv_changes(co->kv, prefix, plen, since, add_event, &c, err,
-	    sizeof(err));
-	if (st != ST_OK) {
-		json_decref(c.arr);
-		http_reply_error(req, st, "%s", err);
-		return 1;
+	if (s->st != ST_OK) {
+		http_reply_error(req, s->st, "%s", s->err);
+		snap_free(s);
+		return;
 	}
-	if (c.nomem) {
-		json_decref(c.arr);
-		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
-		return 1;
+	arr = json_array();
+	for (size_t i = 0; arr != NULL && i < s->n; i++) {
+		struct snap_item *it = &s->v[i];
+		json_t *o = json_pack("{s:s,s:s%,s:I}", "type",
+		    kv_event_name(it->type), "key", it->key, it->klen,
+		    "revision", (json_int_t)it->rev);
+
+		if (o != NULL && it->val != NULL && json_object_set_new(o,
+		    "value", text_base64_json(it->val->data,
+		    it->val->len)) < 0) {
+			json_decref(o);
+			o = NULL;
+		}
+		if (o == NULL || json_array_append_new(arr, o) < 0) {
+			json_decref(arr);
+			arr = NULL;
+		}
 	}
-	if (json_array_size(c.arr) == 0 && !force) {
-		json_decref(c.arr);
-		return 0;
-	}
-	reply_json(req, json_pack("{s:I,s:s,s:o}", "revision",
-	    (json_int_t)kv_revision(co->kv), "service",
-	    task_format_incarnation(registry_service(co->reg), svc),
-	    "events", c.arr));
-	return 1;
+	coord_reply_json(req, 200, arr == NULL ? NULL : json_pack(
+	    "{s:I,s:s,s:o}", "revision", (json_int_t)s->revision, "service",
+	    task_format_incarnation(s->service, svc), "events", arr));
+	snap_free(s);
+}
+
+static void
+watch_build(struct parked *w)
+{
+	reply_changes(w->req, w->ctx);
+}
+
+/* Answers w (already taken) once the lock is free. */
+static void
+answer_later(struct coord *co, struct parked *w)
+{
+	w->ctx = take_changes(co, w->key, w->klen, w->since);
+	w->build = watch_build;
 }
 
 static void
 watch_expired(struct parked *w)
 {
 	/* A long poll that saw nothing: an empty answer, not an error. */
-	answer_watch(w->obj, w->req, w->key, w->klen, w->since, 1);
+	answer_later(w->obj, w);
 }
 
 void
@@ -421,6 +543,7 @@ coord_watch_route(struct coord *co, struct http_req *req, const char *rest)
 	struct buf key = {0};
 	const char *since_s = http_req_arg(req, "since");
 	const char *service = http_req_arg(req, "service");
+	struct snap *s = NULL;
 	int64_t since = 0, wait;
 	uint64_t inc;
 	char *end;
@@ -445,8 +568,9 @@ coord_watch_route(struct coord *co, struct http_req *req, const char *rest)
 	if (service != NULL && (task_parse_incarnation(service, &inc) < 0 ||
 	    inc != registry_service(co->reg)))
 		since = 0;
-	if (answer_watch(co, req, key.data, key.len, since, wait <= 0)) {
-		/* answered from the history */
+	s = take_changes(co, key.data, key.len, since);
+	if (s == NULL || s->st != ST_OK || s->n > 0 || wait <= 0) {
+		/* answered from the history, after the lock */
 	} else if (coord_closing(co)) {
 		coord_reply_closing(req);
 	} else {
@@ -464,8 +588,13 @@ coord_watch_route(struct coord *co, struct http_req *req, const char *rest)
 			w->since = since;
 			w->obj = co;
 		}
+		snap_free(s);
+		s = NULL;
+		coord_unlock(co);
+		goto out;
 	}
 	coord_unlock(co);
+	reply_changes(req, s);
 out:
 	buf_free(&key);
 }
@@ -482,7 +611,7 @@ wake_watchers(struct coord *co, struct park_list *l, int64_t rev)
 		if (rev <= w->since)
 			continue;
 		park_take(w);
-		answer_watch(co, w->req, w->key, w->klen, w->since, 1);
+		answer_later(co, w);
 	}
 	park_list_release(l);
 }
@@ -504,9 +633,9 @@ coord_kv_observe(const struct kv_event *ev, void *arg)
 		struct http_shared *sh = NULL;
 		char num[32];
 
-		/* Every waiter gets the same bytes: build the reply once. */
-		if (l->count > 1 && (sh = http_shared_new(200,
-		    "application/octet-stream", e->value, e->vlen)) != NULL) {
+		/* Every waiter gets the same bytes: one reply, no copy. */
+		if ((sh = http_shared_blob(200, "application/octet-stream",
+		    e->val)) != NULL) {
 			snprintf(num, sizeof(num), "%" PRId64, e->mod_rev);
 			http_shared_header(sh, "X-Muster-Revision", num);
 		}
