@@ -21,8 +21,8 @@
 
 #include "cli.h"
 #include "daemon.h"
-#include "parse.h"
 #include "log.h"
+#include "parse.h"
 
 static const char synopsis[] =
     "usage: bench-bare [-l HOST:PORT] [--port-file FILE] [--threads N]\n";
@@ -89,15 +89,15 @@ int
 main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		{"listen", required_argument, NULL, 'l'},
-		{"port-file", required_argument, NULL, 'P'},
-		{"threads", required_argument, NULL, 'T'},
-		{"verbose", no_argument, NULL, 'v'},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
+	    {"listen", required_argument, NULL, 'l'},
+	    {"port-file", required_argument, NULL, 'P'},
+	    {"threads", required_argument, NULL, 'T'},
+	    {"verbose", no_argument, NULL, 'v'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
 	};
 	const char *listen = "127.0.0.1:0", *port_file = NULL;
-	long threads = 2 * sysconf(_SC_NPROCESSORS_ONLN);    /* as coordd */
+	long threads = 2 * sysconf(_SC_NPROCESSORS_ONLN); /* as coordd */
 	unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD |
 	    MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO | MHD_USE_ERROR_LOG;
 	struct sockaddr_storage ss;
@@ -113,26 +113,17 @@ main(int argc, char **argv)
 	log_init(argv[0], 0);
 	while ((c = getopt_long(argc, argv, "hl:v", longopts, NULL)) != -1) {
 		switch (c) {
-		case 'l':
-			listen = optarg;
-			break;
-		case 'P':
-			port_file = optarg;
-			break;
+		case 'l': listen = optarg; break;
+		case 'P': port_file = optarg; break;
 		case 'T':
 			if (parse_long(optarg, 1, 64, &threads) < 0)
-				return cli_usage_error(synopsis, "--threads %s is "
-				    "not a number from 1 to 64", optarg);
+				return cli_usage_error(synopsis,
+				    "--threads %s is not a number from 1 to 64",
+				    optarg);
 			break;
-		case 'v':
-			verbose++;
-			break;
-		case 'h':
-			fputs(synopsis, stdout);
-			return 0;
-		default:
-			fputs(synopsis, stderr);
-			return 2;
+		case 'v': verbose++; break;
+		case 'h': fputs(synopsis, stdout); return 0;
+		default: fputs(synopsis, stderr); return 2;
 		}
 	}
 	if (optind != argc)
@@ -151,8 +142,8 @@ main(int argc, char **argv)
 		sin6->sin6_port = htons((uint16_t)port);
 		flags |= MHD_USE_IPv6;
 	} else {
-		return cli_usage_error(synopsis, "%s is not a numeric IP "
-		    "address", host);
+		return cli_usage_error(synopsis,
+		    "%s is not a numeric IP address", host);
 	}
 
 	sigemptyset(&set);
@@ -162,8 +153,8 @@ main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	daemon_raise_nofile();
 
-	resp = MHD_create_response_from_buffer(sizeof(body) - 1,
-	    (void *)body, MHD_RESPMEM_PERSISTENT);
+	resp = MHD_create_response_from_buffer(sizeof(body) - 1, (void *)body,
+	    MHD_RESPMEM_PERSISTENT);
 	if (resp == NULL)
 		return cli_fail(ST_INTERNAL, "out of memory");
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
@@ -177,12 +168,11 @@ main(int argc, char **argv)
 	    MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)4096,
 	    MHD_OPTION_UNESCAPE_CALLBACK, unescape_none, NULL,
 	    MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
-	    MHD_OPTION_EXTERNAL_LOGGER, on_mhd_error, NULL,
-	    MHD_OPTION_END);
+	    MHD_OPTION_EXTERNAL_LOGGER, on_mhd_error, NULL, MHD_OPTION_END);
 	if (mhd == NULL) {
 		MHD_destroy_response(resp);
-		return cli_fail(ST_UNAVAILABLE, "cannot listen on %s port %d: "
-		    "%m", host, port);
+		return cli_fail(ST_UNAVAILABLE,
+		    "cannot listen on %s port %d: %m", host, port);
 	}
 	info = MHD_get_daemon_info(mhd, MHD_DAEMON_INFO_BIND_PORT);
 	if (info != NULL)

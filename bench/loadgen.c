@@ -64,18 +64,16 @@
 
 #include "cli.h"
 #include "daemon.h"
-#include "parse.h"
 #include "duration.h"
 #include "log.h"
+#include "parse.h"
 #include "task.h"
 
 static const char synopsis[] =
     "usage: bench-loadgen parked [-v] -c ADDR --pid PID [-n N] [--key KEY] "
-    "[--rounds R]\n"
-    "                     [--timeout DUR]\n"
+    "[--rounds R]\n                     [--timeout DUR]\n"
     "       bench-loadgen tasks [-v] -c ADDR --pid PID [-n N] "
-    "[--duration DUR]\n"
-    "                     [--timeout DUR]\n"
+    "[--duration DUR]\n                     [--timeout DUR]\n"
     "       bench-loadgen detect [-v] -c ADDR [-n K] [--rounds R] "
     "[--timeout DUR]\n";
 
@@ -106,21 +104,21 @@ typedef void xfer_done_fn(struct xfer *x);
 struct xfer {
 	CURL *easy;
 	struct lg *lg;
-	xfer_done_fn *done;         /* called once finished; may re-add */
+	xfer_done_fn *done; /* called once finished; may re-add */
 	void *arg;
 	struct curl_slist *hdrs;
-	int fd;                     /* its socket, as curl last told us */
-	unsigned char hold;         /* capture mode applies to it */
-	unsigned char held;         /* readable, kept back from curl */
-	unsigned char oneshot;      /* armed to report once: lg_capture */
-	unsigned char late;         /* like hold, removed once capture ends */
+	int fd;                /* its socket, as curl last told us */
+	unsigned char hold;    /* capture mode applies to it */
+	unsigned char held;    /* readable, kept back from curl */
+	unsigned char oneshot; /* armed to report once: lg_capture */
+	unsigned char late;    /* like hold, removed once capture ends */
 	unsigned char sent;
 	unsigned char finished;
 	CURLcode rc;
 	long code;
-	int64_t ready_us;           /* first readable after stamping began */
-	int64_t sent_us;            /* about to be sent (curl's prereq) */
-	int64_t done_us;            /* curl finished it */
+	int64_t ready_us; /* first readable after stamping began */
+	int64_t sent_us;  /* about to be sent (curl's prereq) */
+	int64_t done_us;  /* curl finished it */
 	size_t blen;
 	int truncated;
 	char body[512];
@@ -129,7 +127,7 @@ struct xfer {
 struct lg {
 	CURLM *multi;
 	int epfd;
-	int64_t timer_at_us;        /* curl's next timeout; -1 none */
+	int64_t timer_at_us; /* curl's next timeout; -1 none */
 	int64_t deadline_us;
 	struct xfer **by_fd;
 	size_t nfd;
@@ -149,7 +147,7 @@ struct lg {
 	 * replies. lg_release_held gives them to curl afterwards.
 	 */
 	int capture;
-	int stamp;                  /* record ready_us */
+	int stamp; /* record ready_us */
 	struct xfer **held;
 	size_t nheld;
 	/*
@@ -166,7 +164,7 @@ struct lg {
 	 */
 	struct xfer **later;
 	size_t nlater;
-	struct xfer **done;         /* lg_drain's scratch */
+	struct xfer **done; /* lg_drain's scratch */
 	size_t added, sent, finished;
 };
 
@@ -203,15 +201,16 @@ on_socket(CURL *e, curl_socket_t s, int what, void *userp, void *socketp)
 		socklen_t sl = sizeof(ss);
 		if (getsockname(s, (struct sockaddr *)&ss, &sl) == 0)
 			lg->fd_of_port[ntohs(ss.ss_family == AF_INET6 ?
-			    ((struct sockaddr_in6 *)&ss)->sin6_port :
-			    ((struct sockaddr_in *)&ss)->sin_port)] = s;
+			        ((struct sockaddr_in6 *)&ss)->sin6_port :
+			        ((struct sockaddr_in *)&ss)->sin_port)] = s;
 	}
 	ev.events = ((what & CURL_POLL_IN) ? EPOLLIN : 0) |
 	    ((what & CURL_POLL_OUT) ? EPOLLOUT : 0);
 	ev.data.fd = s;
 	/* A held socket was taken out of epoll behind curl's back. */
-	if (socketp == NULL || (epoll_ctl(lg->epfd, EPOLL_CTL_MOD, s, &ev) < 0
-	    && errno == ENOENT)) {
+	if (socketp == NULL ||
+	    (epoll_ctl(lg->epfd, EPOLL_CTL_MOD, s, &ev) < 0 &&
+	        errno == ENOENT)) {
 		if (epoll_ctl(lg->epfd, EPOLL_CTL_ADD, s, &ev) < 0)
 			return -1;
 		curl_multi_assign(lg->multi, s, lg);
@@ -304,8 +303,7 @@ lg_init(struct lg *lg, int64_t timeout_ms, char *err, size_t errlen)
 	lg->evs = calloc((size_t)lg->maxevs, sizeof(*lg->evs));
 	lg->fd_of_port = malloc(65536 * sizeof(*lg->fd_of_port));
 	if (lg->by_fd == NULL || lg->held == NULL || lg->done == NULL ||
-	    lg->later == NULL ||
-	    lg->evs == NULL || lg->fd_of_port == NULL) {
+	    lg->later == NULL || lg->evs == NULL || lg->fd_of_port == NULL) {
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
@@ -325,7 +323,8 @@ lg_init(struct lg *lg, int64_t timeout_ms, char *err, size_t errlen)
 	curl_multi_setopt(lg->multi, CURLMOPT_TIMERDATA, lg);
 	curl_multi_setopt(lg->multi, CURLMOPT_MAXCONNECTS, (long)lg->nfd);
 	curl_multi_setopt(lg->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
-	curl_multi_setopt(lg->multi, CURLMOPT_PIPELINING, (long)CURLPIPE_NOTHING);
+	curl_multi_setopt(lg->multi, CURLMOPT_PIPELINING,
+	    (long)CURLPIPE_NOTHING);
 	return 0;
 }
 
@@ -356,8 +355,7 @@ lg_free(struct lg *lg)
 
 /* A request for url; method NULL is GET. body NULL sends none. */
 static struct xfer *
-xfer_new(struct lg *lg, const char *url, const char *method,
-    const char *body)
+xfer_new(struct lg *lg, const char *url, const char *method, const char *body)
 {
 	struct xfer *x = calloc(1, sizeof(*x));
 
@@ -465,8 +463,7 @@ lg_drain(struct lg *lg)
 		curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &x->code);
 		x->finished = 1;
 		lg->finished++;
-		if (lg->capture && (x->late || x->hold) &&
-		    lg->nlater < lg->nfd)
+		if (lg->capture && (x->late || x->hold) && lg->nlater < lg->nfd)
 			lg->later[lg->nlater++] = x;
 		else
 			lg->done[n++] = x;
@@ -503,8 +500,8 @@ lg_step(struct lg *lg, int64_t until_us)
 		wait = lg->timer_at_us - now;
 	if (wait < 0)
 		wait = 0;
-	n = epoll_wait(lg->epfd, lg->evs, lg->maxevs, (int)((wait + 999) /
-	    1000));
+	n = epoll_wait(lg->epfd, lg->evs, lg->maxevs,
+	    (int)((wait + 999) / 1000));
 	if (n < 0 && errno != EINTR)
 		return -1;
 	t = now_us();
@@ -742,8 +739,7 @@ struct parked {
  * transfers that the waiters use; 0 when it got a 2xx.
  */
 static int
-run_one(struct lg *lg, const char *method, const char *url,
-    const char *body)
+run_one(struct lg *lg, const char *method, const char *url, const char *body)
 {
 	struct xfer *x = xfer_new(lg, url, method, body);
 	int ret = -1;
@@ -761,8 +757,9 @@ run_one(struct lg *lg, const char *method, const char *url,
 		ret = 0;
 	else
 		cli_fail(ST_UNAVAILABLE, "%s %s: %s (HTTP %ld) %s",
-		    method != NULL ? method : "GET", url, x->finished ?
-		    curl_easy_strerror(x->rc) : "timed out", x->code, x->body);
+		    method != NULL ? method : "GET", url,
+		    x->finished ? curl_easy_strerror(x->rc) : "timed out",
+		    x->code, x->body);
 out:
 	if (x != NULL && !x->finished)
 		curl_multi_remove_handle(lg->multi, x->easy);
@@ -791,7 +788,8 @@ park_all(struct parked *p, int round)
 {
 	struct lg *lg = &p->lg;
 	size_t n = p->n, reused = 0;
-	int64_t t0 = now_us(), t_sent = 0, last_poll = 0, c0 = cpu_ns(p->o->pid);
+	int64_t t0 = now_us(), t_sent = 0, last_poll = 0,
+	        c0 = cpu_ns(p->o->pid);
 	long parked = -1, rss, nconn;
 
 	lg->added = lg->sent = lg->finished = 0;
@@ -800,7 +798,8 @@ park_all(struct parked *p, int round)
 
 		while (lg->added < n && lg->added - lg->sent < CONNECT_BATCH)
 			if (lg_add(lg, p->w[lg->added]) < 0) {
-				cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
+				cli_fail(ST_RESOURCE_EXHAUSTED,
+				    "out of memory");
 				return -1;
 			}
 		if (lg->finished > 0) {
@@ -809,7 +808,8 @@ park_all(struct parked *p, int round)
 
 				if (!x->finished)
 					continue;
-				cli_fail(ST_INTERNAL, "a waiter was answered "
+				cli_fail(ST_INTERNAL,
+				    "a waiter was answered "
 				    "before the PUT: %s, HTTP %ld: %s",
 				    curl_easy_strerror(x->rc), x->code,
 				    x->body);
@@ -826,7 +826,8 @@ park_all(struct parked *p, int round)
 				break;
 		}
 		if (now >= lg->deadline_us) {
-			cli_fail(ST_DEADLINE_EXCEEDED, "after %.0f ms: %zu of "
+			cli_fail(ST_DEADLINE_EXCEEDED,
+			    "after %.0f ms: %zu of "
 			    "%zu requests sent, muster_http_parked %ld",
 			    ms(now - t0), lg->sent, n, parked);
 			return -1;
@@ -839,12 +840,14 @@ park_all(struct parked *p, int round)
 	rss = rss_kib(p->o->pid);
 	for (size_t i = 0; i < n; i++)
 		if (curl_easy_getinfo(p->w[i]->easy, CURLINFO_NUM_CONNECTS,
-		    &nconn) == CURLE_OK && nconn == 0)
+		        &nconn) == CURLE_OK &&
+		    nconn == 0)
 			reused++;
 	printf("parked%s %ld waiters (muster_http_parked) on %zu new and "
-	    "%zu kept-alive connections, all sent after %.0f ms, all parked "
-	    "after %.0f ms\n", sfx(round), parked, n - reused, reused,
-	    ms(t_sent - t0), ms(now_us() - t0));
+	       "%zu kept-alive connections, all sent after %.0f ms, all parked "
+	       "after %.0f ms\n",
+	    sfx(round), parked, n - reused, reused, ms(t_sent - t0),
+	    ms(now_us() - t0));
 	printf("park_cpu%s %.2f us of coordd CPU per waiter parked\n",
 	    sfx(round), (double)(cpu_ns(p->o->pid) - c0) / 1e3 / (double)n);
 	printf("rss_parked%s %ld KiB\n", sfx(round), rss);
@@ -888,8 +891,8 @@ release_all(struct parked *p, int round)
 		cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
 		goto out;
 	}
-	while ((!put->finished || lg->nstamped < n) &&
-	    now_us() < lg->deadline_us)
+	while (
+	    (!put->finished || lg->nstamped < n) && now_us() < lg->deadline_us)
 		if (lg_step(lg, lg->deadline_us) < 0)
 			goto syserr;
 	c1 = cpu_ns(p->o->pid);
@@ -916,9 +919,11 @@ release_all(struct parked *p, int round)
 		    !x->truncated && strcmp(x->body, value) == 0)
 			ok++;
 		else if (bad++ == 0)
-			fprintf(stderr, "%s: first bad reply: %s, HTTP %ld: "
-			    "%.100s\n", log_prog(), x->finished ?
-			    curl_easy_strerror(x->rc) : "no reply in time",
+			fprintf(stderr,
+			    "%s: first bad reply: %s, HTTP %ld: %.100s\n",
+			    log_prog(),
+			    x->finished ? curl_easy_strerror(x->rc) :
+			                  "no reply in time",
 			    x->code, x->body);
 	}
 	log_debug("round %d: curl finished the last waiter at %.6f s", round,
@@ -926,23 +931,27 @@ release_all(struct parked *p, int round)
 	qsort(p->arr, nready, sizeof(*p->arr), cmp_i64);
 	if (nready > 0) {
 		printf("release%s %.2f ms from the PUT's reply to the last "
-		    "waiter's reply\n", sfx(round), ms(p->arr[nready - 1]));
+		       "waiter's reply\n",
+		    sfx(round), ms(p->arr[nready - 1]));
 		printf("release_from_put_sent%s %.2f ms (the PUT itself took "
-		    "%.2f ms)\n", sfx(round), ms(p->arr[nready - 1] + t_reply -
-		    t_put), ms(t_reply - t_put));
+		       "%.2f ms)\n",
+		    sfx(round), ms(p->arr[nready - 1] + t_reply - t_put),
+		    ms(t_reply - t_put));
 		printf("release_p50%s %.2f ms, p99 %.2f ms from the PUT's "
-		    "reply\n", sfx(round), ms(p->arr[nready / 2]),
+		       "reply\n",
+		    sfx(round), ms(p->arr[nready / 2]),
 		    ms(p->arr[nready * 99 / 100]));
 	}
 	printf("release_cpu%s %.2f us of coordd CPU per waiter released "
-	    "(%.1f ms in all)\n", sfx(round), (double)(c1 - c0) / 1e3 /
-	    (double)n, (double)(c1 - c0) / 1e6);
+	       "(%.1f ms in all)\n",
+	    sfx(round), (double)(c1 - c0) / 1e3 / (double)n,
+	    (double)(c1 - c0) / 1e6);
 	printf("replies%s %zu of %zu: 200 with the value (%zu bad)\n",
 	    sfx(round), ok, n, bad);
 	rss = rss_kib(p->o->pid);
 	printf("rss_answered%s %ld KiB with the %zu connections idle, %.2f "
-	    "KiB per connection\n", sfx(round), rss, n,
-	    (double)(rss - p->rss_base) / (double)n);
+	       "KiB per connection\n",
+	    sfx(round), rss, n, (double)(rss - p->rss_base) / (double)n);
 	fflush(stdout);
 	ret = ok == n ? 0 : -1;
 	goto out;
@@ -970,15 +979,17 @@ mode_parked(const struct opts *o)
 	int ret = 1;
 
 	if (o->pid <= 0)
-		return cli_usage_error(synopsis, "parked needs --pid of coordd");
+		return cli_usage_error(synopsis,
+		    "parked needs --pid of coordd");
 	if (lg_init(&p.lg, o->timeout_ms, err, sizeof(err)) < 0) {
 		cli_fail(ST_INTERNAL, "%s", err);
 		goto out;
 	}
 	if (p.n + 64 > p.lg.nfd) {
-		cli_fail(ST_RESOURCE_EXHAUSTED, "%zu waiters need %zu open "
-		    "files; the limit is %zu (raise ulimit -n)", p.n, p.n + 64,
-		    p.lg.nfd);
+		cli_fail(ST_RESOURCE_EXHAUSTED,
+		    "%zu waiters need %zu open "
+		    "files; the limit is %zu (raise ulimit -n)",
+		    p.n, p.n + 64, p.lg.nfd);
 		goto out;
 	}
 	if ((p.w = calloc(p.n, sizeof(*p.w))) == NULL ||
@@ -998,14 +1009,15 @@ mode_parked(const struct opts *o)
 			goto out;
 		if (round == 1) {
 			if ((p.rss_base = rss_kib(o->pid)) < 0) {
-				cli_fail(ST_NOT_FOUND, "cannot read "
-				    "/proc/%ld/status: %m", o->pid);
+				cli_fail(ST_NOT_FOUND,
+				    "cannot read /proc/%ld/status: %m", o->pid);
 				goto out;
 			}
 			printf("rss_base %ld KiB\n", p.rss_base);
 		} else {
 			printf("round %d: the same %zu waiters again, on their "
-			    "kept-alive connections\n", round, p.n);
+			       "kept-alive connections\n",
+			    round, p.n);
 		}
 		if (park_all(&p, round) < 0 || release_all(&p, round) < 0)
 			goto out;
@@ -1048,8 +1060,10 @@ stat_cpu_us(long pid)
 	fclose(f);
 	buf[len] = '\0';
 	/* Fields 14 and 15, counted after the ") " that ends the name. */
-	if ((p = strrchr(buf, ')')) == NULL || sscanf(p + 2, "%*c %*d %*d "
-	    "%*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+	if ((p = strrchr(buf, ')')) == NULL ||
+	    sscanf(p + 2,
+	        "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
+	        &st) != 2)
 		return -1;
 	return (int64_t)((ut + st) * 1000000ULL /
 	    (unsigned long long)sysconf(_SC_CLK_TCK));
@@ -1093,12 +1107,12 @@ struct ttask {
 	size_t i;
 	enum tphase phase;
 	char inc[17];
-	struct xfer *x;             /* register, wait-all, barrier */
-	CURLSH *conn;               /* x's own connection cache */
-	int hb_busy;                /* a heartbeat of it is in flight */
-	int64_t reg_sent_us;        /* register sent */
-	int64_t reg_us;             /* register answered */
-	int64_t up_us;              /* wait-all answered 200 */
+	struct xfer *x;      /* register, wait-all, barrier */
+	CURLSH *conn;        /* x's own connection cache */
+	int hb_busy;         /* a heartbeat of it is in flight */
+	int64_t reg_sent_us; /* register sent */
+	int64_t reg_us;      /* register answered */
+	int64_t up_us;       /* wait-all answered 200 */
 };
 
 struct tasks {
@@ -1110,11 +1124,11 @@ struct tasks {
 	/* Heartbeat slot s is task s % n's, due at hb_t0 + s seconds / n. */
 	int64_t hb_t0;
 	size_t hb_next, hb_limit;
-	struct xfer **pool;         /* idle heartbeat transfers */
-	struct xfer **hbx;          /* all of them, at most one per task */
+	struct xfer **pool; /* idle heartbeat transfers */
+	struct xfer **hbx;  /* all of them, at most one per task */
 	size_t npool, nhb_xfers, hb_inflight, nnoted;
 	size_t hb_ok, hb_fail, hb_skipped;
-	int64_t *lat;               /* heartbeat latencies while recording */
+	int64_t *lat; /* heartbeat latencies while recording */
 	size_t nlat, caplat;
 	int record_lat;
 };
@@ -1126,8 +1140,9 @@ tasks_note(struct tasks *ts, const char *what, struct ttask *t,
 {
 	if (ts->nnoted++ < 5)
 		fprintf(stderr, "%s: %s of worker:%zu: %s, HTTP %ld: %.200s\n",
-		    log_prog(), what, t->i, x->rc != CURLE_OK ?
-		    curl_easy_strerror(x->rc) : "reply", x->code, x->body);
+		    log_prog(), what, t->i,
+		    x->rc != CURLE_OK ? curl_easy_strerror(x->rc) : "reply",
+		    x->code, x->body);
 }
 
 /* A request of t's own failed: t is out. */
@@ -1146,8 +1161,9 @@ tasks_url(struct tasks *ts, struct ttask *t, const char *verb,
 {
 	static char url[512];
 
-	snprintf(url, sizeof(url), "http://%s/v1/tasks/worker/%zu/%s?"
-	    "incarnation=%s%s", ts->o->addr, t->i, verb, t->inc, extra);
+	snprintf(url, sizeof(url),
+	    "http://%s/v1/tasks/worker/%zu/%s?incarnation=%s%s", ts->o->addr,
+	    t->i, verb, t->inc, extra);
 	return url;
 }
 
@@ -1195,8 +1211,7 @@ task_done(struct xfer *x)
 		}
 		ts->nretry++;
 		break;
-	default:
-		return;
+	default: return;
 	}
 	if (lg_add(&ts->lg, x) < 0)
 		tasks_bad(ts, "curl_multi_add_handle", t, x);
@@ -1244,7 +1259,7 @@ hb_pump(struct tasks *ts, int64_t now)
 		if (ts->npool > 0) {
 			x = ts->pool[--ts->npool];
 		} else if ((x = xfer_new(&ts->lg, "http://localhost/", NULL,
-		    NULL)) != NULL) {
+		                NULL)) != NULL) {
 			x->done = hb_done;
 			ts->hbx[ts->nhb_xfers++] = x;
 		} else {
@@ -1304,7 +1319,8 @@ tasks_bringup(struct tasks *ts)
 			struct ttask *t = &ts->t[next++];
 			xfer_set(t->x, tasks_url(ts, t, "register", ""), "");
 			if (lg_add(lg, t->x) < 0) {
-				cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
+				cli_fail(ST_RESOURCE_EXHAUSTED,
+				    "out of memory");
 				return -1;
 			}
 		}
@@ -1317,8 +1333,9 @@ tasks_bringup(struct tasks *ts)
 	}
 	c1 = stat_cpu_us(ts->o->pid);
 	if (ts->nup < n) {
-		cli_fail(ST_UNAVAILABLE, "bring-up: %zu of %zu registered, %zu "
-		    "up, %zu failed", ts->nreg, n, ts->nup, ts->nfail);
+		cli_fail(ST_UNAVAILABLE,
+		    "bring-up: %zu of %zu registered, %zu up, %zu failed",
+		    ts->nreg, n, ts->nup, ts->nfail);
 		return -1;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -1332,13 +1349,16 @@ tasks_bringup(struct tasks *ts)
 	}
 	rss = rss_kib(ts->o->pid);
 	printf("bringup %.1f ms from the first register sent to the last "
-	    "wait-all reply, %zu tasks\n", ms(last_up - t0), n);
+	       "wait-all reply, %zu tasks\n",
+	    ms(last_up - t0), n);
 	printf("bringup_registered %.1f ms until the last register reply\n",
 	    ms(last_reg - t0));
 	printf("bringup_release %.1f ms from the last register reply to the "
-	    "last wait-all reply\n", ms(last_up - last_reg));
+	       "last wait-all reply\n",
+	    ms(last_up - last_reg));
 	printf("bringup_cpu %.2f us of coordd CPU per task (utime+stime; "
-	    "schedstat %.2f us)\n", (double)(c1 - c0) / (double)n,
+	       "schedstat %.2f us)\n",
+	    (double)(c1 - c0) / (double)n,
 	    (double)(cpu_ns(ts->o->pid) - s0) / 1e3 / (double)n);
 	printf("bringup_retries %zu wait-all requests re-issued on 202\n",
 	    ts->nretry);
@@ -1380,23 +1400,28 @@ tasks_heartbeats(struct tasks *ts, long rss_base)
 	rss = rss_kib(ts->o->pid);
 	qsort(ts->lat, ts->nlat, sizeof(*ts->lat), cmp_i64);
 	printf("hb_sent %zu heartbeats in %.2f s (%.0f/s), at most %zu in "
-	    "flight\n", ts->hb_ok + ts->hb_fail, (double)(t1 - t0) / 1e6,
+	       "flight\n",
+	    ts->hb_ok + ts->hb_fail, (double)(t1 - t0) / 1e6,
 	    (double)(ts->hb_ok + ts->hb_fail) / ((double)(t1 - t0) / 1e6),
 	    ts->nhb_xfers);
 	printf("hb_failures %zu\n", ts->hb_fail);
 	printf("hb_skipped %zu beats not sent: the task's last one still in "
-	    "flight\n", ts->hb_skipped);
+	       "flight\n",
+	    ts->hb_skipped);
 	printf("hb_cpu %.2f us of coordd CPU per heartbeat (utime+stime from "
-	    "/proc/PID/stat; %.1f%% of a CPU)\n", (double)(c1 - c0) /
-	    (double)total, (double)(c1 - c0) / (double)(t1 - t0) * 100);
+	       "/proc/PID/stat; %.1f%% of a CPU)\n",
+	    (double)(c1 - c0) / (double)total,
+	    (double)(c1 - c0) / (double)(t1 - t0) * 100);
 	printf("hb_cpu_schedstat %.2f us per heartbeat (/proc/PID/task/*/"
-	    "schedstat)\n", (double)(s1 - s0) / 1e3 / (double)total);
+	       "schedstat)\n",
+	    (double)(s1 - s0) / 1e3 / (double)total);
 	if (ts->nlat > 0)
 		printf("hb_latency_p50 %.3f ms, p99 %.3f ms, max %.3f ms\n",
 		    ms(ts->lat[ts->nlat / 2]), ms(ts->lat[ts->nlat * 99 / 100]),
 		    ms(ts->lat[ts->nlat - 1]));
 	printf("rss_hb %ld KiB after the heartbeats, %.2f KiB per task over "
-	    "the RSS before\n", rss, (double)(rss - rss_base) / (double)n);
+	       "the RSS before\n",
+	    rss, (double)(rss - rss_base) / (double)n);
 	fflush(stdout);
 	return 0;
 }
@@ -1422,8 +1447,10 @@ tasks_barrier(struct tasks *ts)
 	    ts->o->addr);
 	for (size_t i = 0; i < n; i++) {
 		struct ttask *t = &ts->t[i];
-		snprintf(body, sizeof(body), "{\"task\":\"worker:%zu\","
-		    "\"incarnation\":\"%s\",\"timeout_ms\":60000}", i, t->inc);
+		snprintf(body, sizeof(body),
+		    "{\"task\":\"worker:%zu\","
+		    "\"incarnation\":\"%s\",\"timeout_ms\":60000}",
+		    i, t->inc);
 		xfer_set(t->x, url, body);
 		t->x->hold = 1;
 		t->phase = T_BARRIER;
@@ -1436,8 +1463,10 @@ tasks_barrier(struct tasks *ts)
 			if (lg_add(lg, ts->t[next++].x) < 0)
 				goto nomem;
 		if (ts->npassed > 0 || ts->nfail > 0) {
-			cli_fail(ST_INTERNAL, "barrier: %zu passed, %zu failed "
-			    "before the last arrival", ts->npassed, ts->nfail);
+			cli_fail(ST_INTERNAL,
+			    "barrier: %zu passed, %zu failed "
+			    "before the last arrival",
+			    ts->npassed, ts->nfail);
 			goto fail;
 		}
 		if (next == n - 1 && now - last_poll >= 50000) {
@@ -1452,7 +1481,8 @@ tasks_barrier(struct tasks *ts)
 			goto fail;
 	}
 	printf("barrier_parked %ld requests parked at b1 after %.0f ms "
-	    "(muster_http_parked)\n", parked, ms(now_us() - t0));
+	       "(muster_http_parked)\n",
+	    parked, ms(now_us() - t0));
 	/* Replies are stamped as their sockets turn readable. */
 	lg_capture(lg);
 	c0 = cpu_ns(ts->o->pid);
@@ -1467,8 +1497,8 @@ tasks_barrier(struct tasks *ts)
 	c1 = cpu_ns(ts->o->pid);
 	/* For perf record -k CLOCK_MONOTONIC ... --time: the release window. */
 	log_debug("barrier: last arrival sent at %.6f s, last reply readable "
-	    "by %.6f s (CLOCK_MONOTONIC)", (double)last->x->sent_us / 1e6,
-	    (double)now_us() / 1e6);
+	          "by %.6f s (CLOCK_MONOTONIC)",
+	    (double)last->x->sent_us / 1e6, (double)now_us() / 1e6);
 	lg_release_held(lg);
 	lg->stamp = 0;
 	while (ts->npassed + ts->nfail < n) {
@@ -1487,17 +1517,21 @@ tasks_barrier(struct tasks *ts)
 	}
 	qsort(arr, nready, sizeof(*arr), cmp_i64);
 	if (nready > 0) {
-		printf("barrier_release %.2f ms from sending the last arrival to "
-		    "the last reply\n", ms(arr[nready - 1]));
+		printf(
+		    "barrier_release %.2f ms from sending the last arrival to "
+		    "the last reply\n",
+		    ms(arr[nready - 1]));
 		printf("barrier_release_p50 %.2f ms, first %.2f ms, own reply "
-		    "of the last arrival %.2f ms\n", ms(arr[nready / 2]),
-		    ms(arr[0]), ms(last->x->ready_us - t_sent));
+		       "of the last arrival %.2f ms\n",
+		    ms(arr[nready / 2]), ms(arr[0]),
+		    ms(last->x->ready_us - t_sent));
 	}
 	printf("barrier_cpu %.2f us of coordd CPU per task released (%.1f ms "
-	    "in all)\n", (double)(c1 - c0) / 1e3 / (double)n,
-	    (double)(c1 - c0) / 1e6);
+	       "in all)\n",
+	    (double)(c1 - c0) / 1e3 / (double)n, (double)(c1 - c0) / 1e6);
 	printf("barrier_replies %zu of %zu: 200 passed (%zu bad, %zu "
-	    "re-issued on 202)\n", n - bad, n, bad, ts->nretry);
+	       "re-issued on 202)\n",
+	    n - bad, n, bad, ts->nretry);
 	printf("barrier_hb_failures %zu heartbeats failed during the barrier\n",
 	    ts->hb_fail - hb_fail0);
 	fflush(stdout);
@@ -1530,9 +1564,10 @@ mode_tasks(const struct opts *o)
 	}
 	/* A connection per task, and a few hundred for the heartbeats. */
 	if (ts.n + 256 > ts.lg.nfd) {
-		cli_fail(ST_RESOURCE_EXHAUSTED, "%zu tasks need %zu open files; "
-		    "the limit is %zu (raise ulimit -n)", ts.n, ts.n + 256,
-		    ts.lg.nfd);
+		cli_fail(ST_RESOURCE_EXHAUSTED,
+		    "%zu tasks need %zu open files; "
+		    "the limit is %zu (raise ulimit -n)",
+		    ts.n, ts.n + 256, ts.lg.nfd);
 		goto out;
 	}
 	if ((ts.t = calloc(ts.n, sizeof(*ts.t))) == NULL ||
@@ -1545,7 +1580,8 @@ mode_tasks(const struct opts *o)
 		t->i = i;
 		task_format_incarnation(task_new_incarnation(), t->inc);
 		if ((t->x = xfer_new(&ts.lg, "http://localhost/", NULL,
-		    NULL)) == NULL || (t->conn = curl_share_init()) == NULL)
+		         NULL)) == NULL ||
+		    (t->conn = curl_share_init()) == NULL)
 			goto nomem;
 		/*
 		 * A connection cache of its own: the task keeps one connection
@@ -1616,7 +1652,7 @@ struct detect {
 	struct dtask *t;
 	size_t k;
 	size_t hb_ok, hb_fail, hb_skipped;
-	struct xfer *errs;          /* GET /v1/errors?wait=10s */
+	struct xfer *errs; /* GET /v1/errors?wait=10s */
 	int errs_done;
 };
 
@@ -1632,9 +1668,11 @@ dhb_done(struct xfer *x)
 		return;
 	}
 	if (d->hb_fail++ < 5)
-		fprintf(stderr, "%s: heartbeat of worker:%zu: %s, HTTP %ld: "
-		    "%.200s\n", log_prog(), t->i, x->rc != CURLE_OK ?
-		    curl_easy_strerror(x->rc) : "reply", x->code, x->body);
+		fprintf(stderr,
+		    "%s: heartbeat of worker:%zu: %s, HTTP %ld: %.200s\n",
+		    log_prog(), t->i,
+		    x->rc != CURLE_OK ? curl_easy_strerror(x->rc) : "reply",
+		    x->code, x->body);
 }
 
 static void
@@ -1663,8 +1701,9 @@ detect_beat(struct detect *d, const char *addr)
 			d->hb_skipped++;
 			continue;
 		}
-		snprintf(url, sizeof(url), "http://%s/v1/tasks/worker/%zu/"
-		    "heartbeat?incarnation=%s", addr, i, t->inc);
+		snprintf(url, sizeof(url),
+		    "http://%s/v1/tasks/worker/%zu/heartbeat?incarnation=%s",
+		    addr, i, t->inc);
 		xfer_set(t->hb, url, "");
 		if (lg_add(&d->lg, t->hb) < 0)
 			return -1;
@@ -1711,8 +1750,8 @@ detect_round(struct detect *d, int round, size_t victim, int64_t interval,
 	if (fetch(url, text, sizeof(text), &code) < 0 || code != 200 ||
 	    (epoch = json_int_field(text, "epoch")) < 0 ||
 	    json_int_field(text, "connected") != 0) {
-		cli_fail(ST_FAILED_PRECONDITION, "round %d: tasks are still "
-		    "connected: %.200s", round, text);
+		cli_fail(ST_FAILED_PRECONDITION,
+		    "round %d: tasks are still connected: %.200s", round, text);
 		return -1;
 	}
 	/*
@@ -1720,8 +1759,8 @@ detect_round(struct detect *d, int round, size_t victim, int64_t interval,
 	 * right after the last one's detection would all stop at the same
 	 * phase of that scan; a random start samples every phase.
 	 */
-	next = now_us() + (int64_t)(task_new_incarnation() %
-	    (uint64_t)(interval / 2 + 1));
+	next = now_us() +
+	    (int64_t)(task_new_incarnation() % (uint64_t)(interval / 2 + 1));
 	while (now_us() < next)
 		if (lg_step(&d->lg, next) < 0)
 			return -1;
@@ -1729,8 +1768,9 @@ detect_round(struct detect *d, int round, size_t victim, int64_t interval,
 		struct dtask *t = &d->t[i];
 		task_format_incarnation(task_new_incarnation(), t->inc);
 		t->stopped = 0;
-		snprintf(url, sizeof(url), "http://%s/v1/tasks/worker/%zu/"
-		    "register?incarnation=%s", addr, i, t->inc);
+		snprintf(url, sizeof(url),
+		    "http://%s/v1/tasks/worker/%zu/register?incarnation=%s",
+		    addr, i, t->inc);
 		if (run_one(&d->lg, "POST", url, "") < 0)
 			return -1;
 	}
@@ -1744,7 +1784,8 @@ detect_round(struct detect *d, int round, size_t victim, int64_t interval,
 		int64_t now = now_us();
 		if (now >= next) {
 			if (detect_beat(d, addr) < 0) {
-				cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
+				cli_fail(ST_RESOURCE_EXHAUSTED,
+				    "out of memory");
 				return -1;
 			}
 			if (tick++ == warm)
@@ -1752,16 +1793,19 @@ detect_round(struct detect *d, int round, size_t victim, int64_t interval,
 			next += interval;
 		}
 		if (now >= d->lg.deadline_us) {
-			cli_fail(ST_DEADLINE_EXCEEDED, "round %d: no error "
-			    "reported before --timeout", round);
+			cli_fail(ST_DEADLINE_EXCEEDED,
+			    "round %d: no error reported before --timeout",
+			    round);
 			return -1;
 		}
-		if (lg_step(&d->lg, next < now + 20000 ? next : now + 20000) < 0)
+		if (lg_step(&d->lg, next < now + 20000 ? next : now + 20000) <
+		    0)
 			return -1;
 	}
 	if (!v->stopped) {
-		cli_fail(ST_INTERNAL, "round %d: an error came before worker:%zu "
-		    "stopped: %s", round, victim, d->errs->body);
+		cli_fail(ST_INTERNAL,
+		    "round %d: an error came before worker:%zu stopped: %s",
+		    round, victim, d->errs->body);
 		return -1;
 	}
 	if (detect_wait_idle(d) < 0)
@@ -1772,7 +1816,8 @@ detect_round(struct detect *d, int round, size_t victim, int64_t interval,
 	if (d->errs->rc != CURLE_OK || d->errs->code != 200 ||
 	    v->hb->code != 200 || strstr(d->errs->body, want) == NULL ||
 	    count_str(d->errs->body, "\"task\"") != 1) {
-		cli_fail(ST_INTERNAL, "round %d: the last heartbeat of "
+		cli_fail(ST_INTERNAL,
+		    "round %d: the last heartbeat of "
 		    "worker:%zu got HTTP %ld; GET /v1/errors: %s, HTTP %ld: %s",
 		    round, victim, v->hb->code, curl_easy_strerror(d->errs->rc),
 		    d->errs->code, d->errs->body);
@@ -1781,24 +1826,26 @@ detect_round(struct detect *d, int round, size_t victim, int64_t interval,
 	ret = 0;
 leave:
 	/* The failed task is reset and the others shut down: a new epoch. */
-	snprintf(url, sizeof(url), "http://%s/v1/tasks/worker/%zu/reset",
-	    addr, victim);
+	snprintf(url, sizeof(url), "http://%s/v1/tasks/worker/%zu/reset", addr,
+	    victim);
 	if (run_one(&d->lg, "POST", url, "") < 0)
 		return -1;
 	for (size_t i = 0; i < d->k; i++) {
 		if (i == victim)
 			continue;
-		snprintf(url, sizeof(url), "http://%s/v1/tasks/worker/%zu/"
-		    "shutdown?incarnation=%s&wait=5s&barrier=0", addr, i,
-		    d->t[i].inc);
+		snprintf(url, sizeof(url),
+		    "http://%s/v1/tasks/worker/%zu/"
+		    "shutdown?incarnation=%s&wait=5s&barrier=0",
+		    addr, i, d->t[i].inc);
 		if (run_one(&d->lg, "POST", url, "") < 0)
 			return -1;
 	}
 	snprintf(url, sizeof(url), "http://%s/v1/tasks", addr);
 	if (fetch(url, text, sizeof(text), &code) < 0 || code != 200 ||
 	    json_int_field(text, "epoch") <= epoch) {
-		cli_fail(ST_INTERNAL, "round %d: no new epoch once every task "
-		    "left: %.200s", round, text);
+		cli_fail(ST_INTERNAL,
+		    "round %d: no new epoch once every task left: %.200s",
+		    round, text);
 		return -1;
 	}
 	return ret;
@@ -1820,16 +1867,18 @@ mode_detect(const struct opts *o)
 	timeout = json_int_field(text, "heartbeat_timeout_ms");
 	total = json_int_field(text, "total");
 	if (timeout <= 0 || total <= 0)
-		return cli_fail(ST_FAILED_PRECONDITION, "detect needs coordd "
-		    "--cluster worker=K: %.200s", text);
+		return cli_fail(ST_FAILED_PRECONDITION,
+		    "detect needs coordd --cluster worker=K: %.200s", text);
 	d.k = o->n_set ? (size_t)o->n : (size_t)total;
 	if (d.k > (size_t)total)
-		return cli_fail(ST_INVALID_ARGUMENT, "-n %zu: coordd has %ld "
-		    "tasks", d.k, total);
+		return cli_fail(ST_INVALID_ARGUMENT,
+		    "-n %zu: coordd has %ld tasks", d.k, total);
 	if (d.k != (size_t)total)
-		return cli_fail(ST_INVALID_ARGUMENT, "-n %zu: coordd has %ld "
+		return cli_fail(ST_INVALID_ARGUMENT,
+		    "-n %zu: coordd has %ld "
 		    "tasks, and every one must take part so that the cluster "
-		    "empties between rounds", d.k, total);
+		    "empties between rounds",
+		    d.k, total);
 	if (lg_init(&d.lg, o->timeout_ms, err, sizeof(err)) < 0) {
 		cli_fail(ST_INTERNAL, "%s", err);
 		goto out;
@@ -1849,26 +1898,28 @@ mode_detect(const struct opts *o)
 		d.t[i].hb->done = dhb_done;
 	}
 	printf("detect_timeout %ld ms heartbeat timeout, heartbeats every %ld "
-	    "ms, %zu tasks\n", timeout, timeout / 2, d.k);
+	       "ms, %zu tasks\n",
+	    timeout, timeout / 2, d.k);
 	for (r = 1; r <= o->rounds; r++) {
 		size_t victim = (size_t)(r - 1) % d.k;
 		if (detect_round(&d, r, victim, timeout / 2 * 1000,
-		    &us[r - 1]) < 0)
+		        &us[r - 1]) < 0)
 			goto out;
 		sum += us[r - 1];
-		printf("detect_r%d %.1f ms from worker:%zu's last heartbeat sent "
-		    "to GET /v1/errors answering (%.2fx the timeout)\n", r,
-		    ms(us[r - 1]), victim, ms(us[r - 1]) / (double)timeout);
+		printf(
+		    "detect_r%d %.1f ms from worker:%zu's last heartbeat sent "
+		    "to GET /v1/errors answering (%.2fx the timeout)\n",
+		    r, ms(us[r - 1]), victim, ms(us[r - 1]) / (double)timeout);
 		fflush(stdout);
 	}
 	qsort(us, (size_t)o->rounds, sizeof(*us), cmp_i64);
 	printf("detect_max %.1f ms (%.2fx the timeout), min %.1f ms, mean "
-	    "%.1f ms over %d rounds\n", ms(us[o->rounds - 1]),
-	    ms(us[o->rounds - 1]) / (double)timeout, ms(us[0]),
-	    ms(sum / o->rounds), o->rounds);
+	       "%.1f ms over %d rounds\n",
+	    ms(us[o->rounds - 1]), ms(us[o->rounds - 1]) / (double)timeout,
+	    ms(us[0]), ms(sum / o->rounds), o->rounds);
 	printf("detect_hb_failures %zu of %zu heartbeats of live tasks failed "
-	    "(%zu skipped, reply still pending)\n", d.hb_fail,
-	    d.hb_ok + d.hb_fail, d.hb_skipped);
+	       "(%zu skipped, reply still pending)\n",
+	    d.hb_fail, d.hb_ok + d.hb_fail, d.hb_skipped);
 	ret = d.hb_fail == 0 ? 0 : 1;
 	goto out;
 nomem:
@@ -1892,34 +1943,37 @@ static const struct mode {
 	const char *name;
 	int (*run)(const struct opts *o);
 } modes[] = {
-	{"parked", mode_parked},
-	{"tasks", mode_tasks},
-	{"detect", mode_detect},
+    {"parked", mode_parked},
+    {"tasks", mode_tasks},
+    {"detect", mode_detect},
 };
 
 int
 main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		{"coord", required_argument, NULL, 'c'},
-		{"pid", required_argument, NULL, 'p'},
-		{"key", required_argument, NULL, 'k'},
-		{"timeout", required_argument, NULL, 't'},
-		{"rounds", required_argument, NULL, 'r'},
-		{"duration", required_argument, NULL, 'D'},
-		{"verbose", no_argument, NULL, 'v'},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
+	    {"coord", required_argument, NULL, 'c'},
+	    {"pid", required_argument, NULL, 'p'},
+	    {"key", required_argument, NULL, 'k'},
+	    {"timeout", required_argument, NULL, 't'},
+	    {"rounds", required_argument, NULL, 'r'},
+	    {"duration", required_argument, NULL, 'D'},
+	    {"verbose", no_argument, NULL, 'v'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
 	};
-	struct opts o = {.n = 10000, .key = "bench-parked",
-	    .timeout_ms = 60000, .duration_ms = 10000, .rounds = 2};
+	struct opts o = {.n = 10000,
+	    .key = "bench-parked",
+	    .timeout_ms = 60000,
+	    .duration_ms = 10000,
+	    .rounds = 2};
 	const struct mode *m = NULL;
 	long v;
 	int c, ret;
 
 	log_init(argv[0], 0);
-	if (argc > 1 && (strcmp(argv[1], "-h") == 0 ||
-	    strcmp(argv[1], "--help") == 0)) {
+	if (argc > 1 &&
+	    (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
 		fputs(synopsis, stdout);
 		return 0;
 	}
@@ -1934,50 +1988,45 @@ main(int argc, char **argv)
 	argv++;
 	while ((c = getopt_long(argc, argv, "c:n:hv", longopts, NULL)) != -1) {
 		switch (c) {
-		case 'c':
-			o.addr = optarg;
-			break;
+		case 'c': o.addr = optarg; break;
 		case 'n':
 			if (parse_long(optarg, 1, 1000000, &o.n) < 0)
-				return cli_usage_error(synopsis, "-n %s is not a "
-				    "number from 1 to 1000000", optarg);
+				return cli_usage_error(synopsis,
+				    "-n %s is not a number from 1 to 1000000",
+				    optarg);
 			o.n_set = 1;
 			break;
 		case 'p':
 			if (parse_long(optarg, 1, LONG_MAX, &o.pid) < 0)
-				return cli_usage_error(synopsis, "--pid %s is "
-				    "not a process id", optarg);
+				return cli_usage_error(synopsis,
+				    "--pid %s is not a process id", optarg);
 			break;
-		case 'k':
-			o.key = optarg;
-			break;
+		case 'k': o.key = optarg; break;
 		case 't':
 			if (duration_parse(optarg, &o.timeout_ms) < 0 ||
 			    o.timeout_ms <= 0)
-				return cli_usage_error(synopsis, "--timeout %s is "
-				    "not a duration (like 30s)", optarg);
+				return cli_usage_error(synopsis,
+				    "--timeout %s is not a duration (like 30s)",
+				    optarg);
 			break;
 		case 'D':
 			if (duration_parse(optarg, &o.duration_ms) < 0 ||
 			    o.duration_ms < 1000)
-				return cli_usage_error(synopsis, "--duration %s is "
-				    "not a duration of 1s or more", optarg);
+				return cli_usage_error(synopsis,
+				    "--duration %s is "
+				    "not a duration of 1s or more",
+				    optarg);
 			break;
 		case 'r':
 			if (parse_long(optarg, 1, 100, &v) < 0)
-				return cli_usage_error(synopsis, "--rounds %s is "
-				    "not a number from 1 to 100", optarg);
+				return cli_usage_error(synopsis,
+				    "--rounds %s is not a number from 1 to 100",
+				    optarg);
 			o.rounds = (int)v;
 			break;
-		case 'v':
-			log_init(log_prog(), 1);
-			break;
-		case 'h':
-			fputs(synopsis, stdout);
-			return 0;
-		default:
-			fputs(synopsis, stderr);
-			return 2;
+		case 'v': log_init(log_prog(), 1); break;
+		case 'h': fputs(synopsis, stdout); return 0;
+		default: fputs(synopsis, stderr); return 2;
 		}
 	}
 	if (optind != argc)

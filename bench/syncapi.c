@@ -44,6 +44,7 @@ main(int argc, char **argv)
 		yes += syncpoint_reached(sp, i) == 1;
 	t1 = now_ns();
 	printf("syncapi_ns %.1f per call over %ld calls (%ld at the sync "
-	    "point)\n", (double)(t1 - t0) / (double)n, n, yes);
+	       "point)\n",
+	    (double)(t1 - t0) / (double)n, n, yes);
 	return 0;
 }

@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
 #include "agent.h"
+#include "cli.h"
 #include "coord_client.h"
 #include "duration.h"
 #include "log.h"
@@ -47,14 +47,14 @@ task_list(const char *s)
 	if (arr == NULL || copy == NULL)
 		goto bad;
 	for (name = strtok_r(copy, ",", &save); name != NULL;
-	    name = strtok_r(NULL, ",", &save)) {
+	     name = strtok_r(NULL, ",", &save)) {
 		if (task_parse(name, &tn) < 0) {
-			cli_usage_error(synopsis, "--tasks: %s is not a task "
-			    "(want JOB:INDEX)", name);
+			cli_usage_error(synopsis,
+			    "--tasks: %s is not a task (want JOB:INDEX)", name);
 			goto bad;
 		}
-		json_array_append_new(arr, json_string(task_format(&tn, buf,
-		    sizeof(buf))));
+		json_array_append_new(arr,
+		    json_string(task_format(&tn, buf, sizeof(buf))));
 	}
 	if (json_array_size(arr) == 0) {
 		cli_usage_error(synopsis, "--tasks: empty list");
@@ -72,12 +72,12 @@ int
 main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		{"timeout", required_argument, NULL, 'T'},
-		{"tasks", required_argument, NULL, 'k'},
-		{"cancel", no_argument, NULL, 'x'},
-		{"help", no_argument, NULL, 'h'},
-		{"version", no_argument, NULL, 'V'},
-		{NULL, 0, NULL, 0},
+	    {"timeout", required_argument, NULL, 'T'},
+	    {"tasks", required_argument, NULL, 'k'},
+	    {"cancel", no_argument, NULL, 'x'},
+	    {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, 'V'},
+	    {NULL, 0, NULL, 0},
 	};
 	const char *addr = NULL, *task = getenv("MUSTER_TASK"), *inc_s;
 	const char *tasks_s = NULL;
@@ -94,56 +94,45 @@ main(int argc, char **argv)
 	log_init(argv[0], 0);
 	while ((c = getopt_long(argc, argv, "c:ht:", longopts, NULL)) != -1) {
 		switch (c) {
-		case 'c':
-			addr = optarg;
-			break;
-		case 't':
-			task = optarg;
-			break;
+		case 'c': addr = optarg; break;
+		case 't': task = optarg; break;
 		case 'T':
-			if (duration_parse(optarg, &timeout) < 0 || timeout <= 0)
-				return cli_usage_error(synopsis, "--timeout %s is "
-				    "not a duration above zero", optarg);
+			if (duration_parse(optarg, &timeout) < 0 ||
+			    timeout <= 0)
+				return cli_usage_error(synopsis,
+				    "--timeout %s is not a duration above zero",
+				    optarg);
 			break;
-		case 'k':
-			tasks_s = optarg;
-			break;
-		case 'x':
-			cancel = 1;
-			break;
-		case 'h':
-			fputs(synopsis, stdout);
-			return 0;
-		case 'V':
-			printf("barrierwait %s\n", MUSTER_VERSION);
-			return 0;
-		default:
-			fputs(synopsis, stderr);
-			return 2;
+		case 'k': tasks_s = optarg; break;
+		case 'x': cancel = 1; break;
+		case 'h': fputs(synopsis, stdout); return 0;
+		case 'V': printf("barrierwait %s\n", MUSTER_VERSION); return 0;
+		default: fputs(synopsis, stderr); return 2;
 		}
 	}
 	if (optind != argc - 1)
-		return cli_usage_error(synopsis, optind == argc ?
-		    "no barrier ID given" : "more than one barrier ID given");
+		return cli_usage_error(synopsis,
+		    optind == argc ? "no barrier ID given" :
+		                     "more than one barrier ID given");
 	prog.id = argv[optind];
 	if (task == NULL || *task == '\0')
-		return cli_usage_error(synopsis, "no task: use -t TASK or set "
-		    "MUSTER_TASK");
+		return cli_usage_error(synopsis,
+		    "no task: use -t TASK or set MUSTER_TASK");
 	inc_s = getenv("MUSTER_INCARNATION");
 	if (inc_s != NULL && *inc_s != '\0' &&
 	    task_parse_incarnation(inc_s, &inc) < 0)
-		return cli_usage_error(synopsis, "MUSTER_INCARNATION=%s is not "
-		    "an incarnation", inc_s);
+		return cli_usage_error(synopsis,
+		    "MUSTER_INCARNATION=%s is not an incarnation", inc_s);
 	if (coord_agent_init(&a, task, inc) < 0)
-		return cli_usage_error(synopsis, "%s is not a task (want "
-		    "JOB:INDEX)", task);
+		return cli_usage_error(synopsis,
+		    "%s is not a task (want JOB:INDEX)", task);
 	if (cancel && tasks_s != NULL)
-		return cli_usage_error(synopsis, "--tasks makes no sense with "
-		    "--cancel");
+		return cli_usage_error(synopsis,
+		    "--tasks makes no sense with --cancel");
 	if (tasks_s != NULL && (tasks = task_list(tasks_s)) == NULL)
 		return 2;
-	if ((cc = coord_client_new(cli_coord_addr(addr), err,
-	    sizeof(err))) == NULL) {
+	if ((cc = coord_client_new(cli_coord_addr(addr), err, sizeof(err))) ==
+	    NULL) {
 		json_decref(tasks);
 		return cli_usage_error(synopsis, "%s", err);
 	}

@@ -37,17 +37,17 @@ parse_recoverable(const char *arg, struct registry_config *rc)
 
 	snprintf(copy, sizeof(copy), "%s", arg);
 	for (job = strtok_r(copy, ",", &save); job != NULL;
-	    job = strtok_r(NULL, ",", &save)) {
+	     job = strtok_r(NULL, ",", &save)) {
 		size_t j;
 		for (j = 0; j < rc->cluster.njobs; j++)
 			if (strcmp(rc->cluster.jobs[j].name, job) == 0)
 				break;
 		if (j == rc->cluster.njobs)
-			return cli_usage_error(synopsis, "--recoverable: job %s "
-			    "is not in --cluster", job);
+			return cli_usage_error(synopsis,
+			    "--recoverable: job %s is not in --cluster", job);
 		if (rc->nrecoverable == REG_MAX_RECOVERABLE)
-			return cli_usage_error(synopsis, "--recoverable: too "
-			    "many jobs");
+			return cli_usage_error(synopsis,
+			    "--recoverable: too many jobs");
 		snprintf(rc->recoverable[rc->nrecoverable++], TASK_JOB_MAX,
 		    "%s", job);
 	}
@@ -59,14 +59,14 @@ parse_args(int argc, char **argv, struct daemon_options *d,
     struct coord_config *cc)
 {
 	static const struct option longopts[] = {
-		DAEMON_LONGOPTS,
-		{"max-value-size", required_argument, NULL, 'V'},
-		{"cluster", required_argument, NULL, 'C'},
-		{"heartbeat-timeout", required_argument, NULL, 'H'},
-		{"register-timeout", required_argument, NULL, 'G'},
-		{"shutdown-barrier-timeout", required_argument, NULL, 'S'},
-		{"recoverable", required_argument, NULL, 'r'},
-		{NULL, 0, NULL, 0},
+	    DAEMON_LONGOPTS,
+	    {"max-value-size", required_argument, NULL, 'V'},
+	    {"cluster", required_argument, NULL, 'C'},
+	    {"heartbeat-timeout", required_argument, NULL, 'H'},
+	    {"register-timeout", required_argument, NULL, 'G'},
+	    {"shutdown-barrier-timeout", required_argument, NULL, 'S'},
+	    {"recoverable", required_argument, NULL, 'r'},
+	    {NULL, 0, NULL, 0},
 	};
 	struct registry_config *rc = &cc->cluster;
 	const char *recoverable = NULL;
@@ -74,48 +74,43 @@ parse_args(int argc, char **argv, struct daemon_options *d,
 	int c, r;
 
 	while ((c = getopt_long(argc, argv, DAEMON_SHORTOPTS, longopts,
-	    NULL)) != -1) {
+	            NULL)) != -1) {
 		switch (daemon_option(d, c, optarg, "coordd", synopsis, &r)) {
-		case 1:
-			continue;
-		case -1:
-			return r == 0 ? -1 : r;
+		case 1: continue;
+		case -1: return r == 0 ? -1 : r;
 		}
 		switch (c) {
 		case 'V':
 			if (parse_size(optarg, &cc->kv.max_value) < 0 ||
 			    cc->kv.max_value == 0)
-				return cli_usage_error(synopsis, "--max-value-size "
+				return cli_usage_error(synopsis,
+				    "--max-value-size "
 				    "%s is not a size (like 1048576, 64K, 16M)",
 				    optarg);
 			break;
 		case 'C':
 			if (task_parse_cluster(optarg, &rc->cluster, err,
-			    sizeof(err)) < 0)
-				return cli_usage_error(synopsis, "--cluster: %s",
-				    err);
+			        sizeof(err)) < 0)
+				return cli_usage_error(synopsis,
+				    "--cluster: %s", err);
 			break;
 		case 'H':
 			if (duration_flag("heartbeat-timeout", optarg, 1,
-			    &rc->heartbeat_timeout_ms) != 0)
+			        &rc->heartbeat_timeout_ms) != 0)
 				return 2;
 			break;
 		case 'G':
 			if (duration_flag("register-timeout", optarg, 1,
-			    &rc->register_timeout_ms) != 0)
+			        &rc->register_timeout_ms) != 0)
 				return 2;
 			break;
 		case 'S':
 			if (duration_flag("shutdown-barrier-timeout", optarg, 0,
-			    &cc->shutdown_barrier_timeout_ms) != 0)
+			        &cc->shutdown_barrier_timeout_ms) != 0)
 				return 2;
 			break;
-		case 'r':
-			recoverable = optarg;
-			break;
-		default:
-			fputs(synopsis, stderr);
-			return 2;
+		case 'r': recoverable = optarg; break;
+		default: fputs(synopsis, stderr); return 2;
 		}
 	}
 	if (optind != argc)

@@ -14,11 +14,11 @@
 
 #include "buf.h"
 #include "cli.h"
-#include "parse.h"
 #include "coord_client.h"
 #include "duration.h"
-#include "log.h"
 #include "keypath.h"
+#include "log.h"
+#include "parse.h"
 #include "text.h"
 
 #define DEFAULT_TIMEOUT_MS 30000
@@ -34,13 +34,12 @@ static const char synopsis[] =
     "[--count N] PREFIX\n"
     "       kvctl [-c ADDR] [--json] [--timeout DUR] add KEY [N]\n"
     "       kvctl [-c ADDR] [--json] [--timeout DUR] cas [--absent] KEY "
-    "[OLD] NEW\n"
-    "       kvctl [-c ADDR] [--json] [--timeout DUR] status\n";
+    "[OLD] NEW\n       kvctl [-c ADDR] [--json] [--timeout DUR] status\n";
 
 struct opts {
 	const char *addr;
 	int json;
-	int64_t timeout;        /* ms; -1 when not given */
+	int64_t timeout; /* ms; -1 when not given */
 	int force;
 	int absent;
 	int64_t since;
@@ -57,15 +56,15 @@ struct ctx {
 enum {
 	V_FORCE = 1 << 0,
 	V_ABSENT = 1 << 1,
-	V_WATCH = 1 << 2,       /* --since, --count */
-	V_KEY = 1 << 3,         /* the first operand is a key */
+	V_WATCH = 1 << 2, /* --since, --count */
+	V_KEY = 1 << 3,   /* the first operand is a key */
 };
 
 struct verb {
 	const char *name;
 	int (*fn)(struct ctx *x, int argc, char **argv);
 	unsigned takes;
-	int64_t timeout;        /* default ms; 0: none */
+	int64_t timeout; /* default ms; 0: none */
 };
 
 static const struct verb *find_verb(const char *name);
@@ -91,45 +90,45 @@ static int
 parse_opts(int argc, char **argv, struct opts *o, const struct verb *verb)
 {
 	static const struct option longopts[] = {
-		{"json", no_argument, NULL, 'j'},
-		{"timeout", required_argument, NULL, 't'},
-		{"since", required_argument, NULL, 's'},
-		{"count", required_argument, NULL, 'n'},
-		{"absent", no_argument, NULL, 'a'},
-		{"force", no_argument, NULL, 'f'},
-		{"help", no_argument, NULL, 'h'},
-		{"version", no_argument, NULL, 'V'},
-		{NULL, 0, NULL, 0},
+	    {"json", no_argument, NULL, 'j'},
+	    {"timeout", required_argument, NULL, 't'},
+	    {"since", required_argument, NULL, 's'},
+	    {"count", required_argument, NULL, 'n'},
+	    {"absent", no_argument, NULL, 'a'},
+	    {"force", no_argument, NULL, 'f'},
+	    {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, 'V'},
+	    {NULL, 0, NULL, 0},
 	};
 	int c;
 
 	/* "+": options end at the first operand, so "add n -1" works. */
 	while ((c = getopt_long(argc, argv, "+c:fh", longopts, NULL)) != -1) {
 		switch (c) {
-		case 'c':
-			o->addr = optarg;
-			break;
-		case 'j':
-			o->json = 1;
-			break;
+		case 'c': o->addr = optarg; break;
+		case 'j': o->json = 1; break;
 		case 't':
 			if (duration_parse(optarg, &o->timeout) < 0)
-				return usage_error("--timeout %s is not a "
-				    "duration (like 500ms, 30s, 5m)", optarg);
+				return usage_error(
+				    "--timeout %s is not a "
+				    "duration (like 500ms, 30s, 5m)",
+				    optarg);
 			break;
 		case 's':
 			if (takes(verb, V_WATCH, "--since") != 0)
 				return 2;
 			if (parse_int64(optarg, &o->since) < 0 || o->since < 0)
 				return usage_error("--since %s is not a "
-				    "revision", optarg);
+				                   "revision",
+				    optarg);
 			break;
 		case 'n':
 			if (takes(verb, V_WATCH, "--count") != 0)
 				return 2;
 			if (parse_long(optarg, 1, LONG_MAX, &o->count) < 0)
-				return usage_error("--count %s is not a positive "
-				    "number", optarg);
+				return usage_error(
+				    "--count %s is not a positive number",
+				    optarg);
 			break;
 		case 'a':
 			if (takes(verb, V_ABSENT, "--absent") != 0)
@@ -141,15 +140,9 @@ parse_opts(int argc, char **argv, struct opts *o, const struct verb *verb)
 				return 2;
 			o->force = 1;
 			break;
-		case 'h':
-			fputs(synopsis, stdout);
-			exit(0);
-		case 'V':
-			printf("kvctl %s\n", MUSTER_VERSION);
-			exit(0);
-		default:
-			fputs(synopsis, stderr);
-			return 2;
+		case 'h': fputs(synopsis, stdout); exit(0);
+		case 'V': printf("kvctl %s\n", MUSTER_VERSION); exit(0);
+		default: fputs(synopsis, stderr); return 2;
 		}
 	}
 	return 0;
@@ -229,11 +222,12 @@ do_put(struct ctx *x, int argc, char **argv, enum coord_put_mode mode)
 	enum status st;
 
 	if (argc < 1 || argc > 2)
-		return usage_error("%s takes KEY [VALUE | -]", mode == COORD_PUT_UPDATE ?
-		    "update" : "put");
+		return usage_error("%s takes KEY [VALUE | -]",
+		    mode == COORD_PUT_UPDATE ? "update" : "put");
 	if (read_value(argc == 2 ? argv[1] : NULL, &val) < 0)
-		return cli_fail(ST_INVALID_ARGUMENT, "cannot read the value "
-		    "from standard input: %s", strerror(errno));
+		return cli_fail(ST_INVALID_ARGUMENT,
+		    "cannot read the value from standard input: %s",
+		    strerror(errno));
 	st = coord_kv_put(x->cc, argv[0], val.data != NULL ? val.data : "",
 	    val.len, mode, x->deadline, &rev);
 	buf_free(&val);
@@ -261,8 +255,8 @@ do_get(struct ctx *x, int argc, char **argv, int wait)
 		return fail(x, st);
 	}
 	if (x->o.json) {
-		json_t *obj = json_pack("{s:s,s:I}", "key", argv[0],
-		    "revision", (json_int_t)rev);
+		json_t *obj = json_pack("{s:s,s:I}", "key", argv[0], "revision",
+		    (json_int_t)rev);
 		json_set_value(obj, val.data != NULL ? val.data : "", val.len);
 		print_json(obj);
 	} else if (write_all(val.data != NULL ? val.data : "", val.len) < 0) {
@@ -283,8 +277,9 @@ decode_entry(json_t *e)
 
 	if (out == NULL)
 		return NULL;
-	if (json_is_string(v) && text_base64_decode(&b, json_string_value(v),
-	    json_string_length(v)) == 0)
+	if (json_is_string(v) &&
+	    text_base64_decode(&b, json_string_value(v),
+	        json_string_length(v)) == 0)
 		json_set_value(out, b.data != NULL ? b.data : "", b.len);
 	buf_free(&b);
 	return out;
@@ -308,8 +303,8 @@ do_ls(struct ctx *x, int argc, char **argv)
 		if (x->o.json)
 			json_array_append_new(out, decode_entry(e));
 		else
-			printf("%s\n", json_string_value(json_object_get(e,
-			    "key")));
+			printf("%s\n",
+			    json_string_value(json_object_get(e, "key")));
 	}
 	if (x->o.json)
 		print_json(json_pack("{s:O,s:o}", "revision",
@@ -352,7 +347,8 @@ print_event(struct ctx *x, json_t *ev)
 		json_t *out = json_pack("{s:s,s:s,s:I}", "type", type, "key",
 		    key, "revision", rev);
 		if (json_is_string(v))
-			json_set_value(out, b.data != NULL ? b.data : "", b.len);
+			json_set_value(out, b.data != NULL ? b.data : "",
+			    b.len);
 		print_json(out);
 	} else if (!json_is_string(v)) {
 		printf("%" JSON_INTEGER_FORMAT " %s %s\n", rev, type, key);
@@ -382,8 +378,9 @@ do_watch(struct ctx *x, int argc, char **argv)
 		    x->deadline, &events);
 
 		/* A watch outlives coordd going away and coming back. */
-		if (st == ST_UNAVAILABLE && (x->deadline == HTTP_NO_DEADLINE ||
-		    duration_now_ms() < x->deadline)) {
+		if (st == ST_UNAVAILABLE &&
+		    (x->deadline == HTTP_NO_DEADLINE ||
+		        duration_now_ms() < x->deadline)) {
 			usleep(100000);
 			continue;
 		}
@@ -402,9 +399,11 @@ do_watch(struct ctx *x, int argc, char **argv)
 			/* Watching for a while is a success; waiting for N
 			 * changes that did not come is not. */
 			if (x->o.count > 0)
-				return cli_fail(ST_DEADLINE_EXCEEDED, "saw %ld "
+				return cli_fail(ST_DEADLINE_EXCEEDED,
+				    "saw %ld "
 				    "of %ld changes under %s before the "
-				    "deadline", seen, x->o.count, argv[0]);
+				    "deadline",
+				    seen, x->o.count, argv[0]);
 			return 0;
 		}
 	}
@@ -441,17 +440,20 @@ do_cas(struct ctx *x, int argc, char **argv)
 	enum status st;
 
 	if (argc != (x->o.absent ? 2 : 3))
-		return usage_error(x->o.absent ? "cas --absent takes KEY NEW%s" :
-		    "cas takes KEY OLD NEW%s", "");
+		return usage_error(x->o.absent ?
+		        "cas --absent takes KEY NEW%s" :
+		        "cas takes KEY OLD NEW%s",
+		    "");
 	if (!x->o.absent)
 		old = argv[1];
 	new = argv[argc - 1];
 	if (read_value(new, &val) < 0)
-		return cli_fail(ST_INVALID_ARGUMENT, "cannot read the value "
-		    "from standard input: %s", strerror(errno));
+		return cli_fail(ST_INVALID_ARGUMENT,
+		    "cannot read the value from standard input: %s",
+		    strerror(errno));
 	st = coord_kv_cas(x->cc, argv[0], old, old != NULL ? strlen(old) : 0,
-	    x->o.absent, val.data != NULL ? val.data : "", val.len,
-	    x->deadline, &rev, &cur, &has_cur);
+	    x->o.absent, val.data != NULL ? val.data : "", val.len, x->deadline,
+	    &rev, &cur, &has_cur);
 	buf_free(&val);
 	if (st == ST_OK) {
 		if (x->o.json)
@@ -502,13 +504,16 @@ do_status(struct ctx *x, int argc, char **argv)
 	tasks = json_object_get(st, "tasks");
 	bars = json_object_get(st, "barriers");
 	printf("%" JSON_INTEGER_FORMAT "/%" JSON_INTEGER_FORMAT " tasks "
-	    "connected, epoch %" JSON_INTEGER_FORMAT ", heartbeat timeout %s, "
-	    "%" JSON_INTEGER_FORMAT " keys at revision %" JSON_INTEGER_FORMAT
-	    "\n", json_integer_value(json_object_get(st, "connected")),
+	       "connected, epoch %" JSON_INTEGER_FORMAT
+	       ", heartbeat timeout %s, "
+	       "%" JSON_INTEGER_FORMAT " keys at revision %" JSON_INTEGER_FORMAT
+	       "\n",
+	    json_integer_value(json_object_get(st, "connected")),
 	    json_integer_value(json_object_get(st, "total")),
 	    json_integer_value(json_object_get(st, "epoch")),
-	    duration_format(json_integer_value(json_object_get(st,
-	    "heartbeat_timeout_ms")), d, sizeof(d)),
+	    duration_format(json_integer_value(
+	                        json_object_get(st, "heartbeat_timeout_ms")),
+	        d, sizeof(d)),
 	    json_integer_value(json_object_get(st, "keys")),
 	    json_integer_value(json_object_get(st, "revision")));
 	if (json_array_size(tasks) > 0)
@@ -520,31 +525,37 @@ do_status(struct ctx *x, int argc, char **argv)
 		char ago[40] = "-", state[24];
 
 		if (json_is_integer(age))
-			snprintf(ago, sizeof(ago), "%s ago", duration_format(
-			    json_integer_value(age), d, sizeof(d)));
+			snprintf(ago, sizeof(ago), "%s ago",
+			    duration_format(json_integer_value(age), d,
+			        sizeof(d)));
 		/* A recoverable task is marked, as its failures stay local. */
 		snprintf(state, sizeof(state), "%s%s", str(t, "state"),
 		    json_is_true(json_object_get(t, "recoverable")) ? "*" : "");
 		printf("%-16s %-14s %-16s %-10s", str(t, "task"), state,
 		    str(t, "incarnation"), ago);
 		if (json_is_object(e))
-			printf(" %s%s: %s", strcmp(str(t, "state"), "error") ==
-			    0 ? "" : "(last) ", str(e, "code"),
-			    str(e, "message"));
+			printf(" %s%s: %s",
+			    strcmp(str(t, "state"), "error") == 0 ? "" :
+			                                            "(last) ",
+			    str(e, "code"), str(e, "message"));
 		putchar('\n');
 	}
 	json_array_foreach(bars, i, b) {
 		json_t *w = json_object_get(b, "tasks_waiting"), *n;
 		size_t k;
 
-		printf("barrier %s: %" JSON_INTEGER_FORMAT "/%"
-		    JSON_INTEGER_FORMAT " arrived, deadline in %s; waiting for",
-		    str(b, "id"), json_integer_value(json_object_get(b,
-		    "arrived")), json_integer_value(json_object_get(b, "total")),
-		    duration_format(json_integer_value(json_object_get(b,
-		    "deadline_in_ms")), d, sizeof(d)));
+		printf("barrier %s: %" JSON_INTEGER_FORMAT
+		       "/%" JSON_INTEGER_FORMAT
+		       " arrived, deadline in %s; waiting for",
+		    str(b, "id"),
+		    json_integer_value(json_object_get(b, "arrived")),
+		    json_integer_value(json_object_get(b, "total")),
+		    duration_format(json_integer_value(
+		                        json_object_get(b, "deadline_in_ms")),
+		        d, sizeof(d)));
 		json_array_foreach(w, k, n)
-			printf("%s %s", k == 0 ? "" : ",", json_string_value(n));
+			printf("%s %s", k == 0 ? "" : ",",
+			    json_string_value(n));
 		putchar('\n');
 	}
 	json_decref(st);
@@ -554,8 +565,8 @@ do_status(struct ctx *x, int argc, char **argv)
 static int
 do_put_verb(struct ctx *x, int argc, char **argv)
 {
-	return do_put(x, argc, argv, x->o.force ? COORD_PUT_OVERWRITE :
-	    COORD_PUT_INSERT);
+	return do_put(x, argc, argv,
+	    x->o.force ? COORD_PUT_OVERWRITE : COORD_PUT_INSERT);
 }
 
 static int
@@ -578,16 +589,16 @@ do_tryget(struct ctx *x, int argc, char **argv)
 
 /* Watch runs until --count or --timeout; the rest default to 30 s. */
 static const struct verb verbs[] = {
-	{"put", do_put_verb, V_KEY | V_FORCE, DEFAULT_TIMEOUT_MS},
-	{"update", do_update, V_KEY, DEFAULT_TIMEOUT_MS},
-	{"get", do_get_verb, V_KEY, DEFAULT_TIMEOUT_MS},
-	{"tryget", do_tryget, V_KEY, DEFAULT_TIMEOUT_MS},
-	{"ls", do_ls, V_KEY, DEFAULT_TIMEOUT_MS},
-	{"rm", do_rm, V_KEY, DEFAULT_TIMEOUT_MS},
-	{"watch", do_watch, V_KEY | V_WATCH, 0},
-	{"add", do_add, V_KEY, DEFAULT_TIMEOUT_MS},
-	{"cas", do_cas, V_KEY | V_ABSENT, DEFAULT_TIMEOUT_MS},
-	{"status", do_status, 0, DEFAULT_TIMEOUT_MS},
+    {"put", do_put_verb, V_KEY | V_FORCE, DEFAULT_TIMEOUT_MS},
+    {"update", do_update, V_KEY, DEFAULT_TIMEOUT_MS},
+    {"get", do_get_verb, V_KEY, DEFAULT_TIMEOUT_MS},
+    {"tryget", do_tryget, V_KEY, DEFAULT_TIMEOUT_MS},
+    {"ls", do_ls, V_KEY, DEFAULT_TIMEOUT_MS},
+    {"rm", do_rm, V_KEY, DEFAULT_TIMEOUT_MS},
+    {"watch", do_watch, V_KEY | V_WATCH, 0},
+    {"add", do_add, V_KEY, DEFAULT_TIMEOUT_MS},
+    {"cas", do_cas, V_KEY | V_ABSENT, DEFAULT_TIMEOUT_MS},
+    {"status", do_status, 0, DEFAULT_TIMEOUT_MS},
 };
 
 static const struct verb *
@@ -623,12 +634,12 @@ main(int argc, char **argv)
 	argc -= optind;
 	argv += optind;
 	if ((x.cc = coord_client_new(cli_coord_addr(x.o.addr), err,
-	    sizeof(err))) == NULL)
+	         sizeof(err))) == NULL)
 		return cli_usage_error(synopsis, "%s", err);
 	if (x.o.timeout < 0)
 		x.o.timeout = verb->timeout;
 	x.deadline = x.o.timeout == 0 ? HTTP_NO_DEADLINE :
-	    duration_now_ms() + x.o.timeout;
+	                                duration_now_ms() + x.o.timeout;
 	/* Keys are shown as coordd stores them: "//a///b/" is "a/b". */
 	if (argc >= 1 && (verb->takes & V_KEY)) {
 		if (keypath_normalize(argv[0], strlen(argv[0]), &key) < 0)

@@ -47,8 +47,7 @@ static const char synopsis[] =
     "                    [--notice SOURCE]... [--notice-grace DUR] "
     "[--notice-interval DUR]\n"
     "                    [--metadata-url URL] [--protocol-window DUR]\n"
-    "                    [--sync-barrier-timeout DUR] "
-    "[--restart-exit-code N]\n"
+    "                    [--sync-barrier-timeout DUR] [--restart-exit-code N]\n"
     "                    [--max-restarts N] -- COMMAND [ARG...]\n";
 
 struct opts {
@@ -74,19 +73,24 @@ struct opts {
  * preemption notice, in which any end of the command is a preemption.
  */
 enum state {
-	WAITING,                /* for every task; no command yet */
+	WAITING, /* for every task; no command yet */
 	WAITING_NOTICED,
-	RUNNING,                /* the command runs */
+	RUNNING, /* the command runs */
 	RUNNING_NOTICED,
-	STOPPING,               /* a failure: the command is being stopped */
+	STOPPING, /* a failure: the command is being stopped */
 	NSTATES
 };
 
 enum event {
-	E_READY, E_FAILED, E_BRINGUP_FAILED, E_NOTICE, E_DEATH, E_SYNCED,
-	E_SIGNAL,               /* any other signal */
-	E_EXIT,                 /* the command ended */
-	E_STOP_TIME,            /* a grace period before the death time */
+	E_READY,
+	E_FAILED,
+	E_BRINGUP_FAILED,
+	E_NOTICE,
+	E_DEATH,
+	E_SYNCED,
+	E_SIGNAL,    /* any other signal */
+	E_EXIT,      /* the command ended */
+	E_STOP_TIME, /* a grace period before the death time */
 	NEVENTS
 };
 
@@ -94,17 +98,17 @@ struct run {
 	struct opts *o;
 	struct session s;
 	struct preempt_watch watch;
-	struct coord_client *cc;        /* the main loop's own */
+	struct coord_client *cc; /* the main loop's own */
 	const sigset_t *blocked;
 	const int *notice_sig;
 	int sfd;
 	enum state state;
-	int own_sent;                   /* this task published a notice */
+	int own_sent; /* this task published a notice */
 	pid_t child;
 	struct proc_guard guard;
 	struct proc_stop stop;
-	int64_t stop_at;                /* monotonic; 0: none */
-	char reason[2000];              /* why the command is stopped */
+	int64_t stop_at;   /* monotonic; 0: none */
+	char reason[2000]; /* why the command is stopped */
 	/* What the current event carries. */
 	const struct session_event *ev;
 	int sig, status;
@@ -146,8 +150,8 @@ static void
 publish(struct run *r, int64_t death, const char *from)
 {
 	char when[48];
-	enum status st = preempt_publish(r->cc, &death, duration_now_ms() +
-	    5000);
+	enum status st =
+	    preempt_publish(r->cc, &death, duration_now_ms() + 5000);
 
 	r->own_sent = 1;
 	if (st == ST_OK)
@@ -162,8 +166,11 @@ static enum state
 start(struct run *r)
 {
 	char *env[4], inc[17], err[512];
-	struct proc_spec spec = {.argv = r->o->cmd, .unblock = r->blocked,
-	    .parent_death_signal = SIGTERM, .stdin_fd = -1, .stdout_fd = -1,
+	struct proc_spec spec = {.argv = r->o->cmd,
+	    .unblock = r->blocked,
+	    .parent_death_signal = SIGTERM,
+	    .stdin_fd = -1,
+	    .stdout_fd = -1,
 	    .stderr_fd = -1};
 	extern char **environ;
 	char **child_env;
@@ -173,13 +180,14 @@ start(struct run *r)
 	if (asprintf(&env[0], "MUSTER_COORD=%s", r->o->addr) < 0 ||
 	    asprintf(&env[1], "MUSTER_TASK=%s", r->s.a.task) < 0 ||
 	    asprintf(&env[2], "MUSTER_INCARNATION=%s",
-	    task_format_incarnation(r->s.a.incarnation, inc)) < 0)
+	        task_format_incarnation(r->s.a.incarnation, inc)) < 0)
 		return finish(r, cli_fail(ST_INTERNAL, "out of memory"), 0);
 	env[3] = NULL;
 	spec.env = child_env = proc_env(environ, env);
 	exec_errno = 0;
-	r->child = spec.env != NULL ? proc_spawn(&spec, &exec_errno, err,
-	    sizeof(err)) : -1;
+	r->child = spec.env != NULL ?
+	    proc_spawn(&spec, &exec_errno, err, sizeof(err)) :
+	    -1;
 	free(child_env);
 	for (int i = 0; i < 3; i++)
 		free(env[i]);
@@ -187,7 +195,7 @@ start(struct run *r)
 		/* Nothing ran: the task failed, as a crash would. */
 		log_info("%s; reporting the error of %s", err, r->s.a.task);
 		if (coord_report_error(r->cc, &r->s.a, ST_INTERNAL, err,
-		    duration_now_ms() + 5000) != ST_OK)
+		        duration_now_ms() + 5000) != ST_OK)
 			log_info("could not report the error: %s",
 			    coord_client_error(r->cc));
 		return finish(r, proc_exec_status(exec_errno), 1);
@@ -204,8 +212,10 @@ static enum state
 bringup_failed(struct run *r)
 {
 	fprintf(stderr, "%s: %s\n", log_prog(), r->ev->msg);
-	return finish(r, r->ev->st == ST_INTERNAL ? EXIT_PEER_FAILED :
-	    status_exit(r->ev->st), r->ev->st == ST_INTERNAL);
+	return finish(r,
+	    r->ev->st == ST_INTERNAL ? EXIT_PEER_FAILED :
+	                               status_exit(r->ev->st),
+	    r->ev->st == ST_INTERNAL);
 }
 
 static enum state
@@ -244,8 +254,8 @@ own_notice(struct run *r)
 static enum state
 death(struct run *r)
 {
-	int64_t at = duration_now_ms() + (r->ev->value - r->o->grace -
-	    wall_now_ms());
+	int64_t at =
+	    duration_now_ms() + (r->ev->value - r->o->grace - wall_now_ms());
 
 	r->stop_at = at > 0 ? at : 1;
 	log_info("preemption notice for the cluster: %s", r->ev->msg);
@@ -261,7 +271,8 @@ synced(struct run *r)
 {
 	if (r->ev->st != ST_OK)
 		log_info("preemption sync failed: %s; the command will be "
-		    "stopped before the death time", r->ev->msg);
+		         "stopped before the death time",
+		    r->ev->msg);
 	return r->state;
 }
 
@@ -295,8 +306,7 @@ shutdown_call(struct coord_client *cc, void *arg)
 {
 	struct run *r = arg;
 
-	return coord_shutdown_task(cc, &r->s.a, 1, duration_now_ms() +
-	    3600000);
+	return coord_shutdown_task(cc, &r->s.a, 1, duration_now_ms() + 3600000);
 }
 
 /* The command ended on its own, with no notice and no failure. */
@@ -311,17 +321,19 @@ exited(struct run *r)
 		/* Done: leave together, through the shutdown barrier when
 		 * coordd has one; a signal while waiting there leaves at
 		 * once. */
-		st = session_interruptible(r->cc, r->sfd, shutdown_call, r, &sig);
+		st = session_interruptible(r->cc, r->sfd, shutdown_call, r,
+		    &sig);
 		r->done = 1;
 		r->code = 0;
 		if (st == ST_CANCELLED) {
 			log_info("SIG%s while waiting at the shutdown barrier: "
-			    "exiting", sigabbrev_np(sig));
+			         "exiting",
+			    sigabbrev_np(sig));
 			leave(r, 0);
 			r->code = 128 + sig;
 		} else if (st != ST_OK && st != ST_FAILED_PRECONDITION) {
-			log_info("leaving the cluster: %s: %s",
-			    status_name(st), coord_client_error(r->cc));
+			log_info("leaving the cluster: %s: %s", status_name(st),
+			    coord_client_error(r->cc));
 		}
 		return r->state;
 	}
@@ -329,7 +341,7 @@ exited(struct run *r)
 	    proc_status_text(r->status, what, sizeof(what)));
 	log_info("%s; reporting the error of %s", err, r->s.a.task);
 	if (coord_report_error(r->cc, &r->s.a, ST_INTERNAL, err,
-	    duration_now_ms() + 5000) != ST_OK)
+	        duration_now_ms() + 5000) != ST_OK)
 		log_info("could not report the error: %s",
 		    coord_client_error(r->cc));
 	return finish(r, proc_status_code(r->status), 1);
@@ -344,8 +356,9 @@ static enum state
 exited_noticed(struct run *r)
 {
 	log_info("the command exited after a preemption notice%s; exiting "
-	    "with the restart code %d", atomic_load(&r->watch.page->reached) ?
-	    " at the sync point" : "", r->o->restart_code);
+	         "with the restart code %d",
+	    atomic_load(&r->watch.page->reached) ? " at the sync point" : "",
+	    r->o->restart_code);
 	return finish(r, r->o->restart_code, 1);
 }
 
@@ -361,32 +374,52 @@ typedef enum state (*action)(struct run *r);
 
 /* What each event does in each state. NULL: nothing (ignored). */
 static const action table[NSTATES][NEVENTS] = {
-	[WAITING] = {
-		[E_READY] = start, [E_FAILED] = failed_early,
-		[E_BRINGUP_FAILED] = bringup_failed, [E_NOTICE] = own_notice,
-		[E_DEATH] = death, [E_SYNCED] = synced,
-		[E_SIGNAL] = signalled_early,
-	},
-	[WAITING_NOTICED] = {
-		[E_READY] = start, [E_FAILED] = failed_early,
-		[E_BRINGUP_FAILED] = bringup_failed, [E_NOTICE] = own_notice,
-		[E_DEATH] = death, [E_SYNCED] = synced,
-		[E_SIGNAL] = signalled_early,
-	},
-	[RUNNING] = {
-		[E_FAILED] = failed, [E_NOTICE] = own_notice,
-		[E_DEATH] = death, [E_SYNCED] = synced, [E_SIGNAL] = forward,
-		[E_EXIT] = exited,
-	},
-	[RUNNING_NOTICED] = {
-		[E_FAILED] = failed, [E_NOTICE] = own_notice,
-		[E_DEATH] = death, [E_SYNCED] = synced, [E_SIGNAL] = forward,
-		[E_EXIT] = exited_noticed, [E_STOP_TIME] = stop_time,
-	},
-	[STOPPING] = {
-		[E_NOTICE] = own_notice, [E_SYNCED] = synced,
-		[E_SIGNAL] = forward, [E_EXIT] = exited_stopped,
-	},
+    [WAITING] =
+        {
+            [E_READY] = start,
+            [E_FAILED] = failed_early,
+            [E_BRINGUP_FAILED] = bringup_failed,
+            [E_NOTICE] = own_notice,
+            [E_DEATH] = death,
+            [E_SYNCED] = synced,
+            [E_SIGNAL] = signalled_early,
+        },
+    [WAITING_NOTICED] =
+        {
+            [E_READY] = start,
+            [E_FAILED] = failed_early,
+            [E_BRINGUP_FAILED] = bringup_failed,
+            [E_NOTICE] = own_notice,
+            [E_DEATH] = death,
+            [E_SYNCED] = synced,
+            [E_SIGNAL] = signalled_early,
+        },
+    [RUNNING] =
+        {
+            [E_FAILED] = failed,
+            [E_NOTICE] = own_notice,
+            [E_DEATH] = death,
+            [E_SYNCED] = synced,
+            [E_SIGNAL] = forward,
+            [E_EXIT] = exited,
+        },
+    [RUNNING_NOTICED] =
+        {
+            [E_FAILED] = failed,
+            [E_NOTICE] = own_notice,
+            [E_DEATH] = death,
+            [E_SYNCED] = synced,
+            [E_SIGNAL] = forward,
+            [E_EXIT] = exited_noticed,
+            [E_STOP_TIME] = stop_time,
+        },
+    [STOPPING] =
+        {
+            [E_NOTICE] = own_notice,
+            [E_SYNCED] = synced,
+            [E_SIGNAL] = forward,
+            [E_EXIT] = exited_stopped,
+        },
 };
 
 static void
@@ -402,10 +435,12 @@ static void
 on_session_event(struct run *r, const struct session_event *ev)
 {
 	static const enum event map[] = {
-		[SESSION_READY] = E_READY, [SESSION_FAILED] = E_FAILED,
-		[SESSION_BRINGUP_FAILED] = E_BRINGUP_FAILED,
-		[SESSION_NOTICE] = E_NOTICE, [SESSION_DEATH] = E_DEATH,
-		[SESSION_SYNCED] = E_SYNCED,
+	    [SESSION_READY] = E_READY,
+	    [SESSION_FAILED] = E_FAILED,
+	    [SESSION_BRINGUP_FAILED] = E_BRINGUP_FAILED,
+	    [SESSION_NOTICE] = E_NOTICE,
+	    [SESSION_DEATH] = E_DEATH,
+	    [SESSION_SYNCED] = E_SYNCED,
 	};
 
 	if (ev->type != SESSION_NOTICE && ev->gen != r->s.gen)
@@ -461,7 +496,8 @@ run_loop(struct run *r)
 	while (!r->done) {
 		struct pollfd pfd[2] = {{r->sfd, POLLIN, 0},
 		    {evq_fd(r->s.q), POLLIN, 0}};
-		int64_t now = duration_now_ms(), next = proc_stop_next(&r->stop);
+		int64_t now = duration_now_ms(),
+		        next = proc_stop_next(&r->stop);
 		int timeout = -1;
 		struct session_event ev;
 		int sig;
@@ -480,7 +516,7 @@ run_loop(struct run *r)
 		}
 		if (proc_stop_tick(&r->stop, now))
 			log_info("the command is still running after the grace "
-			    "period: SIGKILL");
+			         "period: SIGKILL");
 		if ((pfd[1].revents & POLLIN) &&
 		    evq_read(r->s.q, &ev, sizeof(ev)) == 0)
 			on_session_event(r, &ev);
@@ -526,7 +562,8 @@ wait_next_run(struct run *r, long epoch)
 	st = session_interruptible(r->cc, r->sfd, epoch_call, &w, &sig);
 	if (st == ST_CANCELLED) {
 		log_info("SIG%s while waiting for the job to wind down: "
-		    "exiting", sigabbrev_np(sig));
+		         "exiting",
+		    sigabbrev_np(sig));
 		return 128 + sig;
 	}
 	if (st != ST_OK)
@@ -539,8 +576,9 @@ static int
 parse_count(const char *flag, const char *arg, long min, long max, long *v)
 {
 	if (parse_long(arg, min, max, v) < 0)
-		return cli_usage_error(synopsis, "%s %s is not a number from %ld "
-		    "to %ld", flag, arg, min, max);
+		return cli_usage_error(synopsis,
+		    "%s %s is not a number from %ld to %ld", flag, arg, min,
+		    max);
 	return 0;
 }
 
@@ -557,20 +595,20 @@ static int
 parse_args(int argc, char **argv, struct opts *o, int *verbose)
 {
 	static const struct option longopts[] = {
-		{"no-wait-all", no_argument, NULL, 'W'},
-		{"grace", required_argument, NULL, 'g'},
-		{"timeout", required_argument, NULL, 'T'},
-		{"notice", required_argument, NULL, 'N'},
-		{"notice-grace", required_argument, NULL, 'G'},
-		{"notice-interval", required_argument, NULL, 'I'},
-		{"metadata-url", required_argument, NULL, 'M'},
-		{"protocol-window", required_argument, NULL, 'P'},
-		{"sync-barrier-timeout", required_argument, NULL, 'B'},
-		{"restart-exit-code", required_argument, NULL, 'R'},
-		{"max-restarts", required_argument, NULL, 'X'},
-		{"help", no_argument, NULL, 'h'},
-		{"version", no_argument, NULL, 'V'},
-		{NULL, 0, NULL, 0},
+	    {"no-wait-all", no_argument, NULL, 'W'},
+	    {"grace", required_argument, NULL, 'g'},
+	    {"timeout", required_argument, NULL, 'T'},
+	    {"notice", required_argument, NULL, 'N'},
+	    {"notice-grace", required_argument, NULL, 'G'},
+	    {"notice-interval", required_argument, NULL, 'I'},
+	    {"metadata-url", required_argument, NULL, 'M'},
+	    {"protocol-window", required_argument, NULL, 'P'},
+	    {"sync-barrier-timeout", required_argument, NULL, 'B'},
+	    {"restart-exit-code", required_argument, NULL, 'R'},
+	    {"max-restarts", required_argument, NULL, 'X'},
+	    {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, 'V'},
+	    {NULL, 0, NULL, 0},
 	};
 	const char *specs[MAX_NOTICES], *meta = NULL;
 	size_t nspecs = 0;
@@ -594,74 +632,71 @@ parse_args(int argc, char **argv, struct opts *o, int *verbose)
 			break;
 		case 'N':
 			if (nspecs == MAX_NOTICES)
-				return cli_usage_error(synopsis, "at most %d "
-				    "--notice sources", MAX_NOTICES);
+				return cli_usage_error(synopsis,
+				    "at most %d --notice sources", MAX_NOTICES);
 			specs[nspecs++] = optarg;
 			break;
 		case 'G':
 			if (parse_dur("--notice-grace", optarg, 0,
-			    &o->notice_grace) != 0)
+			        &o->notice_grace) != 0)
 				return 2;
 			break;
 		case 'I':
 			if (parse_dur("--notice-interval", optarg, 1,
-			    &o->notice_interval) != 0)
+			        &o->notice_interval) != 0)
 				return 2;
 			break;
 		case 'M':
 			meta = optarg;
-			if (strncmp(meta, "http://", 7) != 0 || meta[7] == '\0' ||
-			    meta[7] == '/')
-				return cli_usage_error(synopsis, "--metadata-url %s "
-				    "is not http://HOST[:PORT][/PATH]", meta);
+			if (strncmp(meta, "http://", 7) != 0 ||
+			    meta[7] == '\0' || meta[7] == '/')
+				return cli_usage_error(synopsis,
+				    "--metadata-url %s "
+				    "is not http://HOST[:PORT][/PATH]",
+				    meta);
 			break;
 		case 'P':
 			if (parse_dur("--protocol-window", optarg, 0,
-			    &o->window) != 0)
+			        &o->window) != 0)
 				return 2;
 			break;
 		case 'B':
 			if (parse_dur("--sync-barrier-timeout", optarg, 1,
-			    &o->barrier_timeout) != 0)
+			        &o->barrier_timeout) != 0)
 				return 2;
 			break;
 		case 'R':
 			if (parse_count("--restart-exit-code", optarg, 1, 255,
-			    &v) != 0)
+			        &v) != 0)
 				return 2;
 			if (v == EXIT_PEER_FAILED)
-				return cli_usage_error(synopsis, "--restart-exit-"
+				return cli_usage_error(synopsis,
+				    "--restart-exit-"
 				    "code %d is the code for a failed peer",
 				    EXIT_PEER_FAILED);
 			o->restart_code = (int)v;
 			break;
 		case 'X':
 			if (parse_count("--max-restarts", optarg, 0, 1000000,
-			    &o->max_restarts) != 0)
+			        &o->max_restarts) != 0)
 				return 2;
 			break;
-		case 'h':
-			fputs(synopsis, stdout);
-			exit(0);
-		case 'V':
-			printf("preemptwatch %s\n", MUSTER_VERSION);
-			exit(0);
-		default:
-			fputs(synopsis, stderr);
-			return 2;
+		case 'h': fputs(synopsis, stdout); exit(0);
+		case 'V': printf("preemptwatch %s\n", MUSTER_VERSION); exit(0);
+		default: fputs(synopsis, stderr); return 2;
 		}
 	}
 	if (optind >= argc)
 		return cli_usage_error(synopsis, "no COMMAND given");
 	o->cmd = argv + optind;
 	if (o->task == NULL || *o->task == '\0')
-		return cli_usage_error(synopsis, "no task: use -t TASK or set "
-		    "MUSTER_TASK");
+		return cli_usage_error(synopsis,
+		    "no task: use -t TASK or set MUSTER_TASK");
 	if (nspecs == 0)
 		specs[nspecs++] = "sigterm";
 	for (size_t i = 0; i < nspecs; i++) {
 		if (notice_parse(specs[i], meta, &o->notices[i], err,
-		    sizeof(err)) < 0)
+		        sizeof(err)) < 0)
 			return cli_usage_error(synopsis, "--notice %s: %s",
 			    specs[i], err);
 		o->nnotices++;
@@ -672,9 +707,13 @@ parse_args(int argc, char **argv, struct opts *o, int *verbose)
 int
 main(int argc, char **argv)
 {
-	static struct opts o = {.wait_all = 1, .grace = 10000,
-	    .bringup = 3600000, .notice_grace = 30000, .notice_interval = 1000,
-	    .window = 15 * 60000, .barrier_timeout = 3 * 60000,
+	static struct opts o = {.wait_all = 1,
+	    .grace = 10000,
+	    .bringup = 3600000,
+	    .notice_grace = 30000,
+	    .notice_interval = 1000,
+	    .window = 15 * 60000,
+	    .barrier_timeout = 3 * 60000,
 	    .restart_code = 42};
 	static const int owned[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
 	int sigs[4 + MAX_NOTICES], notice_sig[65] = {0};
@@ -695,8 +734,8 @@ main(int argc, char **argv)
 		return rc;
 	log_init(argv[0], verbose);
 	if (coord_agent_init(&r.s.a, o.task, 0) < 0)
-		return cli_usage_error(synopsis, "%s is not a task (want "
-		    "JOB:INDEX)", o.task);
+		return cli_usage_error(synopsis,
+		    "%s is not a task (want JOB:INDEX)", o.task);
 	o.addr = cli_coord_addr(o.addr);
 	if ((r.cc = coord_client_new(o.addr, err, sizeof(err))) == NULL)
 		return cli_usage_error(synopsis, "%s", err);
@@ -721,11 +760,13 @@ main(int argc, char **argv)
 	if ((r.sfd = sigfd_open(sigs, nsigs, &blocked)) < 0)
 		return cli_fail(ST_INTERNAL, "signalfd: %s", strerror(errno));
 	signal(SIGPIPE, SIG_IGN);
-	nw = (struct notice_watch){.src = o.notices, .n = o.nnotices,
-	    .grace_ms = o.notice_grace, .interval_ms = o.notice_interval,
+	nw = (struct notice_watch){.src = o.notices,
+	    .n = o.nnotices,
+	    .grace_ms = o.notice_grace,
+	    .interval_ms = o.notice_interval,
 	    .q = &q};
-	if (sync_server_start(sync) < 0 || (polled &&
-	    pthread_create(&nt, NULL, notice_watcher, &nw) != 0))
+	if (sync_server_start(sync) < 0 ||
+	    (polled && pthread_create(&nt, NULL, notice_watcher, &nw) != 0))
 		return cli_fail(ST_INTERNAL, "cannot start threads");
 
 	r.blocked = &blocked;
@@ -736,9 +777,11 @@ main(int argc, char **argv)
 	r.s.bringup_ms = o.bringup;
 	r.s.guard = &r.guard;
 	atomic_store(&r.guard.fd, -1);
-	r.watch = (struct preempt_watch){.s = &r.s, .page =
-	    sync_server_page(sync), .notice_grace_ms = o.notice_grace,
-	    .window_ms = o.window, .barrier_timeout_ms = o.barrier_timeout};
+	r.watch = (struct preempt_watch){.s = &r.s,
+	    .page = sync_server_page(sync),
+	    .notice_grace_ms = o.notice_grace,
+	    .window_ms = o.window,
+	    .barrier_timeout_ms = o.barrier_timeout};
 	for (;;) {
 		enum status st;
 		int sig;
@@ -746,7 +789,8 @@ main(int argc, char **argv)
 		r.s.a.incarnation = task_new_incarnation();
 		r.s.gen++;
 		/* A signal while coordd is still away ends the wait. */
-		st = session_interruptible(r.cc, r.sfd, register_call, &r, &sig);
+		st =
+		    session_interruptible(r.cc, r.sfd, register_call, &r, &sig);
 		if (st == ST_CANCELLED) {
 			log_info("SIG%s while registering: exiting",
 			    sigabbrev_np(sig));
@@ -769,7 +813,8 @@ main(int argc, char **argv)
 			break;
 		}
 		log_debug("registered %s in epoch %ld; heartbeat every %" PRId64
-		    "ms", r.s.a.task, r.s.a.epoch, r.s.a.heartbeat_interval_ms);
+		          "ms",
+		    r.s.a.task, r.s.a.epoch, r.s.a.heartbeat_interval_ms);
 		if (session_start(&r.s) < 0 ||
 		    session_spawn(&r.s, preempt_watcher, &r.watch) < 0) {
 			rc = cli_fail(ST_INTERNAL, "cannot start threads");
@@ -783,8 +828,8 @@ main(int argc, char **argv)
 			break;
 		restarts++;
 		log_info("restarting the command (%ld of at most %ld) once "
-		    "every task has left run %ld", restarts, o.max_restarts,
-		    r.s.a.epoch);
+		         "every task has left run %ld",
+		    restarts, o.max_restarts, r.s.a.epoch);
 		if ((rc = wait_next_run(&r, r.s.a.epoch)) != 0)
 			break;
 		sync_page_reset(r.watch.page);

@@ -15,8 +15,7 @@
 #include "wallclock.h"
 
 static const char synopsis[] =
-    "usage: syncpoint STEP\n"
-    "       syncpoint --status [--json]\n"
+    "usage: syncpoint STEP\n       syncpoint --status [--json]\n"
     "       syncpoint --wait-notice [--json] [--timeout DUR]\n";
 
 static void
@@ -28,8 +27,8 @@ print_status(const struct syncpoint_status *st, int json)
 		wall_format(st->death_ms, when, sizeof(when));
 	if (json) {
 		printf("{\"state\":\"%s\",\"notice\":%s,\"death_time\":",
-		    syncpoint_state_name(st->state), st->state != SYNC_IDLE ?
-		    "true" : "false");
+		    syncpoint_state_name(st->state),
+		    st->state != SYNC_IDLE ? "true" : "false");
 		if (st->death_ms != 0)
 			printf("\"%s\"", when);
 		else
@@ -51,8 +50,10 @@ print_status(const struct syncpoint_status *st, int json)
 		return;
 	}
 	printf("preemption notice: death at %s (%s%s)\n", when,
-	    duration_format(st->death_ms > wall_now_ms() ? st->death_ms -
-	    wall_now_ms() : wall_now_ms() - st->death_ms, left, sizeof(left)),
+	    duration_format(st->death_ms > wall_now_ms() ?
+	            st->death_ms - wall_now_ms() :
+	            wall_now_ms() - st->death_ms,
+	        left, sizeof(left)),
 	    st->death_ms > wall_now_ms() ? " from now" : " ago");
 	if (st->state == SYNC_KNOWN)
 		printf("sync step: %" PRId64 "\n", st->sync_step);
@@ -76,13 +77,13 @@ int
 main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		{"status", no_argument, NULL, 's'},
-		{"wait-notice", no_argument, NULL, 'w'},
-		{"json", no_argument, NULL, 'j'},
-		{"timeout", required_argument, NULL, 'T'},
-		{"help", no_argument, NULL, 'h'},
-		{"version", no_argument, NULL, 'V'},
-		{NULL, 0, NULL, 0},
+	    {"status", no_argument, NULL, 's'},
+	    {"wait-notice", no_argument, NULL, 'w'},
+	    {"json", no_argument, NULL, 'j'},
+	    {"timeout", required_argument, NULL, 'T'},
+	    {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, 'V'},
+	    {NULL, 0, NULL, 0},
 	};
 	struct syncpoint_status st;
 	struct syncpoint *sp;
@@ -93,38 +94,26 @@ main(int argc, char **argv)
 	log_init(argv[0], 0);
 	while ((c = getopt_long(argc, argv, "+h", longopts, NULL)) != -1) {
 		switch (c) {
-		case 's':
-			status = 1;
-			break;
-		case 'w':
-			wait = 1;
-			break;
-		case 'j':
-			json = 1;
-			break;
+		case 's': status = 1; break;
+		case 'w': wait = 1; break;
+		case 'j': json = 1; break;
 		case 'T':
 			if (duration_parse(optarg, &timeout) < 0)
-				return cli_usage_error(synopsis, "--timeout %s is "
-				    "not a duration", optarg);
+				return cli_usage_error(synopsis,
+				    "--timeout %s is not a duration", optarg);
 			break;
-		case 'h':
-			fputs(synopsis, stdout);
-			return 0;
-		case 'V':
-			printf("syncpoint %s\n", MUSTER_VERSION);
-			return 0;
-		default:
-			fputs(synopsis, stderr);
-			return 2;
+		case 'h': fputs(synopsis, stdout); return 0;
+		case 'V': printf("syncpoint %s\n", MUSTER_VERSION); return 0;
+		default: fputs(synopsis, stderr); return 2;
 		}
 	}
 	if (status + wait > 1)
-		return cli_usage_error(synopsis, "--status and --wait-notice "
-		    "exclude each other");
+		return cli_usage_error(synopsis,
+		    "--status and --wait-notice exclude each other");
 	if (status || wait) {
 		if (optind != argc)
-			return cli_usage_error(synopsis, "unexpected argument %s",
-			    argv[optind]);
+			return cli_usage_error(synopsis,
+			    "unexpected argument %s", argv[optind]);
 		if ((sp = syncpoint_open(err, sizeof(err))) == NULL)
 			return unavailable(err);
 		if (status)
@@ -132,17 +121,18 @@ main(int argc, char **argv)
 		else
 			r = syncpoint_wait_notice(sp, timeout, &st);
 		if (r == 0)
-			return cli_fail(ST_DEADLINE_EXCEEDED, "no preemption "
-			    "notice within the timeout");
+			return cli_fail(ST_DEADLINE_EXCEEDED,
+			    "no preemption notice within the timeout");
 		print_status(&st, json);
 		return 0;
 	}
 	if (json || timeout >= 0)
-		return cli_usage_error(synopsis, "--json and --timeout go with "
-		    "--status or --wait-notice");
+		return cli_usage_error(synopsis,
+		    "--json and --timeout go with --status or --wait-notice");
 	if (optind != argc - 1)
-		return cli_usage_error(synopsis, optind == argc ? "no STEP "
-		    "given" : "more than one STEP given");
+		return cli_usage_error(synopsis,
+		    optind == argc ? "no STEP given" :
+		                     "more than one STEP given");
 	step = strtoll(argv[optind], &end, 10);
 	if (*argv[optind] == '\0' || *end != '\0' || step < 0)
 		return cli_usage_error(synopsis, "STEP %s is not a step number",

@@ -12,7 +12,7 @@
 struct blob {
 	atomic_uint refs;
 	size_t len;
-	char data[];            /* len bytes and a NUL */
+	char data[]; /* len bytes and a NUL */
 };
 
 /* A copy of p with one reference; NULL on ENOMEM. */

@@ -9,9 +9,9 @@
 
 #include "status.h"
 
-#define CLI_COORD_ENV      "MUSTER_COORD"
-#define CLI_COORD_DEFAULT  "127.0.0.1:7700"
-#define CLI_COORD_PORT     7700
+#define CLI_COORD_ENV "MUSTER_COORD"
+#define CLI_COORD_DEFAULT "127.0.0.1:7700"
+#define CLI_COORD_PORT 7700
 
 /* -c ADDR, else $MUSTER_COORD, else the default. */
 const char *cli_coord_addr(const char *flag);

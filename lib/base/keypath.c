@@ -9,8 +9,8 @@ keypath_normalize(const char *raw, size_t n, struct buf *out)
 	if (buf_reserve(out, n) < 0)
 		return -1;
 	for (size_t i = 0; i < n; i++) {
-		if (raw[i] == '/' && (out->len == 0 ||
-		    out->data[out->len - 1] == '/'))
+		if (raw[i] == '/' &&
+		    (out->len == 0 || out->data[out->len - 1] == '/'))
 			continue;
 		out->data[out->len++] = raw[i];
 	}

@@ -19,15 +19,15 @@ static struct {
 	pthread_cond_t more, empty;
 	pthread_t thread;
 	char *ring;
-	size_t cap, head, len;          /* bytes at head, len of them */
+	size_t cap, head, len; /* bytes at head, len of them */
 	int stopping;
 	atomic_int on;
 	atomic_ulong dropped;
-	unsigned long told;             /* drops already reported */
+	unsigned long told; /* drops already reported */
 } q = {
-	.mu = PTHREAD_MUTEX_INITIALIZER,
-	.more = PTHREAD_COND_INITIALIZER,
-	.empty = PTHREAD_COND_INITIALIZER,
+    .mu = PTHREAD_MUTEX_INITIALIZER,
+    .more = PTHREAD_COND_INITIALIZER,
+    .empty = PTHREAD_COND_INITIALIZER,
 };
 
 void
@@ -96,9 +96,10 @@ writer(void *arg)
 
 		if (q.len == 0 && dropped != q.told) {
 			char m[128];
-			int k = snprintf(m, sizeof(m), "%s: %lu log lines "
-			    "dropped: stderr did not keep up\n", progname,
-			    dropped - q.told);
+			int k = snprintf(m, sizeof(m),
+			    "%s: %lu log lines "
+			    "dropped: stderr did not keep up\n",
+			    progname, dropped - q.told);
 			q.told = dropped;
 			pthread_mutex_unlock(&q.mu);
 			write_all(m, (size_t)k);
@@ -162,8 +163,8 @@ log_flush(int64_t timeout_ms)
 	pthread_mutex_lock(&q.mu);
 	q.stopping = 1;
 	pthread_cond_signal(&q.more);
-	while (q.len > 0 && pthread_cond_timedwait(&q.empty, &q.mu,
-	    &until) == 0)
+	while (
+	    q.len > 0 && pthread_cond_timedwait(&q.empty, &q.mu, &until) == 0)
 		;
 	pthread_mutex_unlock(&q.mu);
 	/* A sink that never drains keeps its thread: exit ends it. */

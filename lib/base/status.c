@@ -6,19 +6,19 @@ static const struct {
 	const char *name;
 	int http;
 } table[ST_COUNT] = {
-	[ST_OK] = {"OK", 200},
-	[ST_NOT_FOUND] = {"NOT_FOUND", 404},
-	[ST_USAGE] = {"USAGE", 400},
-	[ST_INVALID_ARGUMENT] = {"INVALID_ARGUMENT", 400},
-	[ST_DEADLINE_EXCEEDED] = {"DEADLINE_EXCEEDED", 504},
-	[ST_ALREADY_EXISTS] = {"ALREADY_EXISTS", 409},
-	[ST_FAILED_PRECONDITION] = {"FAILED_PRECONDITION", 412},
-	[ST_ABORTED] = {"ABORTED", 409},
-	[ST_CANCELLED] = {"CANCELLED", 499},
-	[ST_UNAVAILABLE] = {"UNAVAILABLE", 503},
-	[ST_INTERNAL] = {"INTERNAL", 500},
-	[ST_UNAUTHENTICATED] = {"UNAUTHENTICATED", 401},
-	[ST_RESOURCE_EXHAUSTED] = {"RESOURCE_EXHAUSTED", 413},
+    [ST_OK] = {"OK", 200},
+    [ST_NOT_FOUND] = {"NOT_FOUND", 404},
+    [ST_USAGE] = {"USAGE", 400},
+    [ST_INVALID_ARGUMENT] = {"INVALID_ARGUMENT", 400},
+    [ST_DEADLINE_EXCEEDED] = {"DEADLINE_EXCEEDED", 504},
+    [ST_ALREADY_EXISTS] = {"ALREADY_EXISTS", 409},
+    [ST_FAILED_PRECONDITION] = {"FAILED_PRECONDITION", 412},
+    [ST_ABORTED] = {"ABORTED", 409},
+    [ST_CANCELLED] = {"CANCELLED", 499},
+    [ST_UNAVAILABLE] = {"UNAVAILABLE", 503},
+    [ST_INTERNAL] = {"INTERNAL", 500},
+    [ST_UNAUTHENTICATED] = {"UNAUTHENTICATED", 401},
+    [ST_RESOURCE_EXHAUSTED] = {"RESOURCE_EXHAUSTED", 413},
 };
 
 const char *
@@ -52,16 +52,25 @@ enum status
 status_from_http(int http)
 {
 	switch (http) {
-	case 200: case 201: case 204: return ST_OK;
-	case 400: case 405: return ST_INVALID_ARGUMENT;
-	case 401: case 403: return ST_UNAUTHENTICATED;
+	case 200:
+	case 201:
+	case 204: return ST_OK;
+	case 400:
+	case 405: return ST_INVALID_ARGUMENT;
+	case 401:
+	case 403: return ST_UNAUTHENTICATED;
 	case 404: return ST_NOT_FOUND;
-	case 408: case 504: return ST_DEADLINE_EXCEEDED;
+	case 408:
+	case 504: return ST_DEADLINE_EXCEEDED;
 	case 409: return ST_ABORTED;
 	case 412: return ST_FAILED_PRECONDITION;
-	case 413: case 414: case 429: case 431: return ST_RESOURCE_EXHAUSTED;
+	case 413:
+	case 414:
+	case 429:
+	case 431: return ST_RESOURCE_EXHAUSTED;
 	case 499: return ST_CANCELLED;
-	case 502: case 503: return ST_UNAVAILABLE;
+	case 502:
+	case 503: return ST_UNAVAILABLE;
 	default: return ST_INTERNAL;
 	}
 }

@@ -91,7 +91,7 @@ grow(struct strmap *m)
 	struct node **b = calloc(nb, sizeof(*b));
 
 	if (b == NULL)
-		return;         /* a longer chain is still correct */
+		return; /* a longer chain is still correct */
 	for (size_t i = 0; i < m->nb; i++) {
 		struct node *n, *next;
 		for (n = m->b[i]; n != NULL; n = next) {
@@ -152,8 +152,7 @@ strmap_count(const struct strmap *m)
 
 void
 strmap_each(const struct strmap *m,
-    void (*fn)(const char *key, size_t klen, void *value, void *arg),
-    void *arg)
+    void (*fn)(const char *key, size_t klen, void *value, void *arg), void *arg)
 {
 	for (size_t i = 0; i < m->nb; i++)
 		for (struct node *n = m->b[i]; n != NULL; n = n->next)

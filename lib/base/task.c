@@ -92,22 +92,26 @@ task_parse_cluster(const char *s, struct cluster_spec *c, char *err,
 		long n;
 
 		if (eq == NULL || set_job(&t, p, (size_t)(eq - p)) < 0) {
-			snprintf(err, errlen, "bad job in cluster spec %s "
-			    "(want JOB=N[,JOB=N...])", s);
+			snprintf(err, errlen,
+			    "bad job in cluster spec %s "
+			    "(want JOB=N[,JOB=N...])",
+			    s);
 			return -1;
 		}
 		errno = 0;
 		n = strtol(eq + 1, &end, 10);
 		if (end == eq + 1 || (*end != ',' && *end != '\0') ||
 		    errno != 0 || n < 1 || n > 1000000) {
-			snprintf(err, errlen, "bad task count for job %s in "
-			    "cluster spec %s", t.job, s);
+			snprintf(err, errlen,
+			    "bad task count for job %s in cluster spec %s",
+			    t.job, s);
 			return -1;
 		}
 		for (size_t i = 0; i < c->njobs; i++) {
 			if (strcmp(c->jobs[i].name, t.job) == 0) {
-				snprintf(err, errlen, "job %s given twice in "
-				    "cluster spec", t.job);
+				snprintf(err, errlen,
+				    "job %s given twice in cluster spec",
+				    t.job);
 				return -1;
 			}
 		}
@@ -155,7 +159,7 @@ task_parse_incarnation(const char *s, uint64_t *inc)
 		return -1;
 	for (const char *p = s; *p != '\0'; p++)
 		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f') ||
-		    (*p >= 'A' && *p <= 'F')))
+		        (*p >= 'A' && *p <= 'F')))
 			return -1;
 	errno = 0;
 	*inc = strtoull(s, &end, 16);

@@ -52,8 +52,8 @@ wall_parse_rfc3339(const char *s, int64_t *ms)
 	while (isspace((unsigned char)*s))
 		s++;
 	if (digits(&s, 4, &y) < 0 || *s++ != '-' || digits(&s, 2, &mo) < 0 ||
-	    *s++ != '-' || digits(&s, 2, &d) < 0 || (*s != 'T' && *s != 't' &&
-	    *s != ' '))
+	    *s++ != '-' || digits(&s, 2, &d) < 0 ||
+	    (*s != 'T' && *s != 't' && *s != ' '))
 		return -1;
 	s++;
 	if (digits(&s, 2, &h) < 0 || *s++ != ':' || digits(&s, 2, &mi) < 0 ||

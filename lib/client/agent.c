@@ -47,8 +47,8 @@ task_call(struct coord_client *cc, const struct coord_agent *a,
 	char *s = NULL;
 	enum status st;
 
-	if (task_path(&path, a, verb, extra) < 0 || (body != NULL &&
-	    (s = json_dumps(body, JSON_COMPACT)) == NULL)) {
+	if (task_path(&path, a, verb, extra) < 0 ||
+	    (body != NULL && (s = json_dumps(body, JSON_COMPACT)) == NULL)) {
 		buf_free(&path);
 		return coord_fail(cc, ST_RESOURCE_EXHAUSTED, "out of memory");
 	}
@@ -61,19 +61,21 @@ task_call(struct coord_client *cc, const struct coord_agent *a,
 		*code = resp.code;
 	if (reply != NULL) {
 		*reply = NULL;
-		if (st == ST_OK && (*reply = coord_parse_reply(cc, &resp)) == NULL)
+		if (st == ST_OK &&
+		    (*reply = coord_parse_reply(cc, &resp)) == NULL)
 			st = ST_INTERNAL;
 		else if (st != ST_OK)
-			*reply = json_loadb(resp.body.data != NULL ?
-			    resp.body.data : "", resp.body.len, 0, NULL);
+			*reply =
+			    json_loadb(resp.body.data != NULL ? resp.body.data :
+			                                        "",
+			        resp.body.len, 0, NULL);
 	}
 	http_resp_free(&resp);
 	return st;
 }
 
 enum status
-coord_register(struct coord_client *cc, struct coord_agent *a,
-    int64_t deadline)
+coord_register(struct coord_client *cc, struct coord_agent *a, int64_t deadline)
 {
 	json_t *reply;
 	json_int_t to = 0, iv = 0, epoch = 0;
@@ -81,21 +83,21 @@ coord_register(struct coord_client *cc, struct coord_agent *a,
 	enum status st = task_call(cc, a, "register", "", NULL, deadline,
 	    CALL_REPEAT, &reply, NULL);
 
-	if (st == ST_OK && json_unpack(reply, "{s:I,s:I,s:s,s?I}",
-	    "heartbeat_timeout_ms", &to, "heartbeat_interval_ms", &iv,
-	    "service_incarnation", &si, "epoch", &epoch) < 0) {
-		coord_fail(cc, ST_INTERNAL, "malformed reply to "
-		    "register");
+	if (st == ST_OK &&
+	    json_unpack(reply, "{s:I,s:I,s:s,s?I}", "heartbeat_timeout_ms", &to,
+	        "heartbeat_interval_ms", &iv, "service_incarnation", &si,
+	        "epoch", &epoch) < 0) {
+		coord_fail(cc, ST_INTERNAL, "malformed reply to register");
 		st = ST_INTERNAL;
 	}
 	a->wait_epoch = -1;
 	if (st != ST_OK && reply != NULL) {
-		const char *reason = json_string_value(json_object_get(reply,
-		    "reason"));
+		const char *reason =
+		    json_string_value(json_object_get(reply, "reason"));
 		json_t *e = json_object_get(reply, "epoch");
 		if (reason != NULL && json_is_integer(e) &&
 		    (strcmp(reason, "run_over") == 0 ||
-		    strcmp(reason, "failed_in_epoch") == 0))
+		        strcmp(reason, "failed_in_epoch") == 0))
 			a->wait_epoch = (long)json_integer_value(e);
 	}
 	if (st == ST_OK) {
@@ -116,15 +118,18 @@ coord_heartbeat(struct coord_client *cc, const struct coord_agent *a,
 	json_t *reply;
 	enum status st = task_call(cc, a, "heartbeat", "", NULL, deadline,
 	    CALL_REPEAT, &reply, NULL);
-	const char *reason = json_string_value(json_object_get(reply,
-	    "reason"));
+	const char *reason =
+	    json_string_value(json_object_get(reply, "reason"));
 
 	*not_registered = st == ST_INVALID_ARGUMENT && reason != NULL &&
 	    strcmp(reason, "not_registered") == 0;
 	if (*not_registered)
-		snprintf(svc, 17, "%s", json_string_value(json_object_get(reply,
-		    "service_incarnation")) != NULL ? json_string_value(
-		    json_object_get(reply, "service_incarnation")) : "");
+		snprintf(svc, 17, "%s",
+		    json_string_value(
+		        json_object_get(reply, "service_incarnation")) != NULL ?
+		        json_string_value(
+		            json_object_get(reply, "service_incarnation")) :
+		        "");
 	json_decref(reply);
 	return st;
 }
@@ -152,8 +157,8 @@ coord_report_error(struct coord_client *cc, const struct coord_agent *a,
 static enum status
 long_task_call(struct coord_client *cc, const struct coord_agent *a,
     const char *verb, const char *query, int64_t deadline, int64_t poll_ms,
-    void (*progress)(void *, long, long), void *arg,
-    const char *done_key, const char *total_key)
+    void (*progress)(void *, long, long), void *arg, const char *done_key,
+    const char *total_key)
 {
 	for (;;) {
 		int64_t hd, w = coord_poll_wait(deadline, poll_ms, &hd);
@@ -162,7 +167,8 @@ long_task_call(struct coord_client *cc, const struct coord_agent *a,
 		long code = 0;
 		enum status st;
 
-		snprintf(extra, sizeof(extra), "&wait=%" PRId64 "ms%s", w, query);
+		snprintf(extra, sizeof(extra), "&wait=%" PRId64 "ms%s", w,
+		    query);
 		st = task_call(cc, a, verb, extra, NULL, hd, CALL_POLL, &reply,
 		    &code);
 		if (st == ST_UNAVAILABLE && coord_poll_again(st, deadline)) {
@@ -178,9 +184,9 @@ long_task_call(struct coord_client *cc, const struct coord_agent *a,
 				progress(arg, (long)done, (long)total);
 			if (deadline != HTTP_NO_DEADLINE &&
 			    duration_now_ms() >= deadline) {
-				coord_fail(cc, ST_INTERNAL, "%ld of %ld "
-				    "tasks after the deadline", (long)done,
-				    (long)total);
+				coord_fail(cc, ST_INTERNAL,
+				    "%ld of %ld tasks after the deadline",
+				    (long)done, (long)total);
 				return ST_DEADLINE_EXCEEDED;
 			}
 			continue;
@@ -221,9 +227,11 @@ coord_wait_epoch(struct coord_client *cc, long after, int64_t deadline,
 		enum status st;
 
 		if (buf_printf(&path, "/v1/epoch?after=%ld&wait=%" PRId64 "ms",
-		    after, w) < 0)
-			return coord_fail(cc, ST_RESOURCE_EXHAUSTED, "out of memory");
-		st = coord_call(cc, "GET", &path, NULL, 0, NULL, hd, CALL_POLL, &resp);
+		        after, w) < 0)
+			return coord_fail(cc, ST_RESOURCE_EXHAUSTED,
+			    "out of memory");
+		st = coord_call(cc, "GET", &path, NULL, 0, NULL, hd, CALL_POLL,
+		    &resp);
 		buf_free(&path);
 		if (st == ST_OK) {
 			reply = coord_parse_reply(cc, &resp);
@@ -240,8 +248,10 @@ coord_wait_epoch(struct coord_client *cc, long after, int64_t deadline,
 			return st;
 		if (deadline != HTTP_NO_DEADLINE &&
 		    duration_now_ms() >= deadline) {
-			coord_fail(cc, ST_INTERNAL, "the cluster is still "
-			    "in epoch %ld: not every task has left", *epoch);
+			coord_fail(cc, ST_INTERNAL,
+			    "the cluster is still "
+			    "in epoch %ld: not every task has left",
+			    *epoch);
 			return ST_DEADLINE_EXCEEDED;
 		}
 	}
@@ -258,13 +268,14 @@ coord_poll_errors(struct coord_client *cc, int64_t deadline, json_t **errors)
 	*errors = NULL;
 	if (buf_printf(&path, "/v1/errors?wait=%" PRId64 "ms", w) < 0)
 		return coord_fail(cc, ST_RESOURCE_EXHAUSTED, "out of memory");
-	st = coord_call_json(cc, "GET", &path, NULL, hd, CALL_POLL, &reply, NULL);
+	st = coord_call_json(cc, "GET", &path, NULL, hd, CALL_POLL, &reply,
+	    NULL);
 	buf_free(&path);
 	if (st == ST_OK) {
 		json_t *e = json_object_get(reply, "errors");
 		if (!json_is_array(e)) {
-			coord_fail(cc, ST_INTERNAL, "malformed reply to "
-			    "error poll");
+			coord_fail(cc, ST_INTERNAL,
+			    "malformed reply to error poll");
 			st = ST_INTERNAL;
 		} else {
 			*errors = json_incref(e);
@@ -288,8 +299,8 @@ coord_barrier_wait(struct coord_client *cc, const struct coord_agent *a,
 	if (body == NULL)
 		return coord_fail(cc, ST_RESOURCE_EXHAUSTED, "out of memory");
 	if (a->incarnation != 0)
-		json_object_set_new(body, "incarnation", json_string(
-		    task_format_incarnation(a->incarnation, inc)));
+		json_object_set_new(body, "incarnation",
+		    json_string(task_format_incarnation(a->incarnation, inc)));
 	if (tasks != NULL)
 		json_object_set(body, "tasks", tasks);
 	for (;;) {
@@ -304,10 +315,11 @@ coord_barrier_wait(struct coord_client *cc, const struct coord_agent *a,
 			free(s);
 			buf_free(&path);
 			json_decref(body);
-			return coord_fail(cc, ST_RESOURCE_EXHAUSTED, "out of memory");
+			return coord_fail(cc, ST_RESOURCE_EXHAUSTED,
+			    "out of memory");
 		}
-		st = coord_call(cc, "POST", &path, s, strlen(s), "application/json",
-		    hd, CALL_POLL, &resp);
+		st = coord_call(cc, "POST", &path, s, strlen(s),
+		    "application/json", hd, CALL_POLL, &resp);
 		free(s);
 		buf_free(&path);
 		if (st == ST_UNAVAILABLE && coord_poll_again(st, deadline)) {
@@ -325,9 +337,10 @@ coord_barrier_wait(struct coord_client *cc, const struct coord_agent *a,
 				progress(arg, (long)done, (long)total);
 			if (deadline != HTTP_NO_DEADLINE &&
 			    duration_now_ms() >= deadline) {
-				coord_fail(cc, ST_INTERNAL, "barrier %s: "
-				    "%ld of %ld tasks by the deadline", id,
-				    (long)done, (long)total);
+				coord_fail(cc, ST_INTERNAL,
+				    "barrier %s: "
+				    "%ld of %ld tasks by the deadline",
+				    id, (long)done, (long)total);
 				st = ST_DEADLINE_EXCEEDED;
 				break;
 			}
@@ -353,8 +366,8 @@ coord_barrier_cancel(struct coord_client *cc, const struct coord_agent *a,
 		buf_free(&path);
 		return coord_fail(cc, ST_RESOURCE_EXHAUSTED, "out of memory");
 	}
-	st = coord_call_json(cc, "DELETE", &path, NULL, deadline, CALL_REPEAT, &reply,
-	    NULL);
+	st = coord_call_json(cc, "DELETE", &path, NULL, deadline, CALL_REPEAT,
+	    &reply, NULL);
 	buf_free(&path);
 	json_decref(reply);
 	return st;

@@ -17,14 +17,14 @@
 #include "task.h"
 
 struct coord_agent {
-	char task[TASK_JOB_MAX + 24];   /* "job:index" */
-	char path[TASK_JOB_MAX + 40];   /* "/v1/tasks/job/index" */
-	uint64_t incarnation;           /* 0: not known */
+	char task[TASK_JOB_MAX + 24]; /* "job:index" */
+	char path[TASK_JOB_MAX + 40]; /* "/v1/tasks/job/index" */
+	uint64_t incarnation;         /* 0: not known */
 	int64_t heartbeat_timeout_ms;
 	int64_t heartbeat_interval_ms;
 	char service_incarnation[17];
-	long epoch;                     /* the run it registered in */
-	long wait_epoch;                /* register refused: wait past this
+	long epoch;      /* the run it registered in */
+	long wait_epoch; /* register refused: wait past this
 					 * epoch, then try again; -1 none */
 };
 
@@ -50,9 +50,9 @@ enum status coord_report_error(struct coord_client *cc,
     const struct coord_agent *a, enum status code, const char *message,
     int64_t deadline);
 /* Waits for every task; progress(arg, connected, total) on long polls. */
-enum status coord_wait_all(struct coord_client *cc,
-    const struct coord_agent *a, int64_t deadline,
-    void (*progress)(void *arg, long done, long total), void *arg);
+enum status coord_wait_all(struct coord_client *cc, const struct coord_agent *a,
+    int64_t deadline, void (*progress)(void *arg, long done, long total),
+    void *arg);
 /* Leaves the cluster; through the shutdown barrier only when barrier. */
 enum status coord_shutdown_task(struct coord_client *cc,
     const struct coord_agent *a, int barrier, int64_t deadline);

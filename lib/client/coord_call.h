@@ -15,19 +15,19 @@
 
 struct coord_client {
 	struct http_client *http;
-	char service[17];       /* the coordd a watch's revisions are from */
-	char err[1024];         /* the last error */
+	char service[17]; /* the coordd a watch's revisions are from */
+	char err[1024];   /* the last error */
 };
 
 /* How a call may be treated: repeated after a failure, and as a long
  * poll whose reply may arrive a little after its deadline. */
-#define CALL_ONCE    0
-#define CALL_REPEAT  1
-#define CALL_POLL    3
+#define CALL_ONCE 0
+#define CALL_REPEAT 1
+#define CALL_POLL 3
 
 /* Sets the client's last error; returns st. */
-enum status coord_fail(struct coord_client *cc, enum status st,
-    const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+enum status coord_fail(struct coord_client *cc, enum status st, const char *fmt,
+    ...) __attribute__((format(printf, 3, 4)));
 
 /* base + percent-encoded key + suffix. */
 int coord_key_path(struct buf *p, const char *base, const char *key,

@@ -80,14 +80,16 @@ coord_key_path(struct buf *p, const char *base, const char *key,
     const char *suffix)
 {
 	return buf_puts(p, base) < 0 ||
-	    text_url_encode(p, key, strlen(key)) < 0 ||
-	    buf_puts(p, suffix) < 0 ? -1 : 0;
+	        text_url_encode(p, key, strlen(key)) < 0 ||
+	        buf_puts(p, suffix) < 0 ?
+	    -1 :
+	    0;
 }
 
 enum status
-coord_call(struct coord_client *cc, const char *method,
-    const struct buf *path, const void *body, size_t len, const char *ctype,
-    int64_t deadline, int how, struct http_resp *resp)
+coord_call(struct coord_client *cc, const char *method, const struct buf *path,
+    const void *body, size_t len, const char *ctype, int64_t deadline, int how,
+    struct http_resp *resp)
 {
 	return http_client_poll(cc->http, method, path->data, body, len, ctype,
 	    deadline, how == CALL_POLL ? POLL_GRACE_MS : 0, how & CALL_REPEAT,
@@ -98,8 +100,9 @@ json_t *
 coord_parse_reply(struct coord_client *cc, const struct http_resp *resp)
 {
 	json_error_t jerr;
-	json_t *root = json_loadb(resp->body.data != NULL ? resp->body.data :
-	    "", resp->body.len, 0, &jerr);
+	json_t *root =
+	    json_loadb(resp->body.data != NULL ? resp->body.data : "",
+	        resp->body.len, 0, &jerr);
 
 	if (root == NULL)
 		coord_fail(cc, ST_INTERNAL, "malformed reply from coordd: %s",
@@ -128,9 +131,9 @@ coord_poll_again(enum status st, int64_t deadline)
 }
 
 enum status
-coord_call_json(struct coord_client *cc, const char *method, const struct buf *path,
-    json_t *body, int64_t deadline, int how, json_t **reply,
-    struct http_resp *errresp)
+coord_call_json(struct coord_client *cc, const char *method,
+    const struct buf *path, json_t *body, int64_t deadline, int how,
+    json_t **reply, struct http_resp *errresp)
 {
 	struct http_resp resp;
 	char *s = NULL;
@@ -171,16 +174,19 @@ coord_kv_get(struct coord_client *cc, const char *key, int wait,
 			    w);
 		}
 		if (coord_key_path(&path, "/v1/kv/", key, suffix) < 0)
-			return coord_fail(cc, ST_RESOURCE_EXHAUSTED, "out of memory");
-		st = coord_call(cc, "GET", &path, NULL, 0, NULL, hd, wait ? CALL_POLL :
-		    CALL_REPEAT, &resp);
+			return coord_fail(cc, ST_RESOURCE_EXHAUSTED,
+			    "out of memory");
+		st = coord_call(cc, "GET", &path, NULL, 0, NULL, hd,
+		    wait ? CALL_POLL : CALL_REPEAT, &resp);
 		buf_free(&path);
 		if (st == ST_OK) {
 			buf_reset(val);
-			if (buf_append(val, resp.body.data != NULL ?
-			    resp.body.data : "", resp.body.len) < 0) {
+			if (buf_append(val,
+			        resp.body.data != NULL ? resp.body.data : "",
+			        resp.body.len) < 0) {
 				http_resp_free(&resp);
-				return coord_fail(cc, ST_RESOURCE_EXHAUSTED, "out of memory");
+				return coord_fail(cc, ST_RESOURCE_EXHAUSTED,
+				    "out of memory");
 			}
 			if (rev != NULL)
 				*rev = resp.revision;
@@ -190,8 +196,8 @@ coord_kv_get(struct coord_client *cc, const char *key, int wait,
 		if (wait && coord_poll_again(st, deadline))
 			continue;
 		if (st == ST_DEADLINE_EXCEEDED)
-			coord_fail(cc, ST_INTERNAL, "key %s not set "
-			    "before the deadline", key);
+			coord_fail(cc, ST_INTERNAL,
+			    "key %s not set before the deadline", key);
 		return st;
 	}
 }
@@ -218,7 +224,8 @@ coord_kv_put(struct coord_client *cc, const char *key, const void *val,
 		return coord_fail(cc, ST_RESOURCE_EXHAUSTED, "out of memory");
 	/* An overwrite may be repeated; an insert or update may not. */
 	st = coord_call(cc, "PUT", &path, val, len, "application/octet-stream",
-	    deadline, mode == COORD_PUT_OVERWRITE ? CALL_REPEAT : CALL_ONCE, &resp);
+	    deadline, mode == COORD_PUT_OVERWRITE ? CALL_REPEAT : CALL_ONCE,
+	    &resp);
 	buf_free(&path);
 	if (st == ST_OK && rev != NULL)
 		*rev = resp.revision;
@@ -240,12 +247,12 @@ coord_kv_add(struct coord_client *cc, const char *key, int64_t delta,
 		buf_free(&path);
 		return coord_fail(cc, ST_RESOURCE_EXHAUSTED, "out of memory");
 	}
-	st = coord_call_json(cc, "POST", &path, body, deadline, CALL_ONCE, &reply,
-	    NULL);
+	st = coord_call_json(cc, "POST", &path, body, deadline, CALL_ONCE,
+	    &reply, NULL);
 	json_decref(body);
 	buf_free(&path);
-	if (st == ST_OK && json_unpack(reply, "{s:I,s:I}", "value", &v,
-	    "revision", &r) < 0) {
+	if (st == ST_OK &&
+	    json_unpack(reply, "{s:I,s:I}", "value", &v, "revision", &r) < 0) {
 		coord_fail(cc, ST_INTERNAL, "malformed reply to add");
 		st = ST_INTERNAL;
 	}
@@ -268,16 +275,19 @@ coord_kv_cas(struct coord_client *cc, const char *key, const void *expect,
 	enum status st;
 
 	*has_current = 0;
-	body = absent ? json_pack("{s:o,s:b}", "value", text_base64_json(val, vlen),
-	    "absent", 1) : json_pack("{s:o,s:o}", "value", text_base64_json(val, vlen),
-	    "expected", text_base64_json(expect, elen));
-	if (body == NULL || coord_key_path(&path, "/v1/kv/", key, "?op=cas") < 0) {
+	body = absent ?
+	    json_pack("{s:o,s:b}", "value", text_base64_json(val, vlen),
+	        "absent", 1) :
+	    json_pack("{s:o,s:o}", "value", text_base64_json(val, vlen),
+	        "expected", text_base64_json(expect, elen));
+	if (body == NULL ||
+	    coord_key_path(&path, "/v1/kv/", key, "?op=cas") < 0) {
 		json_decref(body);
 		buf_free(&path);
 		return coord_fail(cc, ST_RESOURCE_EXHAUSTED, "out of memory");
 	}
-	st = coord_call_json(cc, "POST", &path, body, deadline, CALL_ONCE, &reply,
-	    &resp);
+	st = coord_call_json(cc, "POST", &path, body, deadline, CALL_ONCE,
+	    &reply, &resp);
 	json_decref(body);
 	buf_free(&path);
 	if (st == ST_OK) {
@@ -285,13 +295,14 @@ coord_kv_cas(struct coord_client *cc, const char *key, const void *expect,
 		if (rev != NULL)
 			*rev = r;
 	} else if (st == ST_FAILED_PRECONDITION) {
-		json_t *root = json_loadb(resp.body.data != NULL ?
-		    resp.body.data : "", resp.body.len, 0, NULL);
+		json_t *root =
+		    json_loadb(resp.body.data != NULL ? resp.body.data : "",
+		        resp.body.len, 0, NULL);
 		json_t *cur = json_object_get(root, "current");
 		if (json_is_string(cur)) {
 			buf_reset(current);
 			if (text_base64_decode(current, json_string_value(cur),
-			    json_string_length(cur)) == 0)
+			        json_string_length(cur)) == 0)
 				*has_current = 1;
 		}
 		json_decref(root);
@@ -312,8 +323,8 @@ coord_kv_delete(struct coord_client *cc, const char *key, int64_t deadline,
 
 	if (coord_key_path(&path, "/v1/kv/", key, "") < 0)
 		return coord_fail(cc, ST_RESOURCE_EXHAUSTED, "out of memory");
-	st = coord_call_json(cc, "DELETE", &path, NULL, deadline, CALL_REPEAT, &reply,
-	    NULL);
+	st = coord_call_json(cc, "DELETE", &path, NULL, deadline, CALL_REPEAT,
+	    &reply, NULL);
 	buf_free(&path);
 	if (st == ST_OK)
 		json_unpack(reply, "{s:I,s:I}", "deleted", &n, "revision", &r);
@@ -333,8 +344,8 @@ coord_kv_dir(struct coord_client *cc, const char *prefix, int64_t deadline,
 
 	if (coord_key_path(&path, "/v1/kv/", prefix, "?dir=1") < 0)
 		return coord_fail(cc, ST_RESOURCE_EXHAUSTED, "out of memory");
-	st = coord_call_json(cc, "GET", &path, NULL, deadline, CALL_REPEAT, reply,
-	    NULL);
+	st = coord_call_json(cc, "GET", &path, NULL, deadline, CALL_REPEAT,
+	    reply, NULL);
 	buf_free(&path);
 	return st;
 }
@@ -351,26 +362,26 @@ coord_kv_watch(struct coord_client *cc, const char *prefix, int64_t *since,
 
 	*events = NULL;
 	if (*since >= 0)
-		snprintf(suffix, sizeof(suffix), "?wait=%" PRId64 "ms&since=%"
-		    PRId64 "%s%s", w, *since, cc->service[0] != '\0' ?
-		    "&service=" : "", cc->service);
+		snprintf(suffix, sizeof(suffix),
+		    "?wait=%" PRId64 "ms&since=%" PRId64 "%s%s", w, *since,
+		    cc->service[0] != '\0' ? "&service=" : "", cc->service);
 	else
 		snprintf(suffix, sizeof(suffix), "?wait=%" PRId64 "ms", w);
 	if (coord_key_path(&path, "/v1/watch/", prefix, suffix) < 0)
 		return coord_fail(cc, ST_RESOURCE_EXHAUSTED, "out of memory");
-	st = coord_call_json(cc, "GET", &path, NULL, hd, CALL_POLL, &reply, NULL);
+	st = coord_call_json(cc, "GET", &path, NULL, hd, CALL_POLL, &reply,
+	    NULL);
 	buf_free(&path);
 	if (st == ST_OK) {
 		json_int_t r;
 		json_t *ev = json_object_get(reply, "events");
-		const char *svc = json_string_value(json_object_get(reply,
-		    "service"));
+		const char *svc =
+		    json_string_value(json_object_get(reply, "service"));
 		if (svc != NULL)
 			snprintf(cc->service, sizeof(cc->service), "%s", svc);
 		if (json_unpack(reply, "{s:I}", "revision", &r) < 0 ||
 		    !json_is_array(ev)) {
-			coord_fail(cc, ST_INTERNAL, "malformed reply to "
-			    "watch");
+			coord_fail(cc, ST_INTERNAL, "malformed reply to watch");
 			st = ST_INTERNAL;
 		} else {
 			*since = r;
@@ -389,8 +400,8 @@ coord_status(struct coord_client *cc, int64_t deadline, json_t **status)
 
 	if (buf_puts(&path, "/v1/tasks") < 0)
 		return coord_fail(cc, ST_RESOURCE_EXHAUSTED, "out of memory");
-	st = coord_call_json(cc, "GET", &path, NULL, deadline, CALL_REPEAT, status,
-	    NULL);
+	st = coord_call_json(cc, "GET", &path, NULL, deadline, CALL_REPEAT,
+	    status, NULL);
 	buf_free(&path);
 	return st;
 }

@@ -20,9 +20,9 @@
 
 /* How a put treats a key that exists (or not), as coordd's mode=. */
 enum coord_put_mode {
-	COORD_PUT_INSERT,       /* only a new key */
-	COORD_PUT_OVERWRITE,    /* either */
-	COORD_PUT_UPDATE,       /* only an existing key */
+	COORD_PUT_INSERT,    /* only a new key */
+	COORD_PUT_OVERWRITE, /* either */
+	COORD_PUT_UPDATE,    /* only an existing key */
 };
 
 struct coord_client;
@@ -50,9 +50,8 @@ enum status coord_kv_add(struct coord_client *cc, const char *key,
  * fills current and sets *has_current.
  */
 enum status coord_kv_cas(struct coord_client *cc, const char *key,
-    const void *expect, size_t elen, int absent, const void *val,
-    size_t vlen, int64_t deadline, int64_t *rev, struct buf *current,
-    int *has_current);
+    const void *expect, size_t elen, int absent, const void *val, size_t vlen,
+    int64_t deadline, int64_t *rev, struct buf *current, int *has_current);
 enum status coord_kv_delete(struct coord_client *cc, const char *key,
     int64_t deadline, int64_t *deleted, int64_t *rev);
 /* The reply object {"revision":R,"entries":[{key,value(base64),...}]}. */

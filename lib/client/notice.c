@@ -20,10 +20,16 @@ static const struct {
 	const char *name;
 	int signo;
 } signals[] = {
-	{"TERM", SIGTERM}, {"INT", SIGINT}, {"HUP", SIGHUP},
-	{"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"QUIT", SIGQUIT},
-	{"ALRM", SIGALRM}, {"URG", SIGURG}, {"XCPU", SIGXCPU},
-	{"PWR", SIGPWR},
+    {"TERM", SIGTERM},
+    {"INT", SIGINT},
+    {"HUP", SIGHUP},
+    {"USR1", SIGUSR1},
+    {"USR2", SIGUSR2},
+    {"QUIT", SIGQUIT},
+    {"ALRM", SIGALRM},
+    {"URG", SIGURG},
+    {"XCPU", SIGXCPU},
+    {"PWR", SIGPWR},
 };
 
 static int
@@ -53,8 +59,8 @@ parse_base(const char *url, struct notice_source *src)
 		return -1;
 	memcpy(src->addr, host, n);
 	src->addr[n] = '\0';
-	snprintf(src->prefix, sizeof(src->prefix), "%s", slash != NULL ?
-	    slash : "");
+	snprintf(src->prefix, sizeof(src->prefix), "%s",
+	    slash != NULL ? slash : "");
 	n = strlen(src->prefix);
 	while (n > 0 && src->prefix[n - 1] == '/')
 		src->prefix[--n] = '\0';
@@ -101,13 +107,16 @@ notice_parse(const char *spec, const char *base, struct notice_source *src,
 		src->kind = NOTICE_AZURE;
 		def = "http://169.254.169.254";
 	} else {
-		snprintf(err, errlen, "unknown notice source %s (sigterm, "
-		    "signal:NAME, file:PATH, gce, aws, azure)", spec);
+		snprintf(err, errlen,
+		    "unknown notice source %s (sigterm, "
+		    "signal:NAME, file:PATH, gce, aws, azure)",
+		    spec);
 		return -1;
 	}
 	if (parse_base(base != NULL ? base : def, src) < 0) {
-		snprintf(err, errlen, "metadata URL %s is not http://HOST[:PORT]"
-		    "[/PATH]", base != NULL ? base : def);
+		snprintf(err, errlen,
+		    "metadata URL %s is not http://HOST[:PORT][/PATH]",
+		    base != NULL ? base : def);
 		return -1;
 	}
 	if ((src->http = http_client_new(src->addr, 80, err, errlen)) == NULL)
@@ -193,16 +202,16 @@ check_gce(struct notice_source *src, int64_t grace_ms, int64_t *death_ms,
 		const char *path;
 		const char *value;
 	} checks[] = {
-		{"/computeMetadata/v1/instance/preempted", "TRUE"},
-		{"/computeMetadata/v1/instance/maintenance-event",
-		    "TERMINATE_ON_HOST_MAINTENANCE"},
+	    {"/computeMetadata/v1/instance/preempted", "TRUE"},
+	    {"/computeMetadata/v1/instance/maintenance-event",
+	        "TERMINATE_ON_HOST_MAINTENANCE"},
 	};
 	struct buf body = {0};
 	long code;
 
 	for (size_t i = 0; i < 2; i++) {
 		if (meta_get(src, "GET", checks[i].path, &body, &code, err,
-		    errlen) < 0) {
+		        errlen) < 0) {
 			buf_free(&body);
 			return -1;
 		}
@@ -214,7 +223,7 @@ check_gce(struct notice_source *src, int64_t grace_ms, int64_t *death_ms,
 		}
 		if (body.data != NULL &&
 		    strncmp(body.data, checks[i].value,
-		    strlen(checks[i].value)) == 0) {
+		        strlen(checks[i].value)) == 0) {
 			*death_ms = wall_now_ms() + grace_ms;
 			buf_free(&body);
 			return 1;
@@ -231,13 +240,13 @@ aws_token(struct notice_source *src, char *err, size_t errlen)
 	struct http_client *c;
 	enum status st;
 
-	if (src->token[0] != '\0' && duration_now_ms() - src->token_at <
-	    3 * 3600 * 1000)
+	if (src->token[0] != '\0' &&
+	    duration_now_ms() - src->token_at < 3 * 3600 * 1000)
 		return 0;
 	if ((c = http_client_new(src->addr, 80, err, errlen)) == NULL)
 		return -1;
-	http_client_add_header(c, "X-aws-ec2-metadata-token-ttl-seconds: "
-	    "21600");
+	http_client_add_header(c,
+	    "X-aws-ec2-metadata-token-ttl-seconds: 21600");
 	{
 		struct buf url = {0};
 		buf_printf(&url, "%s/latest/api/token", src->prefix);
@@ -253,8 +262,8 @@ aws_token(struct notice_source *src, char *err, size_t errlen)
 		http_resp_free(&resp);
 		return -1;
 	}
-	snprintf(src->token, sizeof(src->token), "%.*s",
-	    (int)resp.body.len, resp.body.data);
+	snprintf(src->token, sizeof(src->token), "%.*s", (int)resp.body.len,
+	    resp.body.data);
 	src->token_at = duration_now_ms();
 	http_resp_free(&resp);
 	/* The token goes with every request of this source from now on. */
@@ -282,12 +291,12 @@ check_aws(struct notice_source *src, int64_t grace_ms, int64_t *death_ms,
 	if (aws_token(src, err, errlen) < 0)
 		return -1;
 	if (meta_get(src, "GET", "/latest/meta-data/spot/instance-action",
-	    &body, &code, err, errlen) < 0) {
+	        &body, &code, err, errlen) < 0) {
 		buf_free(&body);
 		return -1;
 	}
 	if (code == 401) {
-		src->token[0] = '\0';   /* expired: a new one next time */
+		src->token[0] = '\0'; /* expired: a new one next time */
 		buf_free(&body);
 		snprintf(err, errlen, "metadata token refused");
 		return -1;
@@ -301,13 +310,13 @@ check_aws(struct notice_source *src, int64_t grace_ms, int64_t *death_ms,
 		buf_free(&body);
 		return -1;
 	}
-	root = json_loadb(body.data != NULL ? body.data : "", body.len, 0,
-	    NULL);
+	root =
+	    json_loadb(body.data != NULL ? body.data : "", body.len, 0, NULL);
 	buf_free(&body);
 	if (root == NULL || json_unpack(root, "{s?s}", "time", &when) < 0) {
 		json_decref(root);
-		snprintf(err, errlen, "spot/instance-action: not the JSON "
-		    "expected");
+		snprintf(err, errlen,
+		    "spot/instance-action: not the JSON expected");
 		return -1;
 	}
 	if (when == NULL || wall_parse_rfc3339(when, death_ms) < 0)
@@ -326,8 +335,9 @@ check_azure(struct notice_source *src, int64_t grace_ms, int64_t *death_ms,
 	long code;
 	int found = 0;
 
-	if (meta_get(src, "GET", "/metadata/scheduledevents?"
-	    "api-version=2020-07-01", &body, &code, err, errlen) < 0) {
+	if (meta_get(src, "GET",
+	        "/metadata/scheduledevents?api-version=2020-07-01", &body,
+	        &code, err, errlen) < 0) {
 		buf_free(&body);
 		return -1;
 	}
@@ -336,8 +346,8 @@ check_azure(struct notice_source *src, int64_t grace_ms, int64_t *death_ms,
 		buf_free(&body);
 		return -1;
 	}
-	root = json_loadb(body.data != NULL ? body.data : "", body.len, 0,
-	    NULL);
+	root =
+	    json_loadb(body.data != NULL ? body.data : "", body.len, 0, NULL);
 	buf_free(&body);
 	if (!json_is_array(json_object_get(root, "Events"))) {
 		json_decref(root);
@@ -345,14 +355,15 @@ check_azure(struct notice_source *src, int64_t grace_ms, int64_t *death_ms,
 		return -1;
 	}
 	json_array_foreach(json_object_get(root, "Events"), i, ev) {
-		const char *type = json_string_value(json_object_get(ev,
-		    "EventType"));
-		const char *nb = json_string_value(json_object_get(ev,
-		    "NotBefore"));
+		const char *type =
+		    json_string_value(json_object_get(ev, "EventType"));
+		const char *nb =
+		    json_string_value(json_object_get(ev, "NotBefore"));
 		int64_t t;
 
-		if (type == NULL || (strcmp(type, "Preempt") != 0 &&
-		    strcmp(type, "Terminate") != 0))
+		if (type == NULL ||
+		    (strcmp(type, "Preempt") != 0 &&
+		        strcmp(type, "Terminate") != 0))
 			continue;
 		if (nb == NULL || wall_parse_http_date(nb, &t) < 0)
 			t = wall_now_ms() + grace_ms;
@@ -371,8 +382,7 @@ notice_check(struct notice_source *src, int64_t grace_ms, int64_t *death_ms,
 	int r;
 
 	switch (src->kind) {
-	case NOTICE_FILE:
-		return check_file(src, grace_ms, death_ms);
+	case NOTICE_FILE: return check_file(src, grace_ms, death_ms);
 	case NOTICE_GCE:
 		r = check_gce(src, grace_ms, death_ms, err, errlen);
 		break;
@@ -382,8 +392,7 @@ notice_check(struct notice_source *src, int64_t grace_ms, int64_t *death_ms,
 	case NOTICE_AZURE:
 		r = check_azure(src, grace_ms, death_ms, err, errlen);
 		break;
-	default:
-		return 0;
+	default: return 0;
 	}
 	/* A cloud notice stands until the machine goes: take it once. */
 	if (r == 1) {
@@ -412,15 +421,17 @@ notice_watcher(void *arg)
 			r = notice_check(src, w->grace_ms, &death, err,
 			    sizeof(err));
 			if (r == 1) {
-				session_post(w->q, SESSION_NOTICE, 0, ST_OK, death,
-				    "%s: death at %s", src->spec, wall_format(
-				    death, when, sizeof(when)));
-			} else if (r < 0 && i < 8 && strcmp(err, last[i]) != 0) {
-				log_info("notice source %s: %s", src->spec, err);
+				session_post(w->q, SESSION_NOTICE, 0, ST_OK,
+				    death, "%s: death at %s", src->spec,
+				    wall_format(death, when, sizeof(when)));
+			} else if (r < 0 && i < 8 &&
+			    strcmp(err, last[i]) != 0) {
+				log_info("notice source %s: %s", src->spec,
+				    err);
 			}
 			if (i < 8)
-				snprintf(last[i], sizeof(last[i]), "%s", r < 0 ?
-				    err : "");
+				snprintf(last[i], sizeof(last[i]), "%s",
+				    r < 0 ? err : "");
 		}
 		nap(-1, w->interval_ms);
 	}

@@ -21,37 +21,42 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-enum notice_kind { NOTICE_SIGNAL, NOTICE_FILE, NOTICE_GCE, NOTICE_AWS,
-    NOTICE_AZURE };
+enum notice_kind {
+	NOTICE_SIGNAL,
+	NOTICE_FILE,
+	NOTICE_GCE,
+	NOTICE_AWS,
+	NOTICE_AZURE
+};
 
 struct http_client;
 
 struct notice_source {
 	enum notice_kind kind;
 	char spec[300];
-	int signo;                      /* NOTICE_SIGNAL */
-	char path[256];                 /* NOTICE_FILE */
-	ino_t ino;                      /* the file last taken as a notice */
+	int signo;      /* NOTICE_SIGNAL */
+	char path[256]; /* NOTICE_FILE */
+	ino_t ino;      /* the file last taken as a notice */
 	int64_t mtime_ns;
-	char prefix[256];               /* metadata: path before the API's */
-	char addr[280];                 /* metadata: HOST:PORT */
+	char prefix[256]; /* metadata: path before the API's */
+	char addr[280];   /* metadata: HOST:PORT */
 	struct http_client *http;
-	char token[512];                /* AWS IMDSv2 */
+	char token[512]; /* AWS IMDSv2 */
 	int64_t token_at;
-	int fired;                      /* cloud notices are taken once */
+	int fired; /* cloud notices are taken once */
 };
 
 /* Parses spec; base is the metadata URL for cloud sources (NULL: theirs). */
-int notice_parse(const char *spec, const char *base,
-    struct notice_source *src, char *err, size_t errlen);
+int notice_parse(const char *spec, const char *base, struct notice_source *src,
+    char *err, size_t errlen);
 
 /*
  * One look at a polled source. 1: a notice, with the death time (Unix ms)
  * in *death_ms (now + grace_ms when the source gives none); 0: none; -1:
  * the source could not be read (err says why).
  */
-int notice_check(struct notice_source *src, int64_t grace_ms,
-    int64_t *death_ms, char *err, size_t errlen);
+int notice_check(struct notice_source *src, int64_t grace_ms, int64_t *death_ms,
+    char *err, size_t errlen);
 
 void notice_free(struct notice_source *src);
 

@@ -3,9 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coord_call.h"
 #include "duration.h"
 #include "log.h"
-#include "coord_call.h"
 #include "preempt.h"
 #include "text.h"
 #include "wallclock.h"
@@ -24,8 +24,8 @@ preempt_publish(struct coord_client *cc, int64_t *death_ms, int64_t deadline)
 		return st;
 	/* Another task was first: its death time stands. */
 	st = coord_kv_get(cc, PREEMPT_NOTICE_KEY, 0, deadline, &cur, NULL);
-	if (st == ST_OK && wall_parse_rfc3339(cur.data != NULL ? cur.data : "",
-	    death_ms) < 0)
+	if (st == ST_OK &&
+	    wall_parse_rfc3339(cur.data != NULL ? cur.data : "", death_ms) < 0)
 		st = ST_OK;
 	buf_free(&cur);
 	return st;
@@ -50,12 +50,14 @@ max_step(struct coord_client *cc, int64_t deadline, int64_t *max, int *n)
 		char *end;
 
 		buf_reset(&v);
-		if (!json_is_string(val) || text_base64_decode(&v,
-		    json_string_value(val), json_string_length(val)) < 0 ||
-		    v.len == 0 || (step = strtoll(v.data, &end, 10), *end != '\0')) {
-			coord_fail(cc, ST_FAILED_PRECONDITION, "step counter %s is "
-			    "not a number", json_string_value(json_object_get(e,
-			    "key")));
+		if (!json_is_string(val) ||
+		    text_base64_decode(&v, json_string_value(val),
+		        json_string_length(val)) < 0 ||
+		    v.len == 0 ||
+		    (step = strtoll(v.data, &end, 10), *end != '\0')) {
+			coord_fail(cc, ST_FAILED_PRECONDITION,
+			    "step counter %s is not a number",
+			    json_string_value(json_object_get(e, "key")));
 			st = ST_FAILED_PRECONDITION;
 			break;
 		}
@@ -66,7 +68,8 @@ max_step(struct coord_client *cc, int64_t deadline, int64_t *max, int *n)
 	buf_free(&v);
 	json_decref(reply);
 	if (st == ST_OK && *n == 0) {
-		coord_fail(cc, ST_FAILED_PRECONDITION, "no step counters found");
+		coord_fail(cc, ST_FAILED_PRECONDITION,
+		    "no step counters found");
 		st = ST_FAILED_PRECONDITION;
 	}
 	return st;
@@ -89,32 +92,35 @@ preempt_sync(struct coord_client *cc, const struct coord_agent *a,
 	deadline = duration_now_ms() + barrier_timeout_ms + 10000;
 	snprintf(key, sizeof(key), "%s/%s", PREEMPT_COUNTER_DIR, a->task);
 	snprintf(num, sizeof(num), "%" PRId64, step);
-	st = coord_kv_put(cc, key, num, strlen(num), COORD_PUT_OVERWRITE, deadline,
-	    NULL);
+	st = coord_kv_put(cc, key, num, strlen(num), COORD_PUT_OVERWRITE,
+	    deadline, NULL);
 	if (st != ST_OK) {
-		snprintf(why, sizeof(why), "posting step %s: %.900s", num, coord_client_error(cc));
+		snprintf(why, sizeof(why), "posting step %s: %.900s", num,
+		    coord_client_error(cc));
 		goto fail;
 	}
 	st = coord_barrier_wait(cc, a, PREEMPT_BARRIER, barrier_timeout_ms,
 	    NULL, deadline, 0, NULL, NULL);
 	if (st != ST_OK) {
-		snprintf(why, sizeof(why), "barrier %s: %.900s", PREEMPT_BARRIER,
-		    coord_client_error(cc));
+		snprintf(why, sizeof(why), "barrier %s: %.900s",
+		    PREEMPT_BARRIER, coord_client_error(cc));
 		goto fail;
 	}
 	if ((st = max_step(cc, deadline, &max, &n)) != ST_OK) {
-		snprintf(why, sizeof(why), "reading the steps: %.900s", coord_client_error(cc));
+		snprintf(why, sizeof(why), "reading the steps: %.900s",
+		    coord_client_error(cc));
 		goto fail;
 	}
 	*sync_step = max + 1;
 	atomic_store(&page->sync_step, *sync_step);
 	sync_page_set(page, SYNC_KNOWN);
 	log_info("sync point: step %" PRId64 " (the furthest of %d tasks was "
-	    "at %" PRId64 ")", *sync_step, n, max);
+	         "at %" PRId64 ")",
+	    *sync_step, n, max);
 	/* For people and status pages; every task agrees on the value. */
 	snprintf(num, sizeof(num), "%" PRId64, *sync_step);
-	coord_kv_put(cc, PREEMPT_SYNC_KEY, num, strlen(num), COORD_PUT_OVERWRITE,
-	    duration_now_ms() + 2000, NULL);
+	coord_kv_put(cc, PREEMPT_SYNC_KEY, num, strlen(num),
+	    COORD_PUT_OVERWRITE, duration_now_ms() + 2000, NULL);
 	return ST_OK;
 fail:
 	/* Nobody may wait for us at a barrier we will not reach. */
@@ -151,8 +157,9 @@ preempt_watcher(void *arg)
 		goto out;
 	if (wall_parse_rfc3339(val.data != NULL ? val.data : "", &death) < 0) {
 		log_info("preemption notice %s is not an RFC 3339 time; taking "
-		    "the death time as now + %s", val.data, duration_format(
-		    pw->notice_grace_ms, d, sizeof(d)));
+		         "the death time as now + %s",
+		    val.data,
+		    duration_format(pw->notice_grace_ms, d, sizeof(d)));
 		death = wall_now_ms() + pw->notice_grace_ms;
 	}
 	atomic_store(&pw->page->death_ms, death);
@@ -163,13 +170,16 @@ preempt_watcher(void *arg)
 	start = death - pw->window_ms;
 	if (start > wall_now_ms())
 		log_info("the sync protocol starts in %s, %s before the death "
-		    "time", duration_format(start - wall_now_ms(), d, sizeof(d)),
+		         "time",
+		    duration_format(start - wall_now_ms(), d, sizeof(d)),
 		    duration_format(pw->window_ms, when, sizeof(when)));
 	/* Nor before every task is there: the barrier is everyone's. */
 	while (start > wall_now_ms() || !atomic_load(&s->ready)) {
 		int64_t left = start - wall_now_ms();
-		if (nap(cancel_fd(&s->cancel), !atomic_load(&s->ready) ? 100 :
-		    left < 60000 ? left : 60000) < 0)
+		if (nap(cancel_fd(&s->cancel),
+		        !atomic_load(&s->ready) ? 100 :
+		            left < 60000        ? left :
+		                                  60000) < 0)
 			goto out;
 	}
 	st = preempt_sync(cc, &s->a, pw->page, pw->barrier_timeout_ms,

@@ -21,10 +21,10 @@
 #include "session.h"
 #include "sync_page.h"
 
-#define PREEMPT_NOTICE_KEY  "muster/preemption/notice"
+#define PREEMPT_NOTICE_KEY "muster/preemption/notice"
 #define PREEMPT_COUNTER_DIR "muster/preemption/counter"
-#define PREEMPT_SYNC_KEY    "muster/preemption/sync_step"
-#define PREEMPT_BARRIER     "muster.preemption"
+#define PREEMPT_SYNC_KEY "muster/preemption/sync_step"
+#define PREEMPT_BARRIER "muster.preemption"
 
 /* Publishes a notice (RFC 3339 death time). A notice already there wins:
  * *death_ms then gets its time. */
@@ -44,9 +44,9 @@ enum status preempt_sync(struct coord_client *cc, const struct coord_agent *a,
 struct preempt_watch {
 	struct session *s;
 	struct sync_page *page;
-	int64_t notice_grace_ms;        /* the death time of a notice
+	int64_t notice_grace_ms; /* the death time of a notice
 					 * that gives none: now + this */
-	int64_t window_ms;              /* start this long before it */
+	int64_t window_ms;       /* start this long before it */
 	int64_t barrier_timeout_ms;
 };
 

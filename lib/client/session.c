@@ -9,10 +9,12 @@
 #include "sigfd.h"
 
 void
-session_post(struct evq *q, enum session_ev type, unsigned gen,
-    enum status st, int64_t value, const char *fmt, ...)
+session_post(struct evq *q, enum session_ev type, unsigned gen, enum status st,
+    int64_t value, const char *fmt, ...)
 {
-	struct session_event ev = {.type = type, .gen = gen, .st = st,
+	struct session_event ev = {.type = type,
+	    .gen = gen,
+	    .st = st,
 	    .value = value};
 	va_list ap;
 
@@ -46,16 +48,16 @@ heartbeat_main(void *arg)
 	int64_t last_ok = duration_now_ms();
 	char svc[17], a[32];
 
-	while (cc != NULL && nap(cancel_fd(&s->cancel),
-	    s->a.heartbeat_interval_ms) == 0) {
+	while (cc != NULL &&
+	    nap(cancel_fd(&s->cancel), s->a.heartbeat_interval_ms) == 0) {
 		int64_t now = duration_now_ms();
 		int not_reg = 0;
 		enum status st;
 
 		if (s->guard != NULL)
 			proc_guard_tick(s->guard);
-		st = coord_heartbeat(cc, &s->a, now + s->a.heartbeat_interval_ms,
-		    &not_reg, svc);
+		st = coord_heartbeat(cc, &s->a,
+		    now + s->a.heartbeat_interval_ms, &not_reg, svc);
 		if (st == ST_OK) {
 			last_ok = duration_now_ms();
 			continue;
@@ -66,13 +68,14 @@ heartbeat_main(void *arg)
 			/* A new coordd: join it as the same incarnation. */
 			log_info("coordd restarted; registering %s again",
 			    s->a.task);
-			if (coord_register(cc, &s->a, now +
-			    s->a.heartbeat_interval_ms) == ST_OK) {
+			if (coord_register(cc, &s->a,
+			        now + s->a.heartbeat_interval_ms) == ST_OK) {
 				last_ok = duration_now_ms();
 				continue;
 			}
 		} else if (not_reg) {
-			session_post(s->q, SESSION_FAILED, s->gen, ST_ABORTED, 0,
+			session_post(s->q, SESSION_FAILED, s->gen, ST_ABORTED,
+			    0,
 			    "coordd no longer counts task %s as connected: it "
 			    "was declared failed and the cluster moved on",
 			    s->a.task);
@@ -82,16 +85,17 @@ heartbeat_main(void *arg)
 			if (duration_now_ms() - last_ok >
 			    s->a.heartbeat_timeout_ms) {
 				session_post(s->q, SESSION_FAILED, s->gen,
-				    ST_UNAVAILABLE, 0, "coordd unreachable for "
-				    "%s: %s", duration_format(duration_now_ms() -
-				    last_ok, a, sizeof(a)),
+				    ST_UNAVAILABLE, 0,
+				    "coordd unreachable for %s: %s",
+				    duration_format(duration_now_ms() - last_ok,
+				        a, sizeof(a)),
 				    coord_client_error(cc));
 				break;
 			}
 			continue;
 		}
-		session_post(s->q, SESSION_FAILED, s->gen, st, 0, "coordd "
-		    "refused the heartbeat of %s: %s: %s", s->a.task,
+		session_post(s->q, SESSION_FAILED, s->gen, st, 0,
+		    "coordd refused the heartbeat of %s: %s: %s", s->a.task,
 		    status_name(st), coord_client_error(cc));
 		break;
 	}
@@ -113,13 +117,13 @@ poller_main(void *arg)
 	if (cc == NULL)
 		return NULL;
 	if (s->wait_all) {
-		st = coord_wait_all(cc, &s->a, duration_now_ms() +
-		    s->bringup_ms, NULL, NULL);
+		st = coord_wait_all(cc, &s->a,
+		    duration_now_ms() + s->bringup_ms, NULL, NULL);
 		if (st == ST_CANCELLED)
 			goto out;
 		if (st != ST_OK) {
-			session_post(s->q, SESSION_BRINGUP_FAILED, s->gen, st, 0,
-			    "waiting for all tasks: %s: %s", status_name(st),
+			session_post(s->q, SESSION_BRINGUP_FAILED, s->gen, st,
+			    0, "waiting for all tasks: %s: %s", status_name(st),
 			    coord_client_error(cc));
 			goto out;
 		}
@@ -140,19 +144,19 @@ poller_main(void *arg)
 			continue;
 		}
 		json_array_foreach(errors, i, e) {
-			const char *task = json_string_value(json_object_get(e,
-			    "task"));
-			const char *code = json_string_value(json_object_get(e,
-			    "code"));
-			const char *msg = json_string_value(json_object_get(e,
-			    "message"));
+			const char *task =
+			    json_string_value(json_object_get(e, "task"));
+			const char *code =
+			    json_string_value(json_object_get(e, "code"));
+			const char *msg =
+			    json_string_value(json_object_get(e, "message"));
 			int own = task != NULL && strcmp(task, s->a.task) == 0;
 
 			session_post(s->q, SESSION_FAILED, s->gen,
 			    status_from_name(code), 0, "%s%s%s failed: %s: %s",
-			    own ? "this task (" : "task ", task != NULL ? task :
-			    "?", own ? ")" : "", code != NULL ? code : "?",
-			    msg != NULL ? msg : "");
+			    own ? "this task (" : "task ",
+			    task != NULL ? task : "?", own ? ")" : "",
+			    code != NULL ? code : "?", msg != NULL ? msg : "");
 			json_decref(errors);
 			goto out;
 		}

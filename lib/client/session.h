@@ -30,9 +30,9 @@ enum session_ev {
 /* One event, one write: smaller than PIPE_BUF. */
 struct session_event {
 	enum session_ev type;
-	unsigned gen;                   /* the session it is from */
+	unsigned gen; /* the session it is from */
 	enum status st;
-	int64_t value;                  /* a death time, or the sync step */
+	int64_t value; /* a death time, or the sync step */
 	char msg[1800];
 };
 
@@ -43,14 +43,14 @@ void session_post(struct evq *q, enum session_ev type, unsigned gen,
 #define SESSION_MAX_THREADS 4
 
 struct session {
-	const char *addr;               /* coordd */
+	const char *addr; /* coordd */
 	struct coord_agent a;
-	unsigned gen;                   /* bumped by the caller per run */
-	int wait_all;                   /* wait for every task first */
-	int64_t bringup_ms;             /* for how long */
+	unsigned gen;       /* bumped by the caller per run */
+	int wait_all;       /* wait for every task first */
+	int64_t bringup_ms; /* for how long */
 	struct evq *q;
-	struct proc_guard *guard;       /* ticked with each heartbeat */
-	atomic_int ready;               /* every task is there */
+	struct proc_guard *guard; /* ticked with each heartbeat */
+	atomic_int ready;         /* every task is there */
 	struct cancel cancel;
 	pthread_t threads[SESSION_MAX_THREADS];
 	int nthreads;

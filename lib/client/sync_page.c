@@ -19,7 +19,8 @@ sync_page_wait(struct sync_page *p, uint32_t seen, int64_t timeout_ms)
 static void
 futex_wake(_Atomic uint32_t *addr)
 {
-	syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+	syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE, INT_MAX, NULL, NULL,
+	    0);
 }
 
 void
@@ -46,4 +47,3 @@ sync_page_reset(struct sync_page *p)
 	atomic_store(&p->reached, 0);
 	sync_page_set(p, SYNC_IDLE);
 }
-

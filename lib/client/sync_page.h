@@ -19,12 +19,12 @@
 #include "syncpoint.h"
 
 struct sync_page {
-	_Atomic int64_t step;           /* the last step reached, -1 none */
-	_Atomic uint32_t state;         /* enum sync_state */
-	_Atomic uint32_t seq;           /* futex word, bumped on each change */
-	_Atomic int64_t sync_step;      /* when SYNC_KNOWN */
-	_Atomic int64_t death_ms;       /* Unix time in ms, 0 when none */
-	_Atomic uint32_t reached;       /* a caller was told "this is it" */
+	_Atomic int64_t step;      /* the last step reached, -1 none */
+	_Atomic uint32_t state;    /* enum sync_state */
+	_Atomic uint32_t seq;      /* futex word, bumped on each change */
+	_Atomic int64_t sync_step; /* when SYNC_KNOWN */
+	_Atomic int64_t death_ms;  /* Unix time in ms, 0 when none */
+	_Atomic uint32_t reached;  /* a caller was told "this is it" */
 };
 
 /* State changes, with a wake-up of every waiter. */

@@ -45,8 +45,9 @@ sync_server_new(char *err, size_t errlen)
 		tmp = "/tmp";
 	snprintf(s->dir, sizeof(s->dir), "%s/muster-sync.XXXXXX", tmp);
 	if (mkdtemp(s->dir) == NULL) {
-		snprintf(err, errlen, "cannot make a directory for the sync "
-		    "socket in %s: %s", tmp, strerror(errno));
+		snprintf(err, errlen,
+		    "cannot make a directory for the sync socket in %s: %s",
+		    tmp, strerror(errno));
 		free(s);
 		return NULL;
 	}
@@ -54,8 +55,9 @@ sync_server_new(char *err, size_t errlen)
 	strcpy(sa.sun_path, s->path);
 	if ((s->memfd = memfd_create("muster-sync", MFD_CLOEXEC)) < 0 ||
 	    ftruncate(s->memfd, sizeof(struct sync_page)) < 0 ||
-	    (s->page = mmap(NULL, sizeof(struct sync_page), PROT_READ |
-	    PROT_WRITE, MAP_SHARED, s->memfd, 0)) == MAP_FAILED ||
+	    (s->page = mmap(NULL, sizeof(struct sync_page),
+	         PROT_READ | PROT_WRITE, MAP_SHARED, s->memfd, 0)) ==
+	        MAP_FAILED ||
 	    (s->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0 ||
 	    bind(s->lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
 	    listen(s->lfd, 64) < 0 || pipe2(s->stop, O_CLOEXEC) < 0) {
@@ -88,15 +90,17 @@ serve_one(struct sync_server *s, int fd)
 {
 	char line[64], cbuf[CMSG_SPACE(sizeof(int))];
 	struct iovec iov = {"ok\n", 3};
-	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1,
-	    .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
+	struct msghdr msg = {.msg_iov = &iov,
+	    .msg_iovlen = 1,
+	    .msg_control = cbuf,
+	    .msg_controllen = sizeof(cbuf)};
 	struct cmsghdr *cm;
 	struct pollfd pf = {.fd = fd, .events = POLLIN};
 	ssize_t n;
 
 	/* A client that connects and says nothing must not stall us. */
-	if (poll(&pf, 1, 1000) <= 0 || (n = read(fd, line,
-	    sizeof(line) - 1)) <= 0)
+	if (poll(&pf, 1, 1000) <= 0 ||
+	    (n = read(fd, line, sizeof(line) - 1)) <= 0)
 		return;
 	line[n] = '\0';
 	if (strncmp(line, "PAGE", 4) != 0) {

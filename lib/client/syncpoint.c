@@ -47,16 +47,19 @@ syncpoint_open(char *err, size_t errlen)
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	char cbuf[CMSG_SPACE(sizeof(int))], reply[8];
 	struct iovec iov = {reply, sizeof(reply)};
-	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1,
-	    .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
+	struct msghdr msg = {.msg_iov = &iov,
+	    .msg_iovlen = 1,
+	    .msg_control = cbuf,
+	    .msg_controllen = sizeof(cbuf)};
 	struct syncpoint *sp;
 	struct cmsghdr *cm;
 	int fd, pfd = -1, e;
 	void *p;
 
 	if (path == NULL || *path == '\0') {
-		snprintf(err, errlen, "not running under preemptwatch (%s is "
-		    "not set)", SYNCPOINT_ENV);
+		snprintf(err, errlen,
+		    "not running under preemptwatch (%s is not set)",
+		    SYNCPOINT_ENV);
 		errno = ENOTCONN;
 		return NULL;
 	}
@@ -69,22 +72,22 @@ syncpoint_open(char *err, size_t errlen)
 	    write(fd, "PAGE\n", 5) != 5) {
 		e = errno;
 		close(fd);
-		return fail(e, err, errlen, "cannot reach preemptwatch at %s: "
-		    "%s", path);
+		return fail(e, err, errlen,
+		    "cannot reach preemptwatch at %s: %s", path);
 	}
 	if (recvmsg(fd, &msg, MSG_CMSG_CLOEXEC) <= 0) {
 		e = errno != 0 ? errno : EPROTO;
 		close(fd);
-		return fail(e, err, errlen, "no reply from preemptwatch at %s: "
-		    "%s", path);
+		return fail(e, err, errlen,
+		    "no reply from preemptwatch at %s: %s", path);
 	}
 	close(fd);
 	for (cm = CMSG_FIRSTHDR(&msg); cm != NULL; cm = CMSG_NXTHDR(&msg, cm))
 		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
 			memcpy(&pfd, CMSG_DATA(cm), sizeof(int));
 	if (pfd < 0)
-		return fail(EPROTO, err, errlen, "preemptwatch at %s sent no "
-		    "page: %s", path);
+		return fail(EPROTO, err, errlen,
+		    "preemptwatch at %s sent no page: %s", path);
 	p = mmap(NULL, sizeof(struct sync_page), PROT_READ | PROT_WRITE,
 	    MAP_SHARED, pfd, 0);
 	e = errno;
@@ -136,8 +139,8 @@ fill_status(const struct sync_page *p, struct syncpoint_status *st)
 {
 	st->state = (enum sync_state)atomic_load(&p->state);
 	st->death_ms = atomic_load(&p->death_ms);
-	st->sync_step = st->state == SYNC_KNOWN ? atomic_load(&p->sync_step) :
-	    -1;
+	st->sync_step =
+	    st->state == SYNC_KNOWN ? atomic_load(&p->sync_step) : -1;
 	st->step = atomic_load(&p->step);
 }
 
@@ -172,7 +175,7 @@ syncpoint_wait_notice(struct syncpoint *sp, int64_t timeout_ms,
 			return 1;
 		if (timeout_ms >= 0 && left <= 0)
 			return 0;
-		sync_page_wait(p, seq, timeout_ms < 0 || left > 1000 ? 1000 :
-		    left);
+		sync_page_wait(p, seq,
+		    timeout_ms < 0 || left > 1000 ? 1000 : left);
 	}
 }

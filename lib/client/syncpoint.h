@@ -17,18 +17,18 @@
 #define SYNCPOINT_ENV "MUSTER_SYNC_SOCKET"
 
 enum sync_state {
-	SYNC_IDLE,      /* no notice */
-	SYNC_NOTICE,    /* a notice; the protocol has not started */
-	SYNC_FROZEN,    /* the protocol runs; steps wait */
-	SYNC_KNOWN,     /* the sync step is known */
-	SYNC_FAILED,    /* the protocol failed: no sync step */
+	SYNC_IDLE,   /* no notice */
+	SYNC_NOTICE, /* a notice; the protocol has not started */
+	SYNC_FROZEN, /* the protocol runs; steps wait */
+	SYNC_KNOWN,  /* the sync step is known */
+	SYNC_FAILED, /* the protocol failed: no sync step */
 };
 
 struct syncpoint_status {
 	enum sync_state state;
-	int64_t death_ms;               /* Unix ms; 0 when no notice */
-	int64_t sync_step;              /* -1 when not known */
-	int64_t step;                   /* the last step reached, -1 none */
+	int64_t death_ms;  /* Unix ms; 0 when no notice */
+	int64_t sync_step; /* -1 when not known */
+	int64_t step;      /* the last step reached, -1 none */
 };
 
 struct syncpoint;

@@ -41,25 +41,17 @@ daemon_option(struct daemon_options *o, int c, const char *arg,
     const char *name, const char *synopsis, int *rc)
 {
 	switch (c) {
-	case 'l':
-		o->listen = arg;
-		return 1;
-	case 0x100:
-		o->port_file = arg;
-		return 1;
+	case 'l': o->listen = arg; return 1;
+	case 0x100: o->port_file = arg; return 1;
 	case 0x101:
 		if (parse_long(arg, 1, 64, &o->threads) < 0) {
-			*rc = cli_usage_error(synopsis, "--threads %s is not a "
-			    "number from 1 to 64", arg);
+			*rc = cli_usage_error(synopsis,
+			    "--threads %s is not a number from 1 to 64", arg);
 			return -1;
 		}
 		return 1;
-	case 'v':
-		o->verbose++;
-		return 1;
-	case 'n':
-		o->check = 1;
-		return 1;
+	case 'v': o->verbose++; return 1;
+	case 'n': o->check = 1; return 1;
 	case 'h':
 		fputs(synopsis, stdout);
 		*rc = 0;
@@ -68,8 +60,7 @@ daemon_option(struct daemon_options *o, int c, const char *arg,
 		printf("%s %s\n", name, MUSTER_VERSION);
 		*rc = 0;
 		return -1;
-	default:
-		return 0;
+	default: return 0;
 	}
 }
 
@@ -99,8 +90,8 @@ healthz(struct daemon *d, struct http_req *req)
 		http_reply(req, 503, "text/plain", "shutting down\n", 14);
 		return;
 	}
-	if (d->svc->health != NULL && d->svc->health(d->svc->arg, why,
-	    sizeof(why) - 1) != 0) {
+	if (d->svc->health != NULL &&
+	    d->svc->health(d->svc->arg, why, sizeof(why) - 1) != 0) {
 		strcat(why, "\n");
 		http_reply(req, 503, "text/plain", why, strlen(why));
 		return;
@@ -120,11 +111,9 @@ metrics(struct daemon *d, struct http_req *req)
 	    "# TYPE muster_http_requests_total counter\n"
 	    "muster_http_requests_total %lu\n"
 	    "# HELP muster_http_parked Requests parked now.\n"
-	    "# TYPE muster_http_parked gauge\n"
-	    "muster_http_parked %lu\n"
+	    "# TYPE muster_http_parked gauge\nmuster_http_parked %lu\n"
 	    "# HELP muster_log_dropped_total Log lines dropped because "
-	    "stderr did not keep up.\n"
-	    "# TYPE muster_log_dropped_total counter\n"
+	    "stderr did not keep up.\n# TYPE muster_log_dropped_total counter\n"
 	    "muster_log_dropped_total %lu\n",
 	    http_server_requests(d->srv), http_server_parked(d->srv),
 	    log_dropped());
@@ -149,11 +138,11 @@ handle(struct http_req *req, void *arg)
 		unsigned allowed = health ? ROUTE_GET | ROUTE_HEAD : ROUTE_GET;
 
 		if ((m & allowed) == 0) {
-			http_set_header(req, "Allow", health ? "GET, HEAD" :
-			    "GET");
+			http_set_header(req, "Allow",
+			    health ? "GET, HEAD" : "GET");
 			http_reply_error_http(req, 405, ST_INVALID_ARGUMENT,
-			    "method %s not allowed on %s",
-			    http_req_method(req), path);
+			    "method %s not allowed on %s", http_req_method(req),
+			    path);
 		} else if (health) {
 			healthz(d, req);
 		} else {
@@ -172,9 +161,12 @@ int
 daemon_run(const struct daemon_options *o, const struct daemon_service *svc)
 {
 	struct daemon d = {.svc = svc};
-	struct http_server_config hc = {.host = o->host, .port = o->port,
-	    .threads = (unsigned)o->threads, .max_body = o->max_body,
-	    .handler = handle, .arg = &d};
+	struct http_server_config hc = {.host = o->host,
+	    .port = o->port,
+	    .threads = (unsigned)o->threads,
+	    .max_body = o->max_body,
+	    .handler = handle,
+	    .arg = &d};
 	char err[512];
 	sigset_t set;
 	int sig;

@@ -17,10 +17,10 @@
 
 /* What a service hands the skeleton. */
 struct daemon_service {
-	const char *name;               /* "coordd": logs, messages */
+	const char *name; /* "coordd": logs, messages */
 	const struct route *routes;
 	size_t nroutes;
-	void *arg;                      /* passed to every callback */
+	void *arg; /* passed to every callback */
 	/* Appends the service's lines to /metrics; may be NULL. */
 	void (*metrics)(struct buf *out, void *arg);
 	/* 0 when the service can answer now; else why not, in why. */
@@ -31,25 +31,27 @@ struct daemon_service {
 
 /* The options every daemon takes, with their defaults. */
 struct daemon_options {
-	const char *listen;             /* HOST:PORT */
+	const char *listen; /* HOST:PORT */
 	const char *port_file;
-	long threads;                   /* worker threads */
+	long threads; /* worker threads */
 	size_t max_body;
 	int verbose;
-	int check;                      /* -n: check the options, exit */
-	char host[64];                  /* from listen */
+	int check;     /* -n: check the options, exit */
+	char host[64]; /* from listen */
 	int port;
 };
 
 /* Long options of the skeleton, to put first in a daemon's table. */
-#define DAEMON_LONGOPTS \
-	{"listen", required_argument, NULL, 'l'}, \
-	{"port-file", required_argument, NULL, 0x100}, \
-	{"threads", required_argument, NULL, 0x101}, \
-	{"verbose", no_argument, NULL, 'v'}, \
-	{"check", no_argument, NULL, 'n'}, \
-	{"help", no_argument, NULL, 'h'}, \
-	{"version", no_argument, NULL, 0x102}
+#define DAEMON_LONGOPTS                                    \
+	{"listen", required_argument, NULL, 'l'},          \
+	    {"port-file", required_argument, NULL, 0x100}, \
+	    {"threads", required_argument, NULL, 0x101},   \
+	    {"verbose", no_argument, NULL, 'v'},           \
+	    {"check", no_argument, NULL, 'n'},             \
+	    {"help", no_argument, NULL, 'h'},              \
+	{                                                  \
+		"version", no_argument, NULL, 0x102        \
+	}
 #define DAEMON_SHORTOPTS "hl:nv"
 
 /* Fills o with the defaults (listen on 127.0.0.1:port). */

@@ -26,19 +26,19 @@ struct http_client {
 	char host[256];
 	char port[12];
 	char addr[280];
-	int fd;                 /* the kept-alive connection, or -1 */
-	int cancel_fd;          /* readable: give up, or -1 */
-	struct buf in;          /* bytes read and not yet used */
-	struct buf headers;     /* extra request headers */
+	int fd;             /* the kept-alive connection, or -1 */
+	int cancel_fd;      /* readable: give up, or -1 */
+	struct buf in;      /* bytes read and not yet used */
+	struct buf headers; /* extra request headers */
 	unsigned seed;
 };
 
 /* Why one attempt failed, which decides whether it is tried again. */
 enum fail {
 	F_NONE,
-	F_CONNECT,      /* never connected: always safe to retry */
-	F_STALE,        /* a reused connection died before any reply byte */
-	F_BROKEN,       /* the connection broke after the request went out */
+	F_CONNECT, /* never connected: always safe to retry */
+	F_STALE,   /* a reused connection died before any reply byte */
+	F_BROKEN,  /* the connection broke after the request went out */
 	F_TIMEOUT,
 	F_PROTOCOL,
 	F_CANCELLED,
@@ -71,10 +71,10 @@ http_client_new(const char *addr, int defport, char *err, size_t errlen)
 	} else {
 		const char *colon = strchr(addr, ':');
 		if (colon != NULL && strchr(colon + 1, ':') != NULL)
-			hlen = 0;       /* a bare IPv6 address needs brackets */
+			hlen = 0; /* a bare IPv6 address needs brackets */
 		else
 			hlen = colon != NULL ? (size_t)(colon - addr) :
-			    strlen(addr);
+			                       strlen(addr);
 		if (colon != NULL)
 			port = colon + 1;
 	}
@@ -94,8 +94,8 @@ http_client_new(const char *addr, int defport, char *err, size_t errlen)
 	memcpy(c->host, host, hlen);
 	c->host[hlen] = '\0';
 	snprintf(c->port, sizeof(c->port), "%ld", p);
-	snprintf(c->addr, sizeof(c->addr), addr[0] == '[' ? "[%s]:%ld" :
-	    "%s:%ld", c->host, p);
+	snprintf(c->addr, sizeof(c->addr),
+	    addr[0] == '[' ? "[%s]:%ld" : "%s:%ld", c->host, p);
 	c->fd = -1;
 	c->cancel_fd = -1;
 	c->seed = (unsigned)getpid() ^ (unsigned)duration_now_ms();
@@ -179,7 +179,7 @@ wait_fd(const struct http_client *c, int fd, short events, int64_t at)
 		if (n == 0)
 			return -1;
 		if (errno != EINTR)
-			return 0;   /* let the read or write report it */
+			return 0; /* let the read or write report it */
 	}
 }
 
@@ -197,8 +197,9 @@ open_conn(struct http_client *c, int64_t at, char *err, size_t errlen)
 		return F_CONNECT;
 	}
 	for (ai = res; ai != NULL; ai = ai->ai_next) {
-		int fd = socket(ai->ai_family, ai->ai_socktype |
-		    SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+		int fd = socket(ai->ai_family,
+		    ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+		    ai->ai_protocol);
 		int one = 1, soerr = 0;
 		socklen_t sl = sizeof(soerr);
 
@@ -215,8 +216,10 @@ open_conn(struct http_client *c, int64_t at, char *err, size_t errlen)
 		if ((rc = wait_fd(c, fd, POLLOUT, at)) < 0) {
 			close(fd);
 			freeaddrinfo(res);
-			snprintf(err, errlen, rc == -2 ? "cancelled" :
-			    "cannot reach %s: connection timed out", c->addr);
+			snprintf(err, errlen,
+			    rc == -2 ? "cancelled" :
+			               "cannot reach %s: connection timed out",
+			    c->addr);
 			return rc == -2 ? F_CANCELLED : F_TIMEOUT;
 		}
 		getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
@@ -231,8 +234,7 @@ open_conn(struct http_client *c, int64_t at, char *err, size_t errlen)
 		return F_NONE;
 	}
 	freeaddrinfo(res);
-	snprintf(err, errlen, "cannot reach %s: %s", c->addr,
-	    strerror(saved));
+	snprintf(err, errlen, "cannot reach %s: %s", c->addr, strerror(saved));
 	return saved == ETIMEDOUT ? F_TIMEOUT : F_CONNECT;
 }
 
@@ -248,7 +250,7 @@ send_all(struct http_client *c, struct iovec *iov, int n, int64_t at)
 				int rc = wait_fd(c, c->fd, POLLOUT, at);
 				if (rc < 0)
 					return rc == -2 ? F_CANCELLED :
-					    F_TIMEOUT;
+					                  F_TIMEOUT;
 				continue;
 			}
 			return F_STALE;
@@ -278,8 +280,8 @@ fill(struct http_client *c, int64_t at, int *timed_out)
 
 		if (buf_reserve(&c->in, 16384) < 0)
 			return -1;
-		r = read(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len -
-		    1);
+		r = read(c->fd, c->in.data + c->in.len,
+		    c->in.cap - c->in.len - 1);
 		if (r > 0) {
 			c->in.len += (size_t)r;
 			c->in.data[c->in.len] = '\0';
@@ -330,8 +332,8 @@ header_value(const char *head, size_t headlen, const char *name)
  * understood; anything else is a protocol error.
  */
 static enum fail
-read_reply(struct http_client *c, int64_t at, struct http_resp *resp,
-    int *keep, char *err, size_t errlen)
+read_reply(struct http_client *c, int64_t at, struct http_resp *resp, int *keep,
+    char *err, size_t errlen)
 {
 	char *eoh;
 	size_t headlen;
@@ -341,10 +343,10 @@ read_reply(struct http_client *c, int64_t at, struct http_resp *resp,
 
 	*keep = 1;
 	while ((eoh = strstr(c->in.data != NULL ? c->in.data : "",
-	    "\r\n\r\n")) == NULL) {
+	            "\r\n\r\n")) == NULL) {
 		if (c->in.len > MAX_HEAD) {
-			snprintf(err, errlen, "%s sent an oversized reply "
-			    "header", c->addr);
+			snprintf(err, errlen,
+			    "%s sent an oversized reply header", c->addr);
 			return F_PROTOCOL;
 		}
 		r = fill(c, at, &timed_out);
@@ -362,11 +364,12 @@ read_reply(struct http_client *c, int64_t at, struct http_resp *resp,
 		snprintf(err, errlen, "%s sent a malformed reply", c->addr);
 		return F_PROTOCOL;
 	}
-	eoh[2] = '\0';          /* header_value stops here */
+	eoh[2] = '\0'; /* header_value stops here */
 	if ((v = header_value(c->in.data, headlen, "Content-Length")) != NULL)
 		clen = strtoll(v, NULL, 10);
 	if ((v = header_value(c->in.data, headlen, "Transfer-Encoding")) !=
-	    NULL && strncasecmp(v, "chunked", 7) == 0)
+	        NULL &&
+	    strncasecmp(v, "chunked", 7) == 0)
 		chunked = 1;
 	if ((v = header_value(c->in.data, headlen, "Connection")) != NULL &&
 	    strncasecmp(v, "close", 5) == 0)
@@ -382,8 +385,9 @@ read_reply(struct http_client *c, int64_t at, struct http_resp *resp,
 		for (;;) {
 			char *nl;
 			unsigned long long n;
-			while ((nl = strstr(c->in.data != NULL ? c->in.data :
-			    "", "\r\n")) == NULL) {
+			while (
+			    (nl = strstr(c->in.data != NULL ? c->in.data : "",
+			         "\r\n")) == NULL) {
 				if ((r = fill(c, at, &timed_out)) <= 0)
 					goto broken;
 			}
@@ -391,10 +395,11 @@ read_reply(struct http_client *c, int64_t at, struct http_resp *resp,
 				char *end;
 				n = strtoull(c->in.data, &end, 16);
 				/* Untrusted servers too (a metadata URL). */
-				if (end == c->in.data || (*end != '\r' &&
-				    *end != ';') || n > (1ULL << 30)) {
-					snprintf(err, errlen, "%s sent a bad chunk",
-					    c->addr);
+				if (end == c->in.data ||
+				    (*end != '\r' && *end != ';') ||
+				    n > (1ULL << 30)) {
+					snprintf(err, errlen,
+					    "%s sent a bad chunk", c->addr);
 					return F_PROTOCOL;
 				}
 			}
@@ -407,15 +412,18 @@ read_reply(struct http_client *c, int64_t at, struct http_resp *resp,
 				/* Trailers, if any, end with an empty line. */
 				char *eot;
 				while ((eot = c->in.len >= 2 &&
-				    memcmp(c->in.data, "\r\n", 2) == 0 ?
-				    c->in.data : strstr(c->in.data, "\r\n\r\n"))
-				    == NULL) {
+				                   memcmp(c->in.data, "\r\n",
+				                       2) == 0 ?
+				               c->in.data :
+				               strstr(c->in.data,
+				                   "\r\n\r\n")) == NULL) {
 					if (c->in.len > MAX_HEAD ||
 					    (r = fill(c, at, &timed_out)) <= 0)
 						goto broken;
 				}
-				consume(&c->in, (size_t)(eot - c->in.data) +
-				    (eot == c->in.data ? 2 : 4));
+				consume(&c->in,
+				    (size_t)(eot - c->in.data) +
+				        (eot == c->in.data ? 2 : 4));
 				return F_NONE;
 			}
 			if (buf_append(&resp->body, c->in.data, n) < 0)
@@ -439,7 +447,7 @@ read_reply(struct http_client *c, int64_t at, struct http_resp *resp,
 			goto broken;
 	}
 	if (buf_append(&resp->body, c->in.data != NULL ? c->in.data : "",
-	    (size_t)clen) < 0)
+	        (size_t)clen) < 0)
 		goto nomem;
 	consume(&c->in, (size_t)clen);
 	return F_NONE;
@@ -467,11 +475,13 @@ attempt(struct http_client *c, const char *method, const char *path,
 	*reused = c->fd >= 0;
 	if (c->fd < 0 && (f = open_conn(c, at, err, errlen)) != F_NONE)
 		return f;
-	if (buf_printf(&head, "%s %s HTTP/1.1\r\nHost: %s\r\n"
-	    "Content-Length: %zu\r\n", method, path, c->addr, len) < 0 ||
-	    (ctype != NULL && buf_printf(&head, "Content-Type: %s\r\n",
-	    ctype) < 0) || (c->headers.len > 0 && buf_append(&head,
-	    c->headers.data, c->headers.len) < 0) ||
+	if (buf_printf(&head,
+	        "%s %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %zu\r\n", method,
+	        path, c->addr, len) < 0 ||
+	    (ctype != NULL &&
+	        buf_printf(&head, "Content-Type: %s\r\n", ctype) < 0) ||
+	    (c->headers.len > 0 &&
+	        buf_append(&head, c->headers.data, c->headers.len) < 0) ||
 	    buf_puts(&head, "\r\n") < 0) {
 		buf_free(&head);
 		snprintf(err, errlen, "out of memory");
@@ -504,8 +514,9 @@ attempt(struct http_client *c, const char *method, const char *path,
 static enum status
 reply_status(struct http_resp *resp, char *err, size_t errlen)
 {
-	json_t *root = json_loadb(resp->body.data != NULL ? resp->body.data :
-	    "", resp->body.len, 0, NULL);
+	json_t *root =
+	    json_loadb(resp->body.data != NULL ? resp->body.data : "",
+	        resp->body.len, 0, NULL);
 	const char *code = NULL, *msg = NULL;
 	enum status st;
 
@@ -542,8 +553,8 @@ http_client_poll(struct http_client *c, const char *method, const char *path,
 	enum status st;
 
 	memset(resp, 0, sizeof(*resp));
-	reply_at = deadline == HTTP_NO_DEADLINE ? deadline : deadline +
-	    grace_ms;
+	reply_at =
+	    deadline == HTTP_NO_DEADLINE ? deadline : deadline + grace_ms;
 	for (;;) {
 		int reused = 0;
 		enum fail f;
@@ -554,8 +565,9 @@ http_client_poll(struct http_client *c, const char *method, const char *path,
 		resp->retry_after = 0;
 		if (deadline != HTTP_NO_DEADLINE &&
 		    duration_now_ms() >= deadline) {
-			snprintf(err, errlen, "deadline passed before %s could "
-			    "be reached", c->addr);
+			snprintf(err, errlen,
+			    "deadline passed before %s could be reached",
+			    c->addr);
 			return ST_DEADLINE_EXCEEDED;
 		}
 		f = attempt(c, method, path, body, len, ctype, reply_at, resp,
@@ -567,8 +579,8 @@ http_client_poll(struct http_client *c, const char *method, const char *path,
 			if (!(resp->retry_after && idempotent))
 				return st;
 		} else if (f == F_TIMEOUT) {
-			snprintf(err, errlen, "no reply from %s before the "
-			    "deadline", c->addr);
+			snprintf(err, errlen,
+			    "no reply from %s before the deadline", c->addr);
 			return ST_DEADLINE_EXCEEDED;
 		} else if (f == F_CANCELLED) {
 			snprintf(err, errlen, "cancelled");
@@ -576,8 +588,7 @@ http_client_poll(struct http_client *c, const char *method, const char *path,
 		} else if (f == F_STALE && reused) {
 			/* The kept-alive connection had died: at once again. */
 			continue;
-		} else if (f == F_PROTOCOL ||
-		    (f != F_CONNECT && !idempotent)) {
+		} else if (f == F_PROTOCOL || (f != F_CONNECT && !idempotent)) {
 			return ST_UNAVAILABLE;
 		} else {
 			st = ST_UNAVAILABLE;
@@ -585,9 +596,10 @@ http_client_poll(struct http_client *c, const char *method, const char *path,
 		/* Retry after a jittered, growing pause, within the deadline. */
 		log_debug("%s; retrying", err);
 		{
-			int64_t now = duration_now_ms(), pause = backoff / 2 +
+			int64_t now = duration_now_ms(),
+			        pause = backoff / 2 +
 			    (int64_t)(rand_r(&c->seed) %
-			    (unsigned)(backoff / 2 + 1));
+			        (unsigned)(backoff / 2 + 1));
 
 			if (deadline != HTTP_NO_DEADLINE) {
 				if (deadline <= now)

@@ -26,15 +26,15 @@
 struct http_client;
 
 struct http_resp {
-	long code;              /* HTTP status, 0 when none arrived */
+	long code; /* HTTP status, 0 when none arrived */
 	struct buf body;
-	int64_t revision;       /* X-Muster-Revision, -1 when absent */
-	int retry_after;        /* the reply carried Retry-After */
+	int64_t revision; /* X-Muster-Revision, -1 when absent */
+	int retry_after;  /* the reply carried Retry-After */
 };
 
 /* addr is HOST:PORT, [V6]:PORT or HOST (port defport). NULL on bad addr. */
-struct http_client *http_client_new(const char *addr, int defport,
-    char *err, size_t errlen);
+struct http_client *http_client_new(const char *addr, int defport, char *err,
+    size_t errlen);
 void http_client_free(struct http_client *c);
 const char *http_client_addr(const struct http_client *c);
 /*
@@ -65,8 +65,8 @@ enum status http_client_do(struct http_client *c, const char *method,
  */
 enum status http_client_poll(struct http_client *c, const char *method,
     const char *path, const void *body, size_t len, const char *ctype,
-    int64_t deadline, int64_t grace_ms, int idempotent,
-    struct http_resp *resp, char *err, size_t errlen);
+    int64_t deadline, int64_t grace_ms, int idempotent, struct http_resp *resp,
+    char *err, size_t errlen);
 
 void http_resp_free(struct http_resp *resp);
 

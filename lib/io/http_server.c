@@ -25,7 +25,7 @@ struct http_server {
 	int port;
 	atomic_ulong requests;
 	atomic_ulong parked;
-	atomic_long open;               /* requests not yet completed */
+	atomic_long open; /* requests not yet completed */
 	uintptr_t pagesize;
 };
 
@@ -124,8 +124,8 @@ http_req_arg(struct http_req *req, const char *name)
 	for (a = req->args; a != NULL; a = a->next)
 		if (strcmp(a->name, name) == 0)
 			return a->value;
-	raw = MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND,
-	    name);
+	raw =
+	    MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, name);
 	if (raw == NULL)
 		return NULL;
 	if (text_url_decode(&b, raw, strlen(raw), 1) < 0 ||
@@ -256,8 +256,8 @@ on_connection(void *cls, struct MHD_Connection *c, void **ctx,
 void
 http_park(struct http_req *req)
 {
-	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
-	    req->conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(req->conn,
+	    MHD_CONNECTION_INFO_SOCKET_CONTEXT);
 	struct conn *cs = ci != NULL ? ci->socket_context : NULL;
 
 	if (cs == NULL || !cs->resident) {
@@ -317,8 +317,9 @@ unref_blob(void *cls)
 static struct MHD_Response *
 blob_response(struct blob *b)
 {
-	struct MHD_Response *r = MHD_create_response_from_buffer_with_free_callback_cls(
-	    b->len, b->data, unref_blob, b);
+	struct MHD_Response *r =
+	    MHD_create_response_from_buffer_with_free_callback_cls(b->len,
+	        b->data, unref_blob, b);
 
 	if (r != NULL)
 		blob_ref(b);
@@ -345,11 +346,10 @@ http_shared_blob(int http_status, const char *ctype, struct blob *b)
 }
 
 int
-http_shared_header(struct http_shared *sh, const char *name,
-    const char *value)
+http_shared_header(struct http_shared *sh, const char *name, const char *value)
 {
 	return MHD_add_response_header(sh->mhd, name, value) == MHD_YES ? 0 :
-	    -1;
+	                                                                  -1;
 }
 
 void
@@ -441,7 +441,7 @@ http_reply(struct http_req *req, int http_status, const char *ctype,
 	if (!second_reply(req))
 		set_reply(req, http_status, ctype,
 		    MHD_create_response_from_buffer(len, (void *)body,
-		    MHD_RESPMEM_MUST_COPY));
+		        MHD_RESPMEM_MUST_COPY));
 }
 
 void
@@ -567,19 +567,20 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url,
 			/* Refuse before reading: the body is never read. */
 			http_reply_error(req, ST_RESOURCE_EXHAUSTED,
 			    "request body of %s bytes is over the limit of "
-			    "%zu bytes", cl, srv->cfg.max_body);
+			    "%zu bytes",
+			    cl, srv->cfg.max_body);
 			return send_reply(req);
 		}
 		return MHD_YES;
 	}
-	if (req->resp != NULL || req->shared != NULL)   /* resumed, answered */
+	if (req->resp != NULL || req->shared != NULL) /* resumed, answered */
 		return send_reply(req);
 	if (*upload_size > 0) {
 		if (!req->too_large) {
 			if (req->body.len + *upload_size > srv->cfg.max_body)
 				req->too_large = 1;
-			else if (buf_append(&req->body, upload,
-			    *upload_size) < 0)
+			else if (buf_append(&req->body, upload, *upload_size) <
+			    0)
 				req->too_large = 1;
 			if (req->too_large)
 				buf_free(&req->body);
@@ -595,7 +596,7 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url,
 	}
 	req->in_handler = 1;
 	srv->cfg.handler(req, srv->cfg.arg);
-	if (req->in_handler == 2)        /* parked: its waker owns it now */
+	if (req->in_handler == 2) /* parked: its waker owns it now */
 		return MHD_YES;
 	req->in_handler = 0;
 	if (req->resp == NULL && req->shared == NULL)
@@ -663,8 +664,8 @@ http_server_start(const struct http_server_config *cfg, char *err,
 		return NULL;
 	}
 	srv->cfg = *cfg;
-	srv->pagesize = sysconf(_SC_PAGESIZE) > 0 ?
-	    (uintptr_t)sysconf(_SC_PAGESIZE) : 4096;
+	srv->pagesize =
+	    sysconf(_SC_PAGESIZE) > 0 ? (uintptr_t)sysconf(_SC_PAGESIZE) : 4096;
 	srv->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, srv,
 	    MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
 	    MHD_OPTION_THREAD_POOL_SIZE,
@@ -676,8 +677,7 @@ http_server_start(const struct http_server_config *cfg, char *err,
 	    MHD_OPTION_UNESCAPE_CALLBACK, unescape_none, NULL,
 	    MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
 	    MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL,
-	    MHD_OPTION_EXTERNAL_LOGGER, on_mhd_error, NULL,
-	    MHD_OPTION_END);
+	    MHD_OPTION_EXTERNAL_LOGGER, on_mhd_error, NULL, MHD_OPTION_END);
 	if (srv->mhd == NULL) {
 		snprintf(err, errlen, "cannot listen on %s port %d: %m",
 		    cfg->host, cfg->port);

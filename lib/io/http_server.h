@@ -23,10 +23,10 @@ struct http_req;
 typedef void (*http_handler_fn)(struct http_req *req, void *arg);
 
 struct http_server_config {
-	const char *host;        /* numeric IPv4 or IPv6 address */
-	int port;                /* 0 picks a free port */
-	unsigned threads;        /* worker threads, each with its own epoll */
-	size_t max_body;         /* larger bodies get RESOURCE_EXHAUSTED */
+	const char *host; /* numeric IPv4 or IPv6 address */
+	int port;         /* 0 picks a free port */
+	unsigned threads; /* worker threads, each with its own epoll */
+	size_t max_body;  /* larger bodies get RESOURCE_EXHAUSTED */
 	http_handler_fn handler;
 	void *arg;
 };
@@ -68,8 +68,7 @@ void http_reply_error(struct http_req *req, enum status st, const char *fmt,
     ...) __attribute__((format(printf, 3, 4)));
 /* An error with an HTTP status other than the table's (405, say). */
 void http_reply_error_http(struct http_req *req, int http_status,
-    enum status st, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+    enum status st, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* An error body with extra fields merged in (obj's reference is taken). */
 void http_reply_error_json(struct http_req *req, enum status st, json_t *extra,
     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -94,8 +93,7 @@ void http_reply_shared(struct http_req *req, struct http_shared *sh);
 void http_shared_release(struct http_shared *sh);
 
 /* Adds a header to the reply that is still to come. 0, or -1 on ENOMEM. */
-int http_set_header(struct http_req *req, const char *name,
-    const char *value);
+int http_set_header(struct http_req *req, const char *name, const char *value);
 
 /*
  * Parks req: only from inside the handler, and while holding the lock that

@@ -10,11 +10,11 @@ struct park {
 	pthread_mutex_t *mu;
 	struct timers *timers;
 	size_t count;
-	struct parked *answered;        /* to resume once the lock is free */
+	struct parked *answered; /* to resume once the lock is free */
 };
 
 struct park_index {
-	struct strmap *lists;           /* key -> struct park_list */
+	struct strmap *lists; /* key -> struct park_list */
 	size_t waiting;
 };
 
@@ -143,8 +143,8 @@ park_add(struct park *p, struct http_req *req, struct park_list *l,
 	memcpy(w->key, key, klen);
 	w->key[klen] = '\0';
 	w->timer.fire = timer_fire;
-	if (timers_add(p->timers, &w->timer, duration_now_ms() +
-	    timeout_ms) < 0) {
+	if (timers_add(p->timers, &w->timer, duration_now_ms() + timeout_ms) <
+	    0) {
 		free(w);
 		return NULL;
 	}
@@ -294,8 +294,8 @@ void
 park_index_each(struct park_index *ix,
     void (*fn)(struct park_list *l, void *arg), void *arg)
 {
-	struct gather g = {.v = calloc(strmap_count(ix->lists) + 1,
-	    sizeof(*g.v))};
+	struct gather g = {
+	    .v = calloc(strmap_count(ix->lists) + 1, sizeof(*g.v))};
 
 	if (g.v == NULL)
 		return;

@@ -30,8 +30,8 @@ struct park_index;
 struct park_list {
 	struct parked *head;
 	size_t count;
-	struct park_index *index;       /* the index that owns it, if any */
-	int busy;                       /* being walked: do not free */
+	struct park_index *index; /* the index that owns it, if any */
+	int busy;                 /* being walked: do not free */
 	size_t klen;
 	char *key;
 };
@@ -40,16 +40,16 @@ typedef void (*park_fn)(struct parked *w);
 
 /* One parked request. Fields after req are the caller's to use. */
 struct parked {
-	struct timer timer;             /* first: the deadline */
+	struct timer timer; /* first: the deadline */
 	struct park *park;
 	struct park_list *list;
-	struct parked *prev, *next;     /* on list */
-	struct parked *out;             /* on the answered list */
-	park_fn expire;                 /* answers at the deadline */
-	park_fn build;                  /* answers after the lock, if set */
+	struct parked *prev, *next; /* on list */
+	struct parked *out;         /* on the answered list */
+	park_fn expire;             /* answers at the deadline */
+	park_fn build;              /* answers after the lock, if set */
 	struct http_req *req;
-	void *obj;                      /* what it waits on */
-	void *ctx;                      /* for build */
+	void *obj; /* what it waits on */
+	void *ctx; /* for build */
 	int64_t since;
 	size_t klen;
 	char key[];
@@ -80,8 +80,8 @@ size_t park_count(const struct park *p);
  * parked request. NULL on ENOMEM (req is then still the caller's).
  */
 struct parked *park_add(struct park *p, struct http_req *req,
-    struct park_list *l, int64_t timeout_ms, park_fn expire,
-    const char *key, size_t klen);
+    struct park_list *l, int64_t timeout_ms, park_fn expire, const char *key,
+    size_t klen);
 
 /*
  * Takes w off its list and its deadline; the caller replies to w->req at
@@ -103,8 +103,8 @@ void park_index_free(struct park_index *ix);
 struct park_list *park_index_list(struct park_index *ix, const char *key,
     size_t klen);
 /* The list for key if anyone waits there, else NULL. */
-struct park_list *park_index_find(const struct park_index *ix,
-    const char *key, size_t klen);
+struct park_list *park_index_find(const struct park_index *ix, const char *key,
+    size_t klen);
 /* Lists of the index in use; call fn on each (fn may empty a list). */
 void park_index_each(struct park_index *ix,
     void (*fn)(struct park_list *l, void *arg), void *arg);

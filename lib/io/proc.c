@@ -26,7 +26,7 @@ child(const struct proc_spec *s, int errfd, pid_t parent)
 	setpgid(0, 0);
 	if (s->parent_death_signal != 0) {
 		prctl(PR_SET_PDEATHSIG, s->parent_death_signal);
-		if (getppid() != parent)        /* it died before prctl */
+		if (getppid() != parent) /* it died before prctl */
 			_exit(128 + s->parent_death_signal);
 	}
 	/* What the supervisor ignores or blocks is the command's to have. */
@@ -143,8 +143,8 @@ proc_status_text(int status, char *buf, size_t size)
 		    WEXITSTATUS(status));
 	} else {
 		const char *name = sigabbrev_np(WTERMSIG(status));
-		snprintf(buf, size, "killed by SIG%s", name != NULL ? name :
-		    "?");
+		snprintf(buf, size, "killed by SIG%s",
+		    name != NULL ? name : "?");
 	}
 	return buf;
 }
@@ -152,13 +152,11 @@ proc_status_text(int status, char *buf, size_t size)
 int
 proc_status_code(int status)
 {
-	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 +
-	    WTERMSIG(status);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 void
-proc_stop_begin(struct proc_stop *s, pid_t group, int64_t grace_ms,
-    int64_t now)
+proc_stop_begin(struct proc_stop *s, pid_t group, int64_t grace_ms, int64_t now)
 {
 	s->group = group;
 	kill(-group, SIGTERM);
@@ -209,11 +207,11 @@ guard(int in, pid_t group, int64_t grace_ms, int64_t stall_ms)
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n == 0)
-			break;                  /* the supervisor is frozen */
+			break; /* the supervisor is frozen */
 		while ((r = read(in, &c, 1)) < 0 && errno == EINTR)
 			;
 		if (r <= 0 || c != 't')
-			break;                  /* it died, or dismissed us */
+			break; /* it died, or dismissed us */
 	}
 	if (kill(-group, SIGTERM) == 0) {
 		/* Until the group is gone, or the grace is over. */
@@ -237,7 +235,7 @@ proc_guard_start(struct proc_guard *g, pid_t group, int64_t grace_ms,
 		return -1;
 	if ((mid = fork()) == 0) {
 		if (fork() != 0)
-			_exit(0);       /* the guard goes on, under init */
+			_exit(0); /* the guard goes on, under init */
 		dup2(fds[0], 0);
 		close_range(1, ~0U, 0);
 		guard(0, group, grace_ms, stall_ms);

@@ -14,12 +14,12 @@
 #include <sys/types.h>
 
 struct proc_spec {
-	char *const *argv;              /* argv[0] is looked up in PATH */
-	char *const *env;               /* NULL: the supervisor's own */
-	const sigset_t *unblock;        /* signals the supervisor blocked */
-	int parent_death_signal;        /* sent if the supervisor dies; 0 */
+	char *const *argv;                  /* argv[0] is looked up in PATH */
+	char *const *env;                   /* NULL: the supervisor's own */
+	const sigset_t *unblock;            /* signals the supervisor blocked */
+	int parent_death_signal;            /* sent if the supervisor dies; 0 */
 	int stdin_fd, stdout_fd, stderr_fd; /* -1: inherited */
-	const char *dir;                /* working directory; NULL: ours */
+	const char *dir;                    /* working directory; NULL: ours */
 };
 
 /*
@@ -58,7 +58,7 @@ int proc_status_code(int status);
  */
 struct proc_stop {
 	pid_t group;
-	int64_t kill_at;                /* monotonic ms; 0: not stopping */
+	int64_t kill_at; /* monotonic ms; 0: not stopping */
 };
 
 void proc_stop_begin(struct proc_stop *s, pid_t group, int64_t grace_ms,
@@ -77,7 +77,7 @@ void proc_stop_clear(struct proc_stop *s);
  * It sends TERM, waits up to the grace period, then KILL.
  */
 struct proc_guard {
-	_Atomic int fd;                 /* our end of the pipe; -1: none */
+	_Atomic int fd; /* our end of the pipe; -1: none */
 };
 
 int proc_guard_start(struct proc_guard *g, pid_t group, int64_t grace_ms,

@@ -8,8 +8,11 @@ static const struct {
 	const char *name;
 	unsigned bit;
 } methods[] = {
-	{"GET", ROUTE_GET}, {"HEAD", ROUTE_HEAD}, {"PUT", ROUTE_PUT},
-	{"POST", ROUTE_POST}, {"DELETE", ROUTE_DELETE},
+    {"GET", ROUTE_GET},
+    {"HEAD", ROUTE_HEAD},
+    {"PUT", ROUTE_PUT},
+    {"POST", ROUTE_POST},
+    {"DELETE", ROUTE_DELETE},
 };
 
 unsigned

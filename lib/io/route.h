@@ -31,12 +31,12 @@ struct route_match {
 	const char *seg[ROUTE_MAX_SEGS];
 	size_t seglen[ROUTE_MAX_SEGS];
 	int nseg;
-	const char *rest;               /* "" when the path ends there */
-	unsigned method;                /* the request's ROUTE_ bit */
+	const char *rest; /* "" when the path ends there */
+	unsigned method;  /* the request's ROUTE_ bit */
 };
 
-typedef void (*route_fn)(struct http_req *req, const struct route_match *m,
-    void *arg);
+typedef void (
+    *route_fn)(struct http_req *req, const struct route_match *m, void *arg);
 
 struct route {
 	const char *pattern;
@@ -51,8 +51,8 @@ unsigned route_method(const char *method);
  * Finds req's route in the table and calls it, or answers 404 or 405
  * itself. Returns 1 when a route took the request.
  */
-int route_dispatch(const struct route *routes, size_t n,
-    struct http_req *req, void *arg);
+int route_dispatch(const struct route *routes, size_t n, struct http_req *req,
+    void *arg);
 
 /* A captured segment as a NUL-terminated string into buf (cut to size). */
 char *route_seg(const struct route_match *m, int i, char *buf, size_t size);

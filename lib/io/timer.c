@@ -156,8 +156,8 @@ run(void *arg)
 		} else {
 			int64_t at = ts->heap[0]->at;
 			struct timespec ts_at = {
-				.tv_sec = at / 1000,
-				.tv_nsec = (at % 1000) * 1000000,
+			    .tv_sec = at / 1000,
+			    .tv_nsec = (at % 1000) * 1000000,
 			};
 			pthread_cond_timedwait(&ts->cv, ts->mu, &ts_at);
 		}

@@ -13,8 +13,8 @@
 #include <stdint.h>
 
 struct timer {
-	int64_t at;                 /* monotonic ms */
-	size_t slot;                /* position in the heap + 1; 0 when idle */
+	int64_t at;  /* monotonic ms */
+	size_t slot; /* position in the heap + 1; 0 when idle */
 	void (*fire)(struct timer *t);
 };
 
@@ -27,8 +27,7 @@ struct timers *timers_new(pthread_mutex_t *mu);
  * release mu (and may then finish work the fired timers left, such as
  * resuming the requests they answered). Default: pthread_mutex_unlock.
  */
-void timers_set_unlock(struct timers *ts, void (*unlock)(void *arg),
-    void *arg);
+void timers_set_unlock(struct timers *ts, void (*unlock)(void *arg), void *arg);
 int timers_start(struct timers *ts);
 /* Stops the thread; call without holding mu. */
 void timers_stop(struct timers *ts);

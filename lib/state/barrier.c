@@ -10,7 +10,7 @@
 
 struct barriers {
 	struct registry *reg;
-	struct strmap *byid;            /* id -> struct barrier */
+	struct strmap *byid; /* id -> struct barrier */
 	struct barrier *pending;
 	struct barrier *shutdown;
 	bar_observer_fn observe;
@@ -148,8 +148,10 @@ complete(struct barriers *bs, struct barrier *b, enum status st,
 		} else if (b->at[i] == BAR_MEMBER && st != ST_OK &&
 		    t->state == REG_CONNECTED) {
 			char m[1024];
-			snprintf(m, sizeof(m), "the shutdown barrier failed "
-			    "before this task arrived: %s", b->message);
+			snprintf(m, sizeof(m),
+			    "the shutdown barrier failed "
+			    "before this task arrived: %s",
+			    b->message);
 			registry_set_error(bs->reg, t, ST_INTERNAL, m, 0, 0);
 		}
 	}
@@ -194,9 +196,9 @@ make_named(struct barriers *bs, const char *id, int64_t deadline)
 	return b;
 }
 
-static enum bar_verdict
-answer(enum status *st, char *msg, size_t msglen, enum status what,
-    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static enum bar_verdict answer(enum status *st, char *msg, size_t msglen,
+    enum status what, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 
 static enum bar_verdict
 answer(enum status *st, char *msg, size_t msglen, enum status what,
@@ -224,8 +226,8 @@ arrive(struct barriers *bs, struct barrier *b, struct reg_task *t,
 		return BAR_ANSWER;
 	}
 	if (b->at[i] == BAR_NOT_MEMBER) {
-		answer(st, msg, msglen, ST_INVALID_ARGUMENT, "task %s is not a "
-		    "member of barrier %s", t->name, b->id);
+		answer(st, msg, msglen, ST_INVALID_ARGUMENT,
+		    "task %s is not a member of barrier %s", t->name, b->id);
 		complete(bs, b, ST_INVALID_ARGUMENT, msg);
 		return BAR_ANSWER;
 	}
@@ -270,17 +272,17 @@ barriers_wait(struct barriers *bs, const char *id, struct reg_task *t,
 			return BAR_ANSWER;
 		}
 		return answer(st, msg, msglen, ST_FAILED_PRECONDITION,
-		    "barrier %s has already passed; barrier ids are "
-		    "single-use", id);
+		    "barrier %s has already passed; barrier ids are single-use",
+		    id);
 	}
 	if (t->state != REG_CONNECTED)
-		return answer(st, msg, msglen, ST_FAILED_PRECONDITION, "task "
-		    "%s is %s, not connected", t->name, t->state == REG_ERROR ?
-		    "in error" : "not registered");
+		return answer(st, msg, msglen, ST_FAILED_PRECONDITION,
+		    "task %s is %s, not connected", t->name,
+		    t->state == REG_ERROR ? "in error" : "not registered");
 	if (inc != 0 && inc != t->incarnation)
-		return answer(st, msg, msglen, ST_ABORTED, "incarnation "
-		    "mismatch for task %s: expected %s, got %s", t->name,
-		    task_format_incarnation(t->incarnation, a),
+		return answer(st, msg, msglen, ST_ABORTED,
+		    "incarnation mismatch for task %s: expected %s, got %s",
+		    t->name, task_format_incarnation(t->incarnation, a),
 		    task_format_incarnation(inc, c));
 	if (bad_list != NULL) {
 		answer(st, msg, msglen, ST_INVALID_ARGUMENT, "%s", bad_list);
@@ -306,7 +308,8 @@ barriers_wait(struct barriers *bs, const char *id, struct reg_task *t,
 			    "out of memory");
 		}
 		for (size_t i = 0; i < ntasks; i++) {
-			int in = at != NULL ? at[i] != 0 :
+			int in = at != NULL ?
+			    at[i] != 0 :
 			    registry_task(bs->reg, i)->state == REG_CONNECTED;
 			if (in) {
 				b->at[i] = BAR_MEMBER;
@@ -316,10 +319,12 @@ barriers_wait(struct barriers *bs, const char *id, struct reg_task *t,
 		b->explicit_set = at != NULL;
 		for (size_t i = 0; i < ntasks; i++) {
 			struct reg_task *o = registry_task(bs->reg, i);
-			if (b->at[i] != BAR_NOT_MEMBER && o->state == REG_ERROR) {
+			if (b->at[i] != BAR_NOT_MEMBER &&
+			    o->state == REG_ERROR) {
 				char m[1024];
-				snprintf(m, sizeof(m), "task %s is in error: "
-				    "%s: %s", o->name, status_name(o->err),
+				snprintf(m, sizeof(m),
+				    "task %s is in error: %s: %s", o->name,
+				    status_name(o->err),
 				    o->errmsg != NULL ? o->errmsg : "");
 				complete(bs, b, ST_INTERNAL, m);
 				break;
@@ -328,9 +333,10 @@ barriers_wait(struct barriers *bs, const char *id, struct reg_task *t,
 	} else if ((at != NULL) != b->explicit_set ||
 	    (at != NULL && !same_members(ntasks, at, b->at))) {
 		free(at);
-		answer(st, msg, msglen, ST_INVALID_ARGUMENT, "task %s gave "
-		    "barrier %s a different set of tasks than the first "
-		    "caller", t->name, id);
+		answer(st, msg, msglen, ST_INVALID_ARGUMENT,
+		    "task %s gave "
+		    "barrier %s a different set of tasks than the first caller",
+		    t->name, id);
 		complete(bs, b, ST_INVALID_ARGUMENT, msg);
 		return BAR_ANSWER;
 	}
@@ -428,8 +434,9 @@ barriers_expire(struct barriers *bs, int64_t now)
 		if (b->deadline > now)
 			continue;
 		missing = barrier_names(bs, b, 0, 10);
-		snprintf(msg, sizeof(msg), "barrier %s timed out; not arrived: "
-		    "%s", b->id, missing != NULL ? missing : "");
+		snprintf(msg, sizeof(msg),
+		    "barrier %s timed out; not arrived: %s", b->id,
+		    missing != NULL ? missing : "");
 		free(missing);
 		complete(bs, b, ST_DEADLINE_EXCEEDED, msg);
 	}
@@ -453,7 +460,7 @@ barriers_reset(struct barriers *bs, enum status st, const char *msg)
 
 	barriers_abort(bs, st, msg);
 	if (fresh == NULL)
-		return;         /* keep the old ids: still correct, if stale */
+		return; /* keep the old ids: still correct, if stale */
 	strmap_free(bs->byid, barrier_free);
 	bs->byid = fresh;
 	barrier_free(bs->shutdown);

@@ -33,13 +33,13 @@ struct barrier {
 	enum bar_state state;
 	enum status result;
 	char *message;
-	unsigned char *at;              /* per task: enum above */
+	unsigned char *at; /* per task: enum above */
 	size_t members, arrived;
-	int explicit_set;               /* members were listed */
-	int shutdown;                   /* the shutdown barrier */
-	int64_t deadline;               /* monotonic ms */
-	struct barrier *prev, *next;    /* on the pending list */
-	void *udata;                    /* the caller's: its waiters */
+	int explicit_set;            /* members were listed */
+	int shutdown;                /* the shutdown barrier */
+	int64_t deadline;            /* monotonic ms */
+	struct barrier *prev, *next; /* on the pending list */
+	void *udata;                 /* the caller's: its waiters */
 };
 
 struct barriers;
@@ -72,22 +72,21 @@ enum bar_verdict { BAR_ANSWER, BAR_WAIT };
  * passed); on BAR_WAIT, *bp is the barrier to wait on.
  */
 enum bar_verdict barriers_wait(struct barriers *bs, const char *id,
-    struct reg_task *t, uint64_t inc, int64_t timeout_ms,
-    const size_t *members, size_t n, const char *bad_list, int64_t now,
-    struct barrier **bp, enum status *st, char *msg, size_t msglen);
+    struct reg_task *t, uint64_t inc, int64_t timeout_ms, const size_t *members,
+    size_t n, const char *bad_list, int64_t now, struct barrier **bp,
+    enum status *st, char *msg, size_t msglen);
 
 /* Task t arrives at the shutdown barrier (made at the first arrival). */
-enum bar_verdict barriers_shutdown_wait(struct barriers *bs,
-    struct reg_task *t, int64_t timeout_ms, int64_t now,
-    struct barrier **bp, enum status *st, char *msg, size_t msglen);
+enum bar_verdict barriers_shutdown_wait(struct barriers *bs, struct reg_task *t,
+    int64_t timeout_ms, int64_t now, struct barrier **bp, enum status *st,
+    char *msg, size_t msglen);
 
 /* Cancels barrier id, for current and future arrivals. */
-enum status barriers_cancel(struct barriers *bs, const char *id,
-    const char *by, int64_t now, char *msg, size_t msglen);
+enum status barriers_cancel(struct barriers *bs, const char *id, const char *by,
+    int64_t now, char *msg, size_t msglen);
 
 /* The answer a member of an ended barrier gets. */
-enum status barrier_result(const struct barrier *b, char *msg,
-    size_t msglen);
+enum status barrier_result(const struct barrier *b, char *msg, size_t msglen);
 
 /* t went into error: the barriers it belongs to fail. */
 void barriers_task_failed(struct barriers *bs, struct reg_task *t);
@@ -99,7 +98,7 @@ void barriers_reset(struct barriers *bs, enum status st, const char *msg);
 void barriers_abort(struct barriers *bs, enum status st, const char *msg);
 
 /* The names of members that have (arrived) or not arrived, up to max. */
-char *barrier_names(struct barriers *bs, const struct barrier *b,
-    int arrived, size_t max);
+char *barrier_names(struct barriers *bs, const struct barrier *b, int arrived,
+    size_t max);
 
 #endif

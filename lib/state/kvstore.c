@@ -14,14 +14,14 @@ struct kvstore {
 	struct kv_limits lim;
 	struct strmap *map;
 	int64_t rev;
-	size_t bytes;           /* keys plus values held */
+	size_t bytes; /* keys plus values held */
 	kv_observer_fn observe;
 	void *observe_arg;
 	/* History: events[first..len) are kept, oldest first. */
 	struct kv_event *events;
 	size_t first, len, cap;
 	size_t hist_bytes;
-	int64_t floor;          /* changes at or before this may be gone */
+	int64_t floor; /* changes at or before this may be gone */
 };
 
 static void
@@ -107,8 +107,9 @@ kv_key(const struct kvstore *kv, const char *raw, size_t n, int allow_empty,
 		return ST_INVALID_ARGUMENT;
 	}
 	if (out->len > kv->lim.max_key) {
-		snprintf(err, errlen, "key of %zu bytes is over the limit of "
-		    "%zu bytes", out->len, kv->lim.max_key);
+		snprintf(err, errlen,
+		    "key of %zu bytes is over the limit of %zu bytes", out->len,
+		    kv->lim.max_key);
 		return ST_RESOURCE_EXHAUSTED;
 	}
 	return ST_OK;
@@ -175,7 +176,7 @@ record(struct kvstore *kv, enum kv_event_type type, const char *key,
 	ev.key[klen] = '\0';
 	while (kv->len > kv->first &&
 	    (kv->len - kv->first >= kv->lim.history_events ||
-	    kv->hist_bytes + klen + ev.vlen > kv->lim.history_bytes))
+	        kv->hist_bytes + klen + ev.vlen > kv->lim.history_bytes))
 		drop_oldest(kv);
 	if (kv->first > 0 && (kv->first >= kv->len / 2 || kv->len == kv->cap)) {
 		memmove(kv->events, kv->events + kv->first,
@@ -225,8 +226,9 @@ set_value(struct kvstore *kv, const char *key, size_t klen, struct blob *val,
 	int fresh = e == NULL;
 
 	if (val->len > kv->lim.max_value) {
-		snprintf(err, errlen, "value of %zu bytes is over the limit of "
-		    "%zu bytes", val->len, kv->lim.max_value);
+		snprintf(err, errlen,
+		    "value of %zu bytes is over the limit of %zu bytes",
+		    val->len, kv->lim.max_value);
 		return ST_RESOURCE_EXHAUSTED;
 	}
 	if (fresh) {
@@ -276,9 +278,8 @@ with_blob(const void *p, size_t n, struct blob **b, char *err, size_t errlen)
 }
 
 enum status
-kv_put_blob(struct kvstore *kv, const char *key, size_t klen,
-    struct blob *val, enum kv_mode mode, int64_t *rev, char *err,
-    size_t errlen)
+kv_put_blob(struct kvstore *kv, const char *key, size_t klen, struct blob *val,
+    enum kv_mode mode, int64_t *rev, char *err, size_t errlen)
 {
 	struct kv_entry *e = strmap_get(kv->map, key, klen);
 
@@ -343,8 +344,9 @@ kv_add(struct kvstore *kv, const char *key, size_t klen, int64_t delta,
 		return ST_FAILED_PRECONDITION;
 	}
 	if (__builtin_add_overflow(cur, delta, &sum)) {
-		snprintf(err, errlen, "adding %" PRId64 " to %s (%" PRId64
-		    ") would overflow", delta, key, cur);
+		snprintf(err, errlen,
+		    "adding %" PRId64 " to %s (%" PRId64 ") would overflow",
+		    delta, key, cur);
 		return ST_FAILED_PRECONDITION;
 	}
 	snprintf(num, sizeof(num), "%" PRId64, sum);
@@ -358,8 +360,8 @@ kv_add(struct kvstore *kv, const char *key, size_t klen, int64_t delta,
 
 enum status
 kv_cas_blob(struct kvstore *kv, const char *key, size_t klen,
-    const void *expect, size_t elen, int absent, struct blob *val,
-    int64_t *rev, const struct kv_entry **cur, char *err, size_t errlen)
+    const void *expect, size_t elen, int absent, struct blob *val, int64_t *rev,
+    const struct kv_entry **cur, char *err, size_t errlen)
 {
 	struct kv_entry *e = strmap_get(kv->map, key, klen);
 
@@ -372,9 +374,10 @@ kv_cas_blob(struct kvstore *kv, const char *key, size_t klen,
 		snprintf(err, errlen, "key %s not found", key);
 		return ST_FAILED_PRECONDITION;
 	}
-	if (!absent && (e->vlen != elen || memcmp(e->value, expect, elen) != 0)) {
-		snprintf(err, errlen, "value of %s differs from the expected "
-		    "value", key);
+	if (!absent &&
+	    (e->vlen != elen || memcmp(e->value, expect, elen) != 0)) {
+		snprintf(err, errlen,
+		    "value of %s differs from the expected value", key);
 		return ST_FAILED_PRECONDITION;
 	}
 	return set_value(kv, key, klen, val, e, rev, err, errlen);
@@ -407,7 +410,7 @@ kv_matches(const char *prefix, size_t plen, const char *key, size_t klen)
 struct collect {
 	const char *prefix;
 	size_t plen;
-	int self;               /* include the prefix key itself */
+	int self; /* include the prefix key itself */
 	const struct kv_entry **v;
 	size_t n, cap;
 	int nomem;
@@ -487,8 +490,7 @@ kv_delete(struct kvstore *kv, const char *key, size_t klen, int64_t *rev)
 	}
 	++kv->rev;
 	for (size_t i = 0; i < n; i++) {
-		struct kv_entry *e = strmap_del(kv->map, v[i]->key,
-		    v[i]->klen);
+		struct kv_entry *e = strmap_del(kv->map, v[i]->key, v[i]->klen);
 		kv->bytes -= e->klen + e->vlen;
 		record(kv, KV_EV_DELETE, e->key, e->klen, NULL);
 		entry_free(e);
@@ -501,16 +503,17 @@ kv_delete(struct kvstore *kv, const char *key, size_t klen, int64_t *rev)
 
 enum status
 kv_changes(const struct kvstore *kv, const char *prefix, size_t plen,
-    int64_t since, void (*fn)(const struct kv_event *ev, void *arg),
-    void *arg, char *err, size_t errlen)
+    int64_t since, void (*fn)(const struct kv_event *ev, void *arg), void *arg,
+    char *err, size_t errlen)
 {
 	size_t lo = kv->first, hi = kv->len;
 
 	if (since < kv->floor) {
-		snprintf(err, errlen, "changes after revision %" PRId64 " are "
+		snprintf(err, errlen,
+		    "changes after revision %" PRId64 " are "
 		    "no longer kept (history starts after %" PRId64 "); "
-		    "watch again from the current revision %" PRId64, since,
-		    kv->floor, kv->rev);
+		    "watch again from the current revision %" PRId64,
+		    since, kv->floor, kv->rev);
 		return ST_FAILED_PRECONDITION;
 	}
 	/* Revisions only grow along the history: find the first > since. */

@@ -21,16 +21,16 @@
  * Keys travel percent-encoded in the request line, which must fit in a
  * connection's 8 KiB: 2048 bytes of any text, tripled, still do.
  */
-#define KV_MAX_KEY_DEFAULT    2048
-#define KV_MAX_VALUE_DEFAULT  (16u << 20)
-#define KV_HISTORY_EVENTS     100000
-#define KV_HISTORY_BYTES      (64u << 20)
+#define KV_MAX_KEY_DEFAULT 2048
+#define KV_MAX_VALUE_DEFAULT (16u << 20)
+#define KV_HISTORY_EVENTS 100000
+#define KV_HISTORY_BYTES (64u << 20)
 
 struct kv_entry {
 	char *key;
 	size_t klen;
-	struct blob *val;       /* the value, shared with history and replies */
-	const char *value;      /* val's bytes */
+	struct blob *val;  /* the value, shared with history and replies */
+	const char *value; /* val's bytes */
 	size_t vlen;
 	int64_t create_rev;
 	int64_t mod_rev;
@@ -43,8 +43,8 @@ struct kv_event {
 	enum kv_event_type type;
 	char *key;
 	size_t klen;
-	struct blob *val;       /* NULL for a delete */
-	const char *value;      /* val's bytes */
+	struct blob *val;  /* NULL for a delete */
+	const char *value; /* val's bytes */
 	size_t vlen;
 };
 
@@ -91,8 +91,8 @@ enum status kv_put_blob(struct kvstore *kv, const char *key, size_t klen,
     size_t errlen);
 /* The same with a copy of val's bytes. */
 enum status kv_put(struct kvstore *kv, const char *key, size_t klen,
-    const void *val, size_t vlen, enum kv_mode mode, int64_t *rev,
-    char *err, size_t errlen);
+    const void *val, size_t vlen, enum kv_mode mode, int64_t *rev, char *err,
+    size_t errlen);
 
 /* Adds delta to the decimal integer at key (absent counts as 0). */
 enum status kv_add(struct kvstore *kv, const char *key, size_t klen,
@@ -104,12 +104,11 @@ enum status kv_add(struct kvstore *kv, const char *key, size_t klen,
  * current entry (NULL when absent).
  */
 enum status kv_cas_blob(struct kvstore *kv, const char *key, size_t klen,
-    const void *expect, size_t elen, int absent, struct blob *val,
-    int64_t *rev, const struct kv_entry **cur, char *err, size_t errlen);
+    const void *expect, size_t elen, int absent, struct blob *val, int64_t *rev,
+    const struct kv_entry **cur, char *err, size_t errlen);
 enum status kv_cas(struct kvstore *kv, const char *key, size_t klen,
-    const void *expect, size_t elen, int absent, const void *val,
-    size_t vlen, int64_t *rev, const struct kv_entry **cur, char *err,
-    size_t errlen);
+    const void *expect, size_t elen, int absent, const void *val, size_t vlen,
+    int64_t *rev, const struct kv_entry **cur, char *err, size_t errlen);
 
 /* Deletes key and every key under key/; returns how many went. */
 size_t kv_delete(struct kvstore *kv, const char *key, size_t klen,
@@ -124,8 +123,7 @@ size_t kv_dir(const struct kvstore *kv, const char *prefix, size_t plen,
     const struct kv_entry ***out);
 
 /* 1 when key is prefix itself or lies under prefix/ ("" matches all). */
-int kv_matches(const char *prefix, size_t plen, const char *key,
-    size_t klen);
+int kv_matches(const char *prefix, size_t plen, const char *key, size_t klen);
 
 /*
  * Calls fn for every kept change after revision since to a key matching
@@ -133,7 +131,8 @@ int kv_matches(const char *prefix, size_t plen, const char *key,
  * have already been dropped from the history.
  */
 enum status kv_changes(const struct kvstore *kv, const char *prefix,
-    size_t plen, int64_t since, void (*fn)(const struct kv_event *ev,
-    void *arg), void *arg, char *err, size_t errlen);
+    size_t plen, int64_t since,
+    void (*fn)(const struct kv_event *ev, void *arg), void *arg, char *err,
+    size_t errlen);
 
 #endif

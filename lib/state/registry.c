@@ -12,21 +12,20 @@
 struct registry {
 	struct reg_task *tasks;
 	size_t ntasks;
-	struct strmap *byname;          /* "job:index" -> struct reg_task */
+	struct strmap *byname; /* "job:index" -> struct reg_task */
 	size_t nconnected;
 	int64_t hb_timeout, register_timeout;
 	uint64_t service;
 	long epoch;
-	int used;                       /* a task registered this epoch */
-	int64_t all_deadline;           /* wait-for-all deadline, 0: unset */
-	struct reg_task *failed;        /* one that failed this epoch */
+	int used;                /* a task registered this epoch */
+	int64_t all_deadline;    /* wait-for-all deadline, 0: unset */
+	struct reg_task *failed; /* one that failed this epoch */
 	reg_observer_fn observe;
 	void *arg;
 };
 
-static void
-say(struct reg_answer *ans, enum reg_reason reason, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+static void say(struct reg_answer *ans, enum reg_reason reason, const char *fmt,
+    ...) __attribute__((format(printf, 3, 4)));
 
 static void
 say(struct reg_answer *ans, enum reg_reason reason, const char *fmt, ...)
@@ -60,31 +59,30 @@ registry_state_name(enum reg_state s)
 }
 
 struct registry *
-registry_new(const struct registry_config *cfg, reg_observer_fn fn,
-    void *arg, char *err, size_t errlen)
+registry_new(const struct registry_config *cfg, reg_observer_fn fn, void *arg,
+    char *err, size_t errlen)
 {
 	struct registry *r = calloc(1, sizeof(*r));
 	size_t k = 0;
 
 	if (r == NULL || (r->byname = strmap_new()) == NULL)
 		goto nomem;
-	r->hb_timeout = cfg->heartbeat_timeout_ms > 0 ?
-	    cfg->heartbeat_timeout_ms : 10000;
-	r->register_timeout = cfg->register_timeout_ms > 0 ?
-	    cfg->register_timeout_ms : 3600000;
+	r->hb_timeout =
+	    cfg->heartbeat_timeout_ms > 0 ? cfg->heartbeat_timeout_ms : 10000;
+	r->register_timeout =
+	    cfg->register_timeout_ms > 0 ? cfg->register_timeout_ms : 3600000;
 	r->service = task_new_incarnation();
 	r->observe = fn;
 	r->arg = arg;
 	if (cfg->cluster.ntasks == 0)
 		return r;
-	if ((r->tasks = calloc(cfg->cluster.ntasks, sizeof(*r->tasks))) ==
-	    NULL)
+	if ((r->tasks = calloc(cfg->cluster.ntasks, sizeof(*r->tasks))) == NULL)
 		goto nomem;
 	for (size_t j = 0; j < cfg->cluster.njobs; j++) {
 		int recov = 0;
 		for (size_t i = 0; i < cfg->nrecoverable; i++)
 			recov |= strcmp(cfg->recoverable[i],
-			    cfg->cluster.jobs[j].name) == 0;
+			             cfg->cluster.jobs[j].name) == 0;
 		for (long i = 0; i < cfg->cluster.jobs[j].count; i++, k++) {
 			struct reg_task *t = &r->tasks[k];
 			char name[TASK_JOB_MAX + 24];
@@ -183,8 +181,8 @@ registry_failed(const struct registry *r)
 int
 registry_failed_now(const struct registry *r, const struct reg_task *t)
 {
-	return t->err_active || (t->state == REG_ERROR &&
-	    t->err_epoch == r->epoch);
+	return t->err_active ||
+	    (t->state == REG_ERROR && t->err_epoch == r->epoch);
 }
 
 int
@@ -214,8 +212,8 @@ find_failed(struct registry *r)
  * be there (registering sets it).
  */
 static enum status
-check_inc(const struct reg_task *t, const char *s, int required,
-    uint64_t *inc, struct reg_answer *ans)
+check_inc(const struct reg_task *t, const char *s, int required, uint64_t *inc,
+    struct reg_answer *ans)
 {
 	char a[17], b[17];
 
@@ -223,15 +221,17 @@ check_inc(const struct reg_task *t, const char *s, int required,
 	if (s == NULL && !required)
 		return ST_OK;
 	if (task_parse_incarnation(s, inc) < 0 || *inc == 0) {
-		say(ans, REG_NO_REASON, "incarnation=%s is not a non-zero "
-		    "64-bit hex number", s != NULL ? s : "");
+		say(ans, REG_NO_REASON,
+		    "incarnation=%s is not a non-zero 64-bit hex number",
+		    s != NULL ? s : "");
 		return ST_INVALID_ARGUMENT;
 	}
 	if (t->state != REG_DISCONNECTED && t->incarnation != *inc &&
 	    required < 2) {
-		say(ans, REG_NO_REASON, "incarnation mismatch for task %s: "
-		    "expected %s, got %s; the task has restarted", t->name,
-		    task_format_incarnation(t->incarnation, a),
+		say(ans, REG_NO_REASON,
+		    "incarnation mismatch for task %s: "
+		    "expected %s, got %s; the task has restarted",
+		    t->name, task_format_incarnation(t->incarnation, a),
 		    task_format_incarnation(*inc, b));
 		return ST_ABORTED;
 	}
@@ -283,18 +283,22 @@ registry_register(struct registry *r, struct reg_task *t, const char *incs,
 		return st;
 	if (t->state == REG_CONNECTED && t->incarnation != inc &&
 	    !t->recoverable) {
-		say(ans, REG_NO_REASON, "task %s registered again with "
+		say(ans, REG_NO_REASON,
+		    "task %s registered again with "
 		    "incarnation %s while connected as %s: it has likely "
-		    "restarted", t->name, task_format_incarnation(inc, a),
+		    "restarted",
+		    t->name, task_format_incarnation(inc, a),
 		    task_format_incarnation(t->incarnation, b));
 		registry_set_error(r, t, ST_ABORTED, ans->msg, 0, 1);
 		return ST_ABORTED;
 	}
 	if (registry_failed_now(r, t) && !t->recoverable) {
-		say(ans, REG_FAILED_IN_EPOCH, "task %s failed in epoch %ld "
+		say(ans, REG_FAILED_IN_EPOCH,
+		    "task %s failed in epoch %ld "
 		    "(%s: %s); it must be reset, or the job wind down, before "
-		    "it registers again", t->name, r->epoch,
-		    status_name(t->err), t->errmsg != NULL ? t->errmsg : "");
+		    "it registers again",
+		    t->name, r->epoch, status_name(t->err),
+		    t->errmsg != NULL ? t->errmsg : "");
 		return ST_ABORTED;
 	}
 	/*
@@ -304,9 +308,10 @@ registry_register(struct registry *r, struct reg_task *t, const char *incs,
 	 */
 	if (t->state == REG_DISCONNECTED && t->left_epoch == r->epoch + 1 &&
 	    !t->recoverable) {
-		say(ans, REG_RUN_OVER, "task %s already left epoch %ld; it can "
-		    "register again once every task has left", t->name,
-		    r->epoch);
+		say(ans, REG_RUN_OVER,
+		    "task %s already left epoch %ld; it can "
+		    "register again once every task has left",
+		    t->name, r->epoch);
 		return ST_FAILED_PRECONDITION;
 	}
 	if (t->state != REG_CONNECTED)
@@ -351,16 +356,16 @@ registry_heartbeat(struct registry *r, struct reg_task *t, const char *incs,
 }
 
 enum status
-registry_may_report(struct registry *r, struct reg_task *t,
-    const char *incs, struct reg_answer *ans)
+registry_may_report(struct registry *r, struct reg_task *t, const char *incs,
+    struct reg_answer *ans)
 {
 	uint64_t inc;
 
 	(void)r;
 	if (t->state != REG_CONNECTED) {
-		say(ans, REG_NO_REASON, "task %s is %s, not connected: it "
-		    "cannot report an error", t->name,
-		    registry_state_name(t->state));
+		say(ans, REG_NO_REASON,
+		    "task %s is %s, not connected: it cannot report an error",
+		    t->name, registry_state_name(t->state));
 		return ST_FAILED_PRECONDITION;
 	}
 	return check_inc(t, incs, 1, &inc, ans);
@@ -375,8 +380,8 @@ registry_wait_all(struct registry *r, struct reg_task *t, const char *incs,
 
 	*wait = 0;
 	if (t->state != REG_CONNECTED) {
-		say(ans, REG_NO_REASON, "task %s is %s, not connected",
-		    t->name, registry_state_name(t->state));
+		say(ans, REG_NO_REASON, "task %s is %s, not connected", t->name,
+		    registry_state_name(t->state));
 		return ST_FAILED_PRECONDITION;
 	}
 	if ((st = check_inc(t, incs, 1, &inc, ans)) != ST_OK)
@@ -423,8 +428,9 @@ registry_all_expired(struct registry *r, int64_t now, struct reg_answer *ans)
 	if (r->all_deadline == 0 || now < r->all_deadline)
 		return ST_OK;
 	names = registry_missing(r, 10);
-	say(ans, REG_NO_REASON, "tasks %s did not register within the "
-	    "register timeout of %s", names != NULL ? names : "",
+	say(ans, REG_NO_REASON,
+	    "tasks %s did not register within the register timeout of %s",
+	    names != NULL ? names : "",
 	    duration_format(r->register_timeout, d, sizeof(d)));
 	free(names);
 	return ST_DEADLINE_EXCEEDED;
@@ -448,8 +454,9 @@ registry_shutdown(struct registry *r, struct reg_task *t, const char *incs,
 		return st;
 	if (t->state == REG_ERROR) {
 		registry_disconnect(r, t);
-		say(ans, REG_NO_REASON, "task %s was in error (%s: %s); "
-		    "disconnected anyway", t->name, status_name(t->err),
+		say(ans, REG_NO_REASON,
+		    "task %s was in error (%s: %s); disconnected anyway",
+		    t->name, status_name(t->err),
 		    t->errmsg != NULL ? t->errmsg : "");
 		return ST_FAILED_PRECONDITION;
 	}
@@ -469,8 +476,9 @@ registry_reset(struct registry *r, struct reg_task *t, struct reg_answer *ans)
 {
 	/* A task that failed and then left is still in error for the run. */
 	if (t->state != REG_ERROR && !registry_failed_now(r, t)) {
-		say(ans, REG_NO_REASON, "task %s is %s, not in error: nothing "
-		    "to reset", t->name, registry_state_name(t->state));
+		say(ans, REG_NO_REASON,
+		    "task %s is %s, not in error: nothing to reset", t->name,
+		    registry_state_name(t->state));
 		return ST_FAILED_PRECONDITION;
 	}
 	registry_disconnect(r, t);
@@ -495,7 +503,8 @@ registry_scan(struct registry *r, int64_t now)
 		if (t->state != REG_CONNECTED ||
 		    now - t->last_heartbeat <= r->hb_timeout)
 			continue;
-		snprintf(msg, sizeof(msg), "no heartbeat for %s (timeout %s): "
+		snprintf(msg, sizeof(msg),
+		    "no heartbeat for %s (timeout %s): "
 		    "the task failed, crashed or was preempted",
 		    duration_format(now - t->last_heartbeat, a, sizeof(a)),
 		    duration_format(r->hb_timeout, b, sizeof(b)));

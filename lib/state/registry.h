@@ -26,40 +26,40 @@
 enum reg_state { REG_DISCONNECTED, REG_CONNECTED, REG_ERROR };
 
 struct reg_task {
-	char *name;                     /* "worker:3" */
+	char *name; /* "worker:3" */
 	size_t index;
 	enum reg_state state;
-	int recoverable;                /* failures stay its own */
-	uint64_t incarnation;           /* 0: never registered */
-	int64_t last_heartbeat;         /* monotonic ms */
-	enum status err;                /* the error while in REG_ERROR, */
-	char *errmsg;                   /* and after, as the last error */
-	int err_reported;               /* reported by the task itself */
-	int err_active;                 /* an error of this epoch, not reset */
-	long left_epoch;                /* epoch + 1 it last left, 0 never */
-	long err_epoch;                 /* the epoch of its last error */
+	int recoverable;        /* failures stay its own */
+	uint64_t incarnation;   /* 0: never registered */
+	int64_t last_heartbeat; /* monotonic ms */
+	enum status err;        /* the error while in REG_ERROR, */
+	char *errmsg;           /* and after, as the last error */
+	int err_reported;       /* reported by the task itself */
+	int err_active;         /* an error of this epoch, not reset */
+	long left_epoch;        /* epoch + 1 it last left, 0 never */
+	long err_epoch;         /* the epoch of its last error */
 };
 
 #define REG_MAX_RECOVERABLE 32
 
 struct registry_config {
-	struct cluster_spec cluster;    /* ntasks 0: no cluster */
+	struct cluster_spec cluster; /* ntasks 0: no cluster */
 	char recoverable[REG_MAX_RECOVERABLE][TASK_JOB_MAX];
 	size_t nrecoverable;
-	int64_t heartbeat_timeout_ms;   /* 0: 10 s */
-	int64_t register_timeout_ms;    /* 0: 1 h */
+	int64_t heartbeat_timeout_ms; /* 0: 10 s */
+	int64_t register_timeout_ms;  /* 0: 1 h */
 };
 
 enum reg_event_type {
-	REG_TASK_FAILED,        /* task went into error */
-	REG_ALL_CONNECTED,      /* every task is connected */
-	REG_EPOCH,              /* no task connected any more: a new epoch */
+	REG_TASK_FAILED,   /* task went into error */
+	REG_ALL_CONNECTED, /* every task is connected */
+	REG_EPOCH,         /* no task connected any more: a new epoch */
 };
 
 struct reg_event {
 	enum reg_event_type type;
 	struct reg_task *task;
-	int propagate;          /* REG_TASK_FAILED: the others must hear */
+	int propagate; /* REG_TASK_FAILED: the others must hear */
 };
 
 typedef void (*reg_observer_fn)(const struct reg_event *ev, void *arg);
@@ -67,9 +67,9 @@ typedef void (*reg_observer_fn)(const struct reg_event *ev, void *arg);
 /* Why a call was refused, for clients that act on it. */
 enum reg_reason {
 	REG_NO_REASON,
-	REG_NOT_REGISTERED,     /* heartbeat of a task coordd does not know */
-	REG_RUN_OVER,           /* it left this run: wait for the next */
-	REG_FAILED_IN_EPOCH,    /* it failed in this run: wait for the next */
+	REG_NOT_REGISTERED,  /* heartbeat of a task coordd does not know */
+	REG_RUN_OVER,        /* it left this run: wait for the next */
+	REG_FAILED_IN_EPOCH, /* it failed in this run: wait for the next */
 };
 
 /* What a call answers besides its status. */
@@ -140,8 +140,8 @@ enum status registry_reset(struct registry *r, struct reg_task *t,
     struct reg_answer *ans);
 
 /* Puts t in error; see struct reg_event. */
-void registry_set_error(struct registry *r, struct reg_task *t,
-    enum status st, const char *msg, int reported, int propagate);
+void registry_set_error(struct registry *r, struct reg_task *t, enum status st,
+    const char *msg, int reported, int propagate);
 void registry_disconnect(struct registry *r, struct reg_task *t);
 
 /* Fails every connected task silent for longer than the timeout. */

@@ -64,7 +64,8 @@ observe(const struct reg_event *ev, void *arg)
 		size_t cap = co->capevents != 0 ? co->capevents * 2 : 16;
 		struct reg_event *v = realloc(co->events, cap * sizeof(*v));
 		if (v == NULL) {
-			log_info("internal: out of memory; a task event is lost");
+			log_info(
+			    "internal: out of memory; a task event is lost");
 			return;
 		}
 		co->events = v;
@@ -154,10 +155,10 @@ coord_new(const struct coord_config *cfg, char *err, size_t errlen)
 	if ((co->getters = park_index_new()) == NULL ||
 	    (co->watchers = park_index_new()) == NULL ||
 	    (co->kv = kv_new(&cfg->kv, coord_kv_observe, co)) == NULL ||
-	    (co->reg = registry_new(&cfg->cluster, observe, co, err,
-	    errlen)) == NULL ||
-	    (co->bars = barriers_new(co->reg, coord_barrier_ended,
-	    co)) == NULL) {
+	    (co->reg = registry_new(&cfg->cluster, observe, co, err, errlen)) ==
+	        NULL ||
+	    (co->bars = barriers_new(co->reg, coord_barrier_ended, co)) ==
+	        NULL) {
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
@@ -166,8 +167,9 @@ coord_new(const struct coord_config *cfg, char *err, size_t errlen)
 	coord_lock(co);
 	park_set_unlock(co->park, unlock_cb, co);
 	if (registry_size(co->reg) > 0)
-		timers_add(park_timers(co->park), &co->scan, duration_now_ms() +
-		    registry_heartbeat_timeout(co->reg) / 5);
+		timers_add(park_timers(co->park), &co->scan,
+		    duration_now_ms() +
+		        registry_heartbeat_timeout(co->reg) / 5);
 	coord_unlock(co);
 	return co;
 fail:
@@ -223,29 +225,22 @@ metrics(struct buf *b, void *arg)
 	coord_lock(co);
 	buf_printf(b,
 	    "# HELP muster_kv_keys Keys in the store.\n"
-	    "# TYPE muster_kv_keys gauge\n"
-	    "muster_kv_keys %zu\n"
+	    "# TYPE muster_kv_keys gauge\nmuster_kv_keys %zu\n"
 	    "# HELP muster_kv_bytes Bytes of keys and values held.\n"
-	    "# TYPE muster_kv_bytes gauge\n"
-	    "muster_kv_bytes %zu\n"
+	    "# TYPE muster_kv_bytes gauge\nmuster_kv_bytes %zu\n"
 	    "# HELP muster_kv_revision The store's current revision.\n"
 	    "# TYPE muster_kv_revision counter\n"
 	    "muster_kv_revision %" PRId64 "\n"
 	    "# HELP muster_kv_watchers Parked watch requests.\n"
-	    "# TYPE muster_kv_watchers gauge\n"
-	    "muster_kv_watchers %zu\n"
+	    "# TYPE muster_kv_watchers gauge\nmuster_kv_watchers %zu\n"
 	    "# HELP muster_timers Armed deadlines.\n"
-	    "# TYPE muster_timers gauge\n"
-	    "muster_timers %zu\n"
+	    "# TYPE muster_timers gauge\nmuster_timers %zu\n"
 	    "# HELP muster_tasks Tasks in the cluster.\n"
-	    "# TYPE muster_tasks gauge\n"
-	    "muster_tasks %zu\n"
+	    "# TYPE muster_tasks gauge\nmuster_tasks %zu\n"
 	    "# HELP muster_tasks_connected Tasks connected now.\n"
-	    "# TYPE muster_tasks_connected gauge\n"
-	    "muster_tasks_connected %zu\n"
+	    "# TYPE muster_tasks_connected gauge\nmuster_tasks_connected %zu\n"
 	    "# HELP muster_epoch Runs of the job since coordd started.\n"
-	    "# TYPE muster_epoch counter\n"
-	    "muster_epoch %ld\n",
+	    "# TYPE muster_epoch counter\nmuster_epoch %ld\n",
 	    kv_count(co->kv), kv_bytes(co->kv), kv_revision(co->kv),
 	    park_index_waiting(co->watchers),
 	    timers_count(park_timers(co->park)), registry_size(co->reg),
@@ -306,16 +301,15 @@ epoch_route(struct http_req *req, const struct route_match *m, void *arg)
 }
 
 static const struct route routes[] = {
-	{"/v1/kv/**", ROUTE_GET | ROUTE_PUT | ROUTE_POST | ROUTE_DELETE,
-	    kv_route},
-	{"/v1/watch/**", ROUTE_GET, watch_route},
-	{"/v1/tasks", ROUTE_GET, coord_tasks_status_route},
-	{"/v1/tasks/*/*", ROUTE_GET, coord_task_route},
-	{"/v1/tasks/*/*/*", ROUTE_POST, coord_task_route},
-	{"/v1/errors", ROUTE_GET, errors_route},
-	{"/v1/epoch", ROUTE_GET, epoch_route},
-	{"/v1/barriers", ROUTE_GET, coord_barriers_status_route},
-	{"/v1/barriers/*", ROUTE_POST | ROUTE_DELETE, coord_barrier_route},
+    {"/v1/kv/**", ROUTE_GET | ROUTE_PUT | ROUTE_POST | ROUTE_DELETE, kv_route},
+    {"/v1/watch/**", ROUTE_GET, watch_route},
+    {"/v1/tasks", ROUTE_GET, coord_tasks_status_route},
+    {"/v1/tasks/*/*", ROUTE_GET, coord_task_route},
+    {"/v1/tasks/*/*/*", ROUTE_POST, coord_task_route},
+    {"/v1/errors", ROUTE_GET, errors_route},
+    {"/v1/epoch", ROUTE_GET, epoch_route},
+    {"/v1/barriers", ROUTE_GET, coord_barriers_status_route},
+    {"/v1/barriers/*", ROUTE_POST | ROUTE_DELETE, coord_barrier_route},
 };
 
 void

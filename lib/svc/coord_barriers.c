@@ -44,8 +44,8 @@ coord_barrier_ended(struct barrier *b, void *arg)
 	(void)arg;
 	if (l == NULL)
 		return;
-	coord_answer_all(l, b->result, b->message, b->result == ST_OK ?
-	    passed_json(b->id) : NULL);
+	coord_answer_all(l, b->result, b->message,
+	    b->result == ST_OK ? passed_json(b->id) : NULL);
 	free(l);
 	b->udata = NULL;
 }
@@ -64,9 +64,10 @@ poll_expired(struct parked *w)
 	if (b->state != BAR_PENDING)
 		coord_barrier_reply(w->req, b->id, b->result, b->message);
 	else
-		coord_reply_json(w->req, 202, json_pack("{s:s,s:s,s:I,s:I}",
-		    "barrier", b->id, "state", "waiting", "arrived",
-		    (json_int_t)b->arrived, "total", (json_int_t)b->members));
+		coord_reply_json(w->req, 202,
+		    json_pack("{s:s,s:s,s:I,s:I}", "barrier", b->id, "state",
+		        "waiting", "arrived", (json_int_t)b->arrived, "total",
+		        (json_int_t)b->members));
 }
 
 void
@@ -104,8 +105,8 @@ coord_barriers_arm(struct coord *co)
 void
 coord_barrier_timer(struct timer *tm)
 {
-	struct coord *co = (struct coord *)((char *)tm -
-	    offsetof(struct coord, bar_timer));
+	struct coord *co =
+	    (struct coord *)((char *)tm - offsetof(struct coord, bar_timer));
 
 	barriers_expire(co->bars, duration_now_ms());
 }
@@ -115,8 +116,8 @@ coord_barrier_timer(struct timer *tm)
  * no task of the cluster leaves its reason in bad.
  */
 static int
-members_from(struct coord *co, json_t *list, size_t **idx, size_t *n,
-    char *bad, size_t badlen)
+members_from(struct coord *co, json_t *list, size_t **idx, size_t *n, char *bad,
+    size_t badlen)
 {
 	size_t i;
 	json_t *v;
@@ -125,8 +126,9 @@ members_from(struct coord *co, json_t *list, size_t **idx, size_t *n,
 	if ((*idx = calloc(json_array_size(list) + 1, sizeof(**idx))) == NULL)
 		return -1;
 	json_array_foreach(list, i, v) {
-		struct reg_task *t = json_is_string(v) ? registry_find(co->reg,
-		    json_string_value(v)) : NULL;
+		struct reg_task *t = json_is_string(v) ?
+		    registry_find(co->reg, json_string_value(v)) :
+		    NULL;
 		if (t == NULL) {
 			snprintf(bad, badlen, "task %s is not in the cluster",
 			    json_is_string(v) ? json_string_value(v) : "?");
@@ -156,15 +158,17 @@ wait_route(struct coord *co, struct http_req *req, const char *id)
 	if (coord_arg_duration(req, "wait", POLL_DEFAULT_MS, &wait) < 0)
 		return;
 	root = json_loadb(body, len, 0, &jerr);
-	if (root == NULL || json_unpack_ex(root, &jerr, 0, "{s:s,s?s,s?I,s?o}",
-	    "task", &tname, "incarnation", &incs, "timeout_ms", &timeout,
-	    "tasks", &list) < 0 || (list != NULL && !json_is_array(list)) ||
-	    timeout < 0 || (incs != NULL &&
-	    task_parse_incarnation(incs, &inc) < 0)) {
-		http_reply_error(req, ST_INVALID_ARGUMENT, "request body must "
+	if (root == NULL ||
+	    json_unpack_ex(root, &jerr, 0, "{s:s,s?s,s?I,s?o}", "task", &tname,
+	        "incarnation", &incs, "timeout_ms", &timeout, "tasks",
+	        &list) < 0 ||
+	    (list != NULL && !json_is_array(list)) || timeout < 0 ||
+	    (incs != NULL && task_parse_incarnation(incs, &inc) < 0)) {
+		http_reply_error(req, ST_INVALID_ARGUMENT,
+		    "request body must "
 		    "be {\"task\":T,\"incarnation\":HEX,\"timeout_ms\":N,"
-		    "\"tasks\":[...]}: %s", root == NULL ? jerr.text :
-		    "bad field");
+		    "\"tasks\":[...]}: %s",
+		    root == NULL ? jerr.text : "bad field");
 		json_decref(root);
 		return;
 	}
@@ -174,14 +178,15 @@ wait_route(struct coord *co, struct http_req *req, const char *id)
 		/* Nothing may park once shutdown has drained the waiters. */
 		coord_reply_closing(req);
 	} else if ((t = registry_find(co->reg, tname)) == NULL) {
-		http_reply_error(req, ST_INVALID_ARGUMENT, "task %s is not in "
-		    "the cluster", tname);
-	} else if (list != NULL && members_from(co, list, &idx, &n, bad,
-	    sizeof(bad)) < 0) {
+		http_reply_error(req, ST_INVALID_ARGUMENT,
+		    "task %s is not in the cluster", tname);
+	} else if (list != NULL &&
+	    members_from(co, list, &idx, &n, bad, sizeof(bad)) < 0) {
 		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
-	} else if (barriers_wait(co->bars, id, t, inc, timeout, list != NULL ?
-	    idx : NULL, n, bad[0] != '\0' ? bad : NULL, now, &b, &st, msg,
-	    sizeof(msg)) == BAR_ANSWER) {
+	} else if (barriers_wait(co->bars, id, t, inc, timeout,
+	               list != NULL ? idx : NULL, n,
+	               bad[0] != '\0' ? bad : NULL, now, &b, &st, msg,
+	               sizeof(msg)) == BAR_ANSWER) {
 		coord_barrier_reply(req, id, st, msg);
 	} else {
 		coord_barrier_park(co, req, b, wait, now);
@@ -202,14 +207,16 @@ cancel_route(struct coord *co, struct http_req *req, const char *id)
 	if (coord_closing(co)) {
 		coord_reply_closing(req);
 	} else if (tname == NULL || registry_find(co->reg, tname) == NULL) {
-		http_reply_error(req, ST_INVALID_ARGUMENT, "task=%s is not in "
-		    "the cluster", tname != NULL ? tname : "");
-	} else if ((st = barriers_cancel(co->bars, id, tname,
-	    duration_now_ms(), msg, sizeof(msg))) != ST_OK) {
+		http_reply_error(req, ST_INVALID_ARGUMENT,
+		    "task=%s is not in the cluster",
+		    tname != NULL ? tname : "");
+	} else if ((st = barriers_cancel(co->bars, id, tname, duration_now_ms(),
+	                msg, sizeof(msg))) != ST_OK) {
 		http_reply_error(req, st, "%s", msg);
 	} else {
-		coord_reply_json(req, 200, json_pack("{s:s,s:s}", "barrier", id,
-		    "state", "cancelled"));
+		coord_reply_json(req, 200,
+		    json_pack("{s:s,s:s}", "barrier", id, "state",
+		        "cancelled"));
 	}
 	coord_unlock(co);
 }
@@ -221,7 +228,7 @@ valid_id(const char *id)
 		return 0;
 	for (const char *p = id; *p != '\0'; p++)
 		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-		    (*p >= '0' && *p <= '9') || strchr("_-.:", *p) != NULL))
+		        (*p >= '0' && *p <= '9') || strchr("_-.:", *p) != NULL))
 			return 0;
 	return 1;
 }
@@ -235,19 +242,19 @@ coord_barrier_route(struct http_req *req, const struct route_match *m,
 	char id[258];
 
 	if (m->seglen[0] > 256) {
-		http_reply_error(req, ST_INVALID_ARGUMENT, "barrier id must be "
-		    "1 to 256 of [A-Za-z0-9_.:-]");
+		http_reply_error(req, ST_INVALID_ARGUMENT,
+		    "barrier id must be 1 to 256 of [A-Za-z0-9_.:-]");
 		return;
 	}
 	route_seg(m, 0, id, sizeof(id));
 	if (!valid_id(id)) {
-		http_reply_error(req, ST_INVALID_ARGUMENT, "barrier id must be "
-		    "1 to 256 of [A-Za-z0-9_.:-]");
+		http_reply_error(req, ST_INVALID_ARGUMENT,
+		    "barrier id must be 1 to 256 of [A-Za-z0-9_.:-]");
 		return;
 	}
 	if (registry_size(co->reg) == 0) {
-		http_reply_error(req, ST_FAILED_PRECONDITION, "barriers need "
-		    "a cluster: coordd runs without --cluster");
+		http_reply_error(req, ST_FAILED_PRECONDITION,
+		    "barriers need a cluster: coordd runs without --cluster");
 		return;
 	}
 	if (m->method == ROUTE_POST)

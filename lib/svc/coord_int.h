@@ -29,17 +29,17 @@ struct coord {
 	pthread_mutex_t mu;
 	struct park *park;
 	struct kvstore *kv;
-	struct park_index *getters;     /* key -> parked gets */
-	struct park_index *watchers;    /* prefix -> parked watches */
+	struct park_index *getters;  /* key -> parked gets */
+	struct park_index *watchers; /* prefix -> parked watches */
 	struct registry *reg;
 	struct barriers *bars;
-	int64_t shutdown_timeout;       /* 0: no shutdown barrier */
-	struct timer scan;              /* the heartbeat scan */
-	struct timer bar_timer;         /* the earliest barrier deadline */
+	int64_t shutdown_timeout; /* 0: no shutdown barrier */
+	struct timer scan;        /* the heartbeat scan */
+	struct timer bar_timer;   /* the earliest barrier deadline */
 	struct park_list error_waiters;
 	struct park_list all_waiters;
 	struct park_list epoch_waiters;
-	struct reg_event *events;       /* reported, not yet acted on */
+	struct reg_event *events; /* reported, not yet acted on */
 	size_t nevents, capevents;
 	atomic_int closing;
 };
@@ -77,8 +77,8 @@ void coord_watch_route(struct coord *co, struct http_req *req,
     const char *rest);
 void coord_kv_observe(const struct kv_event *ev, void *arg);
 
-void coord_tasks_status_route(struct http_req *req,
-    const struct route_match *m, void *arg);
+void coord_tasks_status_route(struct http_req *req, const struct route_match *m,
+    void *arg);
 void coord_task_route(struct http_req *req, const struct route_match *m,
     void *arg);
 void coord_errors_route(struct coord *co, struct http_req *req);
@@ -102,7 +102,7 @@ void coord_barriers_arm(struct coord *co);
 void coord_barrier_park(struct coord *co, struct http_req *req,
     struct barrier *b, int64_t wait, int64_t now);
 /* Answers req as barrier b ended (or with the verdict st, msg). */
-void coord_barrier_reply(struct http_req *req, const char *id,
-    enum status st, const char *msg);
+void coord_barrier_reply(struct http_req *req, const char *id, enum status st,
+    const char *msg);
 
 #endif

@@ -82,11 +82,11 @@ kv_get_route(struct coord *co, struct http_req *req, const struct buf *key)
 	} else if (wait <= 0) {
 		http_reply_error(req, ST_DEADLINE_EXCEEDED,
 		    "key %s not set before the deadline", key->data);
-	} else if ((l = park_index_list(co->getters, key->data,
-	    key->len)) == NULL) {
+	} else if ((l = park_index_list(co->getters, key->data, key->len)) ==
+	    NULL) {
 		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
 	} else if (coord_park(co, req, l, wait, get_expired, key->data,
-	    key->len) == NULL) {
+	               key->len) == NULL) {
 		park_list_prune(l);
 	}
 	coord_unlock(co);
@@ -99,7 +99,7 @@ kv_get_route(struct coord *co, struct http_req *req, const struct buf *key)
 struct snap_item {
 	char *key;
 	size_t klen;
-	struct blob *val;               /* NULL: a delete */
+	struct blob *val; /* NULL: a delete */
 	int64_t rev, created;
 	enum kv_event_type type;
 };
@@ -107,11 +107,11 @@ struct snap_item {
 struct snap {
 	struct snap_item *v;
 	size_t n, cap;
-	size_t bytes;                   /* of values */
+	size_t bytes; /* of values */
 	int nomem;
 	int64_t revision;
 	uint64_t service;
-	enum status st;                 /* of kv_changes */
+	enum status st; /* of kv_changes */
 	char err[256];
 };
 
@@ -184,17 +184,20 @@ kv_dir_route(struct coord *co, struct http_req *req, const struct buf *key)
 		for (size_t i = 0; arr != NULL && i < s->n; i++) {
 			struct snap_item *it = &s->v[i];
 			json_t *ent = json_pack("{s:s%,s:o,s:I,s:I}", "key",
-			    it->key, it->klen, "value", text_base64_json(
-			    it->val->data, it->val->len), "revision",
-			    (json_int_t)it->rev, "created",
+			    it->key, it->klen, "value",
+			    text_base64_json(it->val->data, it->val->len),
+			    "revision", (json_int_t)it->rev, "created",
 			    (json_int_t)it->created);
-			if (ent == NULL || json_array_append_new(arr, ent) < 0) {
+			if (ent == NULL ||
+			    json_array_append_new(arr, ent) < 0) {
 				json_decref(arr);
 				arr = NULL;
 			}
 		}
-		obj = arr == NULL ? NULL : json_pack("{s:I,s:o}", "revision",
-		    (json_int_t)s->revision, "entries", arr);
+		obj = arr == NULL ?
+		    NULL :
+		    json_pack("{s:I,s:o}", "revision", (json_int_t)s->revision,
+		        "entries", arr);
 	}
 	snap_free(s);
 	coord_reply_json(req, 200, obj);
@@ -212,8 +215,8 @@ parse_mode(struct http_req *req, enum kv_mode *m)
 	else if (strcmp(mode, "update") == 0)
 		*m = KV_UPDATE;
 	else {
-		http_reply_error(req, ST_INVALID_ARGUMENT, "mode=%s is not one "
-		    "of insert, overwrite, update", mode);
+		http_reply_error(req, ST_INVALID_ARGUMENT,
+		    "mode=%s is not one of insert, overwrite, update", mode);
 		return ST_INVALID_ARGUMENT;
 	}
 	return ST_OK;
@@ -300,19 +303,20 @@ kv_add_route(struct coord *co, struct http_req *req, const struct buf *key)
 		return;
 	}
 	set_revision(req, rev);
-	coord_reply_json(req, 200, json_pack("{s:I,s:I}", "value",
-	    (json_int_t)result, "revision", (json_int_t)rev));
+	coord_reply_json(req, 200,
+	    json_pack("{s:I,s:I}", "value", (json_int_t)result, "revision",
+	        (json_int_t)rev));
 }
 
 /* Decodes the base64 string field name of root into out. */
 static int
-b64_field(struct http_req *req, json_t *root, const char *name,
-    struct buf *out)
+b64_field(struct http_req *req, json_t *root, const char *name, struct buf *out)
 {
 	json_t *f = json_object_get(root, name);
 
-	if (!json_is_string(f) || text_base64_decode(out,
-	    json_string_value(f), json_string_length(f)) < 0) {
+	if (!json_is_string(f) ||
+	    text_base64_decode(out, json_string_value(f),
+	        json_string_length(f)) < 0) {
 		http_reply_error(req, ST_INVALID_ARGUMENT,
 		    "%s must be a base64 string", name);
 		return -1;
@@ -362,9 +366,11 @@ kv_cas_route(struct coord *co, struct http_req *req, const struct buf *key)
 	blob_unref(nv);
 	buf_free(&expect);
 	if (st != ST_OK) {
-		json_t *extra = curv == NULL ? NULL : json_pack("{s:o,s:I}",
-		    "current", text_base64_json(curv->data, curv->len),
-		    "revision", (json_int_t)currev);
+		json_t *extra = curv == NULL ?
+		    NULL :
+		    json_pack("{s:o,s:I}", "current",
+		        text_base64_json(curv->data, curv->len), "revision",
+		        (json_int_t)currev);
 		blob_unref(curv);
 		http_reply_error_json(req, st, extra, "%s", err);
 		return;
@@ -383,8 +389,9 @@ kv_delete_route(struct coord *co, struct http_req *req, const struct buf *key)
 	n = kv_delete(co->kv, key->data, key->len, &rev);
 	coord_unlock(co);
 	set_revision(req, rev);
-	coord_reply_json(req, 200, json_pack("{s:I,s:I}", "deleted",
-	    (json_int_t)n, "revision", (json_int_t)rev));
+	coord_reply_json(req, 200,
+	    json_pack("{s:I,s:I}", "deleted", (json_int_t)n, "revision",
+	        (json_int_t)rev));
 }
 
 /*
@@ -423,8 +430,8 @@ coord_kv_route(struct coord *co, struct http_req *req, const char *rest)
 	int dir = http_req_arg(req, "dir") != NULL;
 	struct buf key = {0};
 
-	if (path_key(co, req, rest, dir && strcmp(method, "GET") == 0,
-	    &key) < 0)
+	if (path_key(co, req, rest, dir && strcmp(method, "GET") == 0, &key) <
+	    0)
 		goto out;
 	if (strcmp(method, "GET") == 0) {
 		if (dir)
@@ -458,8 +465,7 @@ add_event(const struct kv_event *ev, void *arg)
  * ENOMEM. s->st says whether the history still has them.
  */
 static struct snap *
-take_changes(struct coord *co, const char *prefix, size_t plen,
-    int64_t since)
+take_changes(struct coord *co, const char *prefix, size_t plen, int64_t since)
 {
 	struct snap *s = calloc(1, sizeof(*s));
 
@@ -499,9 +505,9 @@ reply_changes(struct http_req *req, struct snap *s)
 		    kv_event_name(it->type), "key", it->key, it->klen,
 		    "revision", (json_int_t)it->rev);
 
-		if (o != NULL && it->val != NULL && json_object_set_new(o,
-		    "value", text_base64_json(it->val->data,
-		    it->val->len)) < 0) {
+		if (o != NULL && it->val != NULL &&
+		    json_object_set_new(o, "value",
+		        text_base64_json(it->val->data, it->val->len)) < 0) {
 			json_decref(o);
 			o = NULL;
 		}
@@ -510,9 +516,12 @@ reply_changes(struct http_req *req, struct snap *s)
 			arr = NULL;
 		}
 	}
-	coord_reply_json(req, 200, arr == NULL ? NULL : json_pack(
-	    "{s:I,s:s,s:o}", "revision", (json_int_t)s->revision, "service",
-	    task_format_incarnation(s->service, svc), "events", arr));
+	coord_reply_json(req, 200,
+	    arr == NULL ?
+	        NULL :
+	        json_pack("{s:I,s:s,s:o}", "revision", (json_int_t)s->revision,
+	            "service", task_format_incarnation(s->service, svc),
+	            "events", arr));
 	snap_free(s);
 }
 
@@ -565,8 +574,9 @@ coord_watch_route(struct coord *co, struct http_req *req, const char *rest)
 		since = kv_revision(co->kv);
 	/* A revision from another coordd (this one restarted) means nothing
 	 * here: everything this store has is new to that watcher. */
-	if (service != NULL && (task_parse_incarnation(service, &inc) < 0 ||
-	    inc != registry_service(co->reg)))
+	if (service != NULL &&
+	    (task_parse_incarnation(service, &inc) < 0 ||
+	        inc != registry_service(co->reg)))
 		since = 0;
 	s = take_changes(co, key.data, key.len, since);
 	if (s == NULL || s->st != ST_OK || s->n > 0 || wait <= 0) {
@@ -574,10 +584,12 @@ coord_watch_route(struct coord *co, struct http_req *req, const char *rest)
 	} else if (coord_closing(co)) {
 		coord_reply_closing(req);
 	} else {
-		struct park_list *l = park_index_list(co->watchers, key.data,
-		    key.len);
-		struct parked *w = l == NULL ? NULL : coord_park(co, req, l,
-		    wait, watch_expired, key.data, key.len);
+		struct park_list *l =
+		    park_index_list(co->watchers, key.data, key.len);
+		struct parked *w = l == NULL ?
+		    NULL :
+		    coord_park(co, req, l, wait, watch_expired, key.data,
+		        key.len);
 
 		if (l == NULL)
 			http_reply_error(req, ST_RESOURCE_EXHAUSTED,
@@ -627,15 +639,15 @@ coord_kv_observe(const struct kv_event *ev, void *arg)
 	struct coord *co = arg;
 	struct park_list *l;
 
-	if (ev->type == KV_EV_PUT && (l = park_index_find(co->getters,
-	    ev->key, ev->klen)) != NULL) {
+	if (ev->type == KV_EV_PUT &&
+	    (l = park_index_find(co->getters, ev->key, ev->klen)) != NULL) {
 		const struct kv_entry *e = kv_get(co->kv, ev->key, ev->klen);
 		struct http_shared *sh = NULL;
 		char num[32];
 
 		/* Every waiter gets the same bytes: one reply, no copy. */
 		if ((sh = http_shared_blob(200, "application/octet-stream",
-		    e->val)) != NULL) {
+		         e->val)) != NULL) {
 			snprintf(num, sizeof(num), "%" PRId64, e->mod_rev);
 			http_shared_header(sh, "X-Muster-Revision", num);
 		}
@@ -655,8 +667,8 @@ coord_kv_observe(const struct kv_event *ev, void *arg)
 		return;
 	for (size_t n = 0;; n++) {
 		if (n == ev->klen || ev->key[n] == '/') {
-			if ((l = park_index_find(co->watchers, ev->key,
-			    n)) != NULL)
+			if ((l = park_index_find(co->watchers, ev->key, n)) !=
+			    NULL)
 				wake_watchers(co, l, ev->rev);
 		}
 		if (n == ev->klen)

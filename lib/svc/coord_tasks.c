@@ -63,13 +63,15 @@ task_json(const struct reg_task *t, int64_t now)
 
 	if (o == NULL)
 		return NULL;
-	json_object_set_new(o, "incarnation", t->incarnation != 0 ?
-	    json_string(task_format_incarnation(t->incarnation, inc)) :
-	    json_null());
-	json_object_set_new(o, "heartbeat_age_ms", t->state == REG_CONNECTED ?
-	    json_integer(now - t->last_heartbeat) : json_null());
-	json_object_set_new(o, "error", t->errmsg != NULL ? error_json(t) :
-	    json_null());
+	json_object_set_new(o, "incarnation",
+	    t->incarnation != 0 ?
+	        json_string(task_format_incarnation(t->incarnation, inc)) :
+	        json_null());
+	json_object_set_new(o, "heartbeat_age_ms",
+	    t->state == REG_CONNECTED ? json_integer(now - t->last_heartbeat) :
+	                                json_null());
+	json_object_set_new(o, "error",
+	    t->errmsg != NULL ? error_json(t) : json_null());
 	return o;
 }
 
@@ -96,8 +98,10 @@ coord_tasks_react(struct coord *co, const struct reg_event *ev)
 		break;
 	case REG_ALL_CONNECTED:
 		coord_answer_all(&co->all_waiters, ST_OK, NULL,
-		    co->all_waiters.head != NULL ? json_pack("{s:I}", "tasks",
-		    (json_int_t)registry_size(co->reg)) : NULL);
+		    co->all_waiters.head != NULL ?
+		        json_pack("{s:I}", "tasks",
+		            (json_int_t)registry_size(co->reg)) :
+		        NULL);
 		break;
 	case REG_EPOCH:
 		barriers_reset(co->bars, ST_ABORTED, "the cluster was reset");
@@ -106,11 +110,13 @@ coord_tasks_react(struct coord *co, const struct reg_event *ev)
 		n = kv_delete(co->kv, COORD_RUN_PREFIX,
 		    strlen(COORD_RUN_PREFIX), &rev);
 		log_info("no task connected: epoch %ld begins (%zu keys under "
-		    "%s/ removed)", registry_epoch(co->reg), n,
-		    COORD_RUN_PREFIX);
+		         "%s/ removed)",
+		    registry_epoch(co->reg), n, COORD_RUN_PREFIX);
 		coord_answer_all(&co->epoch_waiters, ST_OK, NULL,
-		    co->epoch_waiters.head != NULL ? json_pack("{s:i}", "epoch",
-		    (int)registry_epoch(co->reg)) : NULL);
+		    co->epoch_waiters.head != NULL ?
+		        json_pack("{s:i}", "epoch",
+		            (int)registry_epoch(co->reg)) :
+		        NULL);
 		break;
 	}
 }
@@ -118,16 +124,16 @@ coord_tasks_react(struct coord *co, const struct reg_event *ev)
 void
 coord_tasks_scan(struct timer *tm)
 {
-	struct coord *co = (struct coord *)((char *)tm -
-	    offsetof(struct coord, scan));
-	int64_t now = duration_now_ms(), hb = registry_heartbeat_timeout(
-	    co->reg);
+	struct coord *co =
+	    (struct coord *)((char *)tm - offsetof(struct coord, scan));
+	int64_t now = duration_now_ms(),
+	        hb = registry_heartbeat_timeout(co->reg);
 
 	registry_scan(co->reg, now);
 	/* A fifth of the timeout: detection within 1.2 timeouts, which
 	 * leaves room under 1.25 for a timer that fires a little late. */
-	timers_add(park_timers(co->park), &co->scan, now + (hb / 5 > 0 ?
-	    hb / 5 : 1));
+	timers_add(park_timers(co->park), &co->scan,
+	    now + (hb / 5 > 0 ? hb / 5 : 1));
 }
 
 static void
@@ -155,7 +161,7 @@ coord_tasks_shutdown(struct coord *co)
  * JSON outside it: with 10,000 tasks the JSON is what takes time.
  */
 struct task_snap {
-	const char *name;               /* lives as long as the registry */
+	const char *name; /* lives as long as the registry */
 	enum reg_state state;
 	int recoverable, reported;
 	uint64_t inc;
@@ -203,12 +209,12 @@ snap_barriers(struct coord *co, struct snap *s, int64_t now)
 	size_t ntasks = registry_size(co->reg), n = 0;
 
 	for (struct barrier *b = barriers_pending(co->bars); b != NULL;
-	    b = b->next)
+	     b = b->next)
 		n++;
 	if (n > 0 && (s->bars = calloc(n, sizeof(*s->bars))) == NULL)
 		return -1;
 	for (struct barrier *b = barriers_pending(co->bars); b != NULL;
-	    b = b->next) {
+	     b = b->next) {
 		struct bar_snap *x = &s->bars[s->nbars++];
 		x->id = strdup(b->id);
 		x->at = malloc(ntasks + 1);
@@ -253,8 +259,8 @@ snap_take(struct coord *co, struct snap *s, int tasks)
 		x->age = now - t->last_heartbeat;
 		x->err = t->err;
 		x->reported = t->err_reported;
-		if (t->errmsg != NULL && (x->errmsg = strdup(t->errmsg)) ==
-		    NULL)
+		if (t->errmsg != NULL &&
+		    (x->errmsg = strdup(t->errmsg)) == NULL)
 			return -1;
 	}
 	return snap_barriers(co, s, now);
@@ -277,11 +283,12 @@ snap_barriers_json(const struct snap *s, struct coord *co)
 			else if (b->at[i] == BAR_MEMBER)
 				json_array_append_new(out, json_string(name));
 		}
-		json_array_append_new(arr, json_pack("{s:s,s:I,s:I,s:o,s:o,s:I}",
-		    "id", b->id, "arrived", (json_int_t)b->arrived, "total",
-		    (json_int_t)b->members, "tasks_arrived", in,
-		    "tasks_waiting", out, "deadline_in_ms",
-		    (json_int_t)b->deadline_in));
+		json_array_append_new(arr,
+		    json_pack("{s:s,s:I,s:I,s:o,s:o,s:I}", "id", b->id,
+		        "arrived", (json_int_t)b->arrived, "total",
+		        (json_int_t)b->members, "tasks_arrived", in,
+		        "tasks_waiting", out, "deadline_in_ms",
+		        (json_int_t)b->deadline_in));
 	}
 	return arr;
 }
@@ -300,15 +307,19 @@ snap_json(const struct snap *s, struct coord *co)
 
 		if (o == NULL)
 			continue;
-		json_object_set_new(o, "incarnation", t->inc != 0 ?
-		    json_string(task_format_incarnation(t->inc, inc)) :
-		    json_null());
-		json_object_set_new(o, "heartbeat_age_ms", t->state ==
-		    REG_CONNECTED ? json_integer(t->age) : json_null());
-		json_object_set_new(o, "error", t->errmsg != NULL ?
-		    json_pack("{s:s,s:s,s:s,s:b}", "task", t->name, "code",
-		    status_name(t->err), "message", t->errmsg, "reported",
-		    t->reported) : json_null());
+		json_object_set_new(o, "incarnation",
+		    t->inc != 0 ?
+		        json_string(task_format_incarnation(t->inc, inc)) :
+		        json_null());
+		json_object_set_new(o, "heartbeat_age_ms",
+		    t->state == REG_CONNECTED ? json_integer(t->age) :
+		                                json_null());
+		json_object_set_new(o, "error",
+		    t->errmsg != NULL ?
+		        json_pack("{s:s,s:s,s:s,s:b}", "task", t->name, "code",
+		            status_name(t->err), "message", t->errmsg,
+		            "reported", t->reported) :
+		        json_null());
 		json_array_append_new(tasks, o);
 	}
 	return json_pack("{s:s,s:i,s:I,s:I,s:I,s:o,s:o,s:I,s:I}",
@@ -316,8 +327,8 @@ snap_json(const struct snap *s, struct coord *co)
 	    "epoch", (int)s->epoch, "heartbeat_timeout_ms",
 	    (json_int_t)s->hb_timeout, "connected", (json_int_t)s->connected,
 	    "total", (json_int_t)s->ntasks, "tasks", tasks, "barriers",
-	    snap_barriers_json(s, co), "keys", (json_int_t)s->keys,
-	    "revision", (json_int_t)s->revision);
+	    snap_barriers_json(s, co), "keys", (json_int_t)s->keys, "revision",
+	    (json_int_t)s->revision);
 }
 
 /* GET /v1/tasks (whole) or GET /v1/barriers (barriers only). */
@@ -335,14 +346,14 @@ reply_status(struct coord *co, struct http_req *req, int whole)
 	else if (whole)
 		coord_reply_json(req, 200, snap_json(&s, co));
 	else
-		coord_reply_json(req, 200, json_pack("{s:o}", "barriers",
-		    snap_barriers_json(&s, co)));
+		coord_reply_json(req, 200,
+		    json_pack("{s:o}", "barriers", snap_barriers_json(&s, co)));
 	snap_free(&s);
 }
 
 void
-coord_barriers_status_route(struct http_req *req,
-    const struct route_match *m, void *arg)
+coord_barriers_status_route(struct http_req *req, const struct route_match *m,
+    void *arg)
 {
 	(void)m;
 	reply_status(arg, req, 0);
@@ -356,20 +367,23 @@ reply_refused(struct coord *co, struct http_req *req, enum status st,
 
 	switch (ans->reason) {
 	case REG_NOT_REGISTERED:
-		http_reply_error_json(req, st, json_pack("{s:s,s:s}", "reason",
-		    "not_registered", "service_incarnation",
-		    task_format_incarnation(registry_service(co->reg), inc)),
+		http_reply_error_json(req, st,
+		    json_pack("{s:s,s:s}", "reason", "not_registered",
+		        "service_incarnation",
+		        task_format_incarnation(registry_service(co->reg),
+		            inc)),
 		    "%s", ans->msg);
 		break;
 	case REG_RUN_OVER:
 	case REG_FAILED_IN_EPOCH:
-		http_reply_error_json(req, st, json_pack("{s:s,s:i}", "reason",
-		    ans->reason == REG_RUN_OVER ? "run_over" :
-		    "failed_in_epoch", "epoch", (int)registry_epoch(co->reg)),
+		http_reply_error_json(req, st,
+		    json_pack("{s:s,s:i}", "reason",
+		        ans->reason == REG_RUN_OVER ? "run_over" :
+		                                      "failed_in_epoch",
+		        "epoch", (int)registry_epoch(co->reg)),
 		    "%s", ans->msg);
 		break;
-	default:
-		http_reply_error(req, st, "%s", ans->msg);
+	default: http_reply_error(req, st, "%s", ans->msg);
 	}
 }
 
@@ -379,29 +393,29 @@ do_register(struct coord *co, struct http_req *req, struct reg_task *t)
 	struct reg_answer ans = {0};
 	char a[17], b[17];
 	int64_t hb = registry_heartbeat_timeout(co->reg);
-	enum status st = registry_register(co->reg, t, http_req_arg(req,
-	    "incarnation"), duration_now_ms(), &ans);
+	enum status st = registry_register(co->reg, t,
+	    http_req_arg(req, "incarnation"), duration_now_ms(), &ans);
 
 	if (st != ST_OK) {
 		reply_refused(co, req, st, &ans);
 		return;
 	}
-	coord_reply_json(req, 200, json_pack("{s:s,s:s,s:I,s:I,s:s,s:I,s:i}",
-	    "task", t->name, "incarnation", task_format_incarnation(
-	    t->incarnation, a), "heartbeat_timeout_ms", (json_int_t)hb,
-	    "heartbeat_interval_ms", (json_int_t)(hb / 2),
-	    "service_incarnation", task_format_incarnation(
-	    registry_service(co->reg), b), "tasks",
-	    (json_int_t)registry_size(co->reg), "epoch",
-	    (int)registry_epoch(co->reg)));
+	coord_reply_json(req, 200,
+	    json_pack("{s:s,s:s,s:I,s:I,s:s,s:I,s:i}", "task", t->name,
+	        "incarnation", task_format_incarnation(t->incarnation, a),
+	        "heartbeat_timeout_ms", (json_int_t)hb, "heartbeat_interval_ms",
+	        (json_int_t)(hb / 2), "service_incarnation",
+	        task_format_incarnation(registry_service(co->reg), b), "tasks",
+	        (json_int_t)registry_size(co->reg), "epoch",
+	        (int)registry_epoch(co->reg)));
 }
 
 static void
 do_heartbeat(struct coord *co, struct http_req *req, struct reg_task *t)
 {
 	struct reg_answer ans = {0};
-	enum status st = registry_heartbeat(co->reg, t, http_req_arg(req,
-	    "incarnation"), duration_now_ms(), &ans);
+	enum status st = registry_heartbeat(co->reg, t,
+	    http_req_arg(req, "incarnation"), duration_now_ms(), &ans);
 
 	if (st != ST_OK)
 		reply_refused(co, req, st, &ans);
@@ -420,25 +434,26 @@ do_report_error(struct coord *co, struct http_req *req, struct reg_task *t)
 	json_error_t jerr;
 	enum status st;
 
-	if ((st = registry_may_report(co->reg, t, http_req_arg(req,
-	    "incarnation"), &ans)) != ST_OK) {
+	if ((st = registry_may_report(co->reg, t,
+	         http_req_arg(req, "incarnation"), &ans)) != ST_OK) {
 		reply_refused(co, req, st, &ans);
 		return;
 	}
 	root = json_loadb(body, len, 0, &jerr);
-	if (root == NULL || json_unpack(root, "{s?s,s?s}", "code", &code,
-	    "message", &msg) < 0) {
-		http_reply_error(req, ST_INVALID_ARGUMENT, "request body must "
-		    "be {\"code\":CODE,\"message\":TEXT}: %s", root == NULL ?
-		    jerr.text : "wrong field types");
+	if (root == NULL ||
+	    json_unpack(root, "{s?s,s?s}", "code", &code, "message", &msg) <
+	        0) {
+		http_reply_error(req, ST_INVALID_ARGUMENT,
+		    "request body must be {\"code\":CODE,\"message\":TEXT}: %s",
+		    root == NULL ? jerr.text : "wrong field types");
 		json_decref(root);
 		return;
 	}
 	st = code != NULL ? status_from_name(code) : ST_INTERNAL;
 	if (st == ST_OK)
 		st = ST_INTERNAL;
-	registry_set_error(co->reg, t, st, msg != NULL ? msg :
-	    "error reported", 1, 1);
+	registry_set_error(co->reg, t, st, msg != NULL ? msg : "error reported",
+	    1, 1);
 	json_decref(root);
 	http_reply(req, 200, "application/json", "{}", 2);
 }
@@ -448,16 +463,15 @@ all_expired(struct parked *w)
 {
 	struct coord *co = w->obj;
 	struct reg_answer ans = {0};
-	enum status st = registry_all_expired(co->reg, duration_now_ms(),
-	    &ans);
+	enum status st = registry_all_expired(co->reg, duration_now_ms(), &ans);
 
 	if (st != ST_OK)
 		http_reply_error(w->req, st, "%s", ans.msg);
 	else
-		coord_reply_json(w->req, 202, json_pack("{s:s,s:I,s:I}",
-		    "state", "waiting", "connected",
-		    (json_int_t)registry_connected(co->reg), "total",
-		    (json_int_t)registry_size(co->reg)));
+		coord_reply_json(w->req, 202,
+		    json_pack("{s:s,s:I,s:I}", "state", "waiting", "connected",
+		        (json_int_t)registry_connected(co->reg), "total",
+		        (json_int_t)registry_size(co->reg)));
 }
 
 static void
@@ -478,8 +492,9 @@ do_wait_all(struct coord *co, struct http_req *req, struct reg_task *t)
 		return;
 	}
 	if (!park) {
-		coord_reply_json(req, 200, json_pack("{s:I}", "tasks",
-		    (json_int_t)registry_size(co->reg)));
+		coord_reply_json(req, 200,
+		    json_pack("{s:I}", "tasks",
+		        (json_int_t)registry_size(co->reg)));
 		return;
 	}
 	if (until - now < wait)
@@ -515,7 +530,7 @@ do_shutdown(struct coord *co, struct http_req *req, struct reg_task *t)
 		return;
 	}
 	if (barriers_shutdown_wait(co->bars, t, co->shutdown_timeout, now, &b,
-	    &st, msg, sizeof(msg)) == BAR_ANSWER)
+	        &st, msg, sizeof(msg)) == BAR_ANSWER)
 		coord_barrier_reply(req, "shutdown", st, msg);
 	else
 		coord_barrier_park(co, req, b, wait, now);
@@ -546,8 +561,8 @@ void
 coord_task_route(struct http_req *req, const struct route_match *m, void *arg)
 {
 	struct coord *co = arg;
-	char job[TASK_JOB_MAX + 1], index[24], verb[32], name[sizeof(job) +
-	    sizeof(index) + 1];
+	char job[TASK_JOB_MAX + 1], index[24], verb[32],
+	    name[sizeof(job) + sizeof(index) + 1];
 	struct reg_task *t;
 
 	route_seg(m, 0, job, sizeof(job));
@@ -557,9 +572,11 @@ coord_task_route(struct http_req *req, const struct route_match *m, void *arg)
 	coord_lock(co);
 	if (m->seglen[0] > TASK_JOB_MAX || m->seglen[1] >= sizeof(index) ||
 	    (t = registry_find(co->reg, name)) == NULL) {
-		http_reply_error(req, ST_INVALID_ARGUMENT, "unknown task %s: %s",
-		    name, registry_size(co->reg) == 0 ? "coordd runs without "
-		    "--cluster" : "not in the cluster");
+		http_reply_error(req, ST_INVALID_ARGUMENT,
+		    "unknown task %s: %s", name,
+		    registry_size(co->reg) == 0 ? "coordd runs without "
+		                                  "--cluster" :
+		                                  "not in the cluster");
 	} else if (m->nseg == 2) {
 		coord_reply_json(req, 200, task_json(t, duration_now_ms()));
 	} else if (coord_closing(co)) {
@@ -577,7 +594,8 @@ coord_task_route(struct http_req *req, const struct route_match *m, void *arg)
 	} else if (strcmp(verb, "reset") == 0) {
 		do_reset(co, req, t);
 	} else {
-		http_reply_error(req, ST_NOT_FOUND, "no such task action: %s "
+		http_reply_error(req, ST_NOT_FOUND,
+		    "no such task action: %s "
 		    "(register, heartbeat, error, wait-all, shutdown, reset)",
 		    verb);
 	}
@@ -589,8 +607,8 @@ epoch_expired(struct parked *w)
 {
 	struct coord *co = w->obj;
 
-	coord_reply_json(w->req, 202, json_pack("{s:i}", "epoch",
-	    (int)registry_epoch(co->reg)));
+	coord_reply_json(w->req, 202,
+	    json_pack("{s:i}", "epoch", (int)registry_epoch(co->reg)));
 }
 
 /*
@@ -610,8 +628,8 @@ coord_epoch_route(struct coord *co, struct http_req *req)
 	if (after_s != NULL) {
 		after = strtol(after_s, &end, 10);
 		if (*after_s == '\0' || *end != '\0' || after < 0) {
-			http_reply_error(req, ST_INVALID_ARGUMENT, "after=%s is "
-			    "not an epoch", after_s);
+			http_reply_error(req, ST_INVALID_ARGUMENT,
+			    "after=%s is not an epoch", after_s);
 			return;
 		}
 	}
@@ -623,8 +641,8 @@ coord_epoch_route(struct coord *co, struct http_req *req)
 	} else if (coord_closing(co)) {
 		coord_reply_closing(req);
 	} else {
-		struct parked *w = coord_park(co, req, &co->epoch_waiters,
-		    wait, epoch_expired, "", 0);
+		struct parked *w = coord_park(co, req, &co->epoch_waiters, wait,
+		    epoch_expired, "", 0);
 		if (w != NULL)
 			w->obj = co;
 	}
@@ -656,8 +674,8 @@ coord_errors_route(struct coord *co, struct http_req *req)
 	} else if (coord_closing(co)) {
 		coord_reply_closing(req);
 	} else {
-		struct parked *w = coord_park(co, req, &co->error_waiters,
-		    wait, errors_expired, "", 0);
+		struct parked *w = coord_park(co, req, &co->error_waiters, wait,
+		    errors_expired, "", 0);
 		if (w != NULL)
 			w->obj = co;
 	}

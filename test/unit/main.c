@@ -6,9 +6,19 @@
 int unit_failed;
 
 static const struct unit_test *groups[] = {
-	status_tests, duration_tests, text_tests, buf_tests, strmap_tests,
-	kvstore_tests, timer_tests, cli_tests, http_tests, task_tests,
-	notice_tests, syncpoint_tests, state_tests,
+    status_tests,
+    duration_tests,
+    text_tests,
+    buf_tests,
+    strmap_tests,
+    kvstore_tests,
+    timer_tests,
+    cli_tests,
+    http_tests,
+    task_tests,
+    notice_tests,
+    syncpoint_tests,
+    state_tests,
 };
 
 int
@@ -17,12 +27,13 @@ main(int argc, char **argv)
 	int n = 0, failed = 0, total = 0;
 
 	for (size_t g = 0; g < sizeof(groups) / sizeof(groups[0]); g++)
-		for (const struct unit_test *t = groups[g]; t->name != NULL; t++)
+		for (const struct unit_test *t = groups[g]; t->name != NULL;
+		     t++)
 			total++;
 	printf("1..%d\n", total);
 	for (size_t g = 0; g < sizeof(groups) / sizeof(groups[0]); g++) {
 		for (const struct unit_test *t = groups[g]; t->name != NULL;
-		    t++) {
+		     t++) {
 			if (argc > 1 && strstr(t->name, argv[1]) == NULL) {
 				printf("ok %d - %s # skip not selected\n", ++n,
 				    t->name);

@@ -57,8 +57,9 @@ incarnations(void)
 	uint64_t a = task_new_incarnation(), b = task_new_incarnation(), v;
 
 	CHECK(a != 0 && b != 0 && a != b);
-	CHECK(task_parse_incarnation(task_format_incarnation(a, buf), &v) == 0
-	    && v == a);
+	CHECK(
+	    task_parse_incarnation(task_format_incarnation(a, buf), &v) == 0 &&
+	    v == a);
 	CHECK(strlen(buf) == 16);
 	CHECK(task_parse_incarnation("a1", &v) == 0 && v == 0xa1);
 	CHECK(task_parse_incarnation("", &v) < 0);
@@ -67,10 +68,10 @@ incarnations(void)
 }
 
 UNIT_TESTS(task_tests) = {
-	{"task: names in both spellings", task_names},
-	{"task: cluster specs", cluster_specs},
-	{"task: incarnations", incarnations},
-	{NULL, NULL},
+    {"task: names in both spellings", task_names},
+    {"task: cluster specs", cluster_specs},
+    {"task: incarnations", incarnations},
+    {NULL, NULL},
 };
 
 static void
@@ -86,14 +87,14 @@ wall_times(void)
 	CHECK(wall_parse_rfc3339("2026-11-21T10:00:00.25Z", &ms) == 0 &&
 	    ms == 1795255200250LL);
 	CHECK(strcmp(wall_format(1795255200250LL, buf, sizeof(buf)),
-	    "2026-11-21T10:00:00.250Z") == 0);
+	          "2026-11-21T10:00:00.250Z") == 0);
 	CHECK(strcmp(wall_format(1795255200000LL, buf, sizeof(buf)),
-	    "2026-11-21T10:00:00Z") == 0);
+	          "2026-11-21T10:00:00Z") == 0);
 	CHECK(wall_parse_rfc3339("2026-11-21 10:00:00", &ms) < 0);
 	CHECK(wall_parse_rfc3339("2026-13-21T10:00:00Z", &ms) < 0);
 	CHECK(wall_parse_rfc3339("tomorrow", &ms) < 0);
-	CHECK(wall_parse_http_date("Sat, 21 Nov 2026 10:00:00 GMT", &ms) == 0
-	    && ms == 1795255200000LL);
+	CHECK(wall_parse_http_date("Sat, 21 Nov 2026 10:00:00 GMT", &ms) == 0 &&
+	    ms == 1795255200000LL);
 	CHECK(wall_parse_http_date("2026-11-21T10:00:00Z", &ms) < 0);
 	CHECK(wall_now_ms() > 1700000000000LL);
 }
@@ -118,7 +119,8 @@ notice_specs(void)
 	    strcmp(s.addr, "metadata.google.internal") == 0);
 	notice_free(&s);
 	CHECK(notice_parse("aws", "http://127.0.0.1:8080/base/", &s, err,
-	    256) == 0 && strcmp(s.addr, "127.0.0.1:8080") == 0 &&
+	          256) == 0 &&
+	    strcmp(s.addr, "127.0.0.1:8080") == 0 &&
 	    strcmp(s.prefix, "/base") == 0);
 	notice_free(&s);
 	CHECK(notice_parse("azure", "ftp://x", &s, err, 256) < 0);
@@ -150,10 +152,10 @@ notice_file(void)
 }
 
 UNIT_TESTS(notice_tests) = {
-	{"wallclock: RFC 3339 and HTTP dates", wall_times},
-	{"notice: source specs", notice_specs},
-	{"notice: a file notice, once", notice_file},
-	{NULL, NULL},
+    {"wallclock: RFC 3339 and HTTP dates", wall_times},
+    {"notice: source specs", notice_specs},
+    {"notice: a file notice, once", notice_file},
+    {NULL, NULL},
 };
 
 static struct sync_page *served;
@@ -201,32 +203,30 @@ syncpoint_page(void)
 	CHECK(syncpoint_reached(sp, 2) == 0);
 	CHECK(atomic_load(&served->step) == 2);
 	syncpoint_status(sp, &st);
-	CHECK(st.state == SYNC_IDLE &&
-	    st.step == 2 && st.sync_step == -1);
+	CHECK(st.state == SYNC_IDLE && st.step == 2 && st.sync_step == -1);
 	CHECK(syncpoint_wait_notice(sp, 50, &st) == 0);
 	atomic_store(&served->death_ms, 1795255200000LL);
 	sync_page_set(served, SYNC_NOTICE);
-	CHECK(syncpoint_wait_notice(sp, 50, &st) == 1 && st.death_ms ==
-	    1795255200000LL);
+	CHECK(syncpoint_wait_notice(sp, 50, &st) == 1 &&
+	    st.death_ms == 1795255200000LL);
 	/* A step taken while frozen waits for the answer. */
 	pthread_create(&th, NULL, protocol, &seen);
 	while (!atomic_load(&frozen_read))
 		;
-	CHECK(syncpoint_reached(sp, 3) == 1);       /* seen 2, sync step 3 */
+	CHECK(syncpoint_reached(sp, 3) == 1); /* seen 2, sync step 3 */
 	pthread_join(th, NULL);
 	CHECK(seen == 2);
 	CHECK(atomic_load(&served->reached) == 1);
 	CHECK(syncpoint_reached(sp, 4) == 0);
 	sync_page_reset(served);
 	syncpoint_status(sp, &st);
-	CHECK(st.state == SYNC_IDLE &&
-	    st.step == -1);
+	CHECK(st.state == SYNC_IDLE && st.step == -1);
 	syncpoint_close(sp);
 	sync_server_free(s);
 	unsetenv(SYNCPOINT_ENV);
 }
 
 UNIT_TESTS(syncpoint_tests) = {
-	{"syncpoint: the shared page and a frozen step", syncpoint_page},
-	{NULL, NULL},
+    {"syncpoint: the shared page and a frozen step", syncpoint_page},
+    {NULL, NULL},
 };

@@ -5,10 +5,10 @@
 #include "buf.h"
 #include "cli.h"
 #include "duration.h"
+#include "parse.h"
 #include "status.h"
 #include "strmap.h"
 #include "text.h"
-#include "parse.h"
 #include "unit.h"
 
 static void
@@ -44,9 +44,9 @@ status_table(void)
 }
 
 UNIT_TESTS(status_tests) = {
-	{"status: names and exit codes round-trip", status_round_trip},
-	{"status: the documented table", status_table},
-	{NULL, NULL},
+    {"status: names and exit codes round-trip", status_round_trip},
+    {"status: the documented table", status_table},
+    {NULL, NULL},
 };
 
 static void
@@ -92,10 +92,10 @@ duration_clock(void)
 }
 
 UNIT_TESTS(duration_tests) = {
-	{"duration: parses units, sums and bare seconds", duration_parsing},
-	{"duration: formats the shortest exact form", duration_formatting},
-	{"duration: monotonic clock", duration_clock},
-	{NULL, NULL},
+    {"duration: parses units, sums and bare seconds", duration_parsing},
+    {"duration: formats the shortest exact form", duration_formatting},
+    {"duration: monotonic clock", duration_clock},
+    {NULL, NULL},
 };
 
 static void
@@ -112,7 +112,7 @@ base64_round_trip(void)
 		CHECK(text_base64_encode(&e, all, n) == 0);
 		CHECK(e.len == (n + 2) / 3 * 4);
 		CHECK(text_base64_decode(&d, e.data != NULL ? e.data : "",
-		    e.len) == 0);
+		          e.len) == 0);
 		CHECK(d.len == n && (n == 0 || memcmp(d.data, all, n) == 0));
 	}
 	buf_reset(&e);
@@ -156,19 +156,19 @@ utf8_validation(void)
 	CHECK(text_utf8_valid("\xf0\x9f\x98\x80", 4));
 	CHECK(!text_utf8_valid("\xff", 1));
 	CHECK(!text_utf8_valid("\xc3", 1));
-	CHECK(!text_utf8_valid("\xc0\xaf", 2));          /* overlong */
-	CHECK(!text_utf8_valid("\xed\xa0\x80", 3));      /* surrogate */
-	CHECK(!text_utf8_valid("\xf4\x90\x80\x80", 4));  /* > U+10FFFF */
+	CHECK(!text_utf8_valid("\xc0\xaf", 2));         /* overlong */
+	CHECK(!text_utf8_valid("\xed\xa0\x80", 3));     /* surrogate */
+	CHECK(!text_utf8_valid("\xf4\x90\x80\x80", 4)); /* > U+10FFFF */
 	CHECK(text_printable("a b", 3));
 	CHECK(!text_printable("a\nb", 3));
 	CHECK(!text_printable("a\x7f", 2));
 }
 
 UNIT_TESTS(text_tests) = {
-	{"text: base64 round-trips every length", base64_round_trip},
-	{"text: percent-encoding and its errors", url_codec},
-	{"text: UTF-8 validation", utf8_validation},
-	{NULL, NULL},
+    {"text: base64 round-trips every length", base64_round_trip},
+    {"text: percent-encoding and its errors", url_codec},
+    {"text: UTF-8 validation", utf8_validation},
+    {NULL, NULL},
 };
 
 static void
@@ -191,8 +191,8 @@ buf_growth(void)
 }
 
 UNIT_TESTS(buf_tests) = {
-	{"buf: grows, stays terminated, hands over", buf_growth},
-	{NULL, NULL},
+    {"buf: grows, stays terminated, hands over", buf_growth},
+    {NULL, NULL},
 };
 
 static void
@@ -234,8 +234,8 @@ strmap_basics(void)
 }
 
 UNIT_TESTS(strmap_tests) = {
-	{"strmap: put, replace, delete, grow", strmap_basics},
-	{NULL, NULL},
+    {"strmap: put, replace, delete, grow", strmap_basics},
+    {NULL, NULL},
 };
 
 static void
@@ -260,13 +260,12 @@ cli_sizes_and_addresses(void)
 	CHECK(parse_size("", &n) < 0);
 	CHECK(parse_size("12Q", &n) < 0);
 	CHECK(parse_size("-1", &n) < 0);
-	CHECK(parse_listen("127.0.0.1:7700", host, sizeof(host),
-	    &port) == 0 && strcmp(host, "127.0.0.1") == 0 && port == 7700);
+	CHECK(parse_listen("127.0.0.1:7700", host, sizeof(host), &port) == 0 &&
+	    strcmp(host, "127.0.0.1") == 0 && port == 7700);
 	CHECK(parse_listen("[::1]:0", host, sizeof(host), &port) == 0 &&
 	    strcmp(host, "::1") == 0 && port == 0);
 	CHECK(parse_listen("127.0.0.1", host, sizeof(host), &port) < 0);
-	CHECK(parse_listen("127.0.0.1:99999", host, sizeof(host),
-	    &port) < 0);
+	CHECK(parse_listen("127.0.0.1:99999", host, sizeof(host), &port) < 0);
 	CHECK(parse_listen(":80", host, sizeof(host), &port) < 0);
 	setenv(CLI_COORD_ENV, "10.0.0.1:1", 1);
 	CHECK(strcmp(cli_coord_addr(NULL), "10.0.0.1:1") == 0);
@@ -276,7 +275,7 @@ cli_sizes_and_addresses(void)
 }
 
 UNIT_TESTS(cli_tests) = {
-	{"cli: numbers, sizes, listen addresses, coordd address",
-	    cli_sizes_and_addresses},
-	{NULL, NULL},
+    {"cli: numbers, sizes, listen addresses, coordd address",
+        cli_sizes_and_addresses},
+    {NULL, NULL},
 };

@@ -17,8 +17,9 @@ key_is(struct kvstore *kv, const char *raw, const char *want)
 {
 	struct buf b = {0};
 	char err[128];
-	int ok = kv_key(kv, raw, strlen(raw), 0, &b, err, sizeof(err)) ==
-	    ST_OK && strcmp(b.data, want) == 0;
+	int ok =
+	    kv_key(kv, raw, strlen(raw), 0, &b, err, sizeof(err)) == ST_OK &&
+	    strcmp(b.data, want) == 0;
 
 	buf_free(&b);
 	return ok;
@@ -72,8 +73,8 @@ kv_put_modes(void)
 	CHECK(kv_put(kv, "b", 1, "2", 1, KV_UPDATE, &rev, err, 128) ==
 	    ST_NOT_FOUND);
 	CHECK(kv_put(kv, "a", 1, "3", 1, KV_UPDATE, &rev, err, 128) == ST_OK);
-	CHECK(kv_put(kv, "a", 1, "4x", 2, KV_OVERWRITE, &rev, err, 128) ==
-	    ST_OK);
+	CHECK(
+	    kv_put(kv, "a", 1, "4x", 2, KV_OVERWRITE, &rev, err, 128) == ST_OK);
 	e = kv_get(kv, "a", 1);
 	CHECK(e != NULL && e->vlen == 2 && memcmp(e->value, "4x", 2) == 0);
 	CHECK(e->create_rev == 1 && e->mod_rev == 3 && rev == 3);
@@ -93,8 +94,8 @@ kv_value_limit(void)
 	int64_t rev;
 	char err[128];
 
-	CHECK(kv_put(kv, "a", 1, "1234", 4, KV_INSERT, &rev, err, 128) ==
-	    ST_OK);
+	CHECK(
+	    kv_put(kv, "a", 1, "1234", 4, KV_INSERT, &rev, err, 128) == ST_OK);
 	CHECK(kv_put(kv, "b", 1, "12345", 5, KV_INSERT, &rev, err, 128) ==
 	    ST_RESOURCE_EXHAUSTED);
 	CHECK(kv_get(kv, "b", 1) == NULL && kv_revision(kv) == 1);
@@ -114,7 +115,7 @@ kv_counters(void)
 	CHECK(kv_add(kv, "s", 1, 1, &v, &rev, err, 128) ==
 	    ST_FAILED_PRECONDITION);
 	CHECK(kv_put(kv, "m", 1, "9223372036854775807", 19, KV_INSERT, &rev,
-	    err, 128) == ST_OK);
+	          err, 128) == ST_OK);
 	CHECK(kv_add(kv, "m", 1, 1, &v, &rev, err, 128) ==
 	    ST_FAILED_PRECONDITION);
 	CHECK(kv_put(kv, "sp", 2, " 1", 2, KV_INSERT, &rev, err, 128) == ST_OK);
@@ -132,14 +133,16 @@ kv_compare_and_swap(void)
 	char err[128];
 
 	CHECK(kv_cas(kv, "k", 1, "x", 1, 0, "v1", 2, &rev, &cur, err, 128) ==
-	    ST_FAILED_PRECONDITION && cur == NULL);
+	        ST_FAILED_PRECONDITION &&
+	    cur == NULL);
 	CHECK(kv_cas(kv, "k", 1, NULL, 0, 1, "v1", 2, &rev, &cur, err, 128) ==
 	    ST_OK);
 	CHECK(kv_cas(kv, "k", 1, NULL, 0, 1, "v2", 2, &rev, &cur, err, 128) ==
-	    ST_FAILED_PRECONDITION && cur != NULL);
+	        ST_FAILED_PRECONDITION &&
+	    cur != NULL);
 	CHECK(kv_cas(kv, "k", 1, "v0", 2, 0, "v2", 2, &rev, &cur, err, 128) ==
-	    ST_FAILED_PRECONDITION && cur != NULL &&
-	    memcmp(cur->value, "v1", 2) == 0);
+	        ST_FAILED_PRECONDITION &&
+	    cur != NULL && memcmp(cur->value, "v1", 2) == 0);
 	CHECK(kv_cas(kv, "k", 1, "v1", 2, 0, "v2", 2, &rev, &cur, err, 128) ==
 	    ST_OK);
 	CHECK(memcmp(kv_get(kv, "k", 1)->value, "v2", 2) == 0);
@@ -243,13 +246,14 @@ kv_directory_delete_notifies_after(void)
 }
 
 UNIT_TESTS(kvstore_tests) = {
-	{"kvstore: key normalisation and limits", kv_keys},
-	{"kvstore: insert, update, overwrite, bytes", kv_put_modes},
-	{"kvstore: value size limit", kv_value_limit},
-	{"kvstore: add counts, refuses non-integers and overflow", kv_counters},
-	{"kvstore: compare-and-swap", kv_compare_and_swap},
-	{"kvstore: directories and recursive delete", kv_directories},
-	{"kvstore: history, revisions and its window", kv_history},
-	{"kvstore: a directory delete is one revision", kv_directory_delete_notifies_after},
-	{NULL, NULL},
+    {"kvstore: key normalisation and limits", kv_keys},
+    {"kvstore: insert, update, overwrite, bytes", kv_put_modes},
+    {"kvstore: value size limit", kv_value_limit},
+    {"kvstore: add counts, refuses non-integers and overflow", kv_counters},
+    {"kvstore: compare-and-swap", kv_compare_and_swap},
+    {"kvstore: directories and recursive delete", kv_directories},
+    {"kvstore: history, revisions and its window", kv_history},
+    {"kvstore: a directory delete is one revision",
+        kv_directory_delete_notifies_after},
+    {NULL, NULL},
 };

@@ -44,7 +44,7 @@ timers_fire_in_order(void)
 {
 	struct timers *ts = timers_new(&mu);
 	struct tick a = {.t.fire = on_fire}, b = {.t.fire = on_fire},
-	    c = {.t.fire = on_fire};
+	            c = {.t.fire = on_fire};
 	int64_t start = duration_now_ms();
 
 	CHECK(timers_start(ts) == 0);
@@ -54,7 +54,7 @@ timers_fire_in_order(void)
 	timers_add(ts, &b.t, start + 20);
 	timers_add(ts, &c.t, start + 40);
 	timers_cancel(ts, &c.t);
-	timers_cancel(ts, &c.t);         /* twice is harmless */
+	timers_cancel(ts, &c.t); /* twice is harmless */
 	CHECK(timers_count(ts) == 2);
 	pthread_mutex_unlock(&mu);
 	sleep_ms(150);
@@ -83,7 +83,7 @@ timers_heap_stress(void)
 	}
 	for (int i = 0; i < N; i += 2)
 		timers_cancel(ts, &k[i].t);
-	for (int i = 1; i < N; i += 4)     /* re-arm moves */
+	for (int i = 1; i < N; i += 4) /* re-arm moves */
 		timers_add(ts, &k[i].t, rand_r(&seed) % 100000);
 	CHECK(timers_count(ts) == N / 2);
 	for (int i = 0; i < N; i++)
@@ -95,9 +95,9 @@ timers_heap_stress(void)
 }
 
 UNIT_TESTS(timer_tests) = {
-	{"timer: fires in deadline order, cancel works", timers_fire_in_order},
-	{"timer: heap stays consistent under add/cancel", timers_heap_stress},
-	{NULL, NULL},
+    {"timer: fires in deadline order, cancel works", timers_fire_in_order},
+    {"timer: heap stays consistent under add/cancel", timers_heap_stress},
+    {NULL, NULL},
 };
 
 /* A test server: /echo replies at once, /park parks until /wake. */
@@ -142,8 +142,11 @@ static struct http_server *
 serve(int port)
 {
 	struct http_server_config cfg = {
-		.host = "127.0.0.1", .port = port, .threads = 2,
-		.max_body = 1024, .handler = handler,
+	    .host = "127.0.0.1",
+	    .port = port,
+	    .threads = 2,
+	    .max_body = 1024,
+	    .handler = handler,
 	};
 	char err[256];
 
@@ -166,26 +169,26 @@ http_round_trip(void)
 	c = http_client_new(addr, 1, err, sizeof(err));
 	CHECK(c != NULL);
 	CHECK(http_client_do(c, "POST", "/echo", "hi", 2, NULL,
-	    HTTP_NO_DEADLINE, 1, &r, err, sizeof(err)) == ST_OK);
-	CHECK(r.code == 200 && r.body.len == 2 && memcmp(r.body.data, "hi",
-	    2) == 0);
+	          HTTP_NO_DEADLINE, 1, &r, err, sizeof(err)) == ST_OK);
+	CHECK(r.code == 200 && r.body.len == 2 &&
+	    memcmp(r.body.data, "hi", 2) == 0);
 	http_resp_free(&r);
 	CHECK(http_client_do(c, "GET", "/echo?q=a%20b", NULL, 0, NULL,
-	    HTTP_NO_DEADLINE, 1, &r, err, sizeof(err)) == ST_OK);
+	          HTTP_NO_DEADLINE, 1, &r, err, sizeof(err)) == ST_OK);
 	CHECK(r.body.len == 3 && memcmp(r.body.data, "a b", 3) == 0);
 	http_resp_free(&r);
-	CHECK(http_client_do(c, "GET", "/nope", NULL, 0, NULL,
-	    HTTP_NO_DEADLINE, 1, &r, err, sizeof(err)) == ST_NOT_FOUND);
+	CHECK(http_client_do(c, "GET", "/nope", NULL, 0, NULL, HTTP_NO_DEADLINE,
+	          1, &r, err, sizeof(err)) == ST_NOT_FOUND);
 	CHECK(r.code == 404 && strcmp(err, "no /nope") == 0);
 	http_resp_free(&r);
 	memset(big, 'x', sizeof(big));
 	CHECK(http_client_do(c, "POST", "/echo", big, sizeof(big), NULL,
-	    HTTP_NO_DEADLINE, 1, &r, err, sizeof(err)) ==
-	    ST_RESOURCE_EXHAUSTED);
+	          HTTP_NO_DEADLINE, 1, &r, err,
+	          sizeof(err)) == ST_RESOURCE_EXHAUSTED);
 	http_resp_free(&r);
 	/* Still serving after the refusal. */
 	CHECK(http_client_do(c, "POST", "/echo", "ok", 2, NULL,
-	    HTTP_NO_DEADLINE, 1, &r, err, sizeof(err)) == ST_OK);
+	          HTTP_NO_DEADLINE, 1, &r, err, sizeof(err)) == ST_OK);
 	http_resp_free(&r);
 	http_client_free(c);
 	http_server_stop(srv);
@@ -207,8 +210,8 @@ park_one(void *arg)
 
 	p->st = http_client_do(c, "GET", "/park", NULL, 0, NULL,
 	    duration_now_ms() + 5000, 1, &r, err, sizeof(err));
-	snprintf(p->body, sizeof(p->body), "%s", r.body.data != NULL ?
-	    r.body.data : "");
+	snprintf(p->body, sizeof(p->body), "%s",
+	    r.body.data != NULL ? r.body.data : "");
 	http_resp_free(&r);
 	http_client_free(c);
 	return NULL;
@@ -240,8 +243,8 @@ http_parked_requests(void)
 		sleep_ms(5);
 	CHECK(http_server_parked(srv) == 8);
 	c = http_client_new(p[0].addr, 1, err, sizeof(err));
-	CHECK(http_client_do(c, "GET", "/wake", NULL, 0, NULL,
-	    HTTP_NO_DEADLINE, 1, &r, err, sizeof(err)) == ST_OK);
+	CHECK(http_client_do(c, "GET", "/wake", NULL, 0, NULL, HTTP_NO_DEADLINE,
+	          1, &r, err, sizeof(err)) == ST_OK);
 	http_resp_free(&r);
 	for (int i = 0; i < 8; i++) {
 		pthread_join(th[i], NULL);
@@ -273,7 +276,7 @@ http_client_waits_for_server(void)
 	/* Nobody listens: retries until the deadline, then UNAVAILABLE. */
 	start = duration_now_ms();
 	CHECK(http_client_do(c, "GET", "/echo", NULL, 0, NULL, start + 300, 1,
-	    &r, err, sizeof(err)) == ST_UNAVAILABLE);
+	          &r, err, sizeof(err)) == ST_UNAVAILABLE);
 	CHECK(duration_now_ms() - start >= 250);
 	http_resp_free(&r);
 	http_client_free(c);
@@ -301,9 +304,10 @@ http_client_addresses(void)
 }
 
 UNIT_TESTS(http_tests) = {
-	{"http: request, reply, errors, body limit", http_round_trip},
-	{"http: parked requests are answered from another thread", http_parked_requests},
-	{"http: client retries until its deadline", http_client_waits_for_server},
-	{"http: client addresses", http_client_addresses},
-	{NULL, NULL},
+    {"http: request, reply, errors, body limit", http_round_trip},
+    {"http: parked requests are answered from another thread",
+        http_parked_requests},
+    {"http: client retries until its deadline", http_client_waits_for_server},
+    {"http: client addresses", http_client_addresses},
+    {NULL, NULL},
 };

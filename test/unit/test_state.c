@@ -28,12 +28,8 @@ on_event(const struct reg_event *ev, void *arg)
 		e->failed_propagated += ev->propagate;
 		e->last = ev->task;
 		break;
-	case REG_ALL_CONNECTED:
-		e->all++;
-		break;
-	case REG_EPOCH:
-		e->epochs++;
-		break;
+	case REG_ALL_CONNECTED: e->all++; break;
+	case REG_EPOCH: e->epochs++; break;
 	}
 }
 
@@ -160,24 +156,26 @@ registry_wait_all_and_epochs(void)
 	CHECK(registry_wait_all(r, w0, INC1, 0, &wait, &until, &a) ==
 	    ST_FAILED_PRECONDITION);
 	CHECK(registry_register(r, w0, INC1, 0, &a) == ST_OK);
-	CHECK(registry_wait_all(r, w0, INC1, 100, &wait, &until, &a) ==
-	    ST_OK && wait && until == 5100);
+	CHECK(registry_wait_all(r, w0, INC1, 100, &wait, &until, &a) == ST_OK &&
+	    wait && until == 5100);
 	/* The first caller started the register clock; it does not move. */
-	CHECK(registry_wait_all(r, w0, INC1, 200, &wait, &until, &a) ==
-	    ST_OK && until == 5100);
+	CHECK(registry_wait_all(r, w0, INC1, 200, &wait, &until, &a) == ST_OK &&
+	    until == 5100);
 	CHECK(registry_all_expired(r, 5000, &a) == ST_OK);
 	CHECK(registry_all_expired(r, 5100, &a) == ST_DEADLINE_EXCEEDED);
 	CHECK(strstr(a.msg, "worker:1") != NULL);
 	CHECK(registry_register(r, w1, INC2, 5200, &a) == ST_OK);
-	CHECK(registry_wait_all(r, w1, INC2, 5200, &wait, &until, &a) ==
-	    ST_OK && !wait);
+	CHECK(
+	    registry_wait_all(r, w1, INC2, 5200, &wait, &until, &a) == ST_OK &&
+	    !wait);
 	/* Everyone leaves: a new epoch, once. */
 	CHECK(registry_shutdown(r, w0, INC1, 0, 0, &barrier, &a) == ST_OK);
 	registry_settle(r);
 	CHECK(e.epochs == 0 && registry_epoch(r) == 0);
 	/* A task that left this run waits for the next one. */
 	CHECK(registry_register(r, w0, INC1, 5300, &a) ==
-	    ST_FAILED_PRECONDITION && a.reason == REG_RUN_OVER);
+	        ST_FAILED_PRECONDITION &&
+	    a.reason == REG_RUN_OVER);
 	CHECK(registry_shutdown(r, w1, INC2, 0, 0, &barrier, &a) == ST_OK);
 	registry_settle(r);
 	registry_settle(r);
@@ -227,8 +225,8 @@ connect_all(struct registry *r)
 	struct reg_answer a;
 
 	for (size_t i = 0; i < registry_size(r); i++)
-		CHECK(registry_register(r, registry_task(r, i), INC1, 0,
-		    &a) == ST_OK);
+		CHECK(registry_register(r, registry_task(r, i), INC1, 0, &a) ==
+		    ST_OK);
 }
 
 static void
@@ -242,30 +240,31 @@ barriers_pass_and_reuse(void)
 	enum status st;
 	char msg[512];
 
-	CHECK(barriers_wait(bs, "b", registry_task(r, 0), 0, 0, NULL, 0,
-	    NULL, 0, &b, &st, msg, sizeof(msg)) == BAR_ANSWER);
-	CHECK(st == ST_FAILED_PRECONDITION);     /* not connected */
+	CHECK(barriers_wait(bs, "b", registry_task(r, 0), 0, 0, NULL, 0, NULL,
+	          0, &b, &st, msg, sizeof(msg)) == BAR_ANSWER);
+	CHECK(st == ST_FAILED_PRECONDITION); /* not connected */
 	connect_all(r);
 	CHECK(barriers_wait(bs, "b", registry_task(r, 0), 0, 1000, NULL, 0,
-	    NULL, 0, &b, &st, msg, sizeof(msg)) == BAR_WAIT);
+	          NULL, 0, &b, &st, msg, sizeof(msg)) == BAR_WAIT);
 	CHECK(b->members == 3 && b->arrived == 1 && b->deadline == 1000);
 	CHECK(barriers_next_deadline(bs) == 1000);
 	/* Asking again counts once. */
 	CHECK(barriers_wait(bs, "b", registry_task(r, 0), 0, 1000, NULL, 0,
-	    NULL, 0, &b, &st, msg, sizeof(msg)) == BAR_WAIT);
+	          NULL, 0, &b, &st, msg, sizeof(msg)) == BAR_WAIT);
 	CHECK(b->arrived == 1);
 	CHECK(barriers_wait(bs, "b", registry_task(r, 1), 0, 1000, NULL, 0,
-	    NULL, 10, &b, &st, msg, sizeof(msg)) == BAR_WAIT);
+	          NULL, 10, &b, &st, msg, sizeof(msg)) == BAR_WAIT);
 	CHECK(barriers_wait(bs, "b", registry_task(r, 2), 0, 1000, NULL, 0,
-	    NULL, 20, &b, &st, msg, sizeof(msg)) == BAR_ANSWER);
+	          NULL, 20, &b, &st, msg, sizeof(msg)) == BAR_ANSWER);
 	CHECK(st == ST_OK && x.n == 1 && b->state == BAR_PASSED);
 	CHECK(barriers_next_deadline(bs) == INT64_MAX);
 	/* Members asking again get the same answer. */
 	CHECK(barriers_wait(bs, "b", registry_task(r, 0), 0, 1000, NULL, 0,
-	    NULL, 30, &b, &st, msg, sizeof(msg)) == BAR_ANSWER && st == ST_OK);
+	          NULL, 30, &b, &st, msg, sizeof(msg)) == BAR_ANSWER &&
+	    st == ST_OK);
 	/* A wrong incarnation is told so. */
-	CHECK(barriers_wait(bs, "c", registry_task(r, 0), 0xbad, 1000, NULL,
-	    0, NULL, 30, &b, &st, msg, sizeof(msg)) == BAR_ANSWER &&
+	CHECK(barriers_wait(bs, "c", registry_task(r, 0), 0xbad, 1000, NULL, 0,
+	          NULL, 30, &b, &st, msg, sizeof(msg)) == BAR_ANSWER &&
 	    st == ST_ABORTED);
 	barriers_reset(bs, ST_ABORTED, "reset");
 	barriers_free(bs);
@@ -286,57 +285,59 @@ barriers_fail_every_way(void)
 
 	connect_all(r);
 	/* Deadline: DEADLINE_EXCEEDED naming who did not come. */
-	CHECK(barriers_wait(bs, "t", registry_task(r, 0), 0, 500, NULL, 0,
-	    NULL, 0, &b, &st, msg, sizeof(msg)) == BAR_WAIT);
+	CHECK(barriers_wait(bs, "t", registry_task(r, 0), 0, 500, NULL, 0, NULL,
+	          0, &b, &st, msg, sizeof(msg)) == BAR_WAIT);
 	barriers_expire(bs, 499);
 	CHECK(b->state == BAR_PENDING);
 	barriers_expire(bs, 500);
 	CHECK(b->result == ST_DEADLINE_EXCEEDED);
 	CHECK(strstr(b->message, "worker:1, worker:2") != NULL);
 	/* Conflicting member lists. */
-	CHECK(barriers_wait(bs, "l", registry_task(r, 0), 0, 500, two, 2,
-	    NULL, 0, &b, &st, msg, sizeof(msg)) == BAR_WAIT);
+	CHECK(barriers_wait(bs, "l", registry_task(r, 0), 0, 500, two, 2, NULL,
+	          0, &b, &st, msg, sizeof(msg)) == BAR_WAIT);
 	CHECK(b->members == 2 && b->explicit_set);
 	CHECK(barriers_wait(bs, "l", registry_task(r, 1), 0, 500, other, 2,
-	    NULL, 0, &b, &st, msg, sizeof(msg)) == BAR_ANSWER);
+	          NULL, 0, &b, &st, msg, sizeof(msg)) == BAR_ANSWER);
 	CHECK(st == ST_INVALID_ARGUMENT && b->result == ST_INVALID_ARGUMENT);
 	/* A caller outside the members. */
-	CHECK(barriers_wait(bs, "m", registry_task(r, 0), 0, 500, two, 2,
-	    NULL, 0, &b, &st, msg, sizeof(msg)) == BAR_WAIT);
-	CHECK(barriers_wait(bs, "m", registry_task(r, 2), 0, 500, two, 2,
-	    NULL, 0, &b, &st, msg, sizeof(msg)) == BAR_ANSWER);
+	CHECK(barriers_wait(bs, "m", registry_task(r, 0), 0, 500, two, 2, NULL,
+	          0, &b, &st, msg, sizeof(msg)) == BAR_WAIT);
+	CHECK(barriers_wait(bs, "m", registry_task(r, 2), 0, 500, two, 2, NULL,
+	          0, &b, &st, msg, sizeof(msg)) == BAR_ANSWER);
 	CHECK(st == ST_INVALID_ARGUMENT);
 	/* A member list naming no task of the cluster. */
 	CHECK(barriers_wait(bs, "n", registry_task(r, 0), 0, 500, NULL, 0,
-	    "task ps:0 is not in the cluster", 0, &b, &st, msg,
-	    sizeof(msg)) == BAR_ANSWER && st == ST_INVALID_ARGUMENT);
+	          "task ps:0 is not in the cluster", 0, &b, &st, msg,
+	          sizeof(msg)) == BAR_ANSWER &&
+	    st == ST_INVALID_ARGUMENT);
 	/* Cancel: now and for later arrivals; a passed one cannot be. */
-	CHECK(barriers_wait(bs, "c", registry_task(r, 0), 0, 500, NULL, 0,
-	    NULL, 0, &b, &st, msg, sizeof(msg)) == BAR_WAIT);
+	CHECK(barriers_wait(bs, "c", registry_task(r, 0), 0, 500, NULL, 0, NULL,
+	          0, &b, &st, msg, sizeof(msg)) == BAR_WAIT);
 	CHECK(barriers_cancel(bs, "c", "worker:1", 0, msg, sizeof(msg)) ==
-	    ST_OK && b->result == ST_CANCELLED);
-	CHECK(barriers_cancel(bs, "c", "worker:1", 0, msg, sizeof(msg)) ==
-	    ST_OK);
+	        ST_OK &&
+	    b->result == ST_CANCELLED);
+	CHECK(
+	    barriers_cancel(bs, "c", "worker:1", 0, msg, sizeof(msg)) == ST_OK);
 	CHECK(barriers_cancel(bs, "early", "worker:1", 0, msg, sizeof(msg)) ==
 	    ST_OK);
 	CHECK(barriers_wait(bs, "early", registry_task(r, 0), 0, 500, NULL, 0,
-	    NULL, 0, &b, &st, msg, sizeof(msg)) == BAR_ANSWER &&
+	          NULL, 0, &b, &st, msg, sizeof(msg)) == BAR_ANSWER &&
 	    st == ST_CANCELLED);
 	/* A member that fails fails the barrier (INTERNAL). */
-	CHECK(barriers_wait(bs, "f", registry_task(r, 0), 0, 500, NULL, 0,
-	    NULL, 0, &b, &st, msg, sizeof(msg)) == BAR_WAIT);
+	CHECK(barriers_wait(bs, "f", registry_task(r, 0), 0, 500, NULL, 0, NULL,
+	          0, &b, &st, msg, sizeof(msg)) == BAR_WAIT);
 	registry_set_error(r, registry_task(r, 2), ST_UNAVAILABLE, "gone", 0,
 	    1);
 	barriers_task_failed(bs, registry_task(r, 2));
 	CHECK(b->result == ST_INTERNAL && strstr(b->message, "worker:2"));
 	/* A barrier whose member is already in error fails at once. */
 	CHECK(barriers_wait(bs, "g", registry_task(r, 0), 0, 500, other, 2,
-	    NULL, 0, &b, &st, msg, sizeof(msg)) == BAR_ANSWER);
+	          NULL, 0, &b, &st, msg, sizeof(msg)) == BAR_ANSWER);
 	CHECK(st == ST_INTERNAL && strstr(msg, "worker:2") != NULL);
 	CHECK(barriers_find(bs, "g")->result == ST_INTERNAL);
 	/* Abort (the service going away). */
-	CHECK(barriers_wait(bs, "h", registry_task(r, 0), 0, 500, two, 2,
-	    NULL, 0, &b, &st, msg, sizeof(msg)) == BAR_WAIT);
+	CHECK(barriers_wait(bs, "h", registry_task(r, 0), 0, 500, two, 2, NULL,
+	          0, &b, &st, msg, sizeof(msg)) == BAR_WAIT);
 	barriers_abort(bs, ST_ABORTED, "going away");
 	CHECK(b->result == ST_ABORTED);
 	CHECK(barriers_cancel(bs, "h", "worker:0", 0, msg, sizeof(msg)) ==
@@ -355,20 +356,22 @@ barriers_shutdown(void)
 	struct ended x = {0};
 	struct barriers *bs = barriers_new(r, on_end, &x);
 	struct reg_task *w0 = registry_task(r, 0), *w1 = registry_task(r, 1),
-	    *w2 = registry_task(r, 2);
+	                *w2 = registry_task(r, 2);
 	struct barrier *b;
 	enum status st;
 	char msg[512];
 
 	connect_all(r);
 	CHECK(barriers_shutdown_wait(bs, w0, 1000, 0, &b, &st, msg,
-	    sizeof(msg)) == BAR_WAIT && b->members == 3);
+	          sizeof(msg)) == BAR_WAIT &&
+	    b->members == 3);
 	/* A straggler that fails is dropped, not waited for. */
 	registry_set_error(r, w2, ST_UNAVAILABLE, "gone", 0, 1);
 	barriers_task_failed(bs, w2);
 	CHECK(b->members == 2 && b->state == BAR_PENDING);
 	CHECK(barriers_shutdown_wait(bs, w1, 1000, 10, &b, &st, msg,
-	    sizeof(msg)) == BAR_ANSWER && st == ST_OK);
+	          sizeof(msg)) == BAR_ANSWER &&
+	    st == ST_OK);
 	/* Those who made it are disconnected. */
 	CHECK(w0->state == REG_DISCONNECTED && w1->state == REG_DISCONNECTED);
 	barriers_reset(bs, ST_ABORTED, "reset");
@@ -380,7 +383,7 @@ barriers_shutdown(void)
 	connect_all(r);
 	e.failed = e.failed_propagated = 0;
 	CHECK(barriers_shutdown_wait(bs, w0, 1000, 0, &b, &st, msg,
-	    sizeof(msg)) == BAR_WAIT);
+	          sizeof(msg)) == BAR_WAIT);
 	barriers_expire(bs, 1000);
 	CHECK(b->result == ST_DEADLINE_EXCEEDED);
 	CHECK(w0->state == REG_DISCONNECTED);
@@ -392,19 +395,19 @@ barriers_shutdown(void)
 }
 
 UNIT_TESTS(state_tests) = {
-	{"registry: connect, incarnations, duplicate registration",
-	    registry_connect_and_incarnations},
-	{"registry: heartbeats and the heartbeat timeout",
-	    registry_heartbeats_and_timeout},
-	{"registry: reported errors, reset and shutdown",
-	    registry_errors_reset_shutdown},
-	{"registry: wait for all, the register timeout, epochs",
-	    registry_wait_all_and_epochs},
-	{"registry: a recoverable task's failure stays its own",
-	    registry_recoverable_stays_local},
-	{"barriers: pass, ask again, single use", barriers_pass_and_reuse},
-	{"barriers: deadline, conflicts, outsiders, cancel, errors, abort",
-	    barriers_fail_every_way},
-	{"barriers: the shutdown barrier", barriers_shutdown},
-	{NULL, NULL},
+    {"registry: connect, incarnations, duplicate registration",
+        registry_connect_and_incarnations},
+    {"registry: heartbeats and the heartbeat timeout",
+        registry_heartbeats_and_timeout},
+    {"registry: reported errors, reset and shutdown",
+        registry_errors_reset_shutdown},
+    {"registry: wait for all, the register timeout, epochs",
+        registry_wait_all_and_epochs},
+    {"registry: a recoverable task's failure stays its own",
+        registry_recoverable_stays_local},
+    {"barriers: pass, ask again, single use", barriers_pass_and_reuse},
+    {"barriers: deadline, conflicts, outsiders, cancel, errors, abort",
+        barriers_fail_every_way},
+    {"barriers: the shutdown barrier", barriers_shutdown},
+    {NULL, NULL},
 };

@@ -9,13 +9,14 @@
 
 extern int unit_failed;
 
-#define CHECK(cond) do { \
-	if (!(cond)) { \
-		printf("# %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, \
-		    #cond); \
-		unit_failed = 1; \
-	} \
-} while (0)
+#define CHECK(cond)                                                     \
+	do {                                                            \
+		if (!(cond)) {                                          \
+			printf("# %s:%d: CHECK(%s) failed\n", __FILE__, \
+			    __LINE__, #cond);                           \
+			unit_failed = 1;                                \
+		}                                                       \
+	} while (0)
 
 struct unit_test {
 	const char *name;
