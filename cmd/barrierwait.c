@@ -75,8 +75,7 @@ main(int argc, char **argv)
 	    {"timeout", required_argument, NULL, 'T'},
 	    {"tasks", required_argument, NULL, 'k'},
 	    {"cancel", no_argument, NULL, 'x'},
-	    {"help", no_argument, NULL, 'h'},
-	    {"version", no_argument, NULL, 'V'},
+	    CLI_STD_LONGOPTS,
 	    {NULL, 0, NULL, 0},
 	};
 	const char *addr = NULL, *task = getenv("MUSTER_TASK"), *inc_s;
@@ -97,17 +96,13 @@ main(int argc, char **argv)
 		case 'c': addr = optarg; break;
 		case 't': task = optarg; break;
 		case 'T':
-			if (duration_parse(optarg, &timeout) < 0 ||
-			    timeout <= 0)
-				return cli_usage_error(synopsis,
-				    "--timeout %s is not a duration above zero",
-				    optarg);
+			if (cli_duration_flag(synopsis, "--timeout", optarg, 1,
+			        &timeout) != 0)
+				return 2;
 			break;
 		case 'k': tasks_s = optarg; break;
 		case 'x': cancel = 1; break;
-		case 'h': fputs(synopsis, stdout); return 0;
-		case 'V': printf("barrierwait %s\n", MUSTER_VERSION); return 0;
-		default: fputs(synopsis, stderr); return 2;
+		default: return cli_std_option(c, synopsis);
 		}
 	}
 	if (optind != argc - 1)

@@ -19,16 +19,6 @@ static const char synopsis[] =
     "              [--register-timeout DUR] [--shutdown-barrier-timeout DUR]\n"
     "              [--recoverable JOB[,JOB...]] [--threads N]\n";
 
-/* A duration flag into *ms; min is the smallest value allowed. */
-static int
-duration_flag(const char *name, const char *arg, int64_t min, int64_t *ms)
-{
-	if (duration_parse(arg, ms) < 0 || *ms < min)
-		return cli_usage_error(synopsis, "--%s %s is not a duration%s",
-		    name, arg, min > 0 ? " above zero" : "");
-	return 0;
-}
-
 /* --recoverable JOB[,JOB...]: every job must be one of --cluster's. */
 static int
 parse_recoverable(const char *arg, struct registry_config *rc)
@@ -60,7 +50,7 @@ parse_args(int argc, char **argv, struct daemon_options *d,
 {
 	static const struct option longopts[] = {
 	    DAEMON_LONGOPTS,
-	    {"max-value-size", required_argument, NULL, 'V'},
+	    {"max-value-size", required_argument, NULL, 'M'},
 	    {"cluster", required_argument, NULL, 'C'},
 	    {"heartbeat-timeout", required_argument, NULL, 'H'},
 	    {"register-timeout", required_argument, NULL, 'G'},
@@ -75,12 +65,13 @@ parse_args(int argc, char **argv, struct daemon_options *d,
 
 	while ((c = getopt_long(argc, argv, DAEMON_SHORTOPTS, longopts,
 	            NULL)) != -1) {
-		switch (daemon_option(d, c, optarg, "coordd", synopsis, &r)) {
-		case 1: continue;
-		case -1: return r == 0 ? -1 : r;
+		if ((r = daemon_option(d, c, optarg, synopsis)) != 0) {
+			if (r < 0)
+				return 2;
+			continue;
 		}
 		switch (c) {
-		case 'V':
+		case 'M':
 			if (parse_size(optarg, &cc->kv.max_value) < 0 ||
 			    cc->kv.max_value == 0)
 				return cli_usage_error(synopsis,
@@ -95,22 +86,23 @@ parse_args(int argc, char **argv, struct daemon_options *d,
 				    "--cluster: %s", err);
 			break;
 		case 'H':
-			if (duration_flag("heartbeat-timeout", optarg, 1,
-			        &rc->heartbeat_timeout_ms) != 0)
+			if (cli_duration_flag(synopsis, "--heartbeat-timeout",
+			        optarg, 1, &rc->heartbeat_timeout_ms) != 0)
 				return 2;
 			break;
 		case 'G':
-			if (duration_flag("register-timeout", optarg, 1,
-			        &rc->register_timeout_ms) != 0)
+			if (cli_duration_flag(synopsis, "--register-timeout",
+			        optarg, 1, &rc->register_timeout_ms) != 0)
 				return 2;
 			break;
 		case 'S':
-			if (duration_flag("shutdown-barrier-timeout", optarg, 0,
+			if (cli_duration_flag(synopsis,
+			        "--shutdown-barrier-timeout", optarg, 0,
 			        &cc->shutdown_barrier_timeout_ms) != 0)
 				return 2;
 			break;
 		case 'r': recoverable = optarg; break;
-		default: fputs(synopsis, stderr); return 2;
+		default: return cli_std_option(c, synopsis);
 		}
 	}
 	if (optind != argc)
@@ -140,7 +132,7 @@ main(int argc, char **argv)
 	log_init(argv[0], 0);
 	daemon_options_init(&d, 7700);
 	if ((rc = parse_args(argc, argv, &d, &cc)) != 0)
-		return rc < 0 ? 0 : rc;
+		return rc;
 	log_init(argv[0], d.verbose);
 	if (d.check) {
 		printf("coordd: configuration ok\n");

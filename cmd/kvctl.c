@@ -96,8 +96,7 @@ parse_opts(int argc, char **argv, struct opts *o, const struct verb *verb)
 	    {"count", required_argument, NULL, 'n'},
 	    {"absent", no_argument, NULL, 'a'},
 	    {"force", no_argument, NULL, 'f'},
-	    {"help", no_argument, NULL, 'h'},
-	    {"version", no_argument, NULL, 'V'},
+	    CLI_STD_LONGOPTS,
 	    {NULL, 0, NULL, 0},
 	};
 	int c;
@@ -140,9 +139,7 @@ parse_opts(int argc, char **argv, struct opts *o, const struct verb *verb)
 				return 2;
 			o->force = 1;
 			break;
-		case 'h': fputs(synopsis, stdout); exit(0);
-		case 'V': printf("kvctl %s\n", MUSTER_VERSION); exit(0);
-		default: fputs(synopsis, stderr); return 2;
+		default: return cli_std_option(c, synopsis);
 		}
 	}
 	return 0;

@@ -69,14 +69,12 @@ struct opts {
 
 /*
  * One run of the command, from registration to its end. The state says
- * what the command is doing; "noticed" states are those after a
- * preemption notice, in which any end of the command is a preemption.
+ * what the command is doing; after a preemption notice (r->noticed) any
+ * end of the command is a preemption.
  */
 enum state {
-	WAITING, /* for every task; no command yet */
-	WAITING_NOTICED,
-	RUNNING, /* the command runs */
-	RUNNING_NOTICED,
+	WAITING,  /* for every task; no command yet */
+	RUNNING,  /* the command runs */
 	STOPPING, /* a failure: the command is being stopped */
 	NSTATES
 };
@@ -103,6 +101,7 @@ struct run {
 	const int *notice_sig;
 	int sfd;
 	enum state state;
+	int noticed;  /* a notice came: the run is preempted */
 	int own_sent; /* this task published a notice */
 	pid_t child;
 	struct proc_guard guard;
@@ -205,7 +204,7 @@ start(struct run *r)
 	log_debug("started %s (pid %ld)", r->o->cmd[0], (long)r->child);
 	/* Once the command runs, a guard stops it if we cannot. */
 	proc_guard_start(&r->guard, r->child, r->o->grace, 0);
-	return r->state == WAITING_NOTICED ? RUNNING_NOTICED : RUNNING;
+	return RUNNING;
 }
 
 static enum state
@@ -240,11 +239,8 @@ static enum state
 own_notice(struct run *r)
 {
 	publish(r, r->ev->value, r->ev->msg);
-	switch (r->state) {
-	case WAITING: return WAITING_NOTICED;
-	case RUNNING: return RUNNING_NOTICED;
-	default: return r->state;
-	}
+	r->noticed = 1;
+	return r->state;
 }
 
 /*
@@ -259,11 +255,8 @@ death(struct run *r)
 
 	r->stop_at = at > 0 ? at : 1;
 	log_info("preemption notice for the cluster: %s", r->ev->msg);
-	switch (r->state) {
-	case WAITING: return WAITING_NOTICED;
-	case RUNNING: return RUNNING_NOTICED;
-	default: return r->state;
-	}
+	r->noticed = 1;
+	return r->state;
 }
 
 static enum state
@@ -309,7 +302,9 @@ shutdown_call(struct coord_client *cc, void *arg)
 	return coord_shutdown_task(cc, &r->s.a, 1, duration_now_ms() + 3600000);
 }
 
-/* The command ended on its own, with no notice and no failure. */
+static enum state exited_noticed(struct run *r);
+
+/* The command ended on its own, with no failure. */
 static enum state
 exited(struct run *r)
 {
@@ -317,6 +312,8 @@ exited(struct run *r)
 	enum status st;
 	int sig;
 
+	if (r->noticed)
+		return exited_noticed(r);
 	if (r->status == 0) {
 		/* Done: leave together, through the shutdown barrier when
 		 * coordd has one; a signal while waiting there leaves at
@@ -373,54 +370,25 @@ exited_stopped(struct run *r)
 typedef enum state (*action)(struct run *r);
 
 /* What each event does in each state. NULL: nothing (ignored). */
+/* clang-format off */
 static const action table[NSTATES][NEVENTS] = {
-    [WAITING] =
-        {
-            [E_READY] = start,
-            [E_FAILED] = failed_early,
-            [E_BRINGUP_FAILED] = bringup_failed,
-            [E_NOTICE] = own_notice,
-            [E_DEATH] = death,
-            [E_SYNCED] = synced,
-            [E_SIGNAL] = signalled_early,
-        },
-    [WAITING_NOTICED] =
-        {
-            [E_READY] = start,
-            [E_FAILED] = failed_early,
-            [E_BRINGUP_FAILED] = bringup_failed,
-            [E_NOTICE] = own_notice,
-            [E_DEATH] = death,
-            [E_SYNCED] = synced,
-            [E_SIGNAL] = signalled_early,
-        },
-    [RUNNING] =
-        {
-            [E_FAILED] = failed,
-            [E_NOTICE] = own_notice,
-            [E_DEATH] = death,
-            [E_SYNCED] = synced,
-            [E_SIGNAL] = forward,
-            [E_EXIT] = exited,
-        },
-    [RUNNING_NOTICED] =
-        {
-            [E_FAILED] = failed,
-            [E_NOTICE] = own_notice,
-            [E_DEATH] = death,
-            [E_SYNCED] = synced,
-            [E_SIGNAL] = forward,
-            [E_EXIT] = exited_noticed,
-            [E_STOP_TIME] = stop_time,
-        },
-    [STOPPING] =
-        {
-            [E_NOTICE] = own_notice,
-            [E_SYNCED] = synced,
-            [E_SIGNAL] = forward,
-            [E_EXIT] = exited_stopped,
-        },
+	[WAITING] = {
+		[E_READY] = start, [E_FAILED] = failed_early,
+		[E_BRINGUP_FAILED] = bringup_failed, [E_NOTICE] = own_notice,
+		[E_DEATH] = death, [E_SYNCED] = synced,
+		[E_SIGNAL] = signalled_early,
+	},
+	[RUNNING] = {
+		[E_FAILED] = failed, [E_NOTICE] = own_notice,
+		[E_DEATH] = death, [E_SYNCED] = synced, [E_SIGNAL] = forward,
+		[E_EXIT] = exited, [E_STOP_TIME] = stop_time,
+	},
+	[STOPPING] = {
+		[E_NOTICE] = own_notice, [E_SYNCED] = synced,
+		[E_SIGNAL] = forward, [E_EXIT] = exited_stopped,
+	},
 };
+/* clang-format on */
 
 static void
 dispatch(struct run *r, enum event e)
@@ -489,6 +457,7 @@ run_loop(struct run *r)
 {
 	r->state = WAITING;
 	r->done = 0;
+	r->noticed = 0;
 	r->own_sent = 0;
 	r->child = 0;
 	r->stop_at = 0;
@@ -573,25 +542,6 @@ wait_next_run(struct run *r, long epoch)
 }
 
 static int
-parse_count(const char *flag, const char *arg, long min, long max, long *v)
-{
-	if (parse_long(arg, min, max, v) < 0)
-		return cli_usage_error(synopsis,
-		    "%s %s is not a number from %ld to %ld", flag, arg, min,
-		    max);
-	return 0;
-}
-
-static int
-parse_dur(const char *flag, const char *arg, int64_t min, int64_t *ms)
-{
-	if (duration_parse(arg, ms) < 0 || *ms < min)
-		return cli_usage_error(synopsis, "%s %s is not a duration%s",
-		    flag, arg, min > 0 ? " above zero" : "");
-	return 0;
-}
-
-static int
 parse_args(int argc, char **argv, struct opts *o, int *verbose)
 {
 	static const struct option longopts[] = {
@@ -606,8 +556,7 @@ parse_args(int argc, char **argv, struct opts *o, int *verbose)
 	    {"sync-barrier-timeout", required_argument, NULL, 'B'},
 	    {"restart-exit-code", required_argument, NULL, 'R'},
 	    {"max-restarts", required_argument, NULL, 'X'},
-	    {"help", no_argument, NULL, 'h'},
-	    {"version", no_argument, NULL, 'V'},
+	    CLI_STD_LONGOPTS,
 	    {NULL, 0, NULL, 0},
 	};
 	const char *specs[MAX_NOTICES], *meta = NULL;
@@ -623,11 +572,13 @@ parse_args(int argc, char **argv, struct opts *o, int *verbose)
 		case 'v': (*verbose)++; break;
 		case 'W': o->wait_all = 0; break;
 		case 'g':
-			if (parse_dur("--grace", optarg, 0, &o->grace) != 0)
+			if (cli_duration_flag(synopsis, "--grace", optarg, 0,
+			        &o->grace) != 0)
 				return 2;
 			break;
 		case 'T':
-			if (parse_dur("--timeout", optarg, 1, &o->bringup) != 0)
+			if (cli_duration_flag(synopsis, "--timeout", optarg, 1,
+			        &o->bringup) != 0)
 				return 2;
 			break;
 		case 'N':
@@ -637,13 +588,13 @@ parse_args(int argc, char **argv, struct opts *o, int *verbose)
 			specs[nspecs++] = optarg;
 			break;
 		case 'G':
-			if (parse_dur("--notice-grace", optarg, 0,
-			        &o->notice_grace) != 0)
+			if (cli_duration_flag(synopsis, "--notice-grace",
+			        optarg, 0, &o->notice_grace) != 0)
 				return 2;
 			break;
 		case 'I':
-			if (parse_dur("--notice-interval", optarg, 1,
-			        &o->notice_interval) != 0)
+			if (cli_duration_flag(synopsis, "--notice-interval",
+			        optarg, 1, &o->notice_interval) != 0)
 				return 2;
 			break;
 		case 'M':
@@ -656,18 +607,19 @@ parse_args(int argc, char **argv, struct opts *o, int *verbose)
 				    meta);
 			break;
 		case 'P':
-			if (parse_dur("--protocol-window", optarg, 0,
-			        &o->window) != 0)
+			if (cli_duration_flag(synopsis, "--protocol-window",
+			        optarg, 0, &o->window) != 0)
 				return 2;
 			break;
 		case 'B':
-			if (parse_dur("--sync-barrier-timeout", optarg, 1,
+			if (cli_duration_flag(synopsis,
+			        "--sync-barrier-timeout", optarg, 1,
 			        &o->barrier_timeout) != 0)
 				return 2;
 			break;
 		case 'R':
-			if (parse_count("--restart-exit-code", optarg, 1, 255,
-			        &v) != 0)
+			if (cli_number_flag(synopsis, "--restart-exit-code",
+			        optarg, 1, 255, &v) != 0)
 				return 2;
 			if (v == EXIT_PEER_FAILED)
 				return cli_usage_error(synopsis,
@@ -677,13 +629,11 @@ parse_args(int argc, char **argv, struct opts *o, int *verbose)
 			o->restart_code = (int)v;
 			break;
 		case 'X':
-			if (parse_count("--max-restarts", optarg, 0, 1000000,
-			        &o->max_restarts) != 0)
+			if (cli_number_flag(synopsis, "--max-restarts", optarg,
+			        0, 1000000, &o->max_restarts) != 0)
 				return 2;
 			break;
-		case 'h': fputs(synopsis, stdout); exit(0);
-		case 'V': printf("preemptwatch %s\n", MUSTER_VERSION); exit(0);
-		default: fputs(synopsis, stderr); return 2;
+		default: return cli_std_option(c, synopsis);
 		}
 	}
 	if (optind >= argc)

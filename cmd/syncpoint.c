@@ -81,8 +81,7 @@ main(int argc, char **argv)
 	    {"wait-notice", no_argument, NULL, 'w'},
 	    {"json", no_argument, NULL, 'j'},
 	    {"timeout", required_argument, NULL, 'T'},
-	    {"help", no_argument, NULL, 'h'},
-	    {"version", no_argument, NULL, 'V'},
+	    CLI_STD_LONGOPTS,
 	    {NULL, 0, NULL, 0},
 	};
 	struct syncpoint_status st;
@@ -98,13 +97,11 @@ main(int argc, char **argv)
 		case 'w': wait = 1; break;
 		case 'j': json = 1; break;
 		case 'T':
-			if (duration_parse(optarg, &timeout) < 0)
-				return cli_usage_error(synopsis,
-				    "--timeout %s is not a duration", optarg);
+			if (cli_duration_flag(synopsis, "--timeout", optarg, 0,
+			        &timeout) != 0)
+				return 2;
 			break;
-		case 'h': fputs(synopsis, stdout); return 0;
-		case 'V': printf("syncpoint %s\n", MUSTER_VERSION); return 0;
-		default: fputs(synopsis, stderr); return 2;
+		default: return cli_std_option(c, synopsis);
 		}
 	}
 	if (status + wait > 1)

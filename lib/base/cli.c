@@ -3,7 +3,9 @@
 #include <stdlib.h>
 
 #include "cli.h"
+#include "duration.h"
 #include "log.h"
+#include "parse.h"
 
 const char *
 cli_coord_addr(const char *flag)
@@ -16,6 +18,37 @@ cli_coord_addr(const char *flag)
 	if (env != NULL && *env != '\0')
 		return env;
 	return CLI_COORD_DEFAULT;
+}
+
+int
+cli_std_option(int c, const char *synopsis)
+{
+	switch (c) {
+	case 'h': fputs(synopsis, stdout); exit(0);
+	case 'V': printf("%s %s\n", log_prog(), MUSTER_VERSION); exit(0);
+	default: fputs(synopsis, stderr); return status_exit(ST_USAGE);
+	}
+}
+
+int
+cli_duration_flag(const char *synopsis, const char *flag, const char *arg,
+    int64_t min, int64_t *ms)
+{
+	if (duration_parse(arg, ms) < 0 || *ms < min)
+		return cli_usage_error(synopsis, "%s %s is not a duration%s",
+		    flag, arg, min > 0 ? " above zero" : "");
+	return 0;
+}
+
+int
+cli_number_flag(const char *synopsis, const char *flag, const char *arg,
+    long min, long max, long *v)
+{
+	if (parse_long(arg, min, max, v) < 0)
+		return cli_usage_error(synopsis,
+		    "%s %s is not a number from %ld to %ld", flag, arg, min,
+		    max);
+	return 0;
 }
 
 int

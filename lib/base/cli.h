@@ -7,6 +7,8 @@
 #ifndef MUSTER_CLI_H
 #define MUSTER_CLI_H
 
+#include <stdint.h>
+
 #include "status.h"
 
 #define CLI_COORD_ENV "MUSTER_COORD"
@@ -15,6 +17,29 @@
 
 /* -c ADDR, else $MUSTER_COORD, else the default. */
 const char *cli_coord_addr(const char *flag);
+
+/* The long options every program takes, last in its table. */
+#define CLI_STD_LONGOPTS                          \
+	{"help", no_argument, NULL, 'h'},         \
+	{                                         \
+		"version", no_argument, NULL, 'V' \
+	}
+
+/*
+ * -h or --help (usage to stdout, exit 0), --version (exit 0), or an
+ * option the program does not know: the synopsis to stderr, and 2 to
+ * exit with. Call it for every option the program's switch did not take.
+ */
+int cli_std_option(int c, const char *synopsis);
+
+/*
+ * A flag's duration (at least min ms) or number (min to max): 0, or, after
+ * saying what is wrong and the synopsis on stderr, 2 (usage).
+ */
+int cli_duration_flag(const char *synopsis, const char *flag, const char *arg,
+    int64_t min, int64_t *ms);
+int cli_number_flag(const char *synopsis, const char *flag, const char *arg,
+    long min, long max, long *v);
 
 /* Writes "prog: CODE: message" to stderr and returns the exit code. */
 int cli_fail(enum status st, const char *fmt, ...)

@@ -38,28 +38,20 @@ daemon_options_init(struct daemon_options *o, int port)
 
 int
 daemon_option(struct daemon_options *o, int c, const char *arg,
-    const char *name, const char *synopsis, int *rc)
+    const char *synopsis)
 {
 	switch (c) {
 	case 'l': o->listen = arg; return 1;
 	case 0x100: o->port_file = arg; return 1;
 	case 0x101:
 		if (parse_long(arg, 1, 64, &o->threads) < 0) {
-			*rc = cli_usage_error(synopsis,
+			cli_usage_error(synopsis,
 			    "--threads %s is not a number from 1 to 64", arg);
 			return -1;
 		}
 		return 1;
 	case 'v': o->verbose++; return 1;
 	case 'n': o->check = 1; return 1;
-	case 'h':
-		fputs(synopsis, stdout);
-		*rc = 0;
-		return -1;
-	case 0x102:
-		printf("%s %s\n", name, MUSTER_VERSION);
-		*rc = 0;
-		return -1;
 	default: return 0;
 	}
 }

@@ -13,6 +13,7 @@
 #include <stddef.h>
 
 #include "buf.h"
+#include "cli.h"
 #include "route.h"
 
 /* What a service hands the skeleton. */
@@ -42,28 +43,26 @@ struct daemon_options {
 };
 
 /* Long options of the skeleton, to put first in a daemon's table. */
-#define DAEMON_LONGOPTS                                    \
-	{"listen", required_argument, NULL, 'l'},          \
-	    {"port-file", required_argument, NULL, 0x100}, \
-	    {"threads", required_argument, NULL, 0x101},   \
-	    {"verbose", no_argument, NULL, 'v'},           \
-	    {"check", no_argument, NULL, 'n'},             \
-	    {"help", no_argument, NULL, 'h'},              \
-	{                                                  \
-		"version", no_argument, NULL, 0x102        \
-	}
+/* clang-format off */
+#define DAEMON_LONGOPTS \
+	{"listen", required_argument, NULL, 'l'}, \
+	{"port-file", required_argument, NULL, 0x100}, \
+	{"threads", required_argument, NULL, 0x101}, \
+	{"verbose", no_argument, NULL, 'v'}, \
+	{"check", no_argument, NULL, 'n'}, \
+	CLI_STD_LONGOPTS
+/* clang-format on */
 #define DAEMON_SHORTOPTS "hl:nv"
 
 /* Fills o with the defaults (listen on 127.0.0.1:port). */
 void daemon_options_init(struct daemon_options *o, int port);
 
 /*
- * Takes option c if it is one of the skeleton's: 1 taken, 0 not ours, or
- * an exit code (0 after --help or --version is reported as -1; a usage
- * error as 2) in *rc with -1 returned.
+ * Takes option c if it is one of the skeleton's: 1 taken, 0 not ours, -1
+ * a usage error (said on stderr). -h and --version are cli_std_option's.
  */
 int daemon_option(struct daemon_options *o, int c, const char *arg,
-    const char *name, const char *synopsis, int *rc);
+    const char *synopsis);
 
 /* Checks what the options say once all are read: 0, or 2 (usage). */
 int daemon_options_check(struct daemon_options *o, const char *synopsis);

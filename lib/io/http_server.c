@@ -271,42 +271,6 @@ http_park(struct http_req *req)
 	MHD_suspend_connection(req->conn);
 }
 
-struct http_shared *
-http_shared_new(int http_status, const char *ctype, const void *body,
-    size_t len)
-{
-	struct http_shared *sh = calloc(1, sizeof(*sh));
-
-	if (sh == NULL)
-		return NULL;
-	sh->mhd = MHD_create_response_from_buffer(len, (void *)body,
-	    MHD_RESPMEM_MUST_COPY);
-	if (sh->mhd == NULL) {
-		free(sh);
-		return NULL;
-	}
-	if (ctype != NULL)
-		MHD_add_response_header(sh->mhd, MHD_HTTP_HEADER_CONTENT_TYPE,
-		    ctype);
-	sh->code = (unsigned)http_status;
-	atomic_init(&sh->refs, 1);
-	return sh;
-}
-
-struct http_shared *
-http_shared_json(int http_status, json_t *obj)
-{
-	char *s = obj != NULL ? json_dumps(obj, JSON_COMPACT) : NULL;
-	struct http_shared *sh;
-
-	json_decref(obj);
-	if (s == NULL)
-		return NULL;
-	sh = http_shared_new(http_status, "application/json", s, strlen(s));
-	free(s);
-	return sh;
-}
-
 static void
 unref_blob(void *cls)
 {
@@ -326,23 +290,53 @@ blob_response(struct blob *b)
 	return r;
 }
 
-struct http_shared *
-http_shared_blob(int http_status, const char *ctype, struct blob *b)
+/* A shared reply over the response r (NULL: out of memory). */
+static struct http_shared *
+shared_of(int http_status, const char *ctype, struct MHD_Response *r)
 {
-	struct http_shared *sh = calloc(1, sizeof(*sh));
+	struct http_shared *sh;
 
-	if (sh == NULL)
+	if (r == NULL)
 		return NULL;
-	if ((sh->mhd = blob_response(b)) == NULL) {
-		free(sh);
+	if ((sh = calloc(1, sizeof(*sh))) == NULL) {
+		MHD_destroy_response(r);
 		return NULL;
 	}
+	sh->mhd = r;
 	if (ctype != NULL)
-		MHD_add_response_header(sh->mhd, MHD_HTTP_HEADER_CONTENT_TYPE,
-		    ctype);
+		MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
 	sh->code = (unsigned)http_status;
 	atomic_init(&sh->refs, 1);
 	return sh;
+}
+
+struct http_shared *
+http_shared_new(int http_status, const char *ctype, const void *body,
+    size_t len)
+{
+	return shared_of(http_status, ctype,
+	    MHD_create_response_from_buffer(len, (void *)body,
+	        MHD_RESPMEM_MUST_COPY));
+}
+
+struct http_shared *
+http_shared_json(int http_status, json_t *obj)
+{
+	char *s = obj != NULL ? json_dumps(obj, JSON_COMPACT) : NULL;
+	struct http_shared *sh;
+
+	json_decref(obj);
+	if (s == NULL)
+		return NULL;
+	sh = http_shared_new(http_status, "application/json", s, strlen(s));
+	free(s);
+	return sh;
+}
+
+struct http_shared *
+http_shared_blob(int http_status, const char *ctype, struct blob *b)
+{
+	return shared_of(http_status, ctype, blob_response(b));
 }
 
 int

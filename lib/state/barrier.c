@@ -100,7 +100,7 @@ char *
 barrier_names(struct barriers *bs, const struct barrier *b, int arrived,
     size_t max)
 {
-	size_t ntasks = registry_size(bs->reg), n = 0;
+	size_t ntasks = registry_view(bs->reg)->ntasks, n = 0;
 	struct buf out = {0};
 
 	for (size_t i = 0; i < ntasks; i++) {
@@ -124,7 +124,7 @@ static void
 complete(struct barriers *bs, struct barrier *b, enum status st,
     const char *msg)
 {
-	size_t ntasks = registry_size(bs->reg);
+	size_t ntasks = registry_view(bs->reg)->ntasks;
 
 	if (b->state != BAR_PENDING)
 		return;
@@ -170,7 +170,7 @@ make(struct barriers *bs, const char *id, int64_t deadline)
 	struct barrier *b = calloc(1, sizeof(*b));
 
 	if (b == NULL || (b->id = strdup(id)) == NULL ||
-	    (b->at = calloc(registry_size(bs->reg) + 1, 1)) == NULL) {
+	    (b->at = calloc(registry_view(bs->reg)->ntasks + 1, 1)) == NULL) {
 		barrier_free(b);
 		return NULL;
 	}
@@ -258,7 +258,7 @@ barriers_wait(struct barriers *bs, const char *id, struct reg_task *t,
     const char *bad_list, int64_t now, struct barrier **bp, enum status *st,
     char *msg, size_t msglen)
 {
-	size_t ntasks = registry_size(bs->reg);
+	size_t ntasks = registry_view(bs->reg)->ntasks;
 	struct barrier *b = barriers_find(bs, id);
 	unsigned char *at = NULL;
 	enum bar_verdict v;
@@ -351,7 +351,7 @@ barriers_shutdown_wait(struct barriers *bs, struct reg_task *t,
     char *msg, size_t msglen)
 {
 	struct barrier *b = bs->shutdown;
-	size_t ntasks = registry_size(bs->reg);
+	size_t ntasks = registry_view(bs->reg)->ntasks;
 
 	if (b == NULL) {
 		if ((b = make(bs, "shutdown", now + timeout_ms)) == NULL)

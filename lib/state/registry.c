@@ -10,13 +10,9 @@
 #include "strmap.h"
 
 struct registry {
+	struct reg_view v;
 	struct reg_task *tasks;
-	size_t ntasks;
-	struct strmap *byname; /* "job:index" -> struct reg_task */
-	size_t nconnected;
-	int64_t hb_timeout, register_timeout;
-	uint64_t service;
-	long epoch;
+	struct strmap *byname;   /* "job:index" -> struct reg_task */
 	int used;                /* a task registered this epoch */
 	int64_t all_deadline;    /* wait-for-all deadline, 0: unset */
 	struct reg_task *failed; /* one that failed this epoch */
@@ -67,11 +63,11 @@ registry_new(const struct registry_config *cfg, reg_observer_fn fn, void *arg,
 
 	if (r == NULL || (r->byname = strmap_new()) == NULL)
 		goto nomem;
-	r->hb_timeout =
+	r->v.hb_timeout =
 	    cfg->heartbeat_timeout_ms > 0 ? cfg->heartbeat_timeout_ms : 10000;
-	r->register_timeout =
+	r->v.register_timeout =
 	    cfg->register_timeout_ms > 0 ? cfg->register_timeout_ms : 3600000;
-	r->service = task_new_incarnation();
+	r->v.service = task_new_incarnation();
 	r->observe = fn;
 	r->arg = arg;
 	if (cfg->cluster.ntasks == 0)
@@ -89,7 +85,7 @@ registry_new(const struct registry_config *cfg, reg_observer_fn fn, void *arg,
 
 			snprintf(name, sizeof(name), "%s:%ld",
 			    cfg->cluster.jobs[j].name, i);
-			r->ntasks = k + 1;
+			r->v.ntasks = k + 1;
 			if ((t->name = strdup(name)) == NULL ||
 			    strmap_put(r->byname, name, strlen(name), t) < 0)
 				goto nomem;
@@ -109,7 +105,7 @@ registry_free(struct registry *r)
 {
 	if (r == NULL)
 		return;
-	for (size_t i = 0; i < r->ntasks; i++) {
+	for (size_t i = 0; i < r->v.ntasks; i++) {
 		free(r->tasks[i].name);
 		free(r->tasks[i].errmsg);
 	}
@@ -118,16 +114,16 @@ registry_free(struct registry *r)
 	free(r);
 }
 
-size_t
-registry_size(const struct registry *r)
+const struct reg_view *
+registry_view(const struct registry *r)
 {
-	return r->ntasks;
+	return &r->v;
 }
 
 struct reg_task *
 registry_task(struct registry *r, size_t i)
 {
-	return i < r->ntasks ? &r->tasks[i] : NULL;
+	return i < r->v.ntasks ? &r->tasks[i] : NULL;
 }
 
 struct reg_task *
@@ -136,40 +132,10 @@ registry_find(struct registry *r, const char *name)
 	struct task_name tn;
 	char buf[TASK_JOB_MAX + 24];
 
-	if (r->ntasks == 0 || task_parse(name, &tn) < 0)
+	if (r->v.ntasks == 0 || task_parse(name, &tn) < 0)
 		return NULL;
 	task_format(&tn, buf, sizeof(buf));
 	return strmap_get(r->byname, buf, strlen(buf));
-}
-
-size_t
-registry_connected(const struct registry *r)
-{
-	return r->nconnected;
-}
-
-long
-registry_epoch(const struct registry *r)
-{
-	return r->epoch;
-}
-
-uint64_t
-registry_service(const struct registry *r)
-{
-	return r->service;
-}
-
-int64_t
-registry_heartbeat_timeout(const struct registry *r)
-{
-	return r->hb_timeout;
-}
-
-int64_t
-registry_register_timeout(const struct registry *r)
-{
-	return r->register_timeout;
 }
 
 struct reg_task *
@@ -182,7 +148,7 @@ int
 registry_failed_now(const struct registry *r, const struct reg_task *t)
 {
 	return t->err_active ||
-	    (t->state == REG_ERROR && t->err_epoch == r->epoch);
+	    (t->state == REG_ERROR && t->err_epoch == r->v.epoch);
 }
 
 int
@@ -200,7 +166,7 @@ static void
 find_failed(struct registry *r)
 {
 	r->failed = NULL;
-	for (size_t i = 0; i < r->ntasks && r->failed == NULL; i++)
+	for (size_t i = 0; i < r->v.ntasks && r->failed == NULL; i++)
 		if (registry_failed_now(r, &r->tasks[i]) &&
 		    !r->tasks[i].recoverable)
 			r->failed = &r->tasks[i];
@@ -245,14 +211,14 @@ registry_set_error(struct registry *r, struct reg_task *t, enum status st,
 	char *copy = strdup(msg);
 
 	if (t->state == REG_CONNECTED)
-		r->nconnected--;
+		r->v.nconnected--;
 	t->state = REG_ERROR;
 	t->err = st;
 	free(t->errmsg);
 	t->errmsg = copy;
 	t->err_reported = reported;
 	t->err_active = propagate;
-	t->err_epoch = r->epoch;
+	t->err_epoch = r->v.epoch;
 	if (r->failed == NULL && !t->recoverable)
 		r->failed = t;
 	log_info("task %s: %s: %s", t->name, status_name(st), msg);
@@ -265,8 +231,8 @@ registry_disconnect(struct registry *r, struct reg_task *t)
 	/* Only a task that was in this run has left it; one in error is
 	 * kept out by its error instead. */
 	if (t->state == REG_CONNECTED) {
-		r->nconnected--;
-		t->left_epoch = r->epoch + 1;
+		r->v.nconnected--;
+		t->left_epoch = r->v.epoch + 1;
 	}
 	t->state = REG_DISCONNECTED;
 }
@@ -297,7 +263,7 @@ registry_register(struct registry *r, struct reg_task *t, const char *incs,
 		    "task %s failed in epoch %ld "
 		    "(%s: %s); it must be reset, or the job wind down, before "
 		    "it registers again",
-		    t->name, r->epoch, status_name(t->err),
+		    t->name, r->v.epoch, status_name(t->err),
 		    t->errmsg != NULL ? t->errmsg : "");
 		return ST_ABORTED;
 	}
@@ -306,16 +272,16 @@ registry_register(struct registry *r, struct reg_task *t, const char *incs,
 	 * joins the next one: rejoining would revive a run that is winding
 	 * down, with its notice and its passed barriers.
 	 */
-	if (t->state == REG_DISCONNECTED && t->left_epoch == r->epoch + 1 &&
+	if (t->state == REG_DISCONNECTED && t->left_epoch == r->v.epoch + 1 &&
 	    !t->recoverable) {
 		say(ans, REG_RUN_OVER,
 		    "task %s already left epoch %ld; it can "
 		    "register again once every task has left",
-		    t->name, r->epoch);
+		    t->name, r->v.epoch);
 		return ST_FAILED_PRECONDITION;
 	}
 	if (t->state != REG_CONNECTED)
-		r->nconnected++;
+		r->v.nconnected++;
 	r->used = 1;
 	t->err_active = 0;
 	if (r->failed == t)
@@ -326,7 +292,7 @@ registry_register(struct registry *r, struct reg_task *t, const char *incs,
 	t->state = REG_CONNECTED;
 	t->incarnation = inc;
 	t->last_heartbeat = now;
-	if (r->nconnected == r->ntasks)
+	if (r->v.nconnected == r->v.ntasks)
 		emit(r, REG_ALL_CONNECTED, t, 0);
 	return ST_OK;
 }
@@ -392,11 +358,11 @@ registry_wait_all(struct registry *r, struct reg_task *t, const char *incs,
 		    status_name(o->err), o->errmsg != NULL ? o->errmsg : "");
 		return ST_INTERNAL;
 	}
-	if (r->nconnected == r->ntasks)
+	if (r->v.nconnected == r->v.ntasks)
 		return ST_OK;
 	/* The first caller of the epoch starts the register clock. */
 	if (r->all_deadline == 0)
-		r->all_deadline = now + r->register_timeout;
+		r->all_deadline = now + r->v.register_timeout;
 	*wait = 1;
 	*until = r->all_deadline;
 	return ST_OK;
@@ -408,7 +374,7 @@ registry_missing(struct registry *r, size_t max)
 	struct buf b = {0};
 	size_t n = 0;
 
-	for (size_t i = 0; i < r->ntasks; i++) {
+	for (size_t i = 0; i < r->v.ntasks; i++) {
 		if (r->tasks[i].state == REG_CONNECTED)
 			continue;
 		if (n++ < max)
@@ -431,7 +397,7 @@ registry_all_expired(struct registry *r, int64_t now, struct reg_answer *ans)
 	say(ans, REG_NO_REASON,
 	    "tasks %s did not register within the register timeout of %s",
 	    names != NULL ? names : "",
-	    duration_format(r->register_timeout, d, sizeof(d)));
+	    duration_format(r->v.register_timeout, d, sizeof(d)));
 	free(names);
 	return ST_DEADLINE_EXCEEDED;
 }
@@ -497,17 +463,17 @@ registry_scan(struct registry *r, int64_t now)
 {
 	char msg[256], a[32], b[32];
 
-	for (size_t i = 0; i < r->ntasks; i++) {
+	for (size_t i = 0; i < r->v.ntasks; i++) {
 		struct reg_task *t = &r->tasks[i];
 
 		if (t->state != REG_CONNECTED ||
-		    now - t->last_heartbeat <= r->hb_timeout)
+		    now - t->last_heartbeat <= r->v.hb_timeout)
 			continue;
 		snprintf(msg, sizeof(msg),
 		    "no heartbeat for %s (timeout %s): "
 		    "the task failed, crashed or was preempted",
 		    duration_format(now - t->last_heartbeat, a, sizeof(a)),
-		    duration_format(r->hb_timeout, b, sizeof(b)));
+		    duration_format(r->v.hb_timeout, b, sizeof(b)));
 		registry_set_error(r, t, ST_UNAVAILABLE, msg, 0, 1);
 	}
 }
@@ -520,14 +486,14 @@ registry_scan(struct registry *r, int64_t now)
 void
 registry_settle(struct registry *r)
 {
-	if (r->nconnected > 0 || !r->used)
+	if (r->v.nconnected > 0 || !r->used)
 		return;
 	/* Tasks in error stay so, for all to see, but may join the new run. */
-	for (size_t i = 0; i < r->ntasks; i++)
+	for (size_t i = 0; i < r->v.ntasks; i++)
 		r->tasks[i].err_active = 0;
 	r->failed = NULL;
 	r->all_deadline = 0;
 	r->used = 0;
-	r->epoch++;
+	r->v.epoch++;
 	emit(r, REG_EPOCH, NULL, 0);
 }

@@ -84,15 +84,19 @@ struct registry *registry_new(const struct registry_config *cfg,
     reg_observer_fn fn, void *arg, char *err, size_t errlen);
 void registry_free(struct registry *r);
 
-size_t registry_size(const struct registry *r);
+/* What the registry counts, for reading. */
+struct reg_view {
+	size_t ntasks;
+	size_t nconnected;
+	long epoch;       /* runs of the job so far */
+	uint64_t service; /* this registry's incarnation */
+	int64_t hb_timeout, register_timeout;
+};
+
+const struct reg_view *registry_view(const struct registry *r);
 struct reg_task *registry_task(struct registry *r, size_t i);
 /* By name, in either spelling; NULL when not in the cluster. */
 struct reg_task *registry_find(struct registry *r, const char *name);
-size_t registry_connected(const struct registry *r);
-long registry_epoch(const struct registry *r);
-uint64_t registry_service(const struct registry *r);
-int64_t registry_heartbeat_timeout(const struct registry *r);
-int64_t registry_register_timeout(const struct registry *r);
 const char *registry_state_name(enum reg_state s);
 
 /* A non-recoverable task that failed in this epoch, or NULL. */

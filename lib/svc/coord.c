@@ -162,14 +162,14 @@ coord_new(const struct coord_config *cfg, char *err, size_t errlen)
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
+	co->rv = registry_view(co->reg);
 	co->scan.fire = coord_tasks_scan;
 	co->bar_timer.fire = coord_barrier_timer;
 	coord_lock(co);
 	park_set_unlock(co->park, unlock_cb, co);
-	if (registry_size(co->reg) > 0)
+	if (co->rv->ntasks > 0)
 		timers_add(park_timers(co->park), &co->scan,
-		    duration_now_ms() +
-		        registry_heartbeat_timeout(co->reg) / 5);
+		    duration_now_ms() + co->rv->hb_timeout / 5);
 	coord_unlock(co);
 	return co;
 fail:
@@ -243,8 +243,8 @@ metrics(struct buf *b, void *arg)
 	    "# TYPE muster_epoch counter\nmuster_epoch %ld\n",
 	    kv_count(co->kv), kv_bytes(co->kv), kv_revision(co->kv),
 	    park_index_waiting(co->watchers),
-	    timers_count(park_timers(co->park)), registry_size(co->reg),
-	    registry_connected(co->reg), registry_epoch(co->reg));
+	    timers_count(park_timers(co->park)), co->rv->ntasks,
+	    co->rv->nconnected, co->rv->epoch);
 	coord_unlock(co);
 }
 

@@ -252,7 +252,7 @@ coord_barrier_route(struct http_req *req, const struct route_match *m,
 		    "barrier id must be 1 to 256 of [A-Za-z0-9_.:-]");
 		return;
 	}
-	if (registry_size(co->reg) == 0) {
+	if (co->rv->ntasks == 0) {
 		http_reply_error(req, ST_FAILED_PRECONDITION,
 		    "barriers need a cluster: coordd runs without --cluster");
 		return;

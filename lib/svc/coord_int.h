@@ -32,6 +32,7 @@ struct coord {
 	struct park_index *getters;  /* key -> parked gets */
 	struct park_index *watchers; /* prefix -> parked watches */
 	struct registry *reg;
+	const struct reg_view *rv; /* the registry's counters */
 	struct barriers *bars;
 	int64_t shutdown_timeout; /* 0: no shutdown barrier */
 	struct timer scan;        /* the heartbeat scan */

@@ -474,7 +474,7 @@ take_changes(struct coord *co, const char *prefix, size_t plen, int64_t since)
 	s->st = kv_changes(co->kv, prefix, plen, since, add_event, s, s->err,
 	    sizeof(s->err));
 	s->revision = kv_revision(co->kv);
-	s->service = registry_service(co->reg);
+	s->service = co->rv->service;
 	if (s->nomem) {
 		snap_free(s);
 		return NULL;
@@ -576,7 +576,7 @@ coord_watch_route(struct coord *co, struct http_req *req, const char *rest)
 	 * here: everything this store has is new to that watcher. */
 	if (service != NULL &&
 	    (task_parse_incarnation(service, &inc) < 0 ||
-	        inc != registry_service(co->reg)))
+	        inc != co->rv->service))
 		since = 0;
 	s = take_changes(co, key.data, key.len, since);
 	if (s == NULL || s->st != ST_OK || s->n > 0 || wait <= 0) {
@@ -642,7 +642,7 @@ coord_kv_observe(const struct kv_event *ev, void *arg)
 	if (ev->type == KV_EV_PUT &&
 	    (l = park_index_find(co->getters, ev->key, ev->klen)) != NULL) {
 		const struct kv_entry *e = kv_get(co->kv, ev->key, ev->klen);
-		struct http_shared *sh = NULL;
+		struct http_shared *sh;
 		char num[32];
 
 		/* Every waiter gets the same bytes: one reply, no copy. */
@@ -651,16 +651,7 @@ coord_kv_observe(const struct kv_event *ev, void *arg)
 			snprintf(num, sizeof(num), "%" PRId64, e->mod_rev);
 			http_shared_header(sh, "X-Muster-Revision", num);
 		}
-		park_list_hold(l);
-		while (l->head != NULL) {
-			struct parked *w = l->head;
-			park_take(w);
-			if (sh != NULL)
-				http_reply_shared(w->req, sh);
-			else
-				reply_value(w->req, e);
-		}
-		park_list_release(l);
+		park_answer_all(l, sh);
 		http_shared_release(sh);
 	}
 	if (park_index_waiting(co->watchers) == 0)

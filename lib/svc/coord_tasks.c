@@ -44,7 +44,7 @@ static json_t *
 errors_json(struct coord *co)
 {
 	json_t *arr = json_array();
-	size_t n = registry_size(co->reg);
+	size_t n = co->rv->ntasks;
 
 	for (size_t i = 0; arr != NULL && i < n; i++) {
 		struct reg_task *t = registry_task(co->reg, i);
@@ -100,7 +100,7 @@ coord_tasks_react(struct coord *co, const struct reg_event *ev)
 		coord_answer_all(&co->all_waiters, ST_OK, NULL,
 		    co->all_waiters.head != NULL ?
 		        json_pack("{s:I}", "tasks",
-		            (json_int_t)registry_size(co->reg)) :
+		            (json_int_t)co->rv->ntasks) :
 		        NULL);
 		break;
 	case REG_EPOCH:
@@ -111,11 +111,10 @@ coord_tasks_react(struct coord *co, const struct reg_event *ev)
 		    strlen(COORD_RUN_PREFIX), &rev);
 		log_info("no task connected: epoch %ld begins (%zu keys under "
 		         "%s/ removed)",
-		    registry_epoch(co->reg), n, COORD_RUN_PREFIX);
+		    co->rv->epoch, n, COORD_RUN_PREFIX);
 		coord_answer_all(&co->epoch_waiters, ST_OK, NULL,
 		    co->epoch_waiters.head != NULL ?
-		        json_pack("{s:i}", "epoch",
-		            (int)registry_epoch(co->reg)) :
+		        json_pack("{s:i}", "epoch", (int)co->rv->epoch) :
 		        NULL);
 		break;
 	}
@@ -126,8 +125,7 @@ coord_tasks_scan(struct timer *tm)
 {
 	struct coord *co =
 	    (struct coord *)((char *)tm - offsetof(struct coord, scan));
-	int64_t now = duration_now_ms(),
-	        hb = registry_heartbeat_timeout(co->reg);
+	int64_t now = duration_now_ms(), hb = co->rv->hb_timeout;
 
 	registry_scan(co->reg, now);
 	/* A fifth of the timeout: detection within 1.2 timeouts, which
@@ -206,7 +204,7 @@ snap_free(struct snap *s)
 static int
 snap_barriers(struct coord *co, struct snap *s, int64_t now)
 {
-	size_t ntasks = registry_size(co->reg), n = 0;
+	size_t ntasks = co->rv->ntasks, n = 0;
 
 	for (struct barrier *b = barriers_pending(co->bars); b != NULL;
 	     b = b->next)
@@ -232,13 +230,13 @@ static int
 snap_take(struct coord *co, struct snap *s, int tasks)
 {
 	int64_t now = duration_now_ms();
-	size_t n = registry_size(co->reg);
+	size_t n = co->rv->ntasks;
 
 	memset(s, 0, sizeof(*s));
-	s->service = registry_service(co->reg);
-	s->epoch = registry_epoch(co->reg);
-	s->hb_timeout = registry_heartbeat_timeout(co->reg);
-	s->connected = registry_connected(co->reg);
+	s->service = co->rv->service;
+	s->epoch = co->rv->epoch;
+	s->hb_timeout = co->rv->hb_timeout;
+	s->connected = co->rv->nconnected;
 	s->keys = kv_count(co->kv);
 	s->revision = kv_revision(co->kv);
 	if (!tasks || n == 0)
@@ -270,7 +268,7 @@ static json_t *
 snap_barriers_json(const struct snap *s, struct coord *co)
 {
 	json_t *arr = json_array();
-	size_t ntasks = registry_size(co->reg);
+	size_t ntasks = co->rv->ntasks;
 
 	for (size_t k = 0; arr != NULL && k < s->nbars; k++) {
 		const struct bar_snap *b = &s->bars[k];
@@ -370,8 +368,7 @@ reply_refused(struct coord *co, struct http_req *req, enum status st,
 		http_reply_error_json(req, st,
 		    json_pack("{s:s,s:s}", "reason", "not_registered",
 		        "service_incarnation",
-		        task_format_incarnation(registry_service(co->reg),
-		            inc)),
+		        task_format_incarnation(co->rv->service, inc)),
 		    "%s", ans->msg);
 		break;
 	case REG_RUN_OVER:
@@ -380,7 +377,7 @@ reply_refused(struct coord *co, struct http_req *req, enum status st,
 		    json_pack("{s:s,s:i}", "reason",
 		        ans->reason == REG_RUN_OVER ? "run_over" :
 		                                      "failed_in_epoch",
-		        "epoch", (int)registry_epoch(co->reg)),
+		        "epoch", (int)co->rv->epoch),
 		    "%s", ans->msg);
 		break;
 	default: http_reply_error(req, st, "%s", ans->msg);
@@ -392,7 +389,7 @@ do_register(struct coord *co, struct http_req *req, struct reg_task *t)
 {
 	struct reg_answer ans = {0};
 	char a[17], b[17];
-	int64_t hb = registry_heartbeat_timeout(co->reg);
+	int64_t hb = co->rv->hb_timeout;
 	enum status st = registry_register(co->reg, t,
 	    http_req_arg(req, "incarnation"), duration_now_ms(), &ans);
 
@@ -405,9 +402,8 @@ do_register(struct coord *co, struct http_req *req, struct reg_task *t)
 	        "incarnation", task_format_incarnation(t->incarnation, a),
 	        "heartbeat_timeout_ms", (json_int_t)hb, "heartbeat_interval_ms",
 	        (json_int_t)(hb / 2), "service_incarnation",
-	        task_format_incarnation(registry_service(co->reg), b), "tasks",
-	        (json_int_t)registry_size(co->reg), "epoch",
-	        (int)registry_epoch(co->reg)));
+	        task_format_incarnation(co->rv->service, b), "tasks",
+	        (json_int_t)co->rv->ntasks, "epoch", (int)co->rv->epoch));
 }
 
 static void
@@ -470,8 +466,8 @@ all_expired(struct parked *w)
 	else
 		coord_reply_json(w->req, 202,
 		    json_pack("{s:s,s:I,s:I}", "state", "waiting", "connected",
-		        (json_int_t)registry_connected(co->reg), "total",
-		        (json_int_t)registry_size(co->reg)));
+		        (json_int_t)co->rv->nconnected, "total",
+		        (json_int_t)co->rv->ntasks));
 }
 
 static void
@@ -493,8 +489,7 @@ do_wait_all(struct coord *co, struct http_req *req, struct reg_task *t)
 	}
 	if (!park) {
 		coord_reply_json(req, 200,
-		    json_pack("{s:I}", "tasks",
-		        (json_int_t)registry_size(co->reg)));
+		    json_pack("{s:I}", "tasks", (json_int_t)co->rv->ntasks));
 		return;
 	}
 	if (until - now < wait)
@@ -574,9 +569,8 @@ coord_task_route(struct http_req *req, const struct route_match *m, void *arg)
 	    (t = registry_find(co->reg, name)) == NULL) {
 		http_reply_error(req, ST_INVALID_ARGUMENT,
 		    "unknown task %s: %s", name,
-		    registry_size(co->reg) == 0 ? "coordd runs without "
-		                                  "--cluster" :
-		                                  "not in the cluster");
+		    co->rv->ntasks == 0 ? "coordd runs without --cluster" :
+		                          "not in the cluster");
 	} else if (m->nseg == 2) {
 		coord_reply_json(req, 200, task_json(t, duration_now_ms()));
 	} else if (coord_closing(co)) {
@@ -608,7 +602,7 @@ epoch_expired(struct parked *w)
 	struct coord *co = w->obj;
 
 	coord_reply_json(w->req, 202,
-	    json_pack("{s:i}", "epoch", (int)registry_epoch(co->reg)));
+	    json_pack("{s:i}", "epoch", (int)co->rv->epoch));
 }
 
 /*
@@ -634,7 +628,7 @@ coord_epoch_route(struct coord *co, struct http_req *req)
 		}
 	}
 	coord_lock(co);
-	epoch = registry_epoch(co->reg);
+	epoch = co->rv->epoch;
 	if (epoch > after || wait <= 0) {
 		coord_reply_json(req, epoch > after ? 200 : 202,
 		    json_pack("{s:i}", "epoch", (int)epoch));

@@ -58,15 +58,15 @@ registry_connect_and_incarnations(void)
 	struct reg_task *w1 = registry_find(r, "/job:worker/replica:0/task:1");
 	struct reg_answer a;
 
-	CHECK(registry_size(r) == 2 && w0 != NULL && w1 != NULL);
+	CHECK(registry_view(r)->ntasks == 2 && w0 != NULL && w1 != NULL);
 	CHECK(registry_find(r, "worker:2") == NULL);
 	CHECK(registry_register(r, w0, "zz", 0, &a) == ST_INVALID_ARGUMENT);
 	CHECK(registry_register(r, w0, NULL, 0, &a) == ST_INVALID_ARGUMENT);
 	CHECK(registry_register(r, w0, INC1, 0, &a) == ST_OK);
-	CHECK(w0->state == REG_CONNECTED && registry_connected(r) == 1);
+	CHECK(w0->state == REG_CONNECTED && registry_view(r)->nconnected == 1);
 	/* The same incarnation again is the same registration. */
 	CHECK(registry_register(r, w0, INC1, 10, &a) == ST_OK);
-	CHECK(registry_connected(r) == 1 && e.all == 0);
+	CHECK(registry_view(r)->nconnected == 1 && e.all == 0);
 	CHECK(registry_register(r, w1, INC1, 10, &a) == ST_OK);
 	CHECK(e.all == 1);
 	/* Another incarnation while connected: it restarted (Aborted). */
@@ -171,7 +171,7 @@ registry_wait_all_and_epochs(void)
 	/* Everyone leaves: a new epoch, once. */
 	CHECK(registry_shutdown(r, w0, INC1, 0, 0, &barrier, &a) == ST_OK);
 	registry_settle(r);
-	CHECK(e.epochs == 0 && registry_epoch(r) == 0);
+	CHECK(e.epochs == 0 && registry_view(r)->epoch == 0);
 	/* A task that left this run waits for the next one. */
 	CHECK(registry_register(r, w0, INC1, 5300, &a) ==
 	        ST_FAILED_PRECONDITION &&
@@ -179,7 +179,7 @@ registry_wait_all_and_epochs(void)
 	CHECK(registry_shutdown(r, w1, INC2, 0, 0, &barrier, &a) == ST_OK);
 	registry_settle(r);
 	registry_settle(r);
-	CHECK(e.epochs == 1 && registry_epoch(r) == 1);
+	CHECK(e.epochs == 1 && registry_view(r)->epoch == 1);
 	CHECK(registry_register(r, w0, INC1, 5400, &a) == ST_OK);
 	registry_free(r);
 }
@@ -224,7 +224,7 @@ connect_all(struct registry *r)
 {
 	struct reg_answer a;
 
-	for (size_t i = 0; i < registry_size(r); i++)
+	for (size_t i = 0; i < registry_view(r)->ntasks; i++)
 		CHECK(registry_register(r, registry_task(r, i), INC1, 0, &a) ==
 		    ST_OK);
 }
