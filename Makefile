@@ -73,7 +73,7 @@ BINS      := $(PROGS:%=$(BUILD)/bin/%)
 .DELETE_ON_ERROR:
 .SECONDARY:
 .PHONY: FORCE all deps layers check unit asan ubsan bench demo install uninstall \
-	clean lint
+	clean lint format
 
 all: deps layers $(BINS)
 
@@ -173,6 +173,11 @@ demo: all
 
 lint:
 	mandoc -Tlint -W warning $(addprefix man/,$(MAN1) $(MAN8))
+	clang-format --dry-run -Werror $$(git ls-files '*.c' '*.h')
+
+# The layout of every C file, from .clang-format.
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
 
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8
