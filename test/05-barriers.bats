@@ -8,10 +8,6 @@ load helper
 
 bats_require_minimum_version 1.5.0
 
-# The system's python3 when there is one: it starts faster than a shim.
-PYTHON=/usr/bin/python3
-[ -x "$PYTHON" ] || PYTHON=python3
-
 declare -gA BW=()
 
 # metric NAME: its value now.
@@ -71,7 +67,7 @@ bw_status() {
 # barriers: the ids of the barriers in flight.
 barriers() {
 	curl -s "http://$MUSTER_COORD/v1/barriers" |
-		"$PYTHON" -c 'import json, sys; print(" ".join(b["id"] for b in json.load(sys.stdin)["barriers"]))'
+		jq -r '[.barriers[].id] | join(" ")'
 }
 
 # --- the command line -------------------------------------------------------

@@ -8,10 +8,6 @@ load helper
 
 bats_require_minimum_version 1.5.0
 
-# The system's python3 when there is one: it starts faster than a shim.
-PYTHON=/usr/bin/python3
-[ -x "$PYTHON" ] || PYTHON=python3
-
 # preemptwatch processes by name: PW[NAME] is the preemptwatch itself,
 # PWW[NAME] the subshell of ours that waits for it.
 declare -gA PW=() PWW=()
@@ -82,20 +78,16 @@ dead() {
 	! alive "$1"
 }
 
-# status_json EXPR: EXPR over `kvctl --json status`, with j bound to it.
+# status_json FILTER: the jq FILTER over `kvctl --json status`, as js
+# prints it.
 status_json() {
-	kvctl --timeout 2s --json status >"$T/status.json"
-	"$PYTHON" - "$1" "$T/status.json" <<'EOF'
-import json, sys
-j = json.load(open(sys.argv[2]))
-v = eval(sys.argv[1])
-print(v if isinstance(v, str) else json.dumps(v))
-EOF
+	kvctl --timeout 2s --json status >"$T/status.json" &&
+		js "$1" "$T/status.json"
 }
 
 # state TASK: TASK's state as coordd sees it.
 state() {
-	status_json "[t['state'] for t in j['tasks'] if t['task'] == '$1'][0]"
+	status_json ".tasks[] | select(.task == \"$1\") | .state"
 }
 
 # wait_state TASK STATE SECONDS: until coordd shows TASK in STATE.
@@ -141,7 +133,7 @@ SLEEPER='echo $$ >"$1.cmd"; exec sleep 10'
 	assert_success
 	assert_line --index 0 --partial 'usage: preemptwatch'
 	assert_equal "$(state worker:0)" disconnected
-	assert_equal "$(status_json 'j["tasks"][0]["incarnation"]')" null
+	assert_equal "$(status_json '.tasks[0].incarnation')" null
 }
 
 # --- the command's environment and exit status ------------------------------
@@ -162,10 +154,7 @@ SLEEPER='echo $$ >"$1.cmd"; exec sleep 10'
 	assert_equal "$task" worker:0
 	[[ $inc =~ ^[0-9a-f]{16}$ ]] || fail "MUSTER_INCARNATION=$inc"
 	# While the command ran, coordd knew the task as connected with it.
-	run "$PYTHON" -c '
-import json, sys
-t = [t for t in json.load(open(sys.argv[1]))["tasks"] if t["task"] == "worker:0"][0]
-print(t["state"], t["incarnation"])' "$T/inside.json"
+	run js '.tasks[] | select(.task == "worker:0") | "\(.state) \(.incarnation)"' "$T/inside.json"
 	assert_output "connected $inc"
 	# And it left cleanly.
 	assert_equal "$(state worker:0)" disconnected
@@ -187,7 +176,7 @@ print(t["state"], t["incarnation"])' "$T/inside.json"
 	grep -q "task worker:2 failed: INTERNAL: command bash exited with status 3" "$T/w0.err" ||
 		fail "$(cat "$T/w0.err")"
 	grep -q "stopped because task worker:2 failed" "$T/w1.err"
-	assert_equal "$(status_json '[j["tasks"][2]["error"]["code"], j["tasks"][2]["error"]["reported"]]')" '["INTERNAL", true]'
+	assert_equal "$(status_json '[.tasks[2].error.code, .tasks[2].error.reported]')" '["INTERNAL",true]'
 }
 
 @test "a command killed by SIGKILL gives 137, and the others stop with 43" {
@@ -229,7 +218,7 @@ print(t["state"], t["incarnation"])' "$T/inside.json"
 	done
 	pw_wait w2 1
 	assert_equal "$STATUS" 137
-	assert_equal "$(status_json 'j["tasks"][2]["error"]["code"]')" UNAVAILABLE
+	assert_equal "$(status_json '.tasks[2].error.code')" UNAVAILABLE
 }
 
 @test "--grace: a command that ignores SIGTERM is killed with SIGKILL after the grace" {
@@ -261,9 +250,9 @@ print(t["state"], t["incarnation"])' "$T/inside.json"
 		assert_equal "$STATUS" 0
 		[ ! -s "$T/$name.out" ]
 	done
-	assert_equal "$(status_json '[(t["state"], t["error"]) for t in j["tasks"]]')" \
-		'[["disconnected", null], ["disconnected", null], ["disconnected", null]]'
-	assert_equal "$(status_json 'j["connected"]')" 0
+	assert_equal "$(status_json '[.tasks[] | [.state, .error]]')" \
+		'[["disconnected",null],["disconnected",null],["disconnected",null]]'
+	assert_equal "$(status_json .connected)" 0
 }
 
 @test "with --shutdown-barrier-timeout, tasks that finish early leave with the last one" {
@@ -277,7 +266,7 @@ print(t["state"], t["incarnation"])' "$T/inside.json"
 	assert_equal "$STATUS" 0
 	# worker:0 was done first but waited for worker:1 to finish.
 	[ "$w0_exit" -ge "$(cat "$T/w1.done")" ] || fail "worker:0 left $(( ($(cat "$T/w1.done") - w0_exit) / 1000 ))ms before worker:1 finished"
-	assert_equal "$(status_json '[t["state"] for t in j["tasks"]]')" '["disconnected", "disconnected"]'
+	assert_equal "$(status_json '[.tasks[].state]')" '["disconnected","disconnected"]'
 }
 
 @test "SIGTERM to preemptwatch is forwarded to the command, whose trap runs, when SIGTERM is not a notice source" {
@@ -340,7 +329,7 @@ print(t["state"], t["incarnation"])' "$T/inside.json"
 	assert_line --regexp "^worker:1 +connected\\* +$(cat "$T/w1b.inc") "
 	assert_line --regexp '^chief:0 +connected '
 	assert_line --regexp '^worker:0 +connected\* '
-	assert_equal "$(status_json 'j["connected"]')" 3
+	assert_equal "$(status_json .connected)" 3
 }
 
 @test "a barrier over a subset passes in the wrapped commands while a task outside it is dead" {
@@ -375,7 +364,7 @@ print(t["state"], t["incarnation"])' "$T/inside.json"
 	pw w0 -t worker:0 --no-wait-all -- bash -c "$script" _ "$T/w0"
 	wait_file "$T/w0.started" 3
 	# worker:0's command saw itself alone.
-	run "$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["connected"])' "$T/w0.started"
+	run js .connected "$T/w0.started"
 	assert_output 1
 
 	# Without the flag the command waits for everyone.

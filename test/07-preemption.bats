@@ -147,14 +147,14 @@ EOF
 	mv "$T/notice.tmp" "$T/notice"
 
 	wait_file "$T/notice.json" 3
-	assert_equal "$(js 'j["state"]' "$T/notice.json")" notice
-	assert_equal "$(js 'j["death_time"]' "$T/notice.json")" "$when"
-	assert_equal "$(js 'j["sync_step"]' "$T/notice.json")" null
+	assert_equal "$(js .state "$T/notice.json")" notice
+	assert_equal "$(js .death_time "$T/notice.json")" "$when"
+	assert_equal "$(js .sync_step "$T/notice.json")" null
 	wait_file "$T/later.json" 3
 	# Half a second on, still 3.5 s or more from the death time: the
 	# protocol has not started.
-	assert_equal "$(js 'j["state"]' "$T/later.json")" notice
-	assert_equal "$(js 'j["sync_step"]' "$T/later.json")" null
+	assert_equal "$(js .state "$T/later.json")" notice
+	assert_equal "$(js .sync_step "$T/later.json")" null
 
 	wait_exit "$p" 10
 	assert_equal "$STATUS" 42
@@ -165,9 +165,9 @@ EOF
 	[ "$known" -ge $(( death * 1000 - 2000 )) ] ||
 		fail "sync point known at $known, $(( death * 1000 - known )) ms before the death time"
 	[ "$known" -lt $(( death * 1000 )) ]
-	assert_equal "$(js 'j["state"]' "$T/known.json")" known
-	assert_equal "$(js 'j["sync_step"]' "$T/known.json")" "$(cat "$T/ckpt")"
-	assert_equal "$(js 'j["death_time"]' "$T/known.json")" "$when"
+	assert_equal "$(js .state "$T/known.json")" known
+	assert_equal "$(js .sync_step "$T/known.json")" "$(cat "$T/ckpt")"
+	assert_equal "$(js .death_time "$T/known.json")" "$when"
 	grep -q 'the sync protocol starts in' "$T/w0.err"
 }
 
@@ -193,7 +193,7 @@ EOF
 		grep -q '"arrived":2' "$T/barriers.json" && break
 		sleep 0.05
 	done
-	assert_equal "$(js '[b["tasks_waiting"] for b in j["barriers"] if b["id"] == "muster.preemption"]' "$T/barriers.json")" '[["worker:2"]]'
+	assert_equal "$(js '[.barriers[] | select(.id == "muster.preemption") | .tasks_waiting]' "$T/barriers.json")" '[["worker:2"]]'
 	kill -KILL "${pids[2]}"
 	wait_exit "${pids[2]}" 5
 

@@ -62,9 +62,23 @@ start_coordd() {
 	export MUSTER_COORD
 }
 
-# free_port: a port nothing listens on right now.
+# free_port: a port nothing listens on right now, below the kernel's
+# ephemeral range, so that neither a daemon binding port 0 nor the local
+# end of a client's connection takes it meanwhile. Pure bash: a connect to
+# a port without a listener is refused at once.
 free_port() {
-	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+	local lo port i
+	read -r lo _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || lo=32768
+	((lo > 11000)) || lo=32768
+	for ((i = 0; i < 100; i++)); do
+		port=$((10000 + (RANDOM * 32768 + RANDOM) % (lo - 10000)))
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+			echo "$port"
+			return 0
+		fi
+	done
+	echo "free_port: no free port found" >&2
+	return 1
 }
 
 # http METHOD PATH [curl args...]: prints the status code, then the body.
@@ -115,15 +129,16 @@ now_us() {
 	echo "${EPOCHREALTIME/./}"
 }
 
-# js EXPR FILE: the Python expression EXPR over the JSON in FILE, bound to
-# j. Strings print bare, anything else as JSON.
+# now_ms: milliseconds since the epoch.
+now_ms() {
+	local t=${EPOCHREALTIME/./}
+	echo $((t / 1000))
+}
+
+# js FILTER FILE: the jq FILTER over the JSON in FILE. Strings print
+# bare, anything else as compact JSON (["a",1,null]).
 js() {
-	python3 - "$1" "$2" <<'EOF'
-import json, sys
-j = json.load(open(sys.argv[2]))
-v = eval(sys.argv[1])
-print(v if isinstance(v, str) else json.dumps(v))
-EOF
+	jq -c -r "$1" "$2"
 }
 
 # pw NAME ARGS...: preemptwatch ARGS in the background, stdout in
