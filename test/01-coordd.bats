@@ -124,7 +124,7 @@ still_serving() {
 	start_coordd
 	still_serving
 	kill -TERM "$COORD_PID"
-	wait_exit "$COORD_PID" 5
+	wait_exit "$COORD_PID" 10
 	assert_equal "$STATUS" 0
 	grep -q 'shutting down' "$T/coordd.log"
 	run curl -s --max-time 2 "http://$MUSTER_COORD/healthz"
@@ -137,7 +137,7 @@ still_serving() {
 	local get=$!
 	wait_metric muster_http_parked 1
 	kill -TERM "$COORD_PID"
-	wait_exit "$COORD_PID" 5
+	wait_exit "$COORD_PID" 10
 	assert_equal "$STATUS" 0
 	kill "$get" 2>/dev/null || true
 	wait "$get" || true

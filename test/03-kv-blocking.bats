@@ -19,7 +19,7 @@ bats_require_minimum_version 1.5.0
 	[ ! -s get.out ]
 
 	kvctl put job/ready go
-	wait_exit "$get" 5
+	wait_exit "$get" 10
 	assert_equal "$STATUS" 0
 	printf 'go' | cmp - get.out
 	[ ! -s get.err ]
@@ -35,7 +35,7 @@ bats_require_minimum_version 1.5.0
 	wait_metric muster_http_parked 5
 	kvctl put k v
 	for i in 1 2 3 4 5; do
-		wait_exit "${pids[i - 1]}" 5
+		wait_exit "${pids[i - 1]}" 10
 		assert_equal "$STATUS" 0
 		assert_equal "$(cat "get.$i")" v
 	done
@@ -53,7 +53,7 @@ bats_require_minimum_version 1.5.0
 	kvctl put jobsx other     # not under jobs/
 	kvctl put -f jobs/a two
 	kvctl rm jobs/a
-	wait_exit "$w" 5
+	wait_exit "$w" 10
 	assert_equal "$STATUS" 0
 	run cat watch.out
 	assert_output "$(printf '%s\n' '1 put jobs/a one' '3 update jobs/a two' '4 delete jobs/a')"
@@ -90,7 +90,7 @@ bats_require_minimum_version 1.5.0
 	wait_metric muster_kv_watchers 1
 	running "$w"
 	kvctl put w/b 2
-	wait_exit "$w" 5
+	wait_exit "$w" 10
 	assert_equal "$STATUS" 0
 	run cat watch.out
 	assert_output '2 put w/b 2'
@@ -125,7 +125,8 @@ bats_require_minimum_version 1.5.0
 	took=$(((${EPOCHREALTIME/./} - t0) / 1000))
 	assert_success
 	assert_output ""
-	[ "$took" -ge 450 ] && [ "$took" -lt 2000 ] || fail "took ${took}ms"
+	# Until its deadline, and no longer than a busy machine adds to it.
+	[ "$took" -ge 450 ] && [ "$took" -lt 5000 ] || fail "took ${took}ms"
 }
 
 # --- concurrency and values --------------------------------------------------------
@@ -189,7 +190,7 @@ bats_require_minimum_version 1.5.0
 
 	coordd -l "127.0.0.1:$port" 2>>coordd.log &
 	DAEMON_PIDS+=($!)
-	wait_exit "$put" 8
+	wait_exit "$put" 15
 	assert_equal "$STATUS" 0
 	[ ! -s put.err ] || fail "$(cat put.err)"
 	run kvctl --timeout 2s get early
@@ -205,7 +206,7 @@ bats_require_minimum_version 1.5.0
 	wait_metric muster_http_parked 1
 
 	kill "$COORD_PID"
-	wait_exit "$COORD_PID" 5
+	wait_exit "$COORD_PID" 10
 	assert_equal "$STATUS" 0
 	sleep 0.3
 	running "$get"
@@ -215,7 +216,7 @@ bats_require_minimum_version 1.5.0
 	# The get comes back to the new coordd and parks there.
 	wait_metric muster_http_parked 1
 	kvctl put after/restart back
-	wait_exit "$get" 5
+	wait_exit "$get" 10
 	assert_equal "$STATUS" 0
 	printf 'back' | cmp - get.out
 	[ ! -s get.err ] || fail "$(cat get.err)"
