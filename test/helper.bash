@@ -2,8 +2,13 @@
 # tree, a temporary directory per test, and daemons on ephemeral loopback
 # ports that are stopped (by PID) when the test ends.
 
-load '/usr/lib/bats/bats-support/load'
-load '/usr/lib/bats/bats-assert/load'
+# bats-support and bats-assert, file by file: their load.bash starts a
+# dirname process for each of its files, in every test.
+for _f in /usr/lib/bats/bats-support/src/*.bash /usr/lib/bats/bats-assert/src/*.bash; do
+	# shellcheck disable=SC1090
+	source "$_f"
+done
+unset _f
 
 : "${MUSTER_BIN:=$BATS_TEST_DIRNAME/../build/bin}"
 PATH="$MUSTER_BIN:$PATH"
@@ -115,7 +120,9 @@ http() {
 	shift 2
 	curl -s -o "$T/http.body" -w '%{http_code}\n' -X "$method" \
 		"http://$MUSTER_COORD$path" "$@"
-	cat "$T/http.body"
+	local body
+	IFS= read -r -d '' body <"$T/http.body" || :
+	printf '%s' "$body"
 }
 
 # has_metric NAME VALUE: coordd's /metrics shows NAME at VALUE now. Read
