@@ -19,7 +19,7 @@ bats_require_minimum_version 1.5.0
 	[ ! -s get.out ]
 
 	kvctl put job/ready go
-	wait_exit "$get" 5
+	wait_exit "$get" 10
 	assert_equal "$STATUS" 0
 	printf 'go' | cmp - get.out
 	[ ! -s get.err ]
@@ -35,7 +35,7 @@ bats_require_minimum_version 1.5.0
 	wait_metric muster_http_parked 5
 	kvctl put k v
 	for i in 1 2 3 4 5; do
-		wait_exit "${pids[i - 1]}" 5
+		wait_exit "${pids[i - 1]}" 10
 		assert_equal "$STATUS" 0
 		assert_equal "$(cat "get.$i")" v
 	done
@@ -53,7 +53,7 @@ bats_require_minimum_version 1.5.0
 	kvctl put jobsx other     # not under jobs/
 	kvctl put -f jobs/a two
 	kvctl rm jobs/a
-	wait_exit "$w" 5
+	wait_exit "$w" 10
 	assert_equal "$STATUS" 0
 	run cat watch.out
 	assert_output "$(printf '%s\n' '1 put jobs/a one' '3 update jobs/a two' '4 delete jobs/a')"
@@ -90,7 +90,7 @@ bats_require_minimum_version 1.5.0
 	wait_metric muster_kv_watchers 1
 	running "$w"
 	kvctl put w/b 2
-	wait_exit "$w" 5
+	wait_exit "$w" 10
 	assert_equal "$STATUS" 0
 	run cat watch.out
 	assert_output '2 put w/b 2'
@@ -104,13 +104,8 @@ bats_require_minimum_version 1.5.0
 	run --separate-stderr kvctl --json --timeout 2s watch --since 0 --count 3 w
 	assert_success
 	assert_equal "${#lines[@]}" 3
-	run python3 -c '
-import json, sys
-for line in sys.stdin:
-    e = json.loads(line)
-    print(e["revision"], e["type"], e["key"], e.get("value"), e.get("value_base64"))
-' <<<"$output"
-	assert_output "$(printf '%s\n' '1 put w/a 1 None' '2 put w/b None YgA=' '3 delete w/a None None')"
+	run jq -c '[.revision, .type, .key, .value, .value_base64]' <<<"$output"
+	assert_output "$(printf '%s\n' '[1,"put","w/a","1",null]' '[2,"put","w/b",null,"YgA="]' '[3,"delete","w/a",null,null]')"
 }
 
 @test "watch --timeout with --count not reached exits 4 DEADLINE_EXCEEDED" {
@@ -130,34 +125,35 @@ for line in sys.stdin:
 	took=$(((${EPOCHREALTIME/./} - t0) / 1000))
 	assert_success
 	assert_output ""
-	[ "$took" -ge 450 ] && [ "$took" -lt 2000 ] || fail "took ${took}ms"
+	# Until its deadline, and no longer than a busy machine adds to it.
+	[ "$took" -ge 450 ] && [ "$took" -lt 5000 ] || fail "took ${took}ms"
 }
 
 # --- concurrency and values --------------------------------------------------------
 
-@test "8 processes adding 1 a hundred times each leave exactly 800" {
+@test "8 processes adding 1 twenty times each leave exactly 160" {
 	start_coordd
 	local i pids=()
 	for i in 1 2 3 4 5 6 7 8; do
 		(
-			for ((j = 0; j < 100; j++)); do
-				kvctl --timeout 10s add n >>"add.$i" || echo "add failed: $?" >&2
+			for ((j = 0; j < 20; j++)); do
+				kvctl --timeout 30s add n >>"add.$i" || echo "add failed: $?" >&2
 			done
 		) 2>"add.$i.err" 3>&- &
 		pids+=($!)
 	done
 	for i in 1 2 3 4 5 6 7 8; do
-		wait_exit "${pids[i - 1]}" 30
+		wait_exit "${pids[i - 1]}" 60
 		assert_equal "$STATUS" 0
 		[ ! -s "add.$i.err" ] || fail "$(cat "add.$i.err")"
 	done
 	run kvctl get n
-	assert_output 800
-	# Each add saw its own value: 1..800, each once.
+	assert_output 160
+	# Each add saw its own value: 1..160, each once.
 	run bash -c 'cat add.? | sort -n | uniq | wc -l'
-	assert_output 800
+	assert_output 160
 	run bash -c 'cat add.? | sort -n | sed -n "1p;\$p"'
-	assert_output $'1\n800'
+	assert_output $'1\n160'
 }
 
 @test "a random 1 MiB binary value round-trips" {
@@ -167,10 +163,7 @@ for line in sys.stdin:
 	kvctl get k >g
 	cmp f g
 	kvctl --json get k >g.json
-	python3 -c '
-import base64, json, sys
-j = json.load(open("g.json"))
-sys.exit(base64.b64decode(j["value_base64"]) != open("f", "rb").read())'
+	jq -r .value_base64 g.json | base64 -d | cmp - f
 }
 
 @test "a value with NUL bytes and trailing newlines round-trips" {
@@ -197,7 +190,7 @@ sys.exit(base64.b64decode(j["value_base64"]) != open("f", "rb").read())'
 
 	coordd -l "127.0.0.1:$port" 2>>coordd.log &
 	DAEMON_PIDS+=($!)
-	wait_exit "$put" 8
+	wait_exit "$put" 15
 	assert_equal "$STATUS" 0
 	[ ! -s put.err ] || fail "$(cat put.err)"
 	run kvctl --timeout 2s get early
@@ -213,7 +206,7 @@ sys.exit(base64.b64decode(j["value_base64"]) != open("f", "rb").read())'
 	wait_metric muster_http_parked 1
 
 	kill "$COORD_PID"
-	wait_exit "$COORD_PID" 5
+	wait_exit "$COORD_PID" 10
 	assert_equal "$STATUS" 0
 	sleep 0.3
 	running "$get"
@@ -223,7 +216,7 @@ sys.exit(base64.b64decode(j["value_base64"]) != open("f", "rb").read())'
 	# The get comes back to the new coordd and parks there.
 	wait_metric muster_http_parked 1
 	kvctl put after/restart back
-	wait_exit "$get" 5
+	wait_exit "$get" 10
 	assert_equal "$STATUS" 0
 	printf 'back' | cmp - get.out
 	[ ! -s get.err ] || fail "$(cat get.err)"

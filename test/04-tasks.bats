@@ -10,10 +10,6 @@ load helper
 
 bats_require_minimum_version 1.5.0
 
-# The system's python3 when there is one: it starts faster than a shim.
-PYTHON=/usr/bin/python3
-[ -x "$PYTHON" ] || PYTHON=python3
-
 # tp TASK [VERB]: the path of TASK (JOB:INDEX), /v1/tasks/JOB/INDEX[/VERB].
 tp() {
 	echo "/v1/tasks/${1%%:*}/${1#*:}${2:+/$2}"
@@ -29,21 +25,16 @@ error_is() {
 		fail "expected a $2 error body, got: $body"
 }
 
-# jv EXPR [FILE]: the Python expression EXPR over the JSON document in FILE
-# (default: the body of the last `http`), bound to j. Strings print bare,
-# anything else as JSON.
+# jv FILTER [FILE]: the jq FILTER over the JSON document in FILE (default:
+# the body of the last `http`), as js prints it: strings bare, anything
+# else as compact JSON.
 jv() {
-	"$PYTHON" - "$1" "${2:-$T/http.body}" <<'EOF'
-import json, sys
-j = json.load(open(sys.argv[2]))
-v = eval(sys.argv[1])
-print(v if isinstance(v, str) else json.dumps(v))
-EOF
+	js "$1" "${2:-$T/http.body}"
 }
 
 # msg: the error message of the last `http`.
 msg() {
-	jv 'j["error"]["message"]'
+	jv .error.message
 }
 
 # reg TASK INC: registers TASK with incarnation INC, which must work.
@@ -69,26 +60,26 @@ report() {
 	}
 }
 
-# task TASK EXPR: EXPR over GET /v1/tasks/JOB/INDEX, as jv prints it.
+# task TASK FILTER: FILTER over GET /v1/tasks/JOB/INDEX, as jv prints it.
 task() {
 	curl -s -m 5 -o "$T/task.json" "http://$MUSTER_COORD$(tp "$1")"
 	jv "$2" "$T/task.json"
 }
 
-# cluster EXPR: EXPR over GET /v1/tasks.
+# cluster FILTER: FILTER over GET /v1/tasks.
 cluster() {
 	curl -s -m 5 -o "$T/cluster.json" "http://$MUSTER_COORD/v1/tasks"
 	jv "$1" "$T/cluster.json"
 }
 
 # bg_http NAME METHOD PATH [curl args...]: the request in the background
-# (15 s at most). When it ends, NAME.body holds the body, NAME.t the time
+# (30 s at most). When it ends, NAME.body holds the body, NAME.t the time
 # (µs since the epoch) and then NAME.code the HTTP status.
 bg_http() {
 	local name=$1 method=$2 path=$3
 	shift 3
 	(
-		code=$(curl -s -m 15 -o "$T/$name.body" -w '%{http_code}' \
+		code=$(curl -s -m 30 -o "$T/$name.body" -w '%{http_code}' \
 			-X "$method" "http://$MUSTER_COORD$path" "$@")
 		echo "${EPOCHREALTIME/./}" >"$T/$name.t"
 		echo "$code" >"$T/$name.code.tmp"
@@ -98,10 +89,15 @@ bg_http() {
 }
 
 # bg_code NAME [SECONDS]: waits for the background request NAME to end
-# (5 s by default) and prints its HTTP status.
+# (10 s by default) and prints its HTTP status.
 bg_code() {
-	wait_file "$T/$1.code" "${2:-5}" || return 1
+	wait_file "$T/$1.code" "${2:-10}" || return 1
 	cat "$T/$1.code"
+}
+
+# task_is TASK STATE: coordd has TASK in STATE now.
+task_is() {
+	[ "$(task "$1" .state)" = "$2" ]
 }
 
 # beat TASK INC: heartbeats TASK every 200 ms in the background, 60 times
@@ -197,16 +193,16 @@ beat() {
 	start_coordd --cluster worker=2,ps=1 --heartbeat-timeout 7s
 	run http GET /v1/tasks
 	assert_line --index 0 200
-	assert_equal "$(jv '[t["task"] for t in j["tasks"]]')" '["worker:0", "worker:1", "ps:0"]'
-	assert_equal "$(jv '[t["state"] for t in j["tasks"]]')" '["disconnected", "disconnected", "disconnected"]'
-	assert_equal "$(jv '[t["incarnation"] for t in j["tasks"]]')" '[null, null, null]'
-	assert_equal "$(jv '[j["connected"], j["total"], j["epoch"], j["heartbeat_timeout_ms"]]')" '[0, 3, 0, 7000]'
-	[[ $(jv 'j["service_incarnation"]') =~ ^[0-9a-f]{16}$ ]]
+	assert_equal "$(jv '[.tasks[].task]')" '["worker:0","worker:1","ps:0"]'
+	assert_equal "$(jv '[.tasks[].state]')" '["disconnected","disconnected","disconnected"]'
+	assert_equal "$(jv '[.tasks[].incarnation]')" '[null,null,null]'
+	assert_equal "$(jv '[.connected, .total, .epoch, .heartbeat_timeout_ms]')" '[0,3,0,7000]'
+	[[ $(jv .service_incarnation) =~ ^[0-9a-f]{16}$ ]]
 
 	# /job:J/task:I works as a name too, and GET of one task.
 	run http GET /v1/tasks/ps/0
 	assert_line --index 0 200
-	assert_equal "$(jv 'j["task"]')" ps:0
+	assert_equal "$(jv .task)" ps:0
 	run http POST /v1/tasks/ps/0
 	error_is 405 INVALID_ARGUMENT
 }
@@ -227,7 +223,7 @@ beat() {
 		run http GET "$path"
 		error_is 400 INVALID_ARGUMENT
 	done
-	assert_equal "$(cluster 'j["connected"]')" 0
+	assert_equal "$(cluster .connected)" 0
 }
 
 @test "without --cluster every task is unknown, and coordd says why" {
@@ -237,7 +233,7 @@ beat() {
 	[[ $(msg) == *"coordd runs without --cluster"* ]]
 	run http GET /v1/tasks
 	assert_line --index 0 200
-	assert_equal "$(jv '[j["total"], j["tasks"]]')" '[0, []]'
+	assert_equal "$(jv '[.total, .tasks]')" '[0,[]]'
 }
 
 @test "register: a missing, malformed or zero incarnation is 400" {
@@ -250,26 +246,26 @@ beat() {
 		run http POST "/v1/tasks/worker/0/register?incarnation=$bad"
 		error_is 400 INVALID_ARGUMENT
 	done
-	assert_equal "$(task worker:0 'j["state"]')" disconnected
+	assert_equal "$(task worker:0 .state)" disconnected
 }
 
 @test "register: the same incarnation again is OK, and the reply tells the heartbeat" {
 	start_coordd --cluster worker=2 --heartbeat-timeout 4s
 	local svc
-	svc=$(cluster 'j["service_incarnation"]')
+	svc=$(cluster .service_incarnation)
 	run http POST /v1/tasks/worker/0/register?incarnation=00ABC
 	assert_line --index 0 200
-	assert_equal "$(jv '[j["task"], j["incarnation"], j["heartbeat_timeout_ms"], j["heartbeat_interval_ms"], j["tasks"]]')" \
-		'["worker:0", "0000000000000abc", 4000, 2000, 2]'
-	assert_equal "$(jv 'j["service_incarnation"]')" "$svc"
+	assert_equal "$(jv '[.task, .incarnation, .heartbeat_timeout_ms, .heartbeat_interval_ms, .tasks]')" \
+		'["worker:0","0000000000000abc",4000,2000,2]'
+	assert_equal "$(jv .service_incarnation)" "$svc"
 
 	# Again, and in another spelling of the same number.
 	run http POST /v1/tasks/worker/0/register?incarnation=00ABC
 	assert_line --index 0 200
 	run http POST /v1/tasks/worker/0/register?incarnation=abc
 	assert_line --index 0 200
-	assert_equal "$(task worker:0 '[j["state"], j["incarnation"], j["error"]]')" '["connected", "0000000000000abc", null]'
-	assert_equal "$(cluster 'j["connected"]')" 1
+	assert_equal "$(task worker:0 '[.state, .incarnation, .error]')" '["connected","0000000000000abc",null]'
+	assert_equal "$(cluster .connected)" 1
 }
 
 @test "register: a new incarnation while connected is 409 ABORTED, and the task's error is propagated" {
@@ -283,15 +279,15 @@ beat() {
 	error_is 409 ABORTED
 	[[ $(msg) == *"worker:1"*"registered again"* ]]
 
-	assert_equal "$(task worker:1 '[j["state"], j["incarnation"], j["error"]["code"]]')" '["error", "000000000000000b", "ABORTED"]'
+	assert_equal "$(task worker:1 '[.state, .incarnation, .error.code]')" '["error","000000000000000b","ABORTED"]'
 	assert_equal "$(bg_code errs)" 200
-	assert_equal "$(jv '[(e["task"], e["code"]) for e in j["errors"]]' "$T/errs.body")" '[["worker:1", "ABORTED"]]'
+	assert_equal "$(jv '[.errors[] | [.task, .code]]' "$T/errs.body")" '[["worker:1","ABORTED"]]'
 	# The other task is not touched.
-	assert_equal "$(task worker:0 'j["state"]')" connected
+	assert_equal "$(task worker:0 .state)" connected
 	# And the error stays for everyone who asks.
 	run http GET /v1/errors
 	assert_line --index 0 200
-	assert_equal "$(jv '[e["task"] for e in j["errors"]]')" '["worker:1"]'
+	assert_equal "$(jv '[.errors[].task]')" '["worker:1"]'
 }
 
 @test "register: a task in error is ABORTED until it is reset, then registers again" {
@@ -305,15 +301,15 @@ beat() {
 	[[ $(msg) == *"must be reset"* ]]
 	run http POST /v1/tasks/worker/1/register?incarnation=c
 	error_is 409 ABORTED
-	assert_equal "$(task worker:1 'j["state"]')" error
+	assert_equal "$(task worker:1 .state)" error
 
 	run http POST /v1/tasks/worker/1/reset
 	assert_line --index 0 200
-	assert_equal "$(task worker:1 'j["state"]')" disconnected
+	assert_equal "$(task worker:1 .state)" disconnected
 	run http POST /v1/tasks/worker/1/register?incarnation=c
 	assert_line --index 0 200
-	assert_equal "$(task worker:1 '[j["state"], j["incarnation"]]')" '["connected", "000000000000000c"]'
-	assert_equal "$(cluster 'j["connected"]')" 2
+	assert_equal "$(task worker:1 '[.state, .incarnation]')" '["connected","000000000000000c"]'
+	assert_equal "$(cluster .connected)" 2
 }
 
 @test "register: a task that left the run is refused (412 run_over) until every task has left" {
@@ -324,15 +320,15 @@ beat() {
 	assert_line --index 0 200
 	run http POST /v1/tasks/worker/0/register?incarnation=c
 	error_is 412 FAILED_PRECONDITION
-	assert_equal "$(jv '[j["reason"], j["epoch"]]')" '["run_over", 0]'
-	assert_equal "$(task worker:0 'j["state"]')" disconnected
+	assert_equal "$(jv '[.reason, .epoch]')" '["run_over",0]'
+	assert_equal "$(task worker:0 .state)" disconnected
 
 	# The run is over once worker:1 leaves too: worker:0 joins the next.
 	run http POST '/v1/tasks/worker/1/shutdown?incarnation=b'
 	assert_line --index 0 200
 	run http POST /v1/tasks/worker/0/register?incarnation=c
 	assert_line --index 0 200
-	assert_equal "$(jv 'j["epoch"]')" 1
+	assert_equal "$(jv .epoch)" 1
 }
 
 @test "register: a task that failed and then left stays failed for the run until it is reset" {
@@ -342,21 +338,21 @@ beat() {
 	report worker:1 b INTERNAL "bad node"
 	run http POST '/v1/tasks/worker/1/shutdown?incarnation=b'
 	error_is 412 FAILED_PRECONDITION
-	assert_equal "$(task worker:1 'j["state"]')" disconnected
+	assert_equal "$(task worker:1 .state)" disconnected
 	# Its error still reaches a poller that looks only now.
 	run http GET /v1/errors
-	assert_equal "$(jv '[e["task"] for e in j["errors"]]')" '["worker:1"]'
+	assert_equal "$(jv '[.errors[].task]')" '["worker:1"]'
 	run http POST /v1/tasks/worker/1/register?incarnation=c
 	error_is 409 ABORTED
-	assert_equal "$(jv 'j["reason"]')" failed_in_epoch
+	assert_equal "$(jv .reason)" failed_in_epoch
 
 	run http POST /v1/tasks/worker/1/reset
 	assert_line --index 0 200
 	run http GET /v1/errors
-	assert_equal "$(jv j)" '{"errors": []}'
+	assert_equal "$(jv .)" '{"errors":[]}'
 	run http POST /v1/tasks/worker/1/register?incarnation=c
 	assert_line --index 0 200
-	assert_equal "$(cluster 'j["connected"]')" 2
+	assert_equal "$(cluster .connected)" 2
 }
 
 @test "unknown task verbs are 404, and task verbs want POST" {
@@ -367,7 +363,7 @@ beat() {
 	error_is 405 INVALID_ARGUMENT
 	run http DELETE /v1/tasks
 	error_is 405 INVALID_ARGUMENT
-	assert_equal "$(task worker:0 'j["state"]')" disconnected
+	assert_equal "$(task worker:0 .state)" disconnected
 }
 
 # --- heartbeat --------------------------------------------------------------
@@ -375,10 +371,10 @@ beat() {
 @test "heartbeat: an unregistered task is 400 with reason not_registered and the service incarnation" {
 	start_coordd --cluster worker=2 --heartbeat-timeout 60s
 	local svc
-	svc=$(cluster 'j["service_incarnation"]')
+	svc=$(cluster .service_incarnation)
 	run http POST /v1/tasks/worker/0/heartbeat?incarnation=a
 	error_is 400 INVALID_ARGUMENT
-	assert_equal "$(jv '[j["reason"], j["service_incarnation"]]')" "[\"not_registered\", \"$svc\"]"
+	assert_equal "$(jv '[.reason, .service_incarnation]')" "[\"not_registered\",\"$svc\"]"
 	[[ $(msg) == *"worker:0 is not registered"* ]]
 }
 
@@ -392,15 +388,21 @@ beat() {
 	error_is 400 INVALID_ARGUMENT
 	run http POST /v1/tasks/worker/0/heartbeat?incarnation=zz
 	error_is 400 INVALID_ARGUMENT
-	assert_equal "$(task worker:0 '[j["state"], j["error"]]')" '["connected", null]'
+	assert_equal "$(task worker:0 '[.state, .error]')" '["connected",null]'
 
-	# The right one is fine and resets the heartbeat age.
+	# The right one is fine and resets the heartbeat age: 350 ms or more
+	# before, and after it no more than the time since it was sent.
 	sleep 0.4
-	[ "$(task worker:0 'j["heartbeat_age_ms"]')" -ge 350 ]
+	[ "$(task worker:0 .heartbeat_age_ms)" -ge 350 ]
+	local t_hb age took
+	t_hb=$(now_us)
 	run http POST /v1/tasks/worker/0/heartbeat?incarnation=a
 	assert_line --index 0 200
-	assert_equal "$(jv j)" '{}'
-	[ "$(task worker:0 'j["heartbeat_age_ms"]')" -lt 300 ]
+	assert_equal "$(jv .)" '{}'
+	age=$(task worker:0 .heartbeat_age_ms)
+	took=$((($(now_us) - t_hb) / 1000))
+	[ "$age" -le $((took + 50)) ] ||
+		fail "heartbeat age ${age}ms, ${took}ms after the heartbeat was sent"
 }
 
 @test "heartbeat: a task in error gets its own error back" {
@@ -429,7 +431,7 @@ beat() {
 	assert_line --index 0 200
 	run http POST /v1/tasks/worker/0/heartbeat?incarnation=a
 	error_is 400 INVALID_ARGUMENT
-	assert_equal "$(jv 'j["reason"]')" not_registered
+	assert_equal "$(jv .reason)" not_registered
 }
 
 # --- report error -----------------------------------------------------------
@@ -443,13 +445,13 @@ beat() {
 
 	run http POST /v1/tasks/worker/1/error?incarnation=b -d '{"code":"UNAVAILABLE","message":"disk full"}'
 	assert_line --index 0 200
-	assert_equal "$(jv j)" '{}'
-	assert_equal "$(task worker:1 '[j["state"], j["error"]]')" \
-		'["error", {"task": "worker:1", "code": "UNAVAILABLE", "message": "disk full", "reported": true}]'
+	assert_equal "$(jv .)" '{}'
+	assert_equal "$(task worker:1 '[.state, .error]')" \
+		'["error",{"task":"worker:1","code":"UNAVAILABLE","message":"disk full","reported":true}]'
 	assert_equal "$(bg_code errs)" 200
-	assert_equal "$(jv 'j["errors"]' "$T/errs.body")" \
-		'[{"task": "worker:1", "code": "UNAVAILABLE", "message": "disk full", "reported": true}]'
-	assert_equal "$(cluster 'j["connected"]')" 1
+	assert_equal "$(jv .errors "$T/errs.body")" \
+		'[{"task":"worker:1","code":"UNAVAILABLE","message":"disk full","reported":true}]'
+	assert_equal "$(cluster .connected)" 1
 }
 
 @test "report error: no code is INTERNAL, and so are OK and unknown codes" {
@@ -462,10 +464,10 @@ beat() {
 	assert_line --index 0 200
 	run http POST /v1/tasks/worker/2/error?incarnation=a2 -d '{"code":"NO_SUCH_CODE"}'
 	assert_line --index 0 200
-	assert_equal "$(task worker:0 '[j["error"]["code"], j["error"]["message"]]')" '["INTERNAL", "no code"]'
-	assert_equal "$(task worker:1 'j["error"]["code"]')" INTERNAL
-	assert_equal "$(task worker:2 '[j["error"]["code"], j["error"]["message"] != ""]')" '["INTERNAL", true]'
-	assert_equal "$(task worker:3 'j["state"]')" connected
+	assert_equal "$(task worker:0 '[.error.code, .error.message]')" '["INTERNAL","no code"]'
+	assert_equal "$(task worker:1 .error.code)" INTERNAL
+	assert_equal "$(task worker:2 '[.error.code, .error.message != ""]')" '["INTERNAL",true]'
+	assert_equal "$(task worker:3 .state)" connected
 }
 
 @test "report error: 412 unless connected, 409 for a wrong incarnation, 400 for a bad body" {
@@ -486,16 +488,16 @@ beat() {
 		error_is 400 INVALID_ARGUMENT
 	done
 	# None of these changed anything.
-	assert_equal "$(task worker:0 '[j["state"], j["error"]]')" '["connected", null]'
+	assert_equal "$(task worker:0 '[.state, .error]')" '["connected",null]'
 	run http GET /v1/errors
-	assert_equal "$(jv 'j["errors"]')" '[]'
+	assert_equal "$(jv .errors)" '[]'
 
 	# Already in error: 412.
 	report worker:0 a INTERNAL first
 	run http POST /v1/tasks/worker/0/error?incarnation=a -d '{"message":"second"}'
 	error_is 412 FAILED_PRECONDITION
 	[[ $(msg) == *"worker:0 is "*"not connected"* ]]
-	assert_equal "$(task worker:0 'j["error"]["message"]')" first
+	assert_equal "$(task worker:0 .error.message)" first
 }
 
 # --- reset ------------------------------------------------------------------
@@ -509,15 +511,15 @@ beat() {
 	reg worker:1 b
 	run http POST /v1/tasks/worker/0/reset
 	error_is 412 FAILED_PRECONDITION
-	assert_equal "$(task worker:0 'j["state"]')" connected
+	assert_equal "$(task worker:0 .state)" connected
 
 	report worker:0 a INTERNAL "bad batch"
 	run http POST /v1/tasks/worker/0/reset
 	assert_line --index 0 200
-	assert_equal "$(task worker:0 '[j["state"], j["error"]["message"]]')" '["disconnected", "bad batch"]'
+	assert_equal "$(task worker:0 '[.state, .error.message]')" '["disconnected","bad batch"]'
 	# No longer an error to propagate.
 	run http GET /v1/errors
-	assert_equal "$(jv 'j["errors"]')" '[]'
+	assert_equal "$(jv .errors)" '[]'
 	run http POST /v1/tasks/worker/0/reset
 	error_is 412 FAILED_PRECONDITION
 	run http GET /v1/tasks/worker/0/reset
@@ -535,9 +537,10 @@ beat() {
 	run http POST '/v1/tasks/worker/0/shutdown?incarnation=a&wait=10s'
 	took=$((($(now_us) - t0) / 1000))
 	assert_line --index 0 200
-	[ "$took" -lt 1000 ] || fail "shutdown took ${took}ms"
-	assert_equal "$(task worker:0 'j["state"]')" disconnected
-	assert_equal "$(task worker:1 'j["state"]')" connected
+	# Well before the 10 s it was allowed to wait.
+	[ "$took" -lt 5000 ] || fail "shutdown took ${took}ms"
+	assert_equal "$(task worker:0 .state)" disconnected
+	assert_equal "$(task worker:1 .state)" connected
 
 	run http POST '/v1/tasks/worker/0/shutdown?incarnation=a'
 	error_is 412 FAILED_PRECONDITION
@@ -555,17 +558,17 @@ beat() {
 	error_is 400 INVALID_ARGUMENT
 	run http POST '/v1/tasks/worker/0/shutdown?incarnation=a&wait=soon'
 	error_is 400 INVALID_ARGUMENT
-	assert_equal "$(task worker:0 'j["state"]')" connected
+	assert_equal "$(task worker:0 .state)" connected
 
 	report worker:1 b INTERNAL crashed
 	run http POST '/v1/tasks/worker/1/shutdown?incarnation=b'
 	error_is 412 FAILED_PRECONDITION
 	[[ $(msg) == *"was in error"*crashed* ]]
-	assert_equal "$(task worker:1 'j["state"]')" disconnected
+	assert_equal "$(task worker:1 .state)" disconnected
 }
 
 @test "with --shutdown-barrier-timeout the tasks wait for each other and pass together" {
-	start_coordd --cluster worker=3 --heartbeat-timeout 60s --shutdown-barrier-timeout 5s
+	start_coordd --cluster worker=3 --heartbeat-timeout 60s --shutdown-barrier-timeout 20s
 	reg worker:0 a
 	reg worker:1 b
 	reg worker:2 c
@@ -573,20 +576,20 @@ beat() {
 	bg_http s1 POST '/v1/tasks/worker/1/shutdown?incarnation=b&wait=10s'
 	wait_metric muster_http_parked 2
 	# Waiting at the barrier, they are still connected.
-	assert_equal "$(task worker:0 'j["state"]')" connected
+	assert_equal "$(task worker:0 .state)" connected
 	[ ! -e "$T/s0.code" ]
 	# A poll that ends early says how far the barrier is.
 	run http POST '/v1/tasks/worker/0/shutdown?incarnation=a&wait=200ms'
 	assert_line --index 0 202
-	assert_equal "$(jv '[j["barrier"], j["state"], j["arrived"], j["total"]]')" '["shutdown", "waiting", 2, 3]'
+	assert_equal "$(jv '[.barrier, .state, .arrived, .total]')" '["shutdown","waiting",2,3]'
 
 	run http POST '/v1/tasks/worker/2/shutdown?incarnation=c&wait=10s'
 	assert_line --index 0 200
-	assert_equal "$(jv '[j["barrier"], j["state"]]')" '["shutdown", "passed"]'
+	assert_equal "$(jv '[.barrier, .state]')" '["shutdown","passed"]'
 	assert_equal "$(bg_code s0)" 200
 	assert_equal "$(bg_code s1)" 200
-	assert_equal "$(jv 'j["state"]' "$T/s0.body")" passed
-	assert_equal "$(cluster '[t["state"] for t in j["tasks"]]')" '["disconnected", "disconnected", "disconnected"]'
+	assert_equal "$(jv .state "$T/s0.body")" passed
+	assert_equal "$(cluster '[.tasks[].state]')" '["disconnected","disconnected","disconnected"]'
 }
 
 @test "shutdown barrier with a straggler: the others get DEADLINE_EXCEEDED naming it, and it is put in error" {
@@ -598,25 +601,27 @@ beat() {
 	t0=$(now_us)
 	bg_http s0 POST '/v1/tasks/worker/0/shutdown?incarnation=a&wait=10s'
 	bg_http s1 POST '/v1/tasks/worker/1/shutdown?incarnation=b&wait=10s'
-	assert_equal "$(bg_code s0 4)" 504
-	assert_equal "$(bg_code s1 4)" 504
+	assert_equal "$(bg_code s0)" 504
+	assert_equal "$(bg_code s1)" 504
+	# At the barrier's 1 s timeout, long before the 10 s the requests
+	# were allowed to wait.
 	local took=$((($(cat "$T/s0.t") - t0) / 1000))
-	[ "$took" -ge 900 ] && [ "$took" -lt 2000 ] || fail "the barrier failed after ${took}ms"
-	assert_equal "$(jv 'j["error"]["code"]' "$T/s0.body")" DEADLINE_EXCEEDED
-	[[ $(jv 'j["error"]["message"]' "$T/s0.body") == *"not arrived: worker:2" ]]
+	[ "$took" -ge 900 ] && [ "$took" -lt 5000 ] || fail "the barrier failed after ${took}ms"
+	assert_equal "$(jv .error.code "$T/s0.body")" DEADLINE_EXCEEDED
+	[[ $(jv .error.message "$T/s0.body") == *"not arrived: worker:2" ]]
 
 	# Those who came are disconnected all the same.
-	assert_equal "$(task worker:0 'j["state"]')" disconnected
-	assert_equal "$(task worker:1 'j["state"]')" disconnected
+	assert_equal "$(task worker:0 .state)" disconnected
+	assert_equal "$(task worker:1 .state)" disconnected
 	# The straggler is in error, and its next heartbeat tells it so.
-	assert_equal "$(task worker:2 '[j["state"], j["error"]["code"]]')" '["error", "INTERNAL"]'
+	assert_equal "$(task worker:2 '[.state, .error.code]')" '["error","INTERNAL"]'
 	run http POST /v1/tasks/worker/2/heartbeat?incarnation=c
 	error_is 500 INTERNAL
 	[[ $(msg) == *"shutdown barrier"* ]]
 }
 
 @test "shutdown barrier: a task that failed before it does not hold it up until the timeout" {
-	start_coordd --cluster worker=3 --heartbeat-timeout 60s --shutdown-barrier-timeout 3s
+	start_coordd --cluster worker=3 --heartbeat-timeout 60s --shutdown-barrier-timeout 20s
 	reg worker:0 a
 	reg worker:1 b
 	reg worker:2 c
@@ -626,35 +631,36 @@ beat() {
 	bg_http s0 POST '/v1/tasks/worker/0/shutdown?incarnation=a&wait=10s'
 	run http POST '/v1/tasks/worker/1/shutdown?incarnation=b&wait=10s'
 	took=$((($(now_us) - t0) / 1000))
-	# worker:2 can never arrive: waiting the 3 s out for it helps no one.
-	[ "$took" -lt 1500 ] || fail "shutdown waited ${took}ms for a failed task: $(cat "$T/http.body")"
+	# worker:2 can never arrive: waiting the 20 s out for it helps no
+	# one. The barrier passed (a poll that ended first would be 202).
 	assert_line --index 0 200
-	assert_equal "$(jv 'j["state"]')" passed
+	assert_equal "$(jv .state)" passed
+	[ "$took" -lt 5000 ] || fail "shutdown waited ${took}ms for a failed task: $(cat "$T/http.body")"
 	assert_equal "$(bg_code s0)" 200
-	assert_equal "$(task worker:0 'j["state"]')" disconnected
-	assert_equal "$(task worker:1 'j["state"]')" disconnected
+	assert_equal "$(task worker:0 .state)" disconnected
+	assert_equal "$(task worker:1 .state)" disconnected
 }
 
 @test "the shutdown barrier works again for the next run of the job" {
-	start_coordd --cluster worker=2 --heartbeat-timeout 60s --shutdown-barrier-timeout 5s
+	start_coordd --cluster worker=2 --heartbeat-timeout 60s --shutdown-barrier-timeout 20s
 	local run
 	for run in 1 2; do
 		reg worker:0 "a$run"
 		reg worker:1 "b$run"
 		bg_http "s0.$run" POST "/v1/tasks/worker/0/shutdown?incarnation=a$run&wait=10s"
-		sleep 0.3
+		wait_metric muster_http_parked 1
 		# worker:0 waits for worker:1 in every run.
 		[ ! -e "$T/s0.$run.code" ] || fail "run $run: worker:0 passed the shutdown barrier alone: $(cat "$T/s0.$run.body")"
-		assert_equal "$(task worker:0 'j["state"]')" connected
+		assert_equal "$(task worker:0 .state)" connected
 		run http POST "/v1/tasks/worker/1/shutdown?incarnation=b$run&wait=10s"
 		assert_line --index 0 200
 		assert_equal "$(bg_code "s0.$run")" 200
-		assert_equal "$(cluster '[t["state"] for t in j["tasks"]]')" '["disconnected", "disconnected"]'
+		assert_equal "$(cluster '[.tasks[].state]')" '["disconnected","disconnected"]'
 	done
 }
 
 @test "shutdown with barrier=0 skips the shutdown barrier, which then does not wait for that task" {
-	start_coordd --cluster worker=3 --heartbeat-timeout 60s --shutdown-barrier-timeout 5s
+	start_coordd --cluster worker=3 --heartbeat-timeout 60s --shutdown-barrier-timeout 20s
 	reg worker:0 a
 	reg worker:1 b
 	reg worker:2 c
@@ -663,19 +669,20 @@ beat() {
 	run http POST '/v1/tasks/worker/2/shutdown?incarnation=c&wait=10s&barrier=0'
 	took=$((($(now_us) - t0) / 1000))
 	assert_line --index 0 200
-	[ "$took" -lt 1000 ] || fail "worker:2 waited ${took}ms"
-	assert_equal "$(task worker:2 'j["state"]')" disconnected
+	# Well before the 10 s it would wait at the barrier.
+	[ "$took" -lt 5000 ] || fail "worker:2 waited ${took}ms"
+	assert_equal "$(task worker:2 .state)" disconnected
 
 	bg_http s0 POST '/v1/tasks/worker/0/shutdown?incarnation=a&wait=10s'
 	wait_metric muster_http_parked 1
 	run http POST '/v1/tasks/worker/1/shutdown?incarnation=b&wait=10s'
 	assert_line --index 0 200
-	assert_equal "$(jv 'j["state"]')" passed
+	assert_equal "$(jv .state)" passed
 	assert_equal "$(bg_code s0)" 200
 }
 
 @test "a recoverable task shuts down at once, and the shutdown barrier does not wait for it" {
-	start_coordd --cluster worker=2,ps=1 --recoverable ps --heartbeat-timeout 60s --shutdown-barrier-timeout 5s
+	start_coordd --cluster worker=2,ps=1 --recoverable ps --heartbeat-timeout 60s --shutdown-barrier-timeout 20s
 	reg worker:0 a
 	reg worker:1 b
 	reg ps:0 c
@@ -684,14 +691,15 @@ beat() {
 	run http POST '/v1/tasks/ps/0/shutdown?incarnation=c&wait=10s'
 	took=$((($(now_us) - t0) / 1000))
 	assert_line --index 0 200
-	[ "$took" -lt 1000 ] || fail "ps:0 waited ${took}ms"
-	assert_equal "$(task ps:0 'j["state"]')" disconnected
+	# Well before the 10 s it would wait at the barrier.
+	[ "$took" -lt 5000 ] || fail "ps:0 waited ${took}ms"
+	assert_equal "$(task ps:0 .state)" disconnected
 
 	bg_http s0 POST '/v1/tasks/worker/0/shutdown?incarnation=a&wait=10s'
 	wait_metric muster_http_parked 1
 	run http POST '/v1/tasks/worker/1/shutdown?incarnation=b&wait=10s'
 	assert_line --index 0 200
-	assert_equal "$(jv 'j["state"]')" passed
+	assert_equal "$(jv .state)" passed
 	assert_equal "$(bg_code s0)" 200
 }
 
@@ -725,8 +733,9 @@ beat() {
 	run http POST '/v1/tasks/worker/0/wait-all?incarnation=a&wait=300ms'
 	took=$((($(now_us) - t0) / 1000))
 	assert_line --index 0 202
-	assert_equal "$(jv j)" '{"state": "waiting", "connected": 2, "total": 3}'
-	[ "$took" -ge 250 ] && [ "$took" -lt 1500 ] || fail "the poll took ${took}ms"
+	assert_equal "$(jv .)" '{"state":"waiting","connected":2,"total":3}'
+	# The poll's 300 ms, and what a busy machine adds to a request.
+	[ "$took" -ge 250 ] && [ "$took" -lt 5000 ] || fail "the poll took ${took}ms"
 
 	bg_http w0 POST '/v1/tasks/worker/0/wait-all?incarnation=a&wait=10s'
 	bg_http w1 POST '/v1/tasks/worker/1/wait-all?incarnation=b&wait=10s'
@@ -735,30 +744,35 @@ beat() {
 	reg worker:2 c
 	assert_equal "$(bg_code w0)" 200
 	assert_equal "$(bg_code w1)" 200
-	assert_equal "$(jv j "$T/w0.body")" '{"tasks": 3}'
+	assert_equal "$(jv . "$T/w0.body")" '{"tasks":3}'
 	# Everyone is here: the last one does not wait at all.
 	run http POST '/v1/tasks/worker/2/wait-all?incarnation=c&wait=10s'
 	assert_line --index 0 200
-	assert_equal "$(jv j)" '{"tasks": 3}'
+	assert_equal "$(jv .)" '{"tasks":3}'
 }
 
 @test "wait-all: DEADLINE_EXCEEDED after --register-timeout from the first call, naming the missing tasks" {
-	start_coordd --cluster worker=4 --heartbeat-timeout 60s --register-timeout 1s
+	start_coordd --cluster worker=4 --heartbeat-timeout 60s --register-timeout 2s
 	reg worker:0 a
 	reg worker:1 b
-	local t0 took
+	local t0 t1 took
 	t0=$(now_us)
 	bg_http w0 POST '/v1/tasks/worker/0/wait-all?incarnation=a&wait=10s'
-	sleep 0.5
-	# A later caller gets the deadline of the first call, not its own.
+	wait_metric muster_http_parked 1
+	sleep 1
+	# A later caller gets the deadline of the first call (2 s after it),
+	# not its own (2 s after its own call, a second later).
+	t1=$(now_us)
 	run http POST '/v1/tasks/worker/1/wait-all?incarnation=b&wait=10s'
-	took=$((($(now_us) - t0) / 1000))
 	error_is 504 DEADLINE_EXCEEDED
-	[ "$took" -ge 900 ] && [ "$took" -lt 1700 ] || fail "wait-all ended after ${took}ms"
-	[[ $(msg) == *"worker:2, worker:3"*"register timeout of 1s"* ]] || fail "$(msg)"
+	took=$((($(now_us) - t0) / 1000))
+	[ "$took" -ge 1900 ] || fail "wait-all ended ${took}ms after the first call"
+	took=$((($(now_us) - t1) / 1000))
+	[ "$took" -lt 2000 ] || fail "the later wait-all ended ${took}ms after its call"
+	[[ $(msg) == *"worker:2, worker:3"*"register timeout of 2s"* ]] || fail "$(msg)"
 	[[ $(msg) != *"worker:0"* && $(msg) != *"worker:1"* ]]
 	assert_equal "$(bg_code w0)" 504
-	assert_equal "$(jv 'j["error"]["code"]' "$T/w0.body")" DEADLINE_EXCEEDED
+	assert_equal "$(jv .error.code "$T/w0.body")" DEADLINE_EXCEEDED
 
 	# Past the deadline a call fails at once, until everyone is there.
 	run http POST '/v1/tasks/worker/0/wait-all?incarnation=a&wait=10s'
@@ -777,8 +791,8 @@ beat() {
 	wait_metric muster_http_parked 1
 	report worker:1 b UNAVAILABLE "lost the GPU"
 	assert_equal "$(bg_code w0)" 500
-	assert_equal "$(jv 'j["error"]["code"]' "$T/w0.body")" INTERNAL
-	[[ $(jv 'j["error"]["message"]' "$T/w0.body") == *"worker:1"*"UNAVAILABLE"*"lost the GPU"* ]]
+	assert_equal "$(jv .error.code "$T/w0.body")" INTERNAL
+	[[ $(jv .error.message "$T/w0.body") == *"worker:1"*"UNAVAILABLE"*"lost the GPU"* ]]
 
 	run http POST '/v1/tasks/worker/0/wait-all?incarnation=a&wait=10s'
 	error_is 500 INTERNAL
@@ -791,14 +805,15 @@ beat() {
 	start_coordd --cluster worker=2 --heartbeat-timeout 60s
 	run http GET /v1/errors
 	assert_line --index 0 200
-	assert_equal "$(jv j)" '{"errors": []}'
+	assert_equal "$(jv .)" '{"errors":[]}'
 	local t0 took
 	t0=$(now_us)
 	run http GET '/v1/errors?wait=300ms'
 	took=$((($(now_us) - t0) / 1000))
 	assert_line --index 0 200
-	assert_equal "$(jv j)" '{"errors": []}'
-	[ "$took" -ge 250 ] && [ "$took" -lt 1500 ] || fail "the poll took ${took}ms"
+	assert_equal "$(jv .)" '{"errors":[]}'
+	# The poll's 300 ms, and what a busy machine adds to a request.
+	[ "$took" -ge 250 ] && [ "$took" -lt 5000 ] || fail "the poll took ${took}ms"
 	run http GET '/v1/errors?wait=awhile'
 	error_is 400 INVALID_ARGUMENT
 	run http POST /v1/errors
@@ -809,10 +824,10 @@ beat() {
 	reg worker:1 b
 	report worker:1 b
 	t0=$(now_us)
-	run http GET '/v1/errors?wait=5s'
+	run http GET '/v1/errors?wait=30s'
 	took=$((($(now_us) - t0) / 1000))
-	assert_equal "$(jv '[e["task"] for e in j["errors"]]')" '["worker:1"]'
-	[ "$took" -lt 1000 ]
+	assert_equal "$(jv '[.errors[].task]')" '["worker:1"]'
+	[ "$took" -lt 5000 ] || fail "the poll took ${took}ms"
 }
 
 @test "a silent task goes to error with UNAVAILABLE within 1.25 heartbeat timeouts, and a parked error poll names it" {
@@ -829,40 +844,34 @@ beat() {
 		sleep 0.13
 		reg "worker:$i" "b$i"
 	done
-	for ((i = 0; i < 150; i++)); do
-		[ "$(task worker:0 'j["state"]')" = error ] && break
-		sleep 0.02
-	done
+	wait_for 10 task_is worker:0 error
 	took=$((($(now_us) - t0) / 1000))
-	assert_equal "$(task worker:0 'j["state"]')" error
-	# Seen from here, with our polling on top (coordd's own measure of the
+	assert_equal "$(task worker:0 .state)" error
+	# Seen from here: not before the timeout, and soon after it, with our
+	# polling and a busy machine on top (coordd's own measure of the
 	# silence, below, is the exact one).
-	[ "$took" -ge 1000 ] && [ "$took" -le 2000 ] || fail "detected after ${took}ms"
+	[ "$took" -ge 1000 ] && [ "$took" -le 5000 ] || fail "detected after ${took}ms"
 
 	# The parked poll was released by the first failure, naming it.
 	assert_equal "$(bg_code errs)" 200
-	assert_equal "$(jv '[j["errors"][0]["task"], j["errors"][0]["code"], j["errors"][0]["reported"]]' "$T/errs.body")" '["worker:0", "UNAVAILABLE", false]'
+	assert_equal "$(jv '[.errors[0].task, .errors[0].code, .errors[0].reported]' "$T/errs.body")" '["worker:0","UNAVAILABLE",false]'
 	took=$((($(cat "$T/errs.t") - t0) / 1000))
-	[ "$took" -le 2000 ] || fail "the error poll was released after ${took}ms"
+	[ "$took" -le 5000 ] || fail "the error poll was released after ${took}ms"
 
 	# Each was declared failed after 1 s to 1.25 s of silence (coordd's
 	# own measure, in the message).
-	for ((i = 0; i < 40; i++)); do
-		[ "$(task worker:3 'j["state"]')" = error ] && break
-		sleep 0.05
-	done
+	wait_for 10 task_is worker:3 error
 	for i in 0 1 2 3; do
-		run task "worker:$i" '[j["state"], j["error"]["code"], j["error"]["message"]]'
-		[[ $output == '["error", "UNAVAILABLE", "no heartbeat for '*'(timeout 1s): '* ]] || fail "worker:$i: $output"
-		took=$("$PYTHON" -c '
-import re, sys
-m = re.search(r"no heartbeat for (?:(\d+)s)?(?:(\d+)ms)? ", sys.argv[1])
-print(int(m.group(1) or 0) * 1000 + int(m.group(2) or 0))' "$output")
+		run task "worker:$i" '[.state, .error.code, .error.message]'
+		[[ $output == '["error","UNAVAILABLE","no heartbeat for '*'(timeout 1s): '* ]] || fail "worker:$i: $output"
+		[[ $output =~ no\ heartbeat\ for\ (([0-9]+)s)?(([0-9]+)ms)?\  ]] ||
+			fail "worker:$i: $output"
+		took=$((10#${BASH_REMATCH[2]:-0} * 1000 + 10#${BASH_REMATCH[4]:-0}))
 		[ "$took" -gt 1000 ] && [ "$took" -le 1300 ] || fail "worker:$i declared failed after ${took}ms of silence"
 	done
 
 	# The task that kept beating is fine; a silent one hears its error.
-	assert_equal "$(task worker:4 'j["state"]')" connected
+	assert_equal "$(task worker:4 .state)" connected
 	run http POST /v1/tasks/worker/0/heartbeat?incarnation=a
 	error_is 503 UNAVAILABLE
 }
@@ -874,22 +883,22 @@ print(int(m.group(1) or 0) * 1000 + int(m.group(2) or 0))' "$output")
 	reg chief:0 c
 	reg worker:0 a
 	reg worker:1 b
-	assert_equal "$(task worker:1 'j["recoverable"]')" true
-	assert_equal "$(task chief:0 'j["recoverable"]')" false
+	assert_equal "$(task worker:1 .recoverable)" true
+	assert_equal "$(task chief:0 .recoverable)" false
 	local t0 took
 	t0=$(now_us)
 	bg_http errs GET '/v1/errors?wait=1s'
 	wait_metric muster_http_parked 1
 	report worker:1 b INTERNAL preempted
-	assert_equal "$(task worker:1 '[j["state"], j["error"]["message"]]')" '["error", "preempted"]'
+	assert_equal "$(task worker:1 '[.state, .error.message]')" '["error","preempted"]'
 
 	# Nobody hears of it: the parked poll runs its full second, empty.
 	assert_equal "$(bg_code errs)" 200
-	assert_equal "$(jv j "$T/errs.body")" '{"errors": []}'
+	assert_equal "$(jv . "$T/errs.body")" '{"errors":[]}'
 	took=$((($(cat "$T/errs.t") - t0) / 1000))
 	[ "$took" -ge 900 ] || fail "the error poll was released after ${took}ms"
 	run http GET /v1/errors
-	assert_equal "$(jv j)" '{"errors": []}'
+	assert_equal "$(jv .)" '{"errors":[]}'
 	# wait-all waits for it instead of failing.
 	run http POST '/v1/tasks/chief/0/wait-all?incarnation=c&wait=200ms'
 	assert_line --index 0 202
@@ -897,16 +906,16 @@ print(int(m.group(1) or 0) * 1000 + int(m.group(2) or 0))' "$output")
 	# It registers again at once, with no reset.
 	run http POST /v1/tasks/worker/1/register?incarnation=d
 	assert_line --index 0 200
-	assert_equal "$(task worker:1 '[j["state"], j["incarnation"]]')" '["connected", "000000000000000d"]'
+	assert_equal "$(task worker:1 '[.state, .incarnation]')" '["connected","000000000000000d"]'
 	# A restart while still connected is no error either.
 	run http POST /v1/tasks/worker/0/register?incarnation=e
 	assert_line --index 0 200
-	assert_equal "$(task worker:0 '[j["state"], j["incarnation"], j["error"]]')" '["connected", "000000000000000e", null]'
+	assert_equal "$(task worker:0 '[.state, .incarnation, .error]')" '["connected","000000000000000e",null]'
 	run http POST /v1/tasks/worker/0/heartbeat?incarnation=a
 	error_is 409 ABORTED
 
-	assert_equal "$(task chief:0 '[j["state"], j["incarnation"]]')" '["connected", "000000000000000c"]'
-	assert_equal "$(cluster 'j["connected"]')" 3
+	assert_equal "$(task chief:0 '[.state, .incarnation]')" '["connected","000000000000000c"]'
+	assert_equal "$(cluster .connected)" 3
 	run http POST '/v1/tasks/chief/0/wait-all?incarnation=c&wait=1s'
 	assert_line --index 0 200
 }
@@ -918,22 +927,22 @@ print(int(m.group(1) or 0) * 1000 + int(m.group(2) or 0))' "$output")
 	report worker:1 b INTERNAL "job crashed"
 	run http POST /v1/tasks/worker/1/register?incarnation=c
 	error_is 409 ABORTED
-	assert_equal "$(cluster 'j["epoch"]')" 0
+	assert_equal "$(cluster .epoch)" 0
 
 	# The last connected task leaves: the job is over.
 	run http POST '/v1/tasks/worker/0/shutdown?incarnation=a'
 	assert_line --index 0 200
-	assert_equal "$(cluster '[j["epoch"], j["connected"]]')" '[1, 0]'
+	assert_equal "$(cluster '[.epoch, .connected]')" '[1,0]'
 	# It stays in error, for all to see, until it registers again.
-	assert_equal "$(task worker:1 '[j["state"], j["error"]["message"]]')" '["error", "job crashed"]'
+	assert_equal "$(task worker:1 '[.state, .error.message]')" '["error","job crashed"]'
 	run http GET /v1/errors
-	assert_equal "$(jv j)" '{"errors": []}'
+	assert_equal "$(jv .)" '{"errors":[]}'
 
 	# The restarted job registers without anyone resetting anything.
 	run http POST /v1/tasks/worker/1/register?incarnation=c
 	assert_line --index 0 200
 	reg worker:0 d
-	assert_equal "$(cluster '[j["epoch"], j["connected"]]')" '[1, 2]'
+	assert_equal "$(cluster '[.epoch, .connected]')" '[1,2]'
 }
 
 @test "a new epoch restarts the register clock of wait-all" {
@@ -943,7 +952,7 @@ print(int(m.group(1) or 0) * 1000 + int(m.group(2) or 0))' "$output")
 	error_is 504 DEADLINE_EXCEEDED
 	run http POST '/v1/tasks/worker/0/shutdown?incarnation=a'
 	assert_line --index 0 200
-	assert_equal "$(cluster 'j["epoch"]')" 1
+	assert_equal "$(cluster .epoch)" 1
 
 	reg worker:0 b
 	run http POST '/v1/tasks/worker/0/wait-all?incarnation=b&wait=300ms'
@@ -970,24 +979,24 @@ print(int(m.group(1) or 0) * 1000 + int(m.group(2) or 0))' "$output")
 	assert_success
 	assert_line --index 0 "2/4 tasks connected, epoch 0, heartbeat timeout 1m, 1 keys at revision 1"
 	assert_line --index 1 --regexp '^TASK +STATE +INCARNATION +HEARTBEAT +ERROR$'
-	assert_line --index 2 --regexp '^worker:0 +connected +000000000000000a +[0-9]+(ms|s) ago *$'
+	assert_line --index 2 --regexp '^worker:0 +connected +000000000000000a +([0-9]+(h|m|s|ms))+ ago *$'
 	assert_line --index 3 --regexp '^worker:1 +error +000000000000000b +- +INTERNAL: disk full$'
 	assert_line --index 4 --regexp '^worker:2 +disconnected +- +- *$'
-	assert_line --index 5 --regexp '^ps:0 +connected\* +000000000000000c +[0-9]+(ms|s) ago *$'
-	assert_line --index 6 --regexp '^barrier sync1: 1/2 arrived, deadline in (19|20)s[0-9ms]*; waiting for ps:0$'
+	assert_line --index 5 --regexp '^ps:0 +connected\* +000000000000000c +([0-9]+(h|m|s|ms))+ ago *$'
+	assert_line --index 6 --regexp '^barrier sync1: 1/2 arrived, deadline in (1[0-9]|20)s[0-9ms]*; waiting for ps:0$'
 	assert_equal "${#lines[@]}" 7
 
 	run --separate-stderr kvctl --json status
 	assert_success
 	echo "$output" >"$T/status.json"
-	assert_equal "$(jv '[j["connected"], j["total"], j["epoch"], j["keys"]]' "$T/status.json")" '[2, 4, 0, 1]'
-	assert_equal "$(jv '[(t["task"], t["state"], t["incarnation"], t["recoverable"]) for t in j["tasks"]]' "$T/status.json")" \
-		'[["worker:0", "connected", "000000000000000a", false], ["worker:1", "error", "000000000000000b", false], ["worker:2", "disconnected", null, false], ["ps:0", "connected", "000000000000000c", true]]'
-	assert_equal "$(jv 'j["tasks"][1]["error"]' "$T/status.json")" \
-		'{"task": "worker:1", "code": "INTERNAL", "message": "disk full", "reported": true}'
-	assert_equal "$(jv '[(b["id"], b["arrived"], b["total"], b["tasks_arrived"], b["tasks_waiting"]) for b in j["barriers"]]' "$T/status.json")" \
-		'[["sync1", 1, 2, ["worker:0"], ["ps:0"]]]'
-	[ "$(jv 'j["barriers"][0]["deadline_in_ms"]' "$T/status.json")" -gt 15000 ]
+	assert_equal "$(jv '[.connected, .total, .epoch, .keys]' "$T/status.json")" '[2,4,0,1]'
+	assert_equal "$(jv '[.tasks[] | [.task, .state, .incarnation, .recoverable]]' "$T/status.json")" \
+		'[["worker:0","connected","000000000000000a",false],["worker:1","error","000000000000000b",false],["worker:2","disconnected",null,false],["ps:0","connected","000000000000000c",true]]'
+	assert_equal "$(jv '.tasks[1].error' "$T/status.json")" \
+		'{"task":"worker:1","code":"INTERNAL","message":"disk full","reported":true}'
+	assert_equal "$(jv '[.barriers[] | [.id, .arrived, .total, .tasks_arrived, .tasks_waiting]]' "$T/status.json")" \
+		'[["sync1",1,2,["worker:0"],["ps:0"]]]'
+	[ "$(jv '.barriers[0].deadline_in_ms' "$T/status.json")" -gt 15000 ]
 
 	run --separate-stderr kvctl status extra
 	assert_failure 2

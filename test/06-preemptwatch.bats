@@ -8,27 +8,20 @@ load helper
 
 bats_require_minimum_version 1.5.0
 
-# The system's python3 when there is one: it starts faster than a shim.
-PYTHON=/usr/bin/python3
-[ -x "$PYTHON" ] || PYTHON=python3
-
 # preemptwatch processes by name: PW[NAME] is the preemptwatch itself,
 # PWW[NAME] the subshell of ours that waits for it.
 declare -gA PW=() PWW=()
 eval "helper_$(declare -f teardown)"
 teardown() {
-	local name i
+	local name
 	# SIGHUP reaches the commands through preemptwatch (SIGTERM would be
 	# a preemption notice); coordd is still up, so that they leave at once.
 	for name in "${!PW[@]}"; do
 		[ -e "$T/$name.rc" ] || kill -HUP "${PW[$name]}" 2>/dev/null || true
 	done
 	for name in "${!PW[@]}"; do
-		for ((i = 0; i < 60; i++)); do
-			[ -e "$T/$name.rc" ] && break
-			sleep 0.05
-		done
-		[ -e "$T/$name.rc" ] || kill -KILL "${PW[$name]}" 2>/dev/null || true
+		wait_for 5 test -e "$T/$name.rc" ||
+			kill -KILL "${PW[$name]}" 2>/dev/null || true
 		wait "${PWW[$name]}" 2>/dev/null || true
 	done
 	helper_teardown
@@ -50,7 +43,7 @@ pw() {
 		echo "$rc" >"$T/$name.rc"
 	) 3>&- &
 	PWW[$name]=$!
-	wait_file "$T/$name.pid" 2
+	wait_file "$T/$name.pid"
 	PW[$name]=$(cat "$T/$name.pid")
 }
 
@@ -58,53 +51,42 @@ pw() {
 # SECONDS; sets STATUS to its exit status ("running" if it did not exit in
 # time) and EXIT_US to the time it exited.
 pw_wait() {
-	local i
 	STATUS=running
-	for ((i = 0; i < $2 * 50; i++)); do
-		if [ -s "$T/$1.rc" ]; then
-			STATUS=$(cat "$T/$1.rc")
-			EXIT_US=$(cat "$T/$1.t")
-			return 0
-		fi
-		sleep 0.02
-	done
+	wait_for "$2" test -s "$T/$1.rc" || return 0
+	STATUS=$(cat "$T/$1.rc")
+	EXIT_US=$(cat "$T/$1.t")
 }
 
 # alive PID: PID (ours or not) exists and is not a zombie.
 alive() {
-	local state
-	state=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
-	[[ $state != Z* ]]
+	running "$1"
 }
 
 # dead PID: PID is gone (or a zombie).
 dead() {
-	! alive "$1"
+	! running "$1"
 }
 
-# status_json EXPR: EXPR over `kvctl --json status`, with j bound to it.
+# status_json FILTER: the jq FILTER over `kvctl --json status`, as js
+# prints it.
 status_json() {
-	kvctl --timeout 2s --json status >"$T/status.json"
-	"$PYTHON" - "$1" "$T/status.json" <<'EOF'
-import json, sys
-j = json.load(open(sys.argv[2]))
-v = eval(sys.argv[1])
-print(v if isinstance(v, str) else json.dumps(v))
-EOF
+	kvctl --timeout 10s --json status >"$T/status.json" &&
+		js "$1" "$T/status.json"
 }
 
 # state TASK: TASK's state as coordd sees it.
 state() {
-	status_json "[t['state'] for t in j['tasks'] if t['task'] == '$1'][0]"
+	status_json ".tasks[] | select(.task == \"$1\") | .state"
+}
+
+# state_is TASK STATE: coordd shows TASK in STATE now.
+state_is() {
+	[ "$(state "$1")" = "$2" ]
 }
 
 # wait_state TASK STATE SECONDS: until coordd shows TASK in STATE.
 wait_state() {
-	local i
-	for ((i = 0; i < $3 * 10; i++)); do
-		[ "$(state "$1")" = "$2" ] && return 0
-		sleep 0.1
-	done
+	wait_for "$3" state_is "$1" "$2" && return 0
 	echo "wait_state: $1 is $(state "$1"), not $2" >&2
 	return 1
 }
@@ -141,7 +123,7 @@ SLEEPER='echo $$ >"$1.cmd"; exec sleep 10'
 	assert_success
 	assert_line --index 0 --partial 'usage: preemptwatch'
 	assert_equal "$(state worker:0)" disconnected
-	assert_equal "$(status_json 'j["tasks"][0]["incarnation"]')" null
+	assert_equal "$(status_json '.tasks[0].incarnation')" null
 }
 
 # --- the command's environment and exit status ------------------------------
@@ -152,20 +134,17 @@ SLEEPER='echo $$ >"$1.cmd"; exec sleep 10'
 	pw w1 -t worker:1 -- sleep 8
 	# -c gives the address (over MUSTER_COORD), and the name may be
 	# written /job:J/task:I.
-	MUSTER_COORD=127.0.0.1:1 pw w0 -c "$addr" -t /job:worker/task:0 --timeout 5s -- bash -c '
+	MUSTER_COORD=127.0.0.1:1 pw w0 -c "$addr" -t /job:worker/task:0 --timeout 15s -- bash -c '
 		echo "$MUSTER_COORD $MUSTER_TASK $MUSTER_INCARNATION" >"$1/env.out"
-		kvctl --timeout 2s --json status >"$1/inside.json"' _ "$T"
-	pw_wait w0 5
+		kvctl --timeout 10s --json status >"$1/inside.json"' _ "$T"
+	pw_wait w0 20
 	assert_equal "$STATUS" 0
 	read -r coord task inc <"$T/env.out"
 	assert_equal "$coord" "$addr"
 	assert_equal "$task" worker:0
 	[[ $inc =~ ^[0-9a-f]{16}$ ]] || fail "MUSTER_INCARNATION=$inc"
 	# While the command ran, coordd knew the task as connected with it.
-	run "$PYTHON" -c '
-import json, sys
-t = [t for t in json.load(open(sys.argv[1]))["tasks"] if t["task"] == "worker:0"][0]
-print(t["state"], t["incarnation"])' "$T/inside.json"
+	run js '.tasks[] | select(.task == "worker:0") | "\(.state) \(.incarnation)"' "$T/inside.json"
 	assert_output "connected $inc"
 	# And it left cleanly.
 	assert_equal "$(state worker:0)" disconnected
@@ -179,15 +158,17 @@ print(t["state"], t["incarnation"])' "$T/inside.json"
 	local t_fail
 	t_fail=$(now_us)
 	assert_failure 3
-	pw_wait w0 3
+	pw_wait w0 10
 	assert_equal "$STATUS" 43
-	[ $(((EXIT_US - t_fail) / 1000)) -lt 2000 ]
-	pw_wait w1 3
+	# Upon the failure, long before its own command (sleep 8) would end.
+	[ $(((EXIT_US - t_fail) / 1000)) -lt 5000 ] ||
+		fail "worker:0 stopped $(((EXIT_US - t_fail) / 1000))ms after the failure"
+	pw_wait w1 10
 	assert_equal "$STATUS" 43
 	grep -q "task worker:2 failed: INTERNAL: command bash exited with status 3" "$T/w0.err" ||
 		fail "$(cat "$T/w0.err")"
 	grep -q "stopped because task worker:2 failed" "$T/w1.err"
-	assert_equal "$(status_json '[j["tasks"][2]["error"]["code"], j["tasks"][2]["error"]["reported"]]')" '["INTERNAL", true]'
+	assert_equal "$(status_json '[.tasks[2].error.code, .tasks[2].error.reported]')" '["INTERNAL",true]'
 }
 
 @test "a command killed by SIGKILL gives 137, and the others stop with 43" {
@@ -195,7 +176,7 @@ print(t["state"], t["incarnation"])' "$T/inside.json"
 	pw w1 -t worker:1 -- sleep 8
 	run --separate-stderr timeout -k 1 8 preemptwatch -t worker:0 -- bash -c 'sleep 0.3; kill -9 $$'
 	assert_failure 137
-	pw_wait w1 3
+	pw_wait w1 10
 	assert_equal "$STATUS" 43
 	grep -q "task worker:0 failed: INTERNAL: command bash killed by SIGKILL" "$T/w1.err" ||
 		fail "$(cat "$T/w1.err")"
@@ -203,13 +184,13 @@ print(t["state"], t["incarnation"])' "$T/inside.json"
 
 # --- failures of whole tasks ------------------------------------------------
 
-@test "kill -9 of one preemptwatch stops the others' commands within 2 s, exit 43 naming it" {
+@test "kill -9 of one preemptwatch stops the others' commands within 4 s, exit 43 naming it" {
 	start_coordd --cluster worker=3 --heartbeat-timeout 1s
 	pw w0 -t worker:0 -- bash -c "$SLEEPER" _ "$T/w0"
 	pw w1 -t worker:1 -- bash -c "$SLEEPER" _ "$T/w1"
 	pw w2 -t worker:2 -- sleep 8
-	wait_file "$T/w0.cmd" 5
-	wait_file "$T/w1.cmd" 5
+	wait_file "$T/w0.cmd"
+	wait_file "$T/w1.cmd"
 	# Let a few heartbeats go by: everyone is healthy.
 	sleep 1.2
 	alive "$(cat "$T/w0.cmd")"
@@ -218,35 +199,39 @@ print(t["state"], t["incarnation"])' "$T/inside.json"
 	local t_kill took name
 	t_kill=$(now_us)
 	kill -9 "${PW[w2]}"
+	# coordd declares it failed within 1.2 heartbeat timeouts of its last
+	# heartbeat; the rest is a busy machine's slack.
 	for name in w0 w1; do
-		pw_wait "$name" 4
+		pw_wait "$name" 10
 		assert_equal "$STATUS" 43
 		took=$(((EXIT_US - t_kill) / 1000))
-		[ "$took" -lt 2000 ] || fail "$name stopped ${took}ms after the kill"
+		[ "$took" -lt 4000 ] || fail "$name stopped ${took}ms after the kill"
 		grep -q "task worker:2 failed: UNAVAILABLE: no heartbeat" "$T/$name.err" ||
 			fail "$name: $(cat "$T/$name.err")"
 		dead "$(cat "$T/$name.cmd")"
 	done
-	pw_wait w2 1
+	pw_wait w2 10
 	assert_equal "$STATUS" 137
-	assert_equal "$(status_json 'j["tasks"][2]["error"]["code"]')" UNAVAILABLE
+	assert_equal "$(status_json '.tasks[2].error.code')" UNAVAILABLE
 }
 
 @test "--grace: a command that ignores SIGTERM is killed with SIGKILL after the grace" {
 	start_coordd --cluster worker=2 --heartbeat-timeout 1s
 	pw w0 -t worker:0 --grace 1s -- bash -c 'trap "" TERM; echo $$ >"$1.cmd"; sleep 10' _ "$T/w0"
-	run --separate-stderr timeout -k 1 8 preemptwatch -t worker:1 -- bash -c 'sleep 0.5; exit 3'
-	local t_fail took
-	t_fail=$(now_us)
+	run --separate-stderr timeout -k 1 8 preemptwatch -t worker:1 -- bash -c '
+		sleep 0.5
+		echo "${EPOCHREALTIME/./}" >"$1.failed"
+		exit 3' _ "$T/w1"
 	assert_failure 3
-	# SIGTERM went out at once; the command shrugged it off.
-	sleep 0.5
-	[ ! -e "$T/w0.rc" ] || fail "preemptwatch exited before the grace: $(cat "$T/w0.rc")"
-	alive "$(cat "$T/w0.cmd")"
-	pw_wait w0 3
+	pw_wait w0 10
 	assert_equal "$STATUS" 43
+	# SIGTERM went out upon the failure, which came no sooner than the
+	# failed command's exit; the command shrugged it off, and lived on
+	# until the SIGKILL at the end of the 1 s grace.
+	local t_fail took
+	t_fail=$(cat "$T/w1.failed")
 	took=$(((EXIT_US - t_fail) / 1000))
-	[ "$took" -ge 900 ] && [ "$took" -lt 2200 ] || fail "stopped ${took}ms after the failure"
+	[ "$took" -ge 900 ] && [ "$took" -lt 5000 ] || fail "stopped ${took}ms after the failure"
 	dead "$(cat "$T/w0.cmd")"
 }
 
@@ -257,27 +242,27 @@ print(t["state"], t["incarnation"])' "$T/inside.json"
 	pw w2 -t worker:2 -- sleep 0.8
 	local name
 	for name in w0 w1 w2; do
-		pw_wait "$name" 5
+		pw_wait "$name" 15
 		assert_equal "$STATUS" 0
 		[ ! -s "$T/$name.out" ]
 	done
-	assert_equal "$(status_json '[(t["state"], t["error"]) for t in j["tasks"]]')" \
-		'[["disconnected", null], ["disconnected", null], ["disconnected", null]]'
-	assert_equal "$(status_json 'j["connected"]')" 0
+	assert_equal "$(status_json '[.tasks[] | [.state, .error]]')" \
+		'[["disconnected",null],["disconnected",null],["disconnected",null]]'
+	assert_equal "$(status_json .connected)" 0
 }
 
 @test "with --shutdown-barrier-timeout, tasks that finish early leave with the last one" {
-	start_coordd --cluster worker=2 --heartbeat-timeout 1s --shutdown-barrier-timeout 5s
+	start_coordd --cluster worker=2 --heartbeat-timeout 1s --shutdown-barrier-timeout 20s
 	pw w0 -t worker:0 -- sleep 0.1
 	pw w1 -t worker:1 -- bash -c 'sleep 1.5; echo "${EPOCHREALTIME/./}" >"$1.done"' _ "$T/w1"
-	pw_wait w0 5
+	pw_wait w0 15
 	assert_equal "$STATUS" 0
 	local w0_exit=$EXIT_US
-	pw_wait w1 5
+	pw_wait w1 15
 	assert_equal "$STATUS" 0
 	# worker:0 was done first but waited for worker:1 to finish.
 	[ "$w0_exit" -ge "$(cat "$T/w1.done")" ] || fail "worker:0 left $(( ($(cat "$T/w1.done") - w0_exit) / 1000 ))ms before worker:1 finished"
-	assert_equal "$(status_json '[t["state"] for t in j["tasks"]]')" '["disconnected", "disconnected"]'
+	assert_equal "$(status_json '[.tasks[].state]')" '["disconnected","disconnected"]'
 }
 
 @test "SIGTERM to preemptwatch is forwarded to the command, whose trap runs, when SIGTERM is not a notice source" {
@@ -288,9 +273,9 @@ print(t["state"], t["incarnation"])' "$T/inside.json"
 		trap "echo got TERM >\"\$1.trap\"; exit 5" TERM
 		echo $$ >"$1.cmd"
 		for ((i = 0; i < 100; i++)); do sleep 0.1; done' _ "$T/w0"
-	wait_file "$T/w0.cmd" 5
+	wait_file "$T/w0.cmd"
 	kill -TERM "${PW[w0]}"
-	pw_wait w0 3
+	pw_wait w0 10
 	assert_equal "$STATUS" 5
 	assert_equal "$(cat "$T/w0.trap")" "got TERM"
 	dead "$(cat "$T/w0.cmd")"
@@ -302,9 +287,9 @@ print(t["state"], t["incarnation"])' "$T/inside.json"
 		trap "echo got HUP >\"\$1.trap\"; exit 5" HUP
 		echo $$ >"$1.cmd"
 		for ((i = 0; i < 100; i++)); do sleep 0.1; done' _ "$T/w0"
-	wait_file "$T/w0.cmd" 5
+	wait_file "$T/w0.cmd"
 	kill -HUP "${PW[w0]}"
-	pw_wait w0 3
+	pw_wait w0 10
 	assert_equal "$STATUS" 5
 	assert_equal "$(cat "$T/w0.trap")" "got HUP"
 	dead "$(cat "$T/w0.cmd")"
@@ -315,16 +300,16 @@ print(t["state"], t["incarnation"])' "$T/inside.json"
 	pw c0 -t chief:0 -- bash -c "$SLEEPER" _ "$T/c0"
 	pw w0 -t worker:0 -- bash -c "$SLEEPER" _ "$T/w0"
 	pw w1 -t worker:1 -- bash -c 'echo "$MUSTER_INCARNATION" >"$1.inc"; exec sleep 10' _ "$T/w1"
-	wait_file "$T/c0.cmd" 5
-	wait_file "$T/w0.cmd" 5
-	wait_file "$T/w1.inc" 5
+	wait_file "$T/c0.cmd"
+	wait_file "$T/w0.cmd"
+	wait_file "$T/w1.inc"
 	local old
 	old=$(cat "$T/w1.inc")
 
 	kill -9 "${PW[w1]}"
-	wait_state worker:1 error 3
+	wait_state worker:1 error 10
 	pw w1b -t worker:1 -- bash -c 'echo "$MUSTER_INCARNATION" >"$1.inc"; exec sleep 10' _ "$T/w1b"
-	wait_file "$T/w1b.inc" 5
+	wait_file "$T/w1b.inc"
 	[ "$(cat "$T/w1b.inc")" != "$old" ]
 	# Past another heartbeat timeout: nothing reached the others.
 	sleep 1.3
@@ -335,33 +320,33 @@ print(t["state"], t["incarnation"])' "$T/inside.json"
 		alive "$(cat "$T/$name.cmd")"
 	done
 	alive "${PW[w1b]}"
-	run --separate-stderr kvctl --timeout 2s status
+	run --separate-stderr kvctl --timeout 10s status
 	assert_success
 	assert_line --regexp "^worker:1 +connected\\* +$(cat "$T/w1b.inc") "
 	assert_line --regexp '^chief:0 +connected '
 	assert_line --regexp '^worker:0 +connected\* '
-	assert_equal "$(status_json 'j["connected"]')" 3
+	assert_equal "$(status_json .connected)" 3
 }
 
 @test "a barrier over a subset passes in the wrapped commands while a task outside it is dead" {
 	start_coordd --cluster chief=1,worker=2 --recoverable worker --heartbeat-timeout 1s
 	local script='
 		echo started >"$1.started"
-		kvctl --timeout 8s get go >/dev/null || exit 20
-		barrierwait --timeout 3s --tasks chief:0,worker:0 ckpt1
+		kvctl --timeout 30s get go >/dev/null || exit 20
+		barrierwait --timeout 10s --tasks chief:0,worker:0 ckpt1
 		echo "$?" >"$1.bw"'
 	pw c0 -t chief:0 -- bash -c "$script" _ "$T/c0"
 	pw w0 -t worker:0 -- bash -c "$script" _ "$T/w0"
 	pw w1 -t worker:1 -- sleep 8
-	wait_file "$T/c0.started" 5
-	wait_file "$T/w0.started" 5
+	wait_file "$T/c0.started"
+	wait_file "$T/w0.started"
 	kill -9 "${PW[w1]}"
-	wait_state worker:1 error 3
+	wait_state worker:1 error 10
 
 	kvctl put go 1
-	pw_wait c0 5
+	pw_wait c0 15
 	assert_equal "$STATUS" 0
-	pw_wait w0 5
+	pw_wait w0 15
 	assert_equal "$STATUS" 0
 	assert_equal "$(cat "$T/c0.bw")" 0
 	assert_equal "$(cat "$T/w0.bw")" 0
@@ -371,20 +356,20 @@ print(t["state"], t["incarnation"])' "$T/inside.json"
 
 @test "--no-wait-all starts the command before the others register" {
 	start_coordd --cluster worker=3 --heartbeat-timeout 1s
-	local script='echo "$(kvctl --timeout 2s --json status)" >"$1.started"; sleep 8'
+	local script='echo "$(kvctl --timeout 10s --json status)" >"$1.started"; sleep 8'
 	pw w0 -t worker:0 --no-wait-all -- bash -c "$script" _ "$T/w0"
-	wait_file "$T/w0.started" 3
+	wait_file "$T/w0.started"
 	# worker:0's command saw itself alone.
-	run "$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["connected"])' "$T/w0.started"
+	run js .connected "$T/w0.started"
 	assert_output 1
 
 	# Without the flag the command waits for everyone.
 	pw w1 -t worker:1 -- bash -c "$script" _ "$T/w1"
-	wait_state worker:1 connected 3
+	wait_state worker:1 connected 10
 	sleep 0.5
 	[ ! -e "$T/w1.started" ] || fail "worker:1 started before worker:2 registered"
 	pw w2 -t worker:2 --no-wait-all -- sleep 8
-	wait_file "$T/w1.started" 3
+	wait_file "$T/w1.started"
 }
 
 @test "preemptwatch --timeout: a task that never comes ends the bring-up with 4, and the command never starts" {
@@ -395,7 +380,8 @@ print(t["state"], t["incarnation"])' "$T/inside.json"
 	took=$((($(now_us) - t0) / 1000))
 	assert_failure 4
 	[[ $stderr == *DEADLINE_EXCEEDED* ]] || fail "$stderr"
-	[ "$took" -lt 3000 ] || fail "took ${took}ms"
+	# Its 1 s, and what a busy machine adds, well within the 8 s guard.
+	[ "$took" -lt 6000 ] || fail "took ${took}ms"
 	[ ! -e "$T/w0.started" ]
 	assert_equal "$(state worker:0)" disconnected
 }
@@ -410,7 +396,7 @@ print(t["state"], t["incarnation"])' "$T/inside.json"
 
 	coordd -l "127.0.0.1:$port" --cluster worker=1 --heartbeat-timeout 1s 2>>"$T/coordd.log" &
 	DAEMON_PIDS+=($!)
-	pw_wait w0 6
+	pw_wait w0 15
 	assert_equal "$STATUS" 0
 	grep -q "task worker:0 registered (incarnation $(cat "$T/w0.inc"))" "$T/coordd.log"
 	assert_equal "$(state worker:0)" disconnected
@@ -422,19 +408,15 @@ print(t["state"], t["incarnation"])' "$T/inside.json"
 		trap "echo got TERM >\"\$1.trap\"; exit 0" TERM
 		echo $$ >"$1.cmd"
 		for ((i = 0; i < 100; i++)); do sleep 0.1; done' _ "$T/w0"
-	wait_file "$T/w0.cmd" 5
+	wait_file "$T/w0.cmd"
 	kill -9 "${PW[w0]}"
-	pw_wait w0 2
+	pw_wait w0 10
 	assert_equal "$STATUS" 137
-	wait_file "$T/w0.trap" 2
+	wait_file "$T/w0.trap"
 	assert_equal "$(cat "$T/w0.trap")" "got TERM"
-	local i cmd
+	local cmd
 	cmd=$(cat "$T/w0.cmd")
-	for ((i = 0; i < 40; i++)); do
-		alive "$cmd" || break
-		sleep 0.05
-	done
-	dead "$cmd"
+	wait_for 10 dead "$cmd" || fail "the command $cmd still runs"
 }
 
 @test "when preemptwatch is killed with SIGKILL, what its command started stops too" {
@@ -445,19 +427,16 @@ print(t["state"], t["incarnation"])' "$T/inside.json"
 		echo $! >"$1.child"
 		echo $$ >"$1.cmd"
 		wait' _ "$T/w0"
-	wait_file "$T/w0.child" 5
-	wait_file "$T/w0.cmd" 5
-	local child i
+	wait_file "$T/w0.child"
+	wait_file "$T/w0.cmd"
+	local child
 	child=$(cat "$T/w0.child")
 	alive "$child"
 	kill -9 "${PW[w0]}"
-	pw_wait w0 2
+	pw_wait w0 10
 	assert_equal "$STATUS" 137
-	for ((i = 0; i < 40; i++)); do
-		alive "$child" || break
-		sleep 0.05
-	done
-	dead "$(cat "$T/w0.cmd")"
+	wait_for 10 dead "$child" || true
+	wait_for 10 dead "$(cat "$T/w0.cmd")"
 	if alive "$child"; then
 		kill "$child" 2>/dev/null || true
 		fail "the command's child $child (sleep 8) trains on alone after preemptwatch was killed"
@@ -470,14 +449,11 @@ print(t["state"], t["incarnation"])' "$T/inside.json"
 		sleep 8 &
 		echo $! >"$1.child"
 		exit 3' _ "$T/w0"
-	pw_wait w0 5
+	pw_wait w0 15
 	assert_equal "$STATUS" 3
-	local child i
+	local child
 	child=$(cat "$T/w0.child")
-	for ((i = 0; i < 40; i++)); do
-		alive "$child" || break
-		sleep 0.05
-	done
+	wait_for 10 dead "$child" || true
 	if alive "$child"; then
 		kill "$child" 2>/dev/null || true
 		fail "sleep 8, left behind by the command, is still running"
@@ -490,7 +466,7 @@ print(t["state"], t["incarnation"])' "$T/inside.json"
 		yes | head -n 1 >/dev/null
 		echo "pipe ${PIPESTATUS[0]}" >"$1.out2"
 		for f in /proc/$$/fd/*; do readlink "$f"; done >"$1.fds"' _ "$T/w0"
-	pw_wait w0 5
+	pw_wait w0 15
 	assert_equal "$STATUS" 0
 	# yes died of SIGPIPE (141), not of an EPIPE error message.
 	assert_equal "$(head -n 1 "$T/w0.out2")" "pipe 141"
@@ -503,9 +479,9 @@ print(t["state"], t["incarnation"])' "$T/inside.json"
 @test "a lone task whose command failed runs again in a new preemptwatch" {
 	start_coordd --cluster worker=1 --heartbeat-timeout 1s
 	pw w0 -t worker:0 -- sh -c 'exit 3'
-	pw_wait w0 5
+	pw_wait w0 15
 	assert_equal "$STATUS" 3
-	pw w1 -t worker:0 --timeout 5s -- sh -c 'exit 0'
-	pw_wait w1 8
+	pw w1 -t worker:0 --timeout 15s -- sh -c 'exit 0'
+	pw_wait w1 20
 	assert_equal "$STATUS" 0
 }

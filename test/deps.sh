@@ -6,7 +6,7 @@ set -eu
 
 case "${1:-build}" in
 build) pkgs="libmicrohttpd-dev libcurl4-openssl-dev libjansson-dev pkg-config" ;;
-test)  pkgs="bats bats-assert bats-support curl python3" ;;
+test)  pkgs="bats bats-assert bats-support curl jq python3" ;;
 bench) pkgs="etcd-server etcd-client redis-server wrk hyperfine python3-torch" ;;
 *)     echo "usage: deps.sh build|test|bench" >&2; exit 2 ;;
 esac

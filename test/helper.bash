@@ -2,8 +2,13 @@
 # tree, a temporary directory per test, and daemons on ephemeral loopback
 # ports that are stopped (by PID) when the test ends.
 
-load '/usr/lib/bats/bats-support/load'
-load '/usr/lib/bats/bats-assert/load'
+# bats-support and bats-assert, file by file: their load.bash starts a
+# dirname process for each of its files, in every test.
+for _f in /usr/lib/bats/bats-support/src/*.bash /usr/lib/bats/bats-assert/src/*.bash; do
+	# shellcheck disable=SC1090
+	source "$_f"
+done
+unset _f
 
 : "${MUSTER_BIN:=$BATS_TEST_DIRNAME/../build/bin}"
 PATH="$MUSTER_BIN:$PATH"
@@ -38,14 +43,42 @@ teardown() {
 	done
 }
 
-# wait_file FILE [SECONDS]: until FILE exists and is not empty.
-wait_file() {
-	local i n=$(( ${2:-5} * 20 ))
-	for ((i = 0; i < n; i++)); do
-		[ -s "$1" ] && return 0
-		sleep 0.05
+# All waits below poll a condition until a deadline, on the wall clock:
+# on a loaded machine a poll takes longer, never the wait. Their default
+# deadlines are generous, as they cost nothing when the condition comes.
+
+# nap SECONDS: sleeps without starting a process (a sleep(1) costs more
+# than the nap itself on a busy machine): a read that times out on a pipe
+# nothing writes to.
+exec {NAP_FD}<> <(:)
+nap() {
+	read -r -t "$1" -u "$NAP_FD" _ || :
+}
+
+# wait_for SECONDS COMMAND [ARGS...]: until COMMAND succeeds, for at most
+# SECONDS (a whole number); fails if it never did.
+wait_for() {
+	local end=$(( ${EPOCHREALTIME%.*} + $1 ))
+	shift
+	until "$@"; do
+		((${EPOCHREALTIME%.*} < end)) || return 1
+		nap 0.05
 	done
+}
+
+# wait_file FILE [SECONDS]: until FILE exists and is not empty (10 s).
+wait_file() {
+	wait_for "${2:-10}" test -s "$1" && return 0
 	echo "wait_file: $1 did not appear" >&2
+	return 1
+}
+
+# wait_grep PATTERN FILE [SECONDS]: until FILE has a line matching the
+# extended regex PATTERN (10 s by default).
+wait_grep() {
+	wait_for "${3:-10}" grep -Eq -- "$1" "$2" 2>/dev/null && return 0
+	echo "wait_grep: no /$1/ in $2:" >&2
+	cat "$2" >&2 2>/dev/null
 	return 1
 }
 
@@ -62,9 +95,23 @@ start_coordd() {
 	export MUSTER_COORD
 }
 
-# free_port: a port nothing listens on right now.
+# free_port: a port nothing listens on right now, below the kernel's
+# ephemeral range, so that neither a daemon binding port 0 nor the local
+# end of a client's connection takes it meanwhile. Pure bash: a connect to
+# a port without a listener is refused at once.
 free_port() {
-	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+	local lo port i
+	read -r lo _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || lo=32768
+	((lo > 11000)) || lo=32768
+	for ((i = 0; i < 100; i++)); do
+		port=$((10000 + (RANDOM * 32768 + RANDOM) % (lo - 10000)))
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+			echo "$port"
+			return 0
+		fi
+	done
+	echo "free_port: no free port found" >&2
+	return 1
 }
 
 # http METHOD PATH [curl args...]: prints the status code, then the body.
@@ -73,41 +120,62 @@ http() {
 	shift 2
 	curl -s -o "$T/http.body" -w '%{http_code}\n' -X "$method" \
 		"http://$MUSTER_COORD$path" "$@"
-	cat "$T/http.body"
+	local body
+	IFS= read -r -d '' body <"$T/http.body" || :
+	printf '%s' "$body"
 }
 
-# wait_metric NAME VALUE: until coordd's /metrics shows NAME at VALUE (5s).
-wait_metric() {
-	local i
-	for ((i = 0; i < 100; i++)); do
-		curl -s "http://$MUSTER_COORD/metrics" | grep -qx "$1 $2" && return 0
-		sleep 0.05
+# has_metric NAME VALUE: coordd's /metrics shows NAME at VALUE now. Read
+# with bash's /dev/tcp, not curl, so that a poll starts no process.
+has_metric() {
+	local fd line found=1
+	{ exec {fd}<>"/dev/tcp/${MUSTER_COORD%:*}/${MUSTER_COORD##*:}"; } 2>/dev/null ||
+		return 1
+	printf 'GET /metrics HTTP/1.0\r\nHost: %s\r\n\r\n' "$MUSTER_COORD" >&"$fd"
+	while IFS= read -r -t 5 -u "$fd" line; do
+		[[ ${line%$'\r'} == "$1 $2" ]] && found=0 && break
 	done
+	exec {fd}>&-
+	return "$found"
+}
+
+# wait_metric NAME VALUE [SECONDS]: until coordd's /metrics shows NAME at
+# VALUE (10 s by default), e.g. muster_http_parked 2 for two parked
+# requests.
+wait_metric() {
+	wait_for "${3:-10}" has_metric "$1" "$2" && return 0
 	echo "wait_metric: $1 never reached $2" >&2
 	return 1
+}
+
+# wait_connected N [SECONDS]: until coordd counts N tasks connected (10 s).
+wait_connected() {
+	wait_metric muster_tasks_connected "$1" "${2:-10}" && return 0
+	echo "wait_connected: never $1 tasks connected" >&2
+	return 1
+}
+
+# running PID: PID (ours or not) exists and is not a zombie. No process
+# is started to tell: a poll of it stays cheap on a busy machine.
+running() {
+	local stat
+	read -r stat <"/proc/$1/stat" 2>/dev/null || return 1
+	stat=${stat##*) }
+	[[ $stat != Z* && $stat != X* ]]
+}
+
+# exited PID: PID is gone, or a zombie.
+exited() {
+	! running "$1"
 }
 
 # wait_exit PID SECONDS: waits for our child PID, for at most SECONDS, and
 # sets STATUS to its exit status ("running" if it did not exit in time).
 wait_exit() {
-	local i state
 	STATUS=running
-	for ((i = 0; i < $2 * 20; i++)); do
-		state=$(ps -o stat= -p "$1" 2>/dev/null) || true
-		if [[ -z $state || $state == Z* ]]; then
-			STATUS=0
-			wait "$1" || STATUS=$?
-			return 0
-		fi
-		sleep 0.05
-	done
-}
-
-# running PID: our child PID has not exited yet.
-running() {
-	local state
-	state=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
-	[[ $state != Z* ]]
+	wait_for "$2" exited "$1" || return 0
+	STATUS=0
+	wait "$1" || STATUS=$?
 }
 
 # now_us: microseconds since the epoch.
@@ -115,15 +183,16 @@ now_us() {
 	echo "${EPOCHREALTIME/./}"
 }
 
-# js EXPR FILE: the Python expression EXPR over the JSON in FILE, bound to
-# j. Strings print bare, anything else as JSON.
+# now_ms: milliseconds since the epoch.
+now_ms() {
+	local t=${EPOCHREALTIME/./}
+	echo $((t / 1000))
+}
+
+# js FILTER FILE: the jq FILTER over the JSON in FILE. Strings print
+# bare, anything else as compact JSON (["a",1,null]).
 js() {
-	python3 - "$1" "$2" <<'EOF'
-import json, sys
-j = json.load(open(sys.argv[2]))
-v = eval(sys.argv[1])
-print(v if isinstance(v, str) else json.dumps(v))
-EOF
+	jq -c -r "$1" "$2"
 }
 
 # pw NAME ARGS...: preemptwatch ARGS in the background, stdout in
