@@ -278,6 +278,9 @@ beat() {
 	run http POST /v1/tasks/worker/1/register?incarnation=c
 	error_is 409 ABORTED
 	[[ $(msg) == *"worker:1"*"registered again"* ]]
+	# The new incarnation is told to join the next run, as a task that
+	# failed in this one is.
+	assert_equal "$(jv '[.reason, .epoch]')" '["failed_in_epoch",0]'
 
 	assert_equal "$(task worker:1 '[.state, .incarnation, .error.code]')" '["error","000000000000000b","ABORTED"]'
 	assert_equal "$(bg_code errs)" 200

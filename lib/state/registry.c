@@ -249,13 +249,16 @@ registry_register(struct registry *r, struct reg_task *t, const char *incs,
 		return st;
 	if (t->state == REG_CONNECTED && t->incarnation != inc &&
 	    !t->recoverable) {
-		say(ans, REG_NO_REASON,
-		    "task %s registered again with "
-		    "incarnation %s while connected as %s: it has likely "
-		    "restarted",
+		say(ans, REG_FAILED_IN_EPOCH,
+		    "task %s registered again with incarnation %s while "
+		    "connected as %s: it has restarted. The old incarnation "
+		    "counts as failed; the new one joins the next run",
 		    t->name, task_format_incarnation(inc, a),
 		    task_format_incarnation(t->incarnation, b));
 		registry_set_error(r, t, ST_ABORTED, ans->msg, 0, 1);
+		/* A restart from outside is a new member of the next run, as
+		 * one from preemptwatch itself would be. */
+		ans->reason = REG_FAILED_IN_EPOCH;
 		return ST_ABORTED;
 	}
 	if (registry_failed_now(r, t) && !t->recoverable) {

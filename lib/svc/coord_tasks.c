@@ -398,12 +398,13 @@ do_register(struct coord *co, struct http_req *req, struct reg_task *t)
 		return;
 	}
 	coord_reply_json(req, 200,
-	    json_pack("{s:s,s:s,s:I,s:I,s:s,s:I,s:i}", "task", t->name,
+	    json_pack("{s:s,s:s,s:I,s:I,s:s,s:I,s:I,s:i}", "task", t->name,
 	        "incarnation", task_format_incarnation(t->incarnation, a),
 	        "heartbeat_timeout_ms", (json_int_t)hb, "heartbeat_interval_ms",
 	        (json_int_t)(hb / 2), "service_incarnation",
 	        task_format_incarnation(co->rv->service, b), "tasks",
-	        (json_int_t)co->rv->ntasks, "epoch", (int)co->rv->epoch));
+	        (json_int_t)co->rv->ntasks, "rank", (json_int_t)t->index,
+	        "epoch", (int)co->rv->epoch));
 }
 
 static void

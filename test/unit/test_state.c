@@ -69,8 +69,10 @@ registry_connect_and_incarnations(void)
 	CHECK(registry_view(r)->nconnected == 1 && e.all == 0);
 	CHECK(registry_register(r, w1, INC1, 10, &a) == ST_OK);
 	CHECK(e.all == 1);
-	/* Another incarnation while connected: it restarted (Aborted). */
+	/* Another incarnation while connected: it restarted (Aborted); the
+	 * old one fails, the new one is sent to the next run. */
 	CHECK(registry_register(r, w1, INC2, 20, &a) == ST_ABORTED);
+	CHECK(a.reason == REG_FAILED_IN_EPOCH);
 	CHECK(w1->state == REG_ERROR && w1->err == ST_ABORTED);
 	CHECK(e.failed == 1 && e.failed_propagated == 1 && e.last == w1);
 	CHECK(registry_failed(r) == w1);
