@@ -40,9 +40,13 @@ print_status(const struct syncpoint_status *st, int json)
 			printf("null");
 		printf(",\"step\":");
 		if (st->step >= 0)
-			printf("%" PRId64 "}\n", st->step);
+			printf("%" PRId64, st->step);
 		else
-			printf("null}\n");
+			printf("null");
+		printf(",\"answered\":%s}\n",
+		    st->answered == SYNCPOINT_YES      ? "\"yes\"" :
+		        st->answered == SYNCPOINT_PAST ? "\"past\"" :
+		                                         "null");
 		return;
 	}
 	if (st->state == SYNC_IDLE) {
@@ -136,5 +140,17 @@ main(int argc, char **argv)
 		    argv[optind]);
 	if ((sp = syncpoint_open(err, sizeof(err))) == NULL)
 		return unavailable(err);
-	return syncpoint_reached(sp, step) == 1 ? 0 : 1;
+	switch (syncpoint_reached(sp, step)) {
+	case SYNCPOINT_YES: return 0;
+	case SYNCPOINT_PAST:
+		/* Saving now is still the best this task can do. */
+		syncpoint_status(sp, &st);
+		fprintf(stderr,
+		    "%s: step %" PRId64 " is past the sync point, step %" PRId64
+		    ": checkpoint now; this task's checkpoint will not be at the "
+		    "step the others save at\n",
+		    log_prog(), step, st.sync_step);
+		return 0;
+	default: return 1;
+	}
 }

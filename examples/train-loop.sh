@@ -10,13 +10,16 @@
 #   preemptwatch -t worker:0 -- examples/train-loop.sh
 #
 # Environment: CKPT (checkpoint file, default ./ckpt.$MUSTER_TASK), STEPS
-# (steps to train, default 100), STEP_TIME (seconds per step, default 0.1).
+# (steps to train, default 100), STEP_TIME (seconds per step, default 0.1),
+# START_DELAY (seconds of start-up before the first step, as a framework's
+# import would take; default 0).
 set -eu
 
 task=${MUSTER_TASK:-local}
 ckpt=${CKPT:-./ckpt.$task}
 steps=${STEPS:-100}
 step_time=${STEP_TIME:-0.1}
+start_delay=${START_DELAY:-0}
 
 step=0
 if [ -f "$ckpt" ]; then
@@ -24,6 +27,7 @@ if [ -f "$ckpt" ]; then
 	echo "$task: resuming from step $step"
 fi
 
+sleep "$start_delay"
 while [ "$step" -lt "$steps" ]; do
 	sleep "$step_time"              # the work of one step
 	step=$((step + 1))

@@ -87,7 +87,7 @@ two_arrived() {
 			fail "worker:$i: $(cat "$T/w$i.err")"
 		assert_equal "$(cat "$T/ckpt.$i")" "$n"
 		grep -qx "worker:$i: preemption: checkpointed at step $n" "$T/w$i.out"
-		grep -q 'exited after a preemption notice at the sync point; exiting with the restart code 42' "$T/w$i.err"
+		grep -q 'the command checkpointed at the sync point and exited; exiting with the restart code 42' "$T/w$i.err"
 	done
 }
 
@@ -223,20 +223,19 @@ EOF
 	assert_equal "${codes[*]}" "43 43"
 }
 
-@test "a notice before anyone's first step: the sync point is step 1, and the loops save at it" {
-	# The reference's call counters start at 0, so the sync point is at
-	# least 1: the first step a loop that counts from 1 asks about.
+@test "a notice before anyone's first step: no task counts as at step 0, and the loops save at the step after their first" {
+	# Unlike the reference, whose call counters start at 0: a task that has
+	# reported no step is waited for, until it reports its first.
 	start_coordd --cluster worker=2 --heartbeat-timeout 2s
 	local i pids=()
 	for i in 0 1; do
-		STEPS=100 STEP_TIME=2 CKPT=$T/ckpt.$i \
+		STEPS=100 STEP_TIME=1 CKPT=$T/ckpt.$i \
 			pw "w$i" -t "worker:$i" --notice "file:$T/notice" \
-			--notice-interval 100ms --notice-grace 5s --grace 1s -- "$LOOP"
+			--notice-interval 100ms --notice-grace 20s --grace 1s -- "$LOOP"
 		pids+=("$PID")
 	done
 	wait_connected 2
-	# The commands are in their first step (2 s long, ample for the
-	# protocol) when the notice comes.
+	# The commands are in their first step (1 s long) when the notice comes.
 	echo soon >"$T/notice"
 	for i in 0 1; do
 		wait_exit "${pids[i]}" 20
@@ -244,7 +243,8 @@ EOF
 	done
 	for i in 0 1; do
 		[ -e "$T/ckpt.$i" ] || fail "worker:$i saved nothing: $(cat "$T/w$i.err")"
-		assert_equal "$(cat "$T/ckpt.$i")" 1
+		assert_equal "$(cat "$T/ckpt.$i")" 2
+		grep -q "sync point: step 2 (the furthest of 2 tasks was at 1)" "$T/w$i.err"
 	done
 }
 
@@ -373,7 +373,7 @@ EOF
 	ms=$(cat "$T/wait.ms")
 	# Its 300 ms, and what a busy machine adds.
 	[ "$ms" -ge 280 ] && [ "$ms" -lt 5000 ] || fail "waited ${ms} ms"
-	assert_equal "$(cat "$T/idle.json")" '{"state":"idle","notice":false,"death_time":null,"sync_step":null,"step":null}'
+	assert_equal "$(cat "$T/idle.json")" '{"state":"idle","notice":false,"death_time":null,"sync_step":null,"step":null,"answered":null}'
 	# Not a sync point, and not an error.
 	assert_equal "$(cat "$T/step1.rc")" 1
 }
@@ -417,4 +417,133 @@ bad_flags() {
 	PORT=$(free_port)
 	bad_flags --metadata-url ftp://x
 	assert_output --partial "ftp://x"
+}
+
+# --- what a real job's start-up, scheduler and command do to the protocol -------
+
+@test "a resumed job whose tasks are still starting when the notice comes: every task checkpoints at one step past its first" {
+	start_coordd --cluster worker=2 --heartbeat-timeout 5s
+	local i pids=()
+	for i in 0 1; do
+		# Resumed from step 190, with three seconds of start-up (an
+		# import) before the first step.
+		echo 190 >"$T/ckpt.$i"
+		STEPS=400 STEP_TIME=0.05 START_DELAY=3 CKPT=$T/ckpt.$i \
+			pw "w$i" -t "worker:$i" --notice "file:$T/notice" \
+			--notice-interval 100ms --notice-grace 30s --grace 2s -- "$LOOP"
+		pids+=("$PID")
+	done
+	wait_connected 2
+	# The notice while both are still starting: neither has a step.
+	echo soon >"$T/notice"
+	for i in 0 1; do
+		wait_exit "${pids[i]}" 25
+		assert_equal "$STATUS" 42
+	done
+	for i in 0 1; do
+		# Not step 1 (no task counts as at step 0): the first step either
+		# reported, 191, plus one.
+		assert_equal "$(cat "$T/ckpt.$i")" 192
+		grep -q "sync point: step 192 (the furthest of 2 tasks was at 191)" "$T/w$i.err" ||
+			fail "worker:$i: $(cat "$T/w$i.err")"
+		grep -q "reported no step yet: waiting for its first" "$T/w$i.err"
+	done
+}
+
+@test "a command past the sync point is told so: syncpoint says past and exits 0, and preemptwatch exits 44" {
+	start_coordd --cluster worker=1 --heartbeat-timeout 2s
+	script past.sh <<'EOF2'
+cd "$1"
+syncpoint 5
+kvctl put muster/preemption/notice "$(date -u -d '+20 sec' +%FT%TZ)"
+until [ "$(syncpoint --status --json | jq -r .state)" = known ]; do sleep 0.05; done
+syncpoint --status --json >known.json
+# Jumping ahead, which a loop must not: the sync step (6) is behind.
+syncpoint 9 2>past.err
+echo $? >past.rc
+syncpoint --status --json >after.json
+EOF2
+	pw w0 -t worker:0 --grace 1s -- "$T/past.sh" "$T"
+	wait_exit "$PID" 20
+	assert_equal "$(jq .sync_step "$T/known.json")" 6
+	assert_equal "$(cat "$T/past.rc")" 0
+	grep -q "syncpoint: step 9 is past the sync point, step 6: checkpoint now" "$T/past.err"
+	assert_equal "$(jq -r .answered "$T/after.json")" past
+	assert_equal "$STATUS" 44
+	grep -q "past the sync point: it was already beyond step 6 when it asked" "$T/w0.err" ||
+		fail "$(cat "$T/w0.err")"
+}
+
+@test "SIGTERM to both preemptwatch and its command, as Slurm sends it: 44, not 42, for the task whose command died" {
+	start_coordd --cluster worker=2 --heartbeat-timeout 5s
+	local i pids=()
+	for i in 0 1; do
+		STEPS=2000 STEP_TIME=0.05 CKPT=$T/ckpt.$i \
+			spw "w$i" -t "worker:$i" --grace 2s -- "$LOOP"
+		pids+=("$PID")
+	done
+	wait_connected 2
+	wait_for 20 at_step w0 3
+	wait_for 20 at_step w1 3
+	# The loop's shell is the command's process group leader.
+	local cmd
+	cmd=$(pgrep -P "${pids[1]}" -f train-loop.sh | head -n 1)
+	[ -n "$cmd" ] || fail "no command under worker:1"
+	kill -TERM "${pids[1]}" "$cmd"
+	for i in 0 1; do
+		wait_exit "${pids[i]}" 30
+		pids[i]=$STATUS
+	done
+	# worker:0 saved at the sync point; worker:1's command died of the
+	# signal and saved nothing: it must not claim a checkpoint.
+	assert_equal "${pids[0]}" 42
+	assert_equal "${pids[1]}" 44
+	grep -q "the command killed by SIGTERM after a preemption notice" "$T/w1.err" ||
+		fail "$(cat "$T/w1.err")"
+}
+
+@test "a command that ignores SIGTERM, with --stop-signal INT: the scheduler's SIGTERM to both still ends at the sync point, 42" {
+	start_coordd --cluster worker=2 --heartbeat-timeout 5s
+	local i pids=()
+	script ignoring.sh <<EOF2
+trap '' TERM
+exec "$LOOP"
+EOF2
+	for i in 0 1; do
+		STEPS=2000 STEP_TIME=0.05 CKPT=$T/ckpt.$i \
+			spw "w$i" -t "worker:$i" --grace 2s --stop-signal INT -- "$T/ignoring.sh"
+		pids+=("$PID")
+	done
+	wait_connected 2
+	wait_for 20 at_step w0 3
+	wait_for 20 at_step w1 3
+	local cmd
+	cmd=$(pgrep -P "${pids[1]}" | head -n 1)
+	kill -TERM "${pids[1]}" "$cmd"
+	for i in 0 1; do
+		wait_exit "${pids[i]}" 30
+		assert_equal "$STATUS" 42
+	done
+	assert_equal "$(cat "$T/ckpt.0")" "$(cat "$T/ckpt.1")"
+}
+
+@test "--unsynced-exit-code, and codes that collide or a bad --stop-signal are usage errors" {
+	run --separate-stderr preemptwatch -t worker:0 --unsynced-exit-code 42 -- true
+	assert_failure 2
+	[[ $stderr == *"must differ"* ]]
+	run --separate-stderr preemptwatch -t worker:0 --unsynced-exit-code 43 -- true
+	assert_failure 2
+	[[ $stderr == *"43 is the code for a failed peer"* ]]
+	run --separate-stderr preemptwatch -t worker:0 --stop-signal NOPE -- true
+	assert_failure 2
+	[[ $stderr == *"--stop-signal NOPE is not a signal"* ]]
+
+	start_coordd --cluster worker=1 --heartbeat-timeout 2s
+	script saveless.sh <<'EOF2'
+kvctl put muster/preemption/notice "$(date -u -d '+20 sec' +%FT%TZ)"
+syncpoint --wait-notice --timeout 10s >/dev/null
+EOF2
+	pw w0 -t worker:0 --unsynced-exit-code 77 -- "$T/saveless.sh"
+	wait_exit "$PID" 20
+	assert_equal "$STATUS" 77
 }

@@ -1,14 +1,14 @@
+#include "preempt.h"
+#include "coord_call.h"
+#include "duration.h"
+#include "log.h"
+#include "parse.h"
+#include "text.h"
+#include "wallclock.h"
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "coord_call.h"
-#include "duration.h"
-#include "log.h"
-#include "preempt.h"
-#include "text.h"
-#include "wallclock.h"
 
 enum status
 preempt_publish(struct coord_client *cc, int64_t *death_ms, int64_t deadline)
@@ -31,67 +31,90 @@ preempt_publish(struct coord_client *cc, int64_t *death_ms, int64_t deadline)
 	return st;
 }
 
-/* The largest step posted by any task, from the counter directory. */
+/* What the tasks posted: the largest step, and who posted what. */
+struct steps {
+	int64_t max;
+	int with;    /* tasks that had reached a step */
+	int without; /* tasks that had not reached any yet */
+};
+
+/* Reads every task's posted step from the counter directory. */
 static enum status
-max_step(struct coord_client *cc, int64_t deadline, int64_t *max, int *n)
+read_steps(struct coord_client *cc, int64_t deadline, struct steps *sp)
 {
 	json_t *reply, *e;
 	struct buf v = {0};
 	enum status st;
 	size_t i;
 
-	*n = 0;
+	memset(sp, 0, sizeof(*sp));
 	if ((st = coord_kv_dir(cc, PREEMPT_COUNTER_DIR, deadline, &reply)) !=
 	    ST_OK)
 		return st;
 	json_array_foreach(json_object_get(reply, "entries"), i, e) {
 		json_t *val = json_object_get(e, "value");
 		int64_t step;
-		char *end;
 
 		buf_reset(&v);
 		if (!json_is_string(val) ||
 		    text_base64_decode(&v, json_string_value(val),
 		        json_string_length(val)) < 0 ||
-		    v.len == 0 ||
-		    (step = strtoll(v.data, &end, 10), *end != '\0')) {
-			coord_fail(cc, ST_FAILED_PRECONDITION,
+		    parse_int64(v.data != NULL ? v.data : "", &step) < 0) {
+			st = coord_fail(cc, ST_FAILED_PRECONDITION,
 			    "step counter %s is not a number",
 			    json_string_value(json_object_get(e, "key")));
-			st = ST_FAILED_PRECONDITION;
 			break;
 		}
-		if (*n == 0 || step > *max)
-			*max = step;
-		(*n)++;
+		if (step < 0) {
+			sp->without++;
+			continue;
+		}
+		if (sp->with == 0 || step > sp->max)
+			sp->max = step;
+		sp->with++;
 	}
 	buf_free(&v);
 	json_decref(reply);
-	if (st == ST_OK && *n == 0) {
-		coord_fail(cc, ST_FAILED_PRECONDITION,
-		    "no step counters found");
-		st = ST_FAILED_PRECONDITION;
-	}
 	return st;
+}
+
+/*
+ * The step this task's command has reached, waiting (until the wall
+ * clock says until_ms) for it to reach its first: a command that is still
+ * starting (importing, loading a checkpoint) has no step yet, and must not
+ * count as being at step 0, or a resumed job would agree on a step every
+ * task is already past.
+ */
+static int64_t
+first_step(struct sync_page *page, int64_t step, int64_t until_ms,
+    int cancel_fd)
+{
+	if (step >= 0)
+		return step;
+	log_info("the command has reported no step yet: waiting for its "
+	         "first");
+	while ((step = atomic_load(&page->step)) < 0 &&
+	    wall_now_ms() < until_ms && nap(cancel_fd, 10) == 0)
+		;
+	return step;
 }
 
 enum status
 preempt_sync(struct coord_client *cc, const struct coord_agent *a,
-    struct sync_page *page, int64_t barrier_timeout_ms, int64_t *sync_step)
+    struct sync_page *page, int64_t barrier_timeout_ms,
+    int64_t first_step_until_ms, int cancel_fd, int64_t *sync_step)
 {
 	char key[256], num[32], why[1000];
-	int64_t step, max = 0, deadline;
+	struct steps sp;
+	int64_t step, deadline;
 	enum status st;
-	int n = 0;
 
-	/* Steps stop here until the answer is known (or the protocol fails).
-	 * A task yet to take its first step is at step 0, as upstream. */
-	step = sync_page_freeze(page);
-	if (step < 0)
-		step = 0;
+	/* Steps stop here until the answer is known (or the protocol fails). */
+	step = first_step(page, sync_page_freeze(page), first_step_until_ms,
+	    cancel_fd);
 	deadline = duration_now_ms() + barrier_timeout_ms + 10000;
 	snprintf(key, sizeof(key), "%s/%s", PREEMPT_COUNTER_DIR, a->task);
-	snprintf(num, sizeof(num), "%" PRId64, step);
+	snprintf(num, sizeof(num), "%" PRId64, step >= 0 ? step : -1);
 	st = coord_kv_put(cc, key, num, strlen(num), COORD_PUT_OVERWRITE,
 	    deadline, NULL);
 	if (st != ST_OK) {
@@ -106,17 +129,41 @@ preempt_sync(struct coord_client *cc, const struct coord_agent *a,
 		    PREEMPT_BARRIER, coord_client_error(cc));
 		goto fail;
 	}
-	if ((st = max_step(cc, deadline, &max, &n)) != ST_OK) {
+	if ((st = read_steps(cc, deadline, &sp)) != ST_OK) {
 		snprintf(why, sizeof(why), "reading the steps: %.900s",
 		    coord_client_error(cc));
 		goto fail;
 	}
-	*sync_step = max + 1;
+	/* A sync point is one every task of the job agreed on: a task in
+	 * error, or gone, voids it (a failure trumps a notice). */
+	if (a->world > 0 && sp.with + sp.without < a->world) {
+		st = ST_FAILED_PRECONDITION;
+		snprintf(why, sizeof(why),
+		    "only %d of the %ld tasks took part "
+		    "(the others failed or left): no sync point every task "
+		    "agreed on",
+		    sp.with + sp.without, a->world);
+		goto fail;
+	}
+	if (sp.with == 0) {
+		st = ST_FAILED_PRECONDITION;
+		snprintf(why, sizeof(why),
+		    "no task had reached a step before "
+		    "the death time drew near: no sync point");
+		goto fail;
+	}
+	*sync_step = sp.max + 1;
 	atomic_store(&page->sync_step, *sync_step);
 	sync_page_set(page, SYNC_KNOWN);
 	log_info("sync point: step %" PRId64 " (the furthest of %d tasks was "
-	         "at %" PRId64 ")",
-	    *sync_step, n, max);
+	         "at %" PRId64 "%s)",
+	    *sync_step, sp.with + sp.without, sp.max,
+	    sp.without > 0 ? "; some had reached no step yet" : "");
+	if (step > *sync_step ||
+	    (step < 0 && atomic_load(&page->step) > *sync_step))
+		log_info("this task is past the sync point: its checkpoint "
+		         "will not be at step %" PRId64,
+		    *sync_step);
 	/* For people and status pages; every task agrees on the value. */
 	snprintf(num, sizeof(num), "%" PRId64, *sync_step);
 	coord_kv_put(cc, PREEMPT_SYNC_KEY, num, strlen(num),
@@ -182,8 +229,10 @@ preempt_watcher(void *arg)
 		                                  60000) < 0)
 			goto out;
 	}
+	/* A command with no step yet is waited for, up to a little before
+	 * it must be stopped. */
 	st = preempt_sync(cc, &s->a, pw->page, pw->barrier_timeout_ms,
-	    &sync_step);
+	    death - pw->grace_ms - 1000, cancel_fd(&s->cancel), &sync_step);
 	if (st != ST_CANCELLED)
 		session_post(s->q, SESSION_SYNCED, s->gen, st, sync_step, "%s",
 		    st == ST_OK ? "synced" : coord_client_error(cc));

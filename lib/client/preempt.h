@@ -33,12 +33,17 @@ enum status preempt_publish(struct coord_client *cc, int64_t *death_ms,
 
 /*
  * Runs steps 2 to 6 of the protocol for agent a, with page frozen for the
- * duration. On success *sync_step is set and the page says so; on failure
+ * duration. A command that has reached no step yet is waited for until
+ * first_step_until_ms (wall clock; cancel_fd readable ends the wait), and
+ * counted as having none, not as
+ * step 0. Every task of the job must take part, and at least one must have
+ * a step. On success *sync_step is set and the page says so; on failure
  * the barrier is cancelled so nobody waits for this task, the page says
- * SYNC_FAILED, and the status and cc->err say why.
+ * SYNC_FAILED, and the status and the client's last error say why.
  */
 enum status preempt_sync(struct coord_client *cc, const struct coord_agent *a,
-    struct sync_page *page, int64_t barrier_timeout_ms, int64_t *sync_step);
+    struct sync_page *page, int64_t barrier_timeout_ms,
+    int64_t first_step_until_ms, int cancel_fd, int64_t *sync_step);
 
 /* What the watcher thread of a session needs. */
 struct preempt_watch {
@@ -47,6 +52,7 @@ struct preempt_watch {
 	int64_t notice_grace_ms; /* the death time of a notice
 					 * that gives none: now + this */
 	int64_t window_ms;       /* start this long before it */
+	int64_t grace_ms;        /* the command stops this long before */
 	int64_t barrier_timeout_ms;
 };
 

@@ -127,11 +127,18 @@ syncpoint_reached(struct syncpoint *sp, int64_t step)
 		/* The protocol runs: wait for its answer, as upstream does. */
 		sync_page_wait(p, seq, 1000);
 	}
-	if (st == SYNC_KNOWN && atomic_load(&p->sync_step) == step) {
-		atomic_store(&p->reached, 1);
-		return 1;
+	if (st == SYNC_KNOWN && atomic_load(&p->sync_step) <= step) {
+		int answer = atomic_load(&p->sync_step) == step ?
+		    SYNCPOINT_YES :
+		    SYNCPOINT_PAST;
+		uint32_t none = 0;
+
+		/* preemptwatch reads what the command was told first. */
+		atomic_compare_exchange_strong(&p->reached, &none,
+		    (uint32_t)answer);
+		return answer;
 	}
-	return 0;
+	return SYNCPOINT_NO;
 }
 
 static void
@@ -142,6 +149,7 @@ fill_status(const struct sync_page *p, struct syncpoint_status *st)
 	st->sync_step =
 	    st->state == SYNC_KNOWN ? atomic_load(&p->sync_step) : -1;
 	st->step = atomic_load(&p->step);
+	st->answered = (int)atomic_load(&p->reached);
 }
 
 void

@@ -24,11 +24,23 @@ enum sync_state {
 	SYNC_FAILED, /* the protocol failed: no sync step */
 };
 
+/* What syncpoint_reached answers. */
+enum {
+	SYNCPOINT_NO = 0,   /* go on training */
+	SYNCPOINT_YES = 1,  /* this is the sync step: checkpoint, then exit */
+	SYNCPOINT_PAST = 2, /* the sync step is already behind this one (the
+	                     * task was late to report its first step):
+	                     * checkpoint now and exit, knowing it is not at
+	                     * the step the others save at */
+};
+
 struct syncpoint_status {
 	enum sync_state state;
 	int64_t death_ms;  /* Unix ms; 0 when no notice */
 	int64_t sync_step; /* -1 when not known */
 	int64_t step;      /* the last step reached, -1 none */
+	int answered;      /* SYNCPOINT_YES or _PAST once a step was told
+	                    * so, else 0 */
 };
 
 struct syncpoint;
@@ -41,7 +53,12 @@ struct syncpoint;
 struct syncpoint *syncpoint_open(char *err, size_t errlen);
 void syncpoint_close(struct syncpoint *sp);
 
-/* 1 when step is the sync point (checkpoint now, then exit), else 0. */
+/*
+ * Records step; SYNCPOINT_YES when it is the sync step (checkpoint now,
+ * then exit), SYNCPOINT_PAST when the sync step is already behind it
+ * (checkpoint now too), else SYNCPOINT_NO. Any value but NO means: save
+ * and exit.
+ */
 int syncpoint_reached(struct syncpoint *sp, int64_t step);
 void syncpoint_status(struct syncpoint *sp, struct syncpoint_status *st);
 /* Waits up to timeout_ms (-1 forever) for a notice: 1 notice, 0 none. */
