@@ -20,12 +20,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "agent.h"
 #include "cli.h"
 #include "coord_client.h"
 #include "duration.h"
+#include "keypath.h"
 #include "log.h"
 #include "notice.h"
 #include "parse.h"
@@ -36,6 +38,8 @@
 #include "sync_server.h"
 #include "task.h"
 #include "wallclock.h"
+
+extern char **environ;
 
 /* Exit code: the command was stopped because the cluster failed. */
 #define EXIT_PEER_FAILED 43
@@ -48,7 +52,8 @@ static const char synopsis[] =
     "[--notice-interval DUR]\n"
     "                    [--metadata-url URL] [--protocol-window DUR]\n"
     "                    [--sync-barrier-timeout DUR] [--restart-exit-code N]\n"
-    "                    [--max-restarts N] -- COMMAND [ARG...]\n";
+    "                    [--unsynced-exit-code N] [--max-restarts N]\n"
+    "                    [--stop-signal SIG] -- COMMAND [ARG...]\n";
 
 struct opts {
 	const char *addr;
@@ -62,7 +67,9 @@ struct opts {
 	int64_t notice_interval;
 	int64_t window;
 	int64_t barrier_timeout;
-	int restart_code;
+	int stop_signal;   /* how the command is asked to stop */
+	int restart_code;  /* preempted, checkpointed at the sync point */
+	int unsynced_code; /* preempted, with no such checkpoint */
 	long max_restarts;
 	char **cmd;
 };
@@ -113,6 +120,8 @@ struct run {
 	int sig, status;
 	/* The end of the run. */
 	int done, code, restartable;
+	long restarts;       /* of the command so far */
+	char sync_err[1800]; /* why the sync protocol failed */
 };
 
 /* Tells coordd this task leaves; failures here change nothing. */
@@ -161,35 +170,105 @@ publish(struct run *r, int64_t death, const char *from)
 		    from, status_name(st), coord_client_error(r->cc));
 }
 
+/*
+ * The command's environment: ours, with the task's variables, which tell
+ * it what torchrun's tell a worker: where it stands in the job and in
+ * which run. Built for the child only: setenv() would race other threads.
+ */
+#define NVARS 10
+
+static char **
+command_env(struct run *r, char *set[NVARS + 1])
+{
+	static const char *names[NVARS] = {"MUSTER_COORD", "MUSTER_TASK",
+	    "MUSTER_INCARNATION", "MUSTER_JOB", "MUSTER_TASK_INDEX",
+	    "MUSTER_RANK", "MUSTER_WORLD_SIZE", "MUSTER_EPOCH",
+	    "MUSTER_RESTARTS", "MUSTER_RUN_PREFIX"};
+	struct task_name tn;
+	char inc[17], **env = NULL;
+	int k = 0;
+
+	task_parse(r->s.a.task, &tn);
+	if (asprintf(&set[k++], "%s=%s", names[0], r->o->addr) < 0 ||
+	    asprintf(&set[k++], "%s=%s", names[1], r->s.a.task) < 0 ||
+	    asprintf(&set[k++], "%s=%s", names[2],
+	        task_format_incarnation(r->s.a.incarnation, inc)) < 0 ||
+	    asprintf(&set[k++], "%s=%s", names[3], tn.job) < 0 ||
+	    asprintf(&set[k++], "%s=%ld", names[4], tn.index) < 0 ||
+	    asprintf(&set[k++], "%s=%ld", names[5], r->s.a.rank) < 0 ||
+	    asprintf(&set[k++], "%s=%ld", names[6], r->s.a.world) < 0 ||
+	    asprintf(&set[k++], "%s=%ld", names[7], r->s.a.epoch) < 0 ||
+	    asprintf(&set[k++], "%s=%ld", names[8], r->restarts) < 0 ||
+	    asprintf(&set[k++], "%s=%s/run/%ld", names[9], KEYPATH_RUN,
+	        r->s.a.epoch) < 0) {
+		k--;
+		goto out;
+	}
+	set[k] = NULL;
+	if ((env = proc_env(environ, set)) != NULL)
+		return env;
+out:
+	while (k > 0)
+		free(set[--k]);
+	set[0] = NULL;
+	return NULL;
+}
+
+static void
+free_env(char **env, char **set)
+{
+	for (int k = 0; set[k] != NULL; k++)
+		free(set[k]);
+	free(env);
+}
+
+/*
+ * What the command's guard tells coordd if this preemptwatch is killed or
+ * freezes: that the task's agent was lost, so that every log blames the
+ * right task, not a peer that died of a broken collective.
+ */
+static void
+guard_note(struct run *r, struct proc_note *note)
+{
+	char msg[512];
+
+	memset(note, 0, sizeof(*note));
+	if (coord_client_sockaddr(r->cc, &note->addr, &note->addrlen) < 0) {
+		note->addrlen = 0;
+		return;
+	}
+	snprintf(msg, sizeof(msg),
+	    "the agent (preemptwatch) of %s died: "
+	    "killed or crashed; its command was stopped",
+	    r->s.a.task);
+	note->died_len = coord_error_request(r->cc, &r->s.a, ST_UNAVAILABLE,
+	    msg, note->died, sizeof(note->died));
+	snprintf(msg, sizeof(msg),
+	    "the agent (preemptwatch) of %s stopped "
+	    "responding (stopped or hung); its command was stopped",
+	    r->s.a.task);
+	note->frozen_len = coord_error_request(r->cc, &r->s.a, ST_UNAVAILABLE,
+	    msg, note->frozen, sizeof(note->frozen));
+}
+
 static enum state
 start(struct run *r)
 {
-	char *env[4], inc[17], err[512];
 	struct proc_spec spec = {.argv = r->o->cmd,
 	    .unblock = r->blocked,
 	    .parent_death_signal = SIGTERM,
 	    .stdin_fd = -1,
 	    .stdout_fd = -1,
 	    .stderr_fd = -1};
-	extern char **environ;
-	char **child_env;
-	int exec_errno;
+	struct proc_note note;
+	char **env, *set[NVARS + 1], err[512];
+	int exec_errno = 0;
 
-	/* The task's variables, set only in the child's copy of environ. */
-	if (asprintf(&env[0], "MUSTER_COORD=%s", r->o->addr) < 0 ||
-	    asprintf(&env[1], "MUSTER_TASK=%s", r->s.a.task) < 0 ||
-	    asprintf(&env[2], "MUSTER_INCARNATION=%s",
-	        task_format_incarnation(r->s.a.incarnation, inc)) < 0)
+	if ((env = command_env(r, set)) == NULL)
 		return finish(r, cli_fail(ST_INTERNAL, "out of memory"), 0);
-	env[3] = NULL;
-	spec.env = child_env = proc_env(environ, env);
-	exec_errno = 0;
-	r->child = spec.env != NULL ?
-	    proc_spawn(&spec, &exec_errno, err, sizeof(err)) :
-	    -1;
-	free(child_env);
-	for (int i = 0; i < 3; i++)
-		free(env[i]);
+	spec.env = env;
+	r->child = proc_spawn(&spec, &exec_errno, err, sizeof(err));
+	free_env(env, set);
 	if (r->child < 0 && exec_errno != 0) {
 		/* Nothing ran: the task failed, as a crash would. */
 		log_info("%s; reporting the error of %s", err, r->s.a.task);
@@ -202,8 +281,14 @@ start(struct run *r)
 	if (r->child < 0)
 		return finish(r, cli_fail(ST_INTERNAL, "%s", err), 0);
 	log_debug("started %s (pid %ld)", r->o->cmd[0], (long)r->child);
-	/* Once the command runs, a guard stops it if we cannot. */
-	proc_guard_start(&r->guard, r->child, r->o->grace, 0);
+	/*
+	 * Once the command runs, a guard stops it if we cannot: if we die,
+	 * or freeze for two heartbeat timeouts (coordd has given up on the
+	 * task after one).
+	 */
+	guard_note(r, &note);
+	proc_guard_start(&r->guard, r->child, r->o->stop_signal, r->o->grace,
+	    2 * r->s.a.heartbeat_timeout_ms, &note);
 	return RUNNING;
 }
 
@@ -231,7 +316,8 @@ failed(struct run *r)
 	snprintf(r->reason, sizeof(r->reason), "%s", r->ev->msg);
 	fprintf(stderr, "%s: %s; stopping the command of %s\n", log_prog(),
 	    r->ev->msg, r->s.a.task);
-	proc_stop_begin(&r->stop, r->child, r->o->grace, duration_now_ms());
+	proc_stop_begin(&r->stop, r->child, r->o->stop_signal, r->o->grace,
+	    duration_now_ms());
 	return STOPPING;
 }
 
@@ -262,10 +348,12 @@ death(struct run *r)
 static enum state
 synced(struct run *r)
 {
-	if (r->ev->st != ST_OK)
+	if (r->ev->st != ST_OK) {
+		snprintf(r->sync_err, sizeof(r->sync_err), "%s", r->ev->msg);
 		log_info("preemption sync failed: %s; the command will be "
 		         "stopped before the death time",
 		    r->ev->msg);
+	}
 	return r->state;
 }
 
@@ -290,7 +378,8 @@ stop_time(struct run *r)
 
 	log_info("the death time is %s away: stopping the command",
 	    duration_format(r->o->grace, d, sizeof(d)));
-	proc_stop_begin(&r->stop, r->child, r->o->grace, duration_now_ms());
+	proc_stop_begin(&r->stop, r->child, r->o->stop_signal, r->o->grace,
+	    duration_now_ms());
 	return r->state;
 }
 
@@ -345,18 +434,55 @@ exited(struct run *r)
 }
 
 /*
- * After a notice every exit is a preemption exit, 0 included: a command
- * may well save on the notice alone and leave. Asking for a restart is the
- * safe side; a job that had finished finds so at once.
+ * After a notice every end of the command is a preemption: the task is to
+ * run again (a job that had finished finds so at once). The code says
+ * whether it left a checkpoint every task agreed on: the restart code
+ * (42) only when it was told "this is the sync point" and then exited 0;
+ * the unsynced code (44) for every other end, with the reason.
  */
 static enum state
 exited_noticed(struct run *r)
 {
-	log_info("the command exited after a preemption notice%s; exiting "
-	         "with the restart code %d",
-	    atomic_load(&r->watch.page->reached) ? " at the sync point" : "",
-	    r->o->restart_code);
-	return finish(r, r->o->restart_code, 1);
+	struct syncpoint_status st = {0};
+	uint32_t told = atomic_load(&r->watch.page->reached);
+	char what[64], why[2000];
+
+	if (told == SYNCPOINT_YES && WIFEXITED(r->status) &&
+	    WEXITSTATUS(r->status) == 0) {
+		log_info("the command checkpointed at the sync point and "
+		         "exited; exiting with the restart code %d",
+		    r->o->restart_code);
+		return finish(r, r->o->restart_code, 1);
+	}
+	st.state = (enum sync_state)atomic_load(&r->watch.page->state);
+	st.sync_step = atomic_load(&r->watch.page->sync_step);
+	if (told == SYNCPOINT_YES)
+		snprintf(why, sizeof(why),
+		    "after it was told to checkpoint "
+		    "at the sync point");
+	else if (told == SYNCPOINT_PAST)
+		snprintf(why, sizeof(why),
+		    "past the sync point: it was "
+		    "already beyond step %" PRId64 " when it asked",
+		    st.sync_step);
+	else if (st.state == SYNC_FAILED)
+		snprintf(why, sizeof(why), "with no sync point: %s",
+		    r->sync_err[0] != '\0' ? r->sync_err :
+		                             "the protocol failed");
+	else if (st.state == SYNC_KNOWN)
+		snprintf(why, sizeof(why),
+		    "before it reached the sync point, "
+		    "step %" PRId64,
+		    st.sync_step);
+	else
+		snprintf(why, sizeof(why),
+		    "before the tasks agreed on a sync "
+		    "point");
+	log_info("the command %s after a preemption notice, %s: no "
+	         "checkpoint at the agreed step; exiting with %d",
+	    proc_status_text(r->status, what, sizeof(what)), why,
+	    r->o->unsynced_code);
+	return finish(r, r->o->unsynced_code, 1);
 }
 
 /* A failure trumps a notice: no sync point was kept. */
@@ -555,6 +681,8 @@ parse_args(int argc, char **argv, struct opts *o, int *verbose)
 	    {"protocol-window", required_argument, NULL, 'P'},
 	    {"sync-barrier-timeout", required_argument, NULL, 'B'},
 	    {"restart-exit-code", required_argument, NULL, 'R'},
+	    {"unsynced-exit-code", required_argument, NULL, 'U'},
+	    {"stop-signal", required_argument, NULL, 'S'},
 	    {"max-restarts", required_argument, NULL, 'X'},
 	    CLI_STD_LONGOPTS,
 	    {NULL, 0, NULL, 0},
@@ -621,12 +749,20 @@ parse_args(int argc, char **argv, struct opts *o, int *verbose)
 			if (cli_number_flag(synopsis, "--restart-exit-code",
 			        optarg, 1, 255, &v) != 0)
 				return 2;
-			if (v == EXIT_PEER_FAILED)
-				return cli_usage_error(synopsis,
-				    "--restart-exit-"
-				    "code %d is the code for a failed peer",
-				    EXIT_PEER_FAILED);
 			o->restart_code = (int)v;
+			break;
+		case 'S':
+			if ((o->stop_signal = notice_signal_number(optarg)) < 0)
+				return cli_usage_error(synopsis,
+				    "--stop-signal %s is not a signal (TERM, INT, "
+				    "HUP, USR1, USR2, QUIT, ...)",
+				    optarg);
+			break;
+		case 'U':
+			if (cli_number_flag(synopsis, "--unsynced-exit-code",
+			        optarg, 1, 255, &v) != 0)
+				return 2;
+			o->unsynced_code = (int)v;
 			break;
 		case 'X':
 			if (cli_number_flag(synopsis, "--max-restarts", optarg,
@@ -636,6 +772,13 @@ parse_args(int argc, char **argv, struct opts *o, int *verbose)
 		default: return cli_std_option(c, synopsis);
 		}
 	}
+	if (o->restart_code == EXIT_PEER_FAILED ||
+	    o->unsynced_code == EXIT_PEER_FAILED)
+		return cli_usage_error(synopsis,
+		    "%d is the code for a failed peer", EXIT_PEER_FAILED);
+	if (o->restart_code == o->unsynced_code)
+		return cli_usage_error(synopsis,
+		    "--restart-exit-code and --unsynced-exit-code must differ");
 	if (optind >= argc)
 		return cli_usage_error(synopsis, "no COMMAND given");
 	o->cmd = argv + optind;
@@ -664,7 +807,9 @@ main(int argc, char **argv)
 	    .notice_interval = 1000,
 	    .window = 15 * 60000,
 	    .barrier_timeout = 3 * 60000,
-	    .restart_code = 42};
+	    .stop_signal = SIGTERM,
+	    .restart_code = 42,
+	    .unsynced_code = 44};
 	static const int owned[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
 	int sigs[4 + MAX_NOTICES], notice_sig[65] = {0};
 	static struct notice_watch nw;
@@ -731,7 +876,8 @@ main(int argc, char **argv)
 	    .page = sync_server_page(sync),
 	    .notice_grace_ms = o.notice_grace,
 	    .window_ms = o.window,
-	    .barrier_timeout_ms = o.barrier_timeout};
+	    .barrier_timeout_ms = o.barrier_timeout,
+	    .grace_ms = o.grace};
 	for (;;) {
 		enum status st;
 		int sig;
@@ -765,6 +911,8 @@ main(int argc, char **argv)
 		log_debug("registered %s in epoch %ld; heartbeat every %" PRId64
 		          "ms",
 		    r.s.a.task, r.s.a.epoch, r.s.a.heartbeat_interval_ms);
+		r.restarts = restarts;
+		r.sync_err[0] = '\0';
 		if (session_start(&r.s) < 0 ||
 		    session_spawn(&r.s, preempt_watcher, &r.watch) < 0) {
 			rc = cli_fail(ST_INTERNAL, "cannot start threads");

@@ -199,14 +199,16 @@ SLEEPER='echo $$ >"$1.cmd"; exec sleep 10'
 	local t_kill took name
 	t_kill=$(now_us)
 	kill -9 "${PW[w2]}"
-	# coordd declares it failed within 1.2 heartbeat timeouts of its last
-	# heartbeat; the rest is a busy machine's slack.
+	# Its command's guard reports the lost agent at once; without it,
+	# coordd would declare the task failed within 1.2 heartbeat timeouts.
+	# The rest is a busy machine's slack.
 	for name in w0 w1; do
 		pw_wait "$name" 10
 		assert_equal "$STATUS" 43
 		took=$(((EXIT_US - t_kill) / 1000))
 		[ "$took" -lt 4000 ] || fail "$name stopped ${took}ms after the kill"
-		grep -q "task worker:2 failed: UNAVAILABLE: no heartbeat" "$T/$name.err" ||
+		# Every log names the task whose agent was lost.
+		grep -q "task worker:2 failed: UNAVAILABLE: the agent (preemptwatch) of worker:2 died" "$T/$name.err" ||
 			fail "$name: $(cat "$T/$name.err")"
 		dead "$(cat "$T/$name.cmd")"
 	done
@@ -484,4 +486,84 @@ SLEEPER='echo $$ >"$1.cmd"; exec sleep 10'
 	pw w1 -t worker:0 --timeout 15s -- sh -c 'exit 0'
 	pw_wait w1 20
 	assert_equal "$STATUS" 0
+}
+
+# --- a task started again, the run's environment, a frozen agent --------------
+
+@test "a preemptwatch started again right after kill -9 joins the next run; with --max-restarts the job resumes on its own" {
+	start_coordd --cluster worker=2 --heartbeat-timeout 5s
+	# The second run of either task ends at once, and well.
+	local job='[ -e "$1.again" ] && exit 0; echo $$ >"$1.cmd"; exec sleep 10'
+	pw w0 -t worker:0 --max-restarts 1 -- bash -c "$job" _ "$T/w0"
+	pw w1 -t worker:1 -- bash -c "$job" _ "$T/w1"
+	wait_file "$T/w0.cmd"
+	wait_file "$T/w1.cmd"
+	touch "$T/w0.again" "$T/w1.again"
+	# kill -9, and the scheduler starts it again at once: well within
+	# the 5 s heartbeat timeout.
+	kill -9 "${PW[w1]}"
+	pw w1b -t worker:1 -- bash -c "$job" _ "$T/w1"
+	# The new incarnation is not refused (exit 7): the old one counts as
+	# failed, its peer stops (43) and runs again, and the new one joins
+	# that run. Both then end normally.
+	pw_wait w0 20
+	assert_equal "$STATUS" 0
+	pw_wait w1b 20
+	assert_equal "$STATUS" 0
+	grep -q "restarting the command (1 of at most 1)" "$T/w0.err"
+	# The new one ran in the run after the kill, whether it had to wait
+	# for it or the run ended first.
+	[ "$(status_json .epoch)" -ge 2 ]
+}
+
+@test "the command gets its rank, world size, epoch and restarts, and a run prefix whose keys the next run does not see" {
+	start_coordd --cluster chief=1,worker=2 --heartbeat-timeout 5s
+	local i
+	script_env='
+env | grep "^MUSTER_" | sort >"$1.env.$MUSTER_EPOCH"
+kvctl tryget "$MUSTER_RUN_PREFIX/addr" >"$1.seen.$MUSTER_EPOCH" 2>&1
+echo "rc=$?" >>"$1.seen.$MUSTER_EPOCH"
+kvctl put -f "$MUSTER_RUN_PREFIX/addr" "$MUSTER_TASK@$MUSTER_EPOCH"'
+	for run in 0 1; do
+		pw c -t chief:0 -- bash -c "$script_env" _ "$T/c"
+		pw w0 -t worker:0 -- bash -c "$script_env" _ "$T/w0"
+		pw w1 -t worker:1 -- bash -c "$script_env" _ "$T/w1"
+		for i in c w0 w1; do
+			pw_wait "$i" 20
+			assert_equal "$STATUS" 0
+		done
+	done
+	# Ranks in the order of --cluster, the whole world, the run.
+	grep -qx MUSTER_RANK=0 "$T/c.env.0"
+	grep -qx MUSTER_RANK=2 "$T/w1.env.0"
+	grep -qx MUSTER_WORLD_SIZE=3 "$T/w1.env.0"
+	grep -qx MUSTER_JOB=worker "$T/w1.env.0"
+	grep -qx MUSTER_TASK_INDEX=1 "$T/w1.env.0"
+	grep -qx MUSTER_EPOCH=0 "$T/w0.env.0"
+	grep -qx MUSTER_EPOCH=1 "$T/w0.env.1"
+	grep -qx MUSTER_RESTARTS=0 "$T/w0.env.1"
+	grep -qx MUSTER_RUN_PREFIX=muster/run/0 "$T/w0.env.0"
+	grep -qx MUSTER_RUN_PREFIX=muster/run/1 "$T/w0.env.1"
+	# The second run does not read what the first one put: its prefix is
+	# its own, and the first run's keys went with the first run.
+	grep -q "rc=1" "$T/w0.seen.1"
+	run kvctl tryget muster/run/0/addr
+	assert_failure 1
+}
+
+@test "a frozen preemptwatch (SIGSTOP): its guard stops the command and tells coordd whose agent it was" {
+	start_coordd --cluster worker=2 --heartbeat-timeout 1s
+	pw w0 -t worker:0 -- bash -c "$SLEEPER" _ "$T/w0"
+	pw w1 -t worker:1 -- bash -c "$SLEEPER" _ "$T/w1"
+	wait_file "$T/w0.cmd"
+	wait_file "$T/w1.cmd"
+	kill -STOP "${PW[w1]}"
+	# Two heartbeat timeouts of silence, and room for a busy machine.
+	wait_for 10 dead "$(cat "$T/w1.cmd")" ||
+		fail "worker:1's command still runs with its agent stopped"
+	pw_wait w0 10
+	assert_equal "$STATUS" 43
+	kill -CONT "${PW[w1]}"
+	pw_wait w1 10
+	[ "$STATUS" != running ]
 }

@@ -9,6 +9,14 @@
 
 #include "buf.h"
 
+/*
+ * Keys under this prefix belong to one run of the job (an epoch): coordd
+ * removes them when no task is connected any more. preemptwatch keeps the
+ * preemption protocol's keys there, and gives each run's command a prefix
+ * of its own under it (MUSTER_RUN_PREFIX) for rendezvous keys.
+ */
+#define KEYPATH_RUN "muster"
+
 /* Collapses and trims slashes of raw into out. 0, or -1 on ENOMEM. */
 int keypath_normalize(const char *raw, size_t n, struct buf *out);
 

@@ -78,15 +78,16 @@ enum status
 coord_register(struct coord_client *cc, struct coord_agent *a, int64_t deadline)
 {
 	json_t *reply;
-	json_int_t to = 0, iv = 0, epoch = 0;
+	json_int_t to = 0, iv = 0, epoch = 0, rank = -1, world = 0;
 	const char *si = "";
 	enum status st = task_call(cc, a, "register", "", NULL, deadline,
 	    CALL_REPEAT, &reply, NULL);
 
 	if (st == ST_OK &&
-	    json_unpack(reply, "{s:I,s:I,s:s,s?I}", "heartbeat_timeout_ms", &to,
-	        "heartbeat_interval_ms", &iv, "service_incarnation", &si,
-	        "epoch", &epoch) < 0) {
+	    json_unpack(reply, "{s:I,s:I,s:s,s?I,s?I,s?I}",
+	        "heartbeat_timeout_ms", &to, "heartbeat_interval_ms", &iv,
+	        "service_incarnation", &si, "epoch", &epoch, "rank", &rank,
+	        "tasks", &world) < 0) {
 		coord_fail(cc, ST_INTERNAL, "malformed reply to register");
 		st = ST_INTERNAL;
 	}
@@ -104,6 +105,8 @@ coord_register(struct coord_client *cc, struct coord_agent *a, int64_t deadline)
 		a->heartbeat_timeout_ms = to;
 		a->heartbeat_interval_ms = iv > 0 ? iv : 1;
 		a->epoch = (long)epoch;
+		a->rank = (long)rank;
+		a->world = (long)world;
 		snprintf(a->service_incarnation, sizeof(a->service_incarnation),
 		    "%s", si);
 	}
@@ -132,6 +135,28 @@ coord_heartbeat(struct coord_client *cc, const struct coord_agent *a,
 		        "");
 	json_decref(reply);
 	return st;
+}
+
+size_t
+coord_error_request(const struct coord_client *cc, const struct coord_agent *a,
+    enum status code, const char *message, char *buf, size_t size)
+{
+	json_t *body = json_pack("{s:s,s:s}", "code", status_name(code),
+	    "message", message);
+	char *s = body != NULL ? json_dumps(body, JSON_COMPACT) : NULL;
+	char inc[17];
+	int n = -1;
+
+	if (s != NULL)
+		n = snprintf(buf, size,
+		    "POST %s/error?incarnation=%s HTTP/1.1\r\nHost: %s\r\n"
+		    "Content-Type: application/json\r\nContent-Length: %zu\r\n"
+		    "Connection: close\r\n\r\n%s",
+		    a->path, task_format_incarnation(a->incarnation, inc),
+		    coord_client_addr(cc), strlen(s), s);
+	free(s);
+	json_decref(body);
+	return n > 0 && (size_t)n < size ? (size_t)n : 0;
 }
 
 enum status

@@ -24,8 +24,10 @@ struct coord_agent {
 	int64_t heartbeat_interval_ms;
 	char service_incarnation[17];
 	long epoch;      /* the run it registered in */
-	long wait_epoch; /* register refused: wait past this
-					 * epoch, then try again; -1 none */
+	long rank;       /* its place among all tasks, from 0 */
+	long world;      /* how many tasks the cluster has */
+	long wait_epoch; /* register refused: wait past this epoch, then
+			  * try again; -1 none */
 };
 
 /* Fills a from a task name; -1 when it is not one. */
@@ -46,6 +48,14 @@ enum status coord_register(struct coord_client *cc, struct coord_agent *a,
 enum status coord_heartbeat(struct coord_client *cc,
     const struct coord_agent *a, int64_t deadline, int *not_registered,
     char *svc);
+/*
+ * The raw HTTP request of coord_report_error, for a process that may not
+ * use the client (a guard forked from a threaded one): its length, or 0
+ * when it does not fit in size.
+ */
+size_t coord_error_request(const struct coord_client *cc,
+    const struct coord_agent *a, enum status code, const char *message,
+    char *buf, size_t size);
 enum status coord_report_error(struct coord_client *cc,
     const struct coord_agent *a, enum status code, const char *message,
     int64_t deadline);

@@ -61,6 +61,14 @@ coord_client_addr(const struct coord_client *cc)
 	return http_client_addr(cc->http);
 }
 
+int
+coord_client_sockaddr(struct coord_client *cc, struct sockaddr_storage *ss,
+    socklen_t *len)
+{
+	return http_client_sockaddr(cc->http, ss, len, cc->err,
+	    sizeof(cc->err));
+}
+
 enum status
 coord_fail(struct coord_client *cc, enum status st, const char *fmt, ...)
 {

@@ -32,8 +32,8 @@ static const struct {
     {"PWR", SIGPWR},
 };
 
-static int
-signal_number(const char *name)
+int
+notice_signal_number(const char *name)
 {
 	if (strncasecmp(name, "SIG", 3) == 0)
 		name += 3;
@@ -82,7 +82,7 @@ notice_parse(const char *spec, const char *base, struct notice_source *src,
 	}
 	if (strncmp(spec, "signal:", 7) == 0) {
 		src->kind = NOTICE_SIGNAL;
-		if ((src->signo = signal_number(spec + 7)) < 0) {
+		if ((src->signo = notice_signal_number(spec + 7)) < 0) {
 			snprintf(err, errlen, "unknown signal %s", spec + 7);
 			return -1;
 		}

@@ -46,6 +46,9 @@ struct notice_source {
 	int fired; /* cloud notices are taken once */
 };
 
+/* A signal's number from its name ("TERM", "SIGTERM"); -1 if unknown. */
+int notice_signal_number(const char *name);
+
 /* Parses spec; base is the metadata URL for cloud sources (NULL: theirs). */
 int notice_parse(const char *spec, const char *base, struct notice_source *src,
     char *err, size_t errlen);

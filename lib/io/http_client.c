@@ -128,6 +128,26 @@ http_client_addr(const struct http_client *c)
 	return c->addr;
 }
 
+int
+http_client_sockaddr(const struct http_client *c, struct sockaddr_storage *ss,
+    socklen_t *len, char *err, size_t errlen)
+{
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
+	    .ai_flags = AI_ADDRCONFIG};
+	struct addrinfo *res;
+	int rc;
+
+	if ((rc = getaddrinfo(c->host, c->port, &hints, &res)) != 0) {
+		snprintf(err, errlen, "cannot resolve %s: %s", c->host,
+		    gai_strerror(rc));
+		return -1;
+	}
+	memcpy(ss, res->ai_addr, res->ai_addrlen);
+	*len = res->ai_addrlen;
+	freeaddrinfo(res);
+	return 0;
+}
+
 void
 http_client_set_cancel(struct http_client *c, int fd)
 {

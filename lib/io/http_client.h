@@ -17,6 +17,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "buf.h"
 #include "status.h"
@@ -37,6 +38,9 @@ struct http_client *http_client_new(const char *addr, int defport, char *err,
     size_t errlen);
 void http_client_free(struct http_client *c);
 const char *http_client_addr(const struct http_client *c);
+/* The server's first address, resolved now; 0, or -1 (err says why). */
+int http_client_sockaddr(const struct http_client *c,
+    struct sockaddr_storage *ss, socklen_t *len, char *err, size_t errlen);
 /*
  * Makes calls of c give up with ST_CANCELLED as soon as fd is readable (a
  * pipe another thread writes to): how a thread parked in a long poll is

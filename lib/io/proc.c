@@ -156,10 +156,11 @@ proc_status_code(int status)
 }
 
 void
-proc_stop_begin(struct proc_stop *s, pid_t group, int64_t grace_ms, int64_t now)
+proc_stop_begin(struct proc_stop *s, pid_t group, int sig, int64_t grace_ms,
+    int64_t now)
 {
 	s->group = group;
-	kill(-group, SIGTERM);
+	kill(-group, sig);
 	s->kill_at = now + (grace_ms > 0 ? grace_ms : 0);
 	if (s->kill_at == 0)
 		s->kill_at = 1;
@@ -187,9 +188,36 @@ proc_stop_clear(struct proc_stop *s)
 	s->kill_at = 0;
 }
 
+/* Sends one note, giving up after a second at each step. */
+static void
+send_note(const struct proc_note *note, const char *msg, size_t len)
+{
+	struct pollfd p = {.events = POLLOUT};
+	char sink[512];
+	int fd;
+
+	if (note == NULL || note->addrlen == 0 || len == 0)
+		return;
+	fd = socket(note->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return;
+	p.fd = fd;
+	if ((connect(fd, (const struct sockaddr *)&note->addr, note->addrlen) ==
+	            0 ||
+	        errno == EINPROGRESS) &&
+	    poll(&p, 1, 1000) == 1 && write(fd, msg, len) == (ssize_t)len) {
+		/* The reply, so the request is read before we close. */
+		p.events = POLLIN;
+		if (poll(&p, 1, 1000) == 1)
+			(void)!read(fd, sink, sizeof(sink));
+	}
+	close(fd);
+}
+
 /* The guard itself: never returns. */
 static void
-guard(int in, pid_t group, int64_t grace_ms, int64_t stall_ms)
+guard(int in, pid_t group, int sig, int64_t grace_ms, int64_t stall_ms,
+    const struct proc_note *note)
 {
 	struct pollfd p = {.fd = in, .events = POLLIN};
 	struct timespec tick = {0, 100 * 1000000};
@@ -206,14 +234,24 @@ guard(int in, pid_t group, int64_t grace_ms, int64_t stall_ms)
 
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n == 0)
-			break; /* the supervisor is frozen */
+		if (n == 0) {
+			/* The supervisor is frozen. */
+			send_note(note, note != NULL ? note->frozen : NULL,
+			    note != NULL ? note->frozen_len : 0);
+			break;
+		}
 		while ((r = read(in, &c, 1)) < 0 && errno == EINTR)
 			;
-		if (r <= 0 || c != 't')
-			break; /* it died, or dismissed us */
+		if (r <= 0) {
+			/* It died: the pipe's other end closed. */
+			send_note(note, note != NULL ? note->died : NULL,
+			    note != NULL ? note->died_len : 0);
+			break;
+		}
+		if (c != 't')
+			break; /* dismissed */
 	}
-	if (kill(-group, SIGTERM) == 0) {
+	if (kill(-group, sig) == 0) {
 		/* Until the group is gone, or the grace is over. */
 		until = duration_now_ms() + grace_ms;
 		while (duration_now_ms() < until && kill(-group, 0) == 0)
@@ -224,8 +262,8 @@ guard(int in, pid_t group, int64_t grace_ms, int64_t stall_ms)
 }
 
 int
-proc_guard_start(struct proc_guard *g, pid_t group, int64_t grace_ms,
-    int64_t stall_ms)
+proc_guard_start(struct proc_guard *g, pid_t group, int sig, int64_t grace_ms,
+    int64_t stall_ms, const struct proc_note *note)
 {
 	int fds[2];
 	pid_t mid;
@@ -238,7 +276,7 @@ proc_guard_start(struct proc_guard *g, pid_t group, int64_t grace_ms,
 			_exit(0); /* the guard goes on, under init */
 		dup2(fds[0], 0);
 		close_range(1, ~0U, 0);
-		guard(0, group, grace_ms, stall_ms);
+		guard(0, group, sig, grace_ms, stall_ms, note);
 	}
 	close(fds[0]);
 	if (mid < 0) {

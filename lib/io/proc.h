@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 struct proc_spec {
@@ -53,16 +54,16 @@ char *proc_status_text(int status, char *buf, size_t size);
 int proc_status_code(int status);
 
 /*
- * TERM now, KILL after the grace period: call proc_stop_tick whenever
- * proc_stop_next's time comes.
+ * sig (TERM, usually) now, KILL after the grace period: call
+ * proc_stop_tick whenever proc_stop_next's time comes.
  */
 struct proc_stop {
 	pid_t group;
 	int64_t kill_at; /* monotonic ms; 0: not stopping */
 };
 
-void proc_stop_begin(struct proc_stop *s, pid_t group, int64_t grace_ms,
-    int64_t now);
+void proc_stop_begin(struct proc_stop *s, pid_t group, int sig,
+    int64_t grace_ms, int64_t now);
 /* Sends KILL when the grace is over; 1 when it did. */
 int proc_stop_tick(struct proc_stop *s, int64_t now);
 /* When proc_stop_tick wants to run next; 0 when it does not. */
@@ -74,14 +75,30 @@ void proc_stop_clear(struct proc_stop *s);
  * the group's leader has ended (the rest may live on), when the supervisor
  * dies (kill -9: its end of a pipe closes), or, with stall_ms set, when the
  * supervisor is frozen (SIGSTOP, a hang) and has not ticked for stall_ms.
- * It sends TERM, waits up to the grace period, then KILL.
+ * It sends sig (TERM, usually), waits up to the grace period, then KILL.
  */
 struct proc_guard {
 	_Atomic int fd; /* our end of the pipe; -1: none */
 };
 
-int proc_guard_start(struct proc_guard *g, pid_t group, int64_t grace_ms,
-    int64_t stall_ms);
+/*
+ * What a guard says before it stops the group because the supervisor is
+ * gone: bytes to send to an address (an HTTP request telling the cluster
+ * whose agent was lost), one message for a supervisor that died, one for
+ * one that froze. Sent with a short timeout, and only system calls: the
+ * guard is a fork of a threaded process.
+ */
+struct proc_note {
+	struct sockaddr_storage addr;
+	socklen_t addrlen; /* 0: nothing to send */
+	char died[1536];
+	size_t died_len;
+	char frozen[1536];
+	size_t frozen_len;
+};
+
+int proc_guard_start(struct proc_guard *g, pid_t group, int sig,
+    int64_t grace_ms, int64_t stall_ms, const struct proc_note *note);
 /* The supervisor is alive: call more often than stall_ms (any thread). */
 void proc_guard_tick(struct proc_guard *g);
 /* The leader has ended: stop what is left of the group, then exit. */

@@ -9,6 +9,7 @@
 #include <stddef.h>
 
 #include "daemon.h"
+#include "keypath.h"
 #include "kvstore.h"
 #include "registry.h"
 
@@ -18,7 +19,7 @@ struct coord;
  * Keys under this prefix belong to one run of the job (an epoch): coordd
  * removes them when no task is connected any more.
  */
-#define COORD_RUN_PREFIX "muster"
+#define COORD_RUN_PREFIX KEYPATH_RUN
 
 struct coord_config {
 	struct kv_limits kv;
