@@ -2,7 +2,12 @@
 
 PREFIX    ?= /usr/local
 BINDIR    ?= $(PREFIX)/bin
+LIBDIR    ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
 MANDIR    ?= $(PREFIX)/share/man
+# Debian's python3 (the one with torch) looks in PREFIX/lib/pythonX.Y/dist-packages.
+PYTHON    ?= $(shell [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)
+PYTHONDIR ?= $(PREFIX)/lib/python$(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)/dist-packages
 DESTDIR   ?=
 VERSION   := 0.1.0
 
@@ -65,6 +70,14 @@ ALL_ARCHIVES = $(call layer_lib,svc) $(call layer_lib,state) \
 
 MAN1      := kvctl.1 barrierwait.1 preemptwatch.1 syncpoint.1
 MAN8      := coordd.8
+# The syncpoint C API alone, as a shared library for any language (Python
+# through ctypes, say): position-independent, built without sanitizers so
+# that any process may load it, and exporting syncpoint_* only.
+SYNCLIB   := $(BUILD)/lib/libmuster-syncpoint.so.0
+SYNCLIB_OBJ := $(BUILD)/pic/syncpoint.o $(BUILD)/pic/sync_page.o
+PIC_CFLAGS = $(filter-out -fsanitize=% -fno-omit-frame-pointer,$(CFLAGS)) -fPIC
+PIC_LDFLAGS = $(filter-out -fsanitize=%,$(LDFLAGS))
+
 UNIT_SRC  := $(wildcard test/unit/*.c)
 UNIT_OBJ  := $(UNIT_SRC:test/unit/%.c=$(BUILD)/unit/%.o)
 BENCH_PROGS := bare loadgen syncapi
@@ -73,9 +86,9 @@ BINS      := $(PROGS:%=$(BUILD)/bin/%)
 .DELETE_ON_ERROR:
 .SECONDARY:
 .PHONY: FORCE all deps layers check unit asan ubsan bench demo install uninstall \
-	clean lint format
+	clean lint format example-ddp
 
-all: deps layers $(BINS)
+all: deps layers $(BINS) $(SYNCLIB)
 
 # Stops early with the exact install command when a Debian package is missing.
 deps:
@@ -119,6 +132,14 @@ layers: $(LAYERS:%=$(BUILD)/lib/%.layer)
 
 FORCE:
 
+$(BUILD)/pic/%.o: lib/client/%.c | $(BUILD)/pic
+	$(CC) $(CPPFLAGS) -Ilib/client $(PIC_CFLAGS) -MMD -MP -c -o $@ $<
+
+$(SYNCLIB): $(SYNCLIB_OBJ) lib/client/syncpoint.map
+	$(CC) $(PIC_LDFLAGS) -shared -Wl,-soname,libmuster-syncpoint.so.0 \
+		-Wl,--version-script=lib/client/syncpoint.map -o $@ $(SYNCLIB_OBJ)
+	ln -sf libmuster-syncpoint.so.0 $(BUILD)/lib/libmuster-syncpoint.so
+
 $(BUILD)/cmd/%.o: cmd/%.c | $(BUILD)/cmd
 	$(CC) $(CPPFLAGS) $(ALL_INC) $(PKG_CFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
 
@@ -146,7 +167,8 @@ $(BUILD)/bin/bench-%: $(BUILD)/bench/%.o $(ALL_ARCHIVES) | $(BUILD)/bin
 	$(CC) $(LDFLAGS) -o $@ $< $(ALL_ARCHIVES) $(HTTPD_LIBS) $(JSON_LIBS) \
 		$(SYS_LIBS) $(CURL_LIBS)
 
-$(BUILD)/lib $(BUILD)/cmd $(BUILD)/unit $(BUILD)/bench $(BUILD)/bin:
+$(BUILD)/lib $(BUILD)/pic $(BUILD)/cmd $(BUILD)/unit $(BUILD)/bench \
+		$(BUILD)/bin:
 	@mkdir -p $@
 
 unit: deps $(BUILD)/bin/unit
@@ -171,6 +193,10 @@ bench: all $(BENCH_PROGS:%=$(BUILD)/bin/bench-%)
 demo: all
 	MUSTER_BIN=$(CURDIR)/$(BUILD)/bin ./examples/demo.sh
 
+# Opt-in: a real DDP job with PyTorch, when Debian's python3-torch is there.
+example-ddp: all
+	MUSTER_BIN=$(CURDIR)/$(BUILD)/bin PYTHON=$(PYTHON) ./examples/ddp/run.sh
+
 lint:
 	mandoc -Tlint -W warning $(addprefix man/,$(MAN1) $(MAN8))
 	clang-format --dry-run -Werror $$(git ls-files '*.c' '*.h')
@@ -180,15 +206,27 @@ format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
 install: all
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 \
+		$(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(LIBDIR) \
+		$(DESTDIR)$(INCLUDEDIR)/muster $(DESTDIR)$(PYTHONDIR)
 	install -m 755 $(BINS) $(DESTDIR)$(BINDIR)/
 	install -m 644 $(addprefix man/,$(MAN1)) $(DESTDIR)$(MANDIR)/man1/
 	install -m 644 $(addprefix man/,$(MAN8)) $(DESTDIR)$(MANDIR)/man8/
+	install -m 755 $(SYNCLIB) $(DESTDIR)$(LIBDIR)/
+	ln -sf libmuster-syncpoint.so.0 $(DESTDIR)$(LIBDIR)/libmuster-syncpoint.so
+	install -m 644 lib/client/syncpoint.h $(DESTDIR)$(INCLUDEDIR)/muster/
+	sed 's|^LIBPATH = None|LIBPATH = "$(LIBDIR)/libmuster-syncpoint.so.0"|' \
+		python/muster_syncpoint.py >$(DESTDIR)$(PYTHONDIR)/muster_syncpoint.py
+	chmod 644 $(DESTDIR)$(PYTHONDIR)/muster_syncpoint.py
 
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(PROGS))
 	rm -f $(addprefix $(DESTDIR)$(MANDIR)/man1/,$(MAN1))
 	rm -f $(addprefix $(DESTDIR)$(MANDIR)/man8/,$(MAN8))
+	rm -f $(DESTDIR)$(LIBDIR)/libmuster-syncpoint.so.0 \
+		$(DESTDIR)$(LIBDIR)/libmuster-syncpoint.so \
+		$(DESTDIR)$(INCLUDEDIR)/muster/syncpoint.h \
+		$(DESTDIR)$(PYTHONDIR)/muster_syncpoint.py
 
 clean:
 	rm -rf build build-address build-undefined
