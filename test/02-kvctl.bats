@@ -536,3 +536,22 @@ json() {
 	run kvctl tryget big
 	assert_failure 1
 }
+
+@test "MUSTER_TIMEOUT sets the default deadline; --timeout wins; a bad one is a usage error" {
+	start_coordd
+	local t0 took
+	t0=$(now_ms)
+	MUSTER_TIMEOUT=300ms run --separate-stderr kvctl get never
+	took=$(($(now_ms) - t0))
+	assert_failure 4
+	# Its 300 ms, not the default 30 s, with room for a busy machine.
+	[ "$took" -lt 6000 ] || fail "took ${took}ms"
+	MUSTER_TIMEOUT=1h run --separate-stderr kvctl --timeout 200ms get never
+	assert_failure 4
+	MUSTER_TIMEOUT=soon run --separate-stderr kvctl get never
+	assert_failure 2
+	[[ $stderr == *"MUSTER_TIMEOUT=soon is not a duration"* ]]
+	# A watch keeps its own default: none.
+	MUSTER_TIMEOUT=100ms run --separate-stderr timeout 2 kvctl watch --count 1 x
+	assert_failure 124
+}
