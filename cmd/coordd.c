@@ -17,7 +17,11 @@ static const char synopsis[] =
     "[--max-value-size BYTES]\n"
     "              [--cluster JOB=N[,JOB=N...]] [--heartbeat-timeout DUR]\n"
     "              [--register-timeout DUR] [--shutdown-barrier-timeout DUR]\n"
-    "              [--recoverable JOB[,JOB...]] [--threads N]\n";
+    "              [--recoverable JOB[,JOB...]] [--threads N]\n"
+    "              [--max-keys N] [--max-store-bytes BYTES] "
+    "[--max-barriers N]\n"
+    "              [--max-connections N] [--max-inflight-bytes BYTES]\n"
+    "              [--request-timeout DUR] [--max-wait DUR]\n";
 
 /* --recoverable JOB[,JOB...]: every job must be one of --cluster's. */
 static int
@@ -56,11 +60,15 @@ parse_args(int argc, char **argv, struct daemon_options *d,
 	    {"register-timeout", required_argument, NULL, 'G'},
 	    {"shutdown-barrier-timeout", required_argument, NULL, 'S'},
 	    {"recoverable", required_argument, NULL, 'r'},
+	    {"max-keys", required_argument, NULL, 'K'},
+	    {"max-store-bytes", required_argument, NULL, 'B'},
+	    {"max-barriers", required_argument, NULL, 'b'},
 	    {NULL, 0, NULL, 0},
 	};
 	struct registry_config *rc = &cc->cluster;
 	const char *recoverable = NULL;
 	char err[512];
+	long n;
 	int c, r;
 
 	while ((c = getopt_long(argc, argv, DAEMON_SHORTOPTS, longopts,
@@ -102,6 +110,26 @@ parse_args(int argc, char **argv, struct daemon_options *d,
 				return 2;
 			break;
 		case 'r': recoverable = optarg; break;
+		case 'K':
+			if (cli_number_flag(synopsis, "--max-keys", optarg, 1,
+			        1L << 40, &n) != 0)
+				return 2;
+			cc->kv.max_keys = (size_t)n;
+			break;
+		case 'B':
+			if (parse_size(optarg, &cc->kv.max_bytes) < 0 ||
+			    cc->kv.max_bytes == 0)
+				return cli_usage_error(synopsis,
+				    "--max-store-bytes %s is not a size (like "
+				    "1G, 512M)",
+				    optarg);
+			break;
+		case 'b':
+			if (cli_number_flag(synopsis, "--max-barriers", optarg,
+			        1, 1L << 30, &n) != 0)
+				return 2;
+			cc->max_barriers = (size_t)n;
+			break;
 		default: return cli_std_option(c, synopsis);
 		}
 	}
@@ -114,6 +142,7 @@ parse_args(int argc, char **argv, struct daemon_options *d,
 		cc->kv.max_value = KV_MAX_VALUE_DEFAULT;
 	if (recoverable != NULL && parse_recoverable(recoverable, rc) != 0)
 		return 2;
+	cc->max_wait_ms = d->max_wait_ms;
 	/* Room for a whole value in a compare-and-swap, base64 twice. */
 	d->max_body = cc->kv.max_value / 3 * 8 + 64 * 1024;
 	return 0;

@@ -83,6 +83,8 @@ enum state {
 	WAITING,  /* for every task; no command yet */
 	RUNNING,  /* the command runs */
 	STOPPING, /* a failure: the command is being stopped */
+	SETTLING, /* it ended after a notice: its last step still takes
+		   * part in the sync protocol before the task leaves */
 	NSTATES
 };
 
@@ -93,9 +95,10 @@ enum event {
 	E_NOTICE,
 	E_DEATH,
 	E_SYNCED,
-	E_SIGNAL,    /* any other signal */
-	E_EXIT,      /* the command ended */
-	E_STOP_TIME, /* a grace period before the death time */
+	E_SIGNAL,      /* any other signal */
+	E_EXIT,        /* the command ended */
+	E_STOP_TIME,   /* a grace period before the death time */
+	E_SETTLE_TIME, /* no sync protocol came in time */
 	NEVENTS
 };
 
@@ -108,8 +111,11 @@ struct run {
 	const int *notice_sig;
 	int sfd;
 	enum state state;
-	int noticed;  /* a notice came: the run is preempted */
-	int own_sent; /* this task published a notice */
+	int noticed;          /* a notice came: the run is preempted */
+	int abandon;          /* leave without waiting for the sync protocol */
+	int64_t death;        /* wall ms of the notice's death time; 0 */
+	int64_t settle_until; /* monotonic: SETTLING ends by then */
+	int own_sent;         /* this task published a notice */
 	pid_t child;
 	struct proc_guard guard;
 	struct proc_stop stop;
@@ -342,6 +348,7 @@ death(struct run *r)
 	r->stop_at = at > 0 ? at : 1;
 	log_info("preemption notice for the cluster: %s", r->ev->msg);
 	r->noticed = 1;
+	r->death = r->ev->value;
 	return r->state;
 }
 
@@ -456,6 +463,27 @@ exited_noticed(struct run *r)
 	}
 	st.state = (enum sync_state)atomic_load(&r->watch.page->state);
 	st.sync_step = atomic_load(&r->watch.page->sync_step);
+	/*
+	 * The others may be agreeing on a sync point this very moment:
+	 * the task stays for it, so that its last step counts and they
+	 * are not left waiting for it (its leaving would fail the
+	 * protocol for all). The death time bounds the wait; a task alone
+	 * in its job has nobody to stay for.
+	 */
+	if (st.state != SYNC_KNOWN && st.state != SYNC_FAILED &&
+	    r->s.a.world > 1 && r->state != SETTLING && !r->abandon) {
+		int64_t left =
+		    (r->death != 0 ? r->death :
+		                     wall_now_ms() + r->o->notice_grace) -
+		    wall_now_ms();
+		log_info("the command %s after a preemption notice; staying "
+		         "for the sync protocol, where its last step counts",
+		    proc_status_text(r->status, what, sizeof(what)));
+		/* At the latest until the death time. */
+		r->settle_until =
+		    duration_now_ms() + (left > 0 ? left : 0) + 2000;
+		return SETTLING;
+	}
 	if (told == SYNCPOINT_YES)
 		snprintf(why, sizeof(why),
 		    "after it was told to checkpoint "
@@ -485,6 +513,34 @@ exited_noticed(struct run *r)
 	return finish(r, r->o->unsynced_code, 1);
 }
 
+/* The protocol ended while the task stayed for it: now it leaves. */
+static enum state
+settled(struct run *r)
+{
+	synced(r);
+	return exited_noticed(r);
+}
+
+/* The cluster's notice, while staying for the protocol: until its death
+ * time at the latest. */
+static enum state
+settle_death(struct run *r)
+{
+	int64_t left = r->ev->value - wall_now_ms();
+
+	r->death = r->ev->value;
+	r->settle_until = duration_now_ms() + (left > 0 ? left : 0) + 2000;
+	return r->state;
+}
+
+/* A failure or a signal while staying for the protocol: leave now. */
+static enum state
+settle_abandoned(struct run *r)
+{
+	r->abandon = 1;
+	return exited_noticed(r);
+}
+
 /* A failure trumps a notice: no sync point was kept. */
 static enum state
 exited_stopped(struct run *r)
@@ -512,6 +568,11 @@ static const action table[NSTATES][NEVENTS] = {
 	[STOPPING] = {
 		[E_NOTICE] = own_notice, [E_SYNCED] = synced,
 		[E_SIGNAL] = forward, [E_EXIT] = exited_stopped,
+	},
+	[SETTLING] = {
+		[E_FAILED] = settle_abandoned, [E_SYNCED] = settled,
+		[E_DEATH] = settle_death,
+		[E_SIGNAL] = settle_abandoned, [E_SETTLE_TIME] = settle_abandoned,
 	},
 };
 /* clang-format on */
@@ -584,6 +645,8 @@ run_loop(struct run *r)
 	r->state = WAITING;
 	r->done = 0;
 	r->noticed = 0;
+	r->abandon = 0;
+	r->death = 0;
 	r->own_sent = 0;
 	r->child = 0;
 	r->stop_at = 0;
@@ -600,6 +663,9 @@ run_loop(struct run *r)
 		if (r->stop_at != 0 && r->child > 0 &&
 		    (next == 0 || r->stop_at < next))
 			next = r->stop_at;
+		if (r->state == SETTLING &&
+		    (next == 0 || r->settle_until < next))
+			next = r->settle_until;
 		if (next != 0)
 			timeout = next > now ? (int)(next - now) : 0;
 		if (poll(pfd, 2, timeout) < 0 && errno != EINTR)
@@ -609,6 +675,8 @@ run_loop(struct run *r)
 			r->stop_at = 0;
 			dispatch(r, E_STOP_TIME);
 		}
+		if (r->state == SETTLING && now >= r->settle_until)
+			dispatch(r, E_SETTLE_TIME);
 		if (proc_stop_tick(&r->stop, now))
 			log_info("the command is still running after the grace "
 			         "period: SIGKILL");

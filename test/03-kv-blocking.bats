@@ -56,28 +56,28 @@ bats_require_minimum_version 1.5.0
 	wait_exit "$w" 10
 	assert_equal "$STATUS" 0
 	run cat watch.out
-	assert_output "$(printf '%s\n' '1 put jobs/a one' '3 update jobs/a two' '4 delete jobs/a')"
+	assert_output "$(printf '%s\n' "$(rev 1) put jobs/a one" "$(rev 3) update jobs/a two" "$(rev 4) delete jobs/a")"
 	[ ! -s watch.err ]
 }
 
 @test "watch --since REV resumes with the changes strictly after REV" {
 	start_coordd
-	kvctl put w/a 1           # revision 1
-	kvctl put w/b 2           # revision 2
-	kvctl update w/a 3        # revision 3
-	kvctl rm w/b              # revision 4
+	kvctl put w/a 1           # revision REV0+1
+	kvctl put w/b 2           # revision REV0+2
+	kvctl update w/a 3        # revision REV0+3
+	kvctl rm w/b              # revision REV0+4
 
-	run --separate-stderr kvctl --timeout 2s watch --since 2 --count 2 w
+	run --separate-stderr kvctl --timeout 2s watch --since "$(rev 2)" --count 2 w
 	assert_success
-	assert_output "$(printf '%s\n' '3 update w/a 3' '4 delete w/b')"
+	assert_output "$(printf '%s\n' "$(rev 3) update w/a 3" "$(rev 4) delete w/b")"
 
 	run kvctl --timeout 2s watch --since 0 --count 4 w
 	assert_success
-	assert_line --index 0 '1 put w/a 1'
-	assert_line --index 3 '4 delete w/b'
+	assert_line --index 0 "$(rev 1) put w/a 1"
+	assert_line --index 3 "$(rev 4) delete w/b"
 
 	# Nothing after the last revision: a bounded watch prints nothing.
-	run --separate-stderr kvctl --timeout 300ms watch --since 4 w
+	run --separate-stderr kvctl --timeout 300ms watch --since "$(rev 4)" w
 	assert_success
 	assert_output ""
 }
@@ -85,7 +85,7 @@ bats_require_minimum_version 1.5.0
 @test "watch --since then waits for new changes" {
 	start_coordd
 	kvctl put w/a 1
-	kvctl --timeout 10s watch --since 1 --count 1 w >watch.out 2>&1 3>&- &
+	kvctl --timeout 10s watch --since "$(rev 1)" --count 1 w >watch.out 2>&1 3>&- &
 	local w=$!
 	wait_metric muster_kv_watchers 1
 	running "$w"
@@ -93,7 +93,7 @@ bats_require_minimum_version 1.5.0
 	wait_exit "$w" 10
 	assert_equal "$STATUS" 0
 	run cat watch.out
-	assert_output '2 put w/b 2'
+	assert_output "$(rev 2) put w/b 2"
 }
 
 @test "watch --json prints one JSON object per change" {
@@ -104,7 +104,7 @@ bats_require_minimum_version 1.5.0
 	run --separate-stderr kvctl --json --timeout 2s watch --since 0 --count 3 w
 	assert_success
 	assert_equal "${#lines[@]}" 3
-	run jq -c '[.revision, .type, .key, .value, .value_base64]' <<<"$output"
+	run jq -c "[.revision - $REV0, .type, .key, .value, .value_base64]" <<<"$output"
 	assert_output "$(printf '%s\n' '[1,"put","w/a","1",null]' '[2,"put","w/b",null,"YgA="]' '[3,"delete","w/a",null,null]')"
 }
 
@@ -113,7 +113,7 @@ bats_require_minimum_version 1.5.0
 	kvctl put w/a 1
 	run --separate-stderr kvctl --timeout 500ms watch --since 0 --count 2 w
 	assert_failure 4
-	assert_output '1 put w/a 1'
+	assert_output "$(rev 1) put w/a 1"
 	[[ $stderr == "kvctl: DEADLINE_EXCEEDED: "* ]]
 }
 

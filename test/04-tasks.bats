@@ -644,6 +644,24 @@ beat() {
 	assert_equal "$(task worker:1 .state)" disconnected
 }
 
+@test "shutdown barrier: a member that fails while others wait fails it for them, INTERNAL naming it" {
+	start_coordd --cluster worker=3 --heartbeat-timeout 60s --shutdown-barrier-timeout 20s
+	reg worker:0 a
+	reg worker:1 b
+	reg worker:2 c
+	bg_http s0 POST '/v1/tasks/worker/0/shutdown?incarnation=a&wait=15s'
+	bg_http s1 POST '/v1/tasks/worker/1/shutdown?incarnation=b&wait=15s'
+	wait_metric muster_http_parked 2
+	report worker:2 c INTERNAL crashed
+	assert_equal "$(bg_code s0)" 500
+	assert_equal "$(bg_code s1)" 500
+	[[ $(jv .error.message "$T/s0.body") == *"worker:2"*"crashed"* ]] ||
+		fail "$(cat "$T/s0.body")"
+	# They leave all the same.
+	assert_equal "$(task worker:0 .state)" disconnected
+	assert_equal "$(task worker:1 .state)" disconnected
+}
+
 @test "the shutdown barrier works again for the next run of the job" {
 	start_coordd --cluster worker=2 --heartbeat-timeout 60s --shutdown-barrier-timeout 20s
 	local run
@@ -980,7 +998,7 @@ beat() {
 
 	run --separate-stderr kvctl status
 	assert_success
-	assert_line --index 0 "2/4 tasks connected, epoch 0, heartbeat timeout 1m, 1 keys at revision 1"
+	assert_line --index 0 "2/4 tasks connected, epoch 0, heartbeat timeout 1m, 1 keys at revision $(rev 1)"
 	assert_line --index 1 --regexp '^TASK +STATE +INCARNATION +HEARTBEAT +ERROR$'
 	assert_line --index 2 --regexp '^worker:0 +connected +000000000000000a +([0-9]+(h|m|s|ms))+ ago *$'
 	assert_line --index 3 --regexp '^worker:1 +error +000000000000000b +- +INTERNAL: disk full$'
@@ -1012,4 +1030,39 @@ beat() {
 	run --separate-stderr kvctl -c "127.0.0.1:$port" --timeout 500ms status
 	assert_failure 9
 	[[ $stderr == "kvctl: UNAVAILABLE: "* ]]
+}
+
+# --- semantics of the reference's service -----------------------------------
+
+@test "a task that shuts down while waiting at a barrier fails it for every member (INTERNAL)" {
+	start_coordd --cluster worker=3 --heartbeat-timeout 60s
+	reg worker:0 a
+	reg worker:1 b
+	reg worker:2 c
+	bg_http w0 POST '/v1/barriers/b1?wait=20s' -d '{"task":"worker:0","incarnation":"a"}'
+	wait_metric muster_http_parked 1
+	# worker:0 leaves while it waits there.
+	run http POST '/v1/tasks/worker/0/shutdown?incarnation=a&barrier=0'
+	assert_line --index 0 200
+	assert_equal "$(bg_code w0)" 500
+	[[ $(jq -r .error.message "$T/w0.body") == *"worker:0 left"* ]]
+	# The others are told, not let through.
+	run http POST '/v1/barriers/b1?wait=5s' -d '{"task":"worker:1","incarnation":"b"}'
+	error_is 500 INTERNAL
+	run http POST '/v1/barriers/b1?wait=5s' -d '{"task":"worker:2","incarnation":"c"}'
+	error_is 500 INTERNAL
+}
+
+@test "the shutdown barrier's timeout reaches the task shutting down as DEADLINE_EXCEEDED, and asking again gets it again" {
+	start_coordd --cluster worker=2 --heartbeat-timeout 2s --shutdown-barrier-timeout 1s
+	reg worker:0 a
+	reg worker:1 b
+	beat worker:0 a
+	beat worker:1 b
+	# worker:1 never comes to the barrier; worker:0's poll outlasts it.
+	run http POST '/v1/tasks/worker/0/shutdown?incarnation=a&wait=20s'
+	error_is 504 DEADLINE_EXCEEDED
+	[[ $(msg) == *"not arrived: worker:1"* ]]
+	run http POST '/v1/tasks/worker/0/shutdown?incarnation=a&wait=20s'
+	error_is 504 DEADLINE_EXCEEDED
 }

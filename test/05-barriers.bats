@@ -450,3 +450,50 @@ barriers() {
 	# It did not start the barrier either.
 	assert_equal "$(barriers)" ""
 }
+
+# --- a restart of coordd -----------------------------------------------------
+
+# one_arrived: coordd shows a barrier that one task arrived at.
+one_arrived() {
+	curl -s -m 5 "http://$MUSTER_COORD/v1/barriers" | grep -q '"arrived":1'
+}
+
+@test "a barrierwait parked when coordd is killed and started again carries on, and the barrier waits for every task to come back" {
+	local port
+	port=$(free_port)
+	export MUSTER_COORD=127.0.0.1:$port
+	coordd -l "$MUSTER_COORD" --cluster worker=2 --heartbeat-timeout 3s \
+		2>>"$T/coordd.log" &
+	local cpid=$!
+	DAEMON_PIDS+=("$cpid")
+	wait_for 10 curl -sf -o /dev/null "http://$MUSTER_COORD/healthz"
+	# Two tasks under preemptwatch; each command waits at barrier b1,
+	# worker:1 only once told to.
+	local i pids=()
+	for i in 0 1; do
+		preemptwatch -t "worker:$i" -- bash -c '
+			[ "$MUSTER_TASK" = worker:1 ] && until [ -e "$1/go" ]; do sleep 0.05; done
+			barrierwait --timeout 60s b1 && touch "$1/passed.$MUSTER_TASK"' _ "$T" \
+			>"$T/w$i.out" 2>"$T/w$i.err" 3>&- &
+		pids+=($!)
+		BG_PIDS+=($!)
+	done
+	wait_for 20 one_arrived
+	# coordd dies with worker:0 parked at b1, and comes back at once.
+	kill -9 "$cpid"
+	wait "$cpid" 2>/dev/null || true
+	coordd -l "$MUSTER_COORD" --cluster worker=2 --heartbeat-timeout 3s \
+		2>>"$T/coordd.log" &
+	DAEMON_PIDS+=($!)
+	wait_for 10 curl -sf -o /dev/null "http://$MUSTER_COORD/healthz"
+	# Whichever of worker:0's barrierwait and its preemptwatch reaches the
+	# new coordd first, the wait goes on; and the barrier's members are
+	# not just those registered so far.
+	touch "$T/go"
+	for i in 0 1; do
+		wait_exit "${pids[i]}" 30
+		assert_equal "$STATUS" 0
+	done
+	[ -e "$T/passed.worker:0" ] || fail "worker:0: $(cat "$T/w0.err")"
+	[ -e "$T/passed.worker:1" ] || fail "worker:1: $(cat "$T/w1.err")"
+}

@@ -93,6 +93,16 @@ start_coordd() {
 	COORD_PORT=$(cat "$pf")
 	MUSTER_COORD=127.0.0.1:$COORD_PORT
 	export MUSTER_COORD
+	# An in-memory store's revisions start from the clock, so that they
+	# never repeat those of a coordd before it: REV0 is where this one's
+	# start (its first change is REV0+1).
+	REV0=$(curl -s -m 10 "http://$MUSTER_COORD/metrics" |
+		awk '$1 == "muster_kv_revision" {print $2}')
+}
+
+# rev N: the revision of this coordd's Nth change.
+rev() {
+	echo $((REV0 + $1))
 }
 
 # free_port: a port nothing listens on right now, below the kernel's

@@ -1,6 +1,10 @@
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "strmap.h"
 
@@ -18,17 +22,75 @@ struct strmap {
 	size_t count;
 };
 
-/* FNV-1a, 64-bit. */
+/*
+ * SipHash-1-3 under a key drawn at random once per process: keys come
+ * from the network, and a hash anyone can compute lets a client pick keys
+ * that all land in one chain.
+ */
+static uint64_t sip_k0, sip_k1;
+static pthread_once_t sip_once = PTHREAD_ONCE_INIT;
+
+static void
+sip_seed(void)
+{
+	uint64_t k[2] = {0x736f6d6570736575ULL, 0x646f72616e646f6dULL};
+
+	if (getrandom(k, sizeof(k), 0) != (ssize_t)sizeof(k)) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		k[0] ^= (uint64_t)ts.tv_nsec << 32 ^ (uint64_t)getpid();
+		k[1] ^= (uint64_t)ts.tv_sec;
+	}
+	sip_k0 = k[0];
+	sip_k1 = k[1];
+}
+
+#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                   \
+	do {                       \
+		v0 += v1;          \
+		v1 = ROTL(v1, 13); \
+		v1 ^= v0;          \
+		v0 = ROTL(v0, 32); \
+		v2 += v3;          \
+		v3 = ROTL(v3, 16); \
+		v3 ^= v2;          \
+		v0 += v3;          \
+		v3 = ROTL(v3, 21); \
+		v3 ^= v0;          \
+		v2 += v1;          \
+		v1 = ROTL(v1, 17); \
+		v1 ^= v2;          \
+		v2 = ROTL(v2, 32); \
+	} while (0)
+
 static uint64_t
 hash(const char *k, size_t n)
 {
-	uint64_t h = 0xcbf29ce484222325ULL;
+	const unsigned char *p = (const unsigned char *)k;
+	uint64_t v0 = sip_k0 ^ 0x736f6d6570736575ULL;
+	uint64_t v1 = sip_k1 ^ 0x646f72616e646f6dULL;
+	uint64_t v2 = sip_k0 ^ 0x6c7967656e657261ULL;
+	uint64_t v3 = sip_k1 ^ 0x7465646279746573ULL;
+	uint64_t b = (uint64_t)n << 56, m;
+	size_t i, left = n & 7;
 
-	for (size_t i = 0; i < n; i++) {
-		h ^= (unsigned char)k[i];
-		h *= 0x100000001b3ULL;
+	for (i = 0; i + 8 <= n; i += 8) {
+		memcpy(&m, p + i, 8);
+		v3 ^= m;
+		SIPROUND;
+		v0 ^= m;
 	}
-	return h;
+	for (size_t j = 0; j < left; j++)
+		b |= (uint64_t)p[i + j] << (8 * j);
+	v3 ^= b;
+	SIPROUND;
+	v0 ^= b;
+	v2 ^= 0xff;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	return v0 ^ v1 ^ v2 ^ v3;
 }
 
 struct strmap *
@@ -36,6 +98,7 @@ strmap_new(void)
 {
 	struct strmap *m = calloc(1, sizeof(*m));
 
+	pthread_once(&sip_once, sip_seed);
 	if (m == NULL)
 		return NULL;
 	m->nb = 64;

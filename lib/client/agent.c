@@ -116,11 +116,26 @@ coord_register(struct coord_client *cc, struct coord_agent *a, int64_t deadline)
 
 enum status
 coord_heartbeat(struct coord_client *cc, const struct coord_agent *a,
-    int64_t deadline, int *not_registered, char *svc)
+    int64_t deadline, int64_t patience_ms, int *not_registered, char *svc)
 {
-	json_t *reply;
-	enum status st = task_call(cc, a, "heartbeat", "", NULL, deadline,
-	    CALL_REPEAT, &reply, NULL);
+	json_t *reply = NULL;
+	struct buf path = {0};
+	struct http_resp resp;
+	char inc[17];
+	enum status st;
+
+	if (buf_printf(&path, "%s/heartbeat?incarnation=%s", a->path,
+	        task_format_incarnation(a->incarnation, inc)) < 0)
+		return coord_fail(cc, ST_RESOURCE_EXHAUSTED, "out of memory");
+	/* Connecting is retried until deadline; an answer is waited for
+	 * patience_ms longer. */
+	st = http_client_poll(cc->http, "POST", path.data, NULL, 0, NULL,
+	    deadline, patience_ms, 1, &resp, cc->err, sizeof(cc->err));
+	buf_free(&path);
+	if (st != ST_OK && resp.code != 0)
+		reply = json_loadb(resp.body.data != NULL ? resp.body.data : "",
+		    resp.body.len, 0, NULL);
+	http_resp_free(&resp);
 	const char *reason =
 	    json_string_value(json_object_get(reply, "reason"));
 

@@ -41,13 +41,15 @@ int coord_agent_init(struct coord_agent *a, const char *task,
 enum status coord_register(struct coord_client *cc, struct coord_agent *a,
     int64_t deadline);
 /*
+ * Tries to reach coordd until deadline, then waits patience_ms more for
+ * its answer (a stalled coordd answers late, it has not gone).
  * *not_registered is set when coordd does not know the task as connected;
  * svc (17 bytes) then gets coordd's service incarnation, which tells a
  * restarted coordd from one that moved on without this task.
  */
 enum status coord_heartbeat(struct coord_client *cc,
-    const struct coord_agent *a, int64_t deadline, int *not_registered,
-    char *svc);
+    const struct coord_agent *a, int64_t deadline, int64_t patience_ms,
+    int *not_registered, char *svc);
 /*
  * The raw HTTP request of coord_report_error, for a process that may not
  * use the client (a guard forked from a threaded one): its length, or 0

@@ -347,15 +347,72 @@ enum status
 coord_kv_dir(struct coord_client *cc, const char *prefix, int64_t deadline,
     json_t **reply)
 {
-	struct buf path = {0};
-	enum status st;
+	json_t *all = NULL, *page = NULL;
+	struct buf path = {0}, suffix = {0};
+	enum status st = ST_OK;
 
-	if (coord_key_path(&path, "/v1/kv/", prefix, "?dir=1") < 0)
-		return coord_fail(cc, ST_RESOURCE_EXHAUSTED, "out of memory");
-	st = coord_call_json(cc, "GET", &path, NULL, deadline, CALL_REPEAT,
-	    reply, NULL);
+	*reply = NULL;
+	/* coordd answers a page at a time: ask for the next one after the
+	 * last key, until it says there are no more. */
+	for (;;) {
+		json_t *entries, *last;
+		const char *after = NULL;
+		int more;
+
+		if (all != NULL) {
+			entries = json_object_get(all, "entries");
+			last = json_array_get(entries,
+			    json_array_size(entries) - 1);
+			after = json_string_value(json_object_get(last, "key"));
+		}
+		buf_reset(&path);
+		buf_reset(&suffix);
+		if (buf_printf(&suffix, "?dir=1") < 0 ||
+		    (after != NULL &&
+		        (buf_printf(&suffix, "&after=") < 0 ||
+		            text_url_encode(&suffix, after, strlen(after)) <
+		                0)) ||
+		    coord_key_path(&path, "/v1/kv/", prefix, suffix.data) < 0) {
+			st = coord_fail(cc, ST_RESOURCE_EXHAUSTED,
+			    "out of memory");
+			break;
+		}
+		st = coord_call_json(cc, "GET", &path, NULL, deadline,
+		    CALL_REPEAT, &page, NULL);
+		if (st != ST_OK)
+			break;
+		entries = json_object_get(page, "entries");
+		if (!json_is_array(entries)) {
+			st = coord_fail(cc, ST_INTERNAL,
+			    "malformed reply to a listing");
+			break;
+		}
+		more = json_is_true(json_object_get(page, "more")) &&
+		    json_array_size(entries) > 0;
+		if (all == NULL) {
+			all = page;
+		} else {
+			/* The revision is the last page's. */
+			json_array_extend(json_object_get(all, "entries"),
+			    entries);
+			json_object_set(all, "revision",
+			    json_object_get(page, "revision"));
+			json_decref(page);
+		}
+		page = NULL;
+		if (!more)
+			break;
+	}
+	json_decref(page);
 	buf_free(&path);
-	return st;
+	buf_free(&suffix);
+	if (st != ST_OK) {
+		json_decref(all);
+		return st;
+	}
+	json_object_del(all, "more");
+	*reply = all;
+	return ST_OK;
 }
 
 enum status

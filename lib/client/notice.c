@@ -16,6 +16,9 @@
 #include "session.h"
 #include "wallclock.h"
 
+/* What a metadata reply may weigh: they are a few hundred bytes. */
+#define NOTICE_MAX_REPLY (1u << 20)
+
 static const struct {
 	const char *name;
 	int signo;
@@ -121,6 +124,8 @@ notice_parse(const char *spec, const char *base, struct notice_source *src,
 	}
 	if ((src->http = http_client_new(src->addr, 80, err, errlen)) == NULL)
 		return -1;
+	/* A metadata server is not ours to trust with our memory. */
+	http_client_set_max_reply(src->http, NOTICE_MAX_REPLY);
 	/* Metadata servers answer only requests that say they mean it. */
 	if (src->kind == NOTICE_GCE)
 		http_client_add_header(src->http, "Metadata-Flavor: Google");
@@ -245,6 +250,7 @@ aws_token(struct notice_source *src, char *err, size_t errlen)
 		return 0;
 	if ((c = http_client_new(src->addr, 80, err, errlen)) == NULL)
 		return -1;
+	http_client_set_max_reply(c, NOTICE_MAX_REPLY);
 	http_client_add_header(c,
 	    "X-aws-ec2-metadata-token-ttl-seconds: 21600");
 	{
@@ -270,6 +276,7 @@ aws_token(struct notice_source *src, char *err, size_t errlen)
 	http_client_free(src->http);
 	if ((src->http = http_client_new(src->addr, 80, err, errlen)) == NULL)
 		return -1;
+	http_client_set_max_reply(src->http, NOTICE_MAX_REPLY);
 	{
 		char h[600];
 		snprintf(h, sizeof(h), "X-aws-ec2-metadata-token: %s",

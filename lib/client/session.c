@@ -38,8 +38,14 @@ session_client(struct session *s)
 /*
  * Heartbeats every interval coordd asked for. The task counts as failed
  * when coordd says so, or when coordd cannot be reached for longer than
- * the heartbeat timeout: by then coordd has given up on us too.
+ * the heartbeat timeout: by then coordd has given up on us too. A
+ * coordd that took the heartbeat and does not answer yet is stalled
+ * (stopped, starved of CPU), not gone: it does not count silence it
+ * could not hear, and the heartbeat waits for its answer, up to
+ * HB_PATIENCE timeouts, before the task gives up.
  */
+#define HB_PATIENCE 3
+
 static void *
 heartbeat_main(void *arg)
 {
@@ -54,10 +60,9 @@ heartbeat_main(void *arg)
 		int not_reg = 0;
 		enum status st;
 
-		if (s->guard != NULL)
-			proc_guard_tick(s->guard);
-		st = coord_heartbeat(cc, &s->a,
-		    now + s->a.heartbeat_interval_ms, &not_reg, svc);
+		st =
+		    coord_heartbeat(cc, &s->a, now + s->a.heartbeat_interval_ms,
+		        HB_PATIENCE * s->a.heartbeat_timeout_ms, &not_reg, svc);
 		if (st == ST_OK) {
 			last_ok = duration_now_ms();
 			continue;
@@ -177,6 +182,26 @@ session_spawn(struct session *s, void *(*fn)(void *), void *arg)
 	return 0;
 }
 
+/*
+ * Tells the command's guard that this process is alive, four times in
+ * each of its stall periods: on a thread of its own, as the heartbeat
+ * may wait long on a stalled coordd without this process being frozen.
+ */
+static void *
+ticker_main(void *arg)
+{
+	struct session *s = arg;
+	int64_t every = s->a.heartbeat_timeout_ms / 4;
+
+	if (every < 50)
+		every = 50;
+	do {
+		if (s->guard != NULL)
+			proc_guard_tick(s->guard);
+	} while (nap(cancel_fd(&s->cancel), every) == 0);
+	return NULL;
+}
+
 int
 session_start(struct session *s)
 {
@@ -185,6 +210,7 @@ session_start(struct session *s)
 	if (cancel_open(&s->cancel) < 0)
 		return -1;
 	if (session_spawn(s, heartbeat_main, s) < 0 ||
+	    (s->guard != NULL && session_spawn(s, ticker_main, s) < 0) ||
 	    session_spawn(s, poller_main, s) < 0) {
 		session_stop(s);
 		return -1;

@@ -40,7 +40,7 @@ void session_post(struct evq *q, enum session_ev type, unsigned gen,
     enum status st, int64_t value, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
 
-#define SESSION_MAX_THREADS 4
+#define SESSION_MAX_THREADS 6
 
 struct session {
 	const char *addr; /* coordd */
@@ -49,7 +49,7 @@ struct session {
 	int wait_all;       /* wait for every task first */
 	int64_t bringup_ms; /* for how long */
 	struct evq *q;
-	struct proc_guard *guard; /* ticked with each heartbeat */
+	struct proc_guard *guard; /* ticked while the session lasts */
 	atomic_int ready;         /* every task is there */
 	struct cancel cancel;
 	pthread_t threads[SESSION_MAX_THREADS];

@@ -10,6 +10,7 @@
 #include "daemon.h"
 #include "http_server.h"
 #include "log.h"
+#include "park.h"
 #include "parse.h"
 
 struct daemon {
@@ -47,6 +48,39 @@ daemon_option(struct daemon_options *o, int c, const char *arg,
 		if (parse_long(arg, 1, 64, &o->threads) < 0) {
 			cli_usage_error(synopsis,
 			    "--threads %s is not a number from 1 to 64", arg);
+			return -1;
+		}
+		return 1;
+	case 0x102:
+		if (parse_long(arg, 16, 1L << 24, &o->max_conns) < 0) {
+			cli_usage_error(synopsis,
+			    "--max-connections %s is not a number from 16 to "
+			    "16777216",
+			    arg);
+			return -1;
+		}
+		return 1;
+	case 0x103:
+		if (parse_size(arg, &o->max_inflight) < 0 ||
+		    o->max_inflight == 0) {
+			cli_usage_error(synopsis,
+			    "--max-inflight-bytes %s is not a size (like 256M)",
+			    arg);
+			return -1;
+		}
+		return 1;
+	case 0x104:
+		return cli_duration_flag(synopsis, "--request-timeout", arg, 1,
+		           &o->request_timeout_ms) != 0 ?
+		    -1 :
+		    1;
+	case 0x105:
+		if (cli_duration_flag(synopsis, "--max-wait", arg, 1,
+		        &o->max_wait_ms) != 0)
+			return -1;
+		if (o->max_wait_ms > PARK_MAX_WAIT_MS) {
+			cli_usage_error(synopsis, "--max-wait %s is over 24h",
+			    arg);
 			return -1;
 		}
 		return 1;
@@ -95,20 +129,47 @@ static void
 metrics(struct daemon *d, struct http_req *req)
 {
 	struct buf b = {0};
+	struct http_stats st;
 
 	if (d->svc->metrics != NULL)
 		d->svc->metrics(&b, d->svc->arg);
+	http_server_stats(d->srv, &st);
 	buf_printf(&b,
 	    "# HELP muster_http_requests_total Requests received.\n"
 	    "# TYPE muster_http_requests_total counter\n"
 	    "muster_http_requests_total %lu\n"
 	    "# HELP muster_http_parked Requests parked now.\n"
 	    "# TYPE muster_http_parked gauge\nmuster_http_parked %lu\n"
+	    "# HELP muster_http_connections Connections open now.\n"
+	    "# TYPE muster_http_connections gauge\n"
+	    "muster_http_connections %lu\n"
+	    "# HELP muster_http_connections_max The connection limit.\n"
+	    "# TYPE muster_http_connections_max gauge\n"
+	    "muster_http_connections_max %lu\n"
+	    "# HELP muster_http_refused_total Connections refused at the "
+	    "limit.\n# TYPE muster_http_refused_total counter\n"
+	    "muster_http_refused_total %lu\n"
+	    "# HELP muster_http_abandoned_total Requests whose client went "
+	    "away before the answer.\n"
+	    "# TYPE muster_http_abandoned_total counter\n"
+	    "muster_http_abandoned_total %lu\n"
+	    "# HELP muster_http_timed_out_total Connections closed idle or "
+	    "too slow to send a request.\n"
+	    "# TYPE muster_http_timed_out_total counter\n"
+	    "muster_http_timed_out_total %lu\n"
+	    "# HELP muster_http_body_bytes Bytes of request bodies held now."
+	    "\n# TYPE muster_http_body_bytes gauge\n"
+	    "muster_http_body_bytes %lu\n"
+	    "# HELP muster_http_body_refused_total Requests refused because "
+	    "the bodies held reached --max-inflight-bytes.\n"
+	    "# TYPE muster_http_body_refused_total counter\n"
+	    "muster_http_body_refused_total %lu\n"
 	    "# HELP muster_log_dropped_total Log lines dropped because "
 	    "stderr did not keep up.\n# TYPE muster_log_dropped_total counter\n"
 	    "muster_log_dropped_total %lu\n",
-	    http_server_requests(d->srv), http_server_parked(d->srv),
-	    log_dropped());
+	    st.requests, st.parked, st.connections, st.max_connections,
+	    st.refused, st.abandoned, st.timed_out, st.body_bytes,
+	    st.body_refused, log_dropped());
 	if (b.data == NULL)
 		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
 	else
@@ -149,6 +210,14 @@ handle(struct http_req *req, void *arg)
 	route_dispatch(d->svc->routes, d->svc->nroutes, req, d->svc->arg);
 }
 
+static void
+gone(struct http_req *req, void *arg)
+{
+	struct daemon *d = arg;
+
+	d->svc->gone(req, d->svc->arg);
+}
+
 int
 daemon_run(const struct daemon_options *o, const struct daemon_service *svc)
 {
@@ -157,8 +226,12 @@ daemon_run(const struct daemon_options *o, const struct daemon_service *svc)
 	    .port = o->port,
 	    .threads = (unsigned)o->threads,
 	    .max_body = o->max_body,
+	    .max_inflight = o->max_inflight,
+	    .max_conns = (unsigned)o->max_conns,
+	    .request_timeout_ms = o->request_timeout_ms,
 	    .handler = handle,
-	    .arg = &d};
+	    .arg = &d,
+	    .gone = svc->gone != NULL ? gone : NULL};
 	char err[512];
 	sigset_t set;
 	int sig;
@@ -178,6 +251,8 @@ daemon_run(const struct daemon_options *o, const struct daemon_service *svc)
 		log_flush(2000);
 		return cli_fail(ST_UNAVAILABLE, "%s", err);
 	}
+	if (svc->started != NULL)
+		svc->started(d.srv, svc->arg);
 	if (o->port_file != NULL &&
 	    daemon_write_port_file(o->port_file, http_server_port(d.srv)) < 0) {
 		int rc = cli_fail(ST_INTERNAL, "cannot write port file %s: %m",

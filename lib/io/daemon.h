@@ -14,6 +14,7 @@
 
 #include "buf.h"
 #include "cli.h"
+#include "http_server.h"
 #include "route.h"
 
 /* What a service hands the skeleton. */
@@ -28,6 +29,10 @@ struct daemon_service {
 	int (*health)(void *arg, char *why, size_t len);
 	/* SIGTERM: answer what is parked; nothing may park after. */
 	void (*shutdown)(void *arg);
+	/* The server is up (before the port file is written); may be NULL. */
+	void (*started)(struct http_server *srv, void *arg);
+	/* A parked request's client went away: http_server_config.gone. */
+	void (*gone)(struct http_req *req, void *arg);
 };
 
 /* The options every daemon takes, with their defaults. */
@@ -36,6 +41,10 @@ struct daemon_options {
 	const char *port_file;
 	long threads; /* worker threads */
 	size_t max_body;
+	size_t max_inflight;        /* bodies held at once; 0: 4 max_body */
+	long max_conns;             /* 0: from the limit on open files */
+	int64_t request_timeout_ms; /* 0: 60 s to send a request */
+	int64_t max_wait_ms;        /* 0: a long poll waits 10 min at most */
 	int verbose;
 	int check;     /* -n: check the options, exit */
 	char host[64]; /* from listen */
@@ -48,6 +57,10 @@ struct daemon_options {
 	{"listen", required_argument, NULL, 'l'}, \
 	{"port-file", required_argument, NULL, 0x100}, \
 	{"threads", required_argument, NULL, 0x101}, \
+	{"max-connections", required_argument, NULL, 0x102}, \
+	{"max-inflight-bytes", required_argument, NULL, 0x103}, \
+	{"request-timeout", required_argument, NULL, 0x104}, \
+	{"max-wait", required_argument, NULL, 0x105}, \
 	{"verbose", no_argument, NULL, 'v'}, \
 	{"check", no_argument, NULL, 'n'}, \
 	CLI_STD_LONGOPTS

@@ -30,6 +30,7 @@ struct http_client {
 	int cancel_fd;      /* readable: give up, or -1 */
 	struct buf in;      /* bytes read and not yet used */
 	struct buf headers; /* extra request headers */
+	size_t max_reply;   /* the largest reply body taken */
 	unsigned seed;
 };
 
@@ -98,6 +99,7 @@ http_client_new(const char *addr, int defport, char *err, size_t errlen)
 	    addr[0] == '[' ? "[%s]:%ld" : "%s:%ld", c->host, p);
 	c->fd = -1;
 	c->cancel_fd = -1;
+	c->max_reply = HTTP_MAX_REPLY_DEFAULT;
 	c->seed = (unsigned)getpid() ^ (unsigned)duration_now_ms();
 	return c;
 }
@@ -152,6 +154,12 @@ void
 http_client_set_cancel(struct http_client *c, int fd)
 {
 	c->cancel_fd = fd;
+}
+
+void
+http_client_set_max_reply(struct http_client *c, size_t bytes)
+{
+	c->max_reply = bytes;
 }
 
 int
@@ -446,6 +454,8 @@ read_reply(struct http_client *c, int64_t at, struct http_resp *resp, int *keep,
 				        (eot == c->in.data ? 2 : 4));
 				return F_NONE;
 			}
+			if (resp->body.len + n > c->max_reply)
+				goto too_big;
 			if (buf_append(&resp->body, c->in.data, n) < 0)
 				goto nomem;
 			consume(&c->in, n + 2);
@@ -455,13 +465,16 @@ read_reply(struct http_client *c, int64_t at, struct http_resp *resp, int *keep,
 		/* The body runs to the end of the connection. */
 		*keep = 0;
 		while ((r = fill(c, at, &timed_out)) > 0)
-			;
+			if (c->in.len > c->max_reply)
+				goto too_big;
 		if (r < 0)
 			goto broken;
 		clen = (long long)c->in.len;
 	}
 	if (clen < 0)
 		clen = 0;
+	if ((unsigned long long)clen > c->max_reply)
+		goto too_big;
 	while (c->in.len < (size_t)clen) {
 		if ((r = fill(c, at, &timed_out)) <= 0)
 			goto broken;
@@ -478,6 +491,10 @@ broken:
 	return F_BROKEN;
 nomem:
 	snprintf(err, errlen, "out of memory");
+	return F_PROTOCOL;
+too_big:
+	snprintf(err, errlen, "%s sent a reply over the limit of %zu bytes",
+	    c->addr, c->max_reply);
 	return F_PROTOCOL;
 }
 

@@ -47,6 +47,13 @@ int http_client_sockaddr(const struct http_client *c,
  * told to stop. -1 turns it off.
  */
 void http_client_set_cancel(struct http_client *c, int fd);
+/*
+ * The largest reply body c takes (a server it does not trust, such as a
+ * metadata server, must not make it allocate without bound); a larger one
+ * fails the call. HTTP_MAX_REPLY_DEFAULT unless set.
+ */
+#define HTTP_MAX_REPLY_DEFAULT (256u << 20)
+void http_client_set_max_reply(struct http_client *c, size_t bytes);
 /* Adds a header ("Name: value") sent with every request of c. */
 int http_client_add_header(struct http_client *c, const char *header);
 

@@ -27,8 +27,21 @@ struct http_server_config {
 	int port;         /* 0 picks a free port */
 	unsigned threads; /* worker threads, each with its own epoll */
 	size_t max_body;  /* larger bodies get RESOURCE_EXHAUSTED */
+	/* Bodies held at once, all requests together (0: 4 max_body). */
+	size_t max_inflight;
+	/* Open connections (0: what the limit on open files leaves). */
+	unsigned max_conns;
+	/* To send a request's headers, and to start its body (0: 60 s). */
+	int64_t request_timeout_ms;
 	http_handler_fn handler;
 	void *arg;
+	/*
+	 * The client of a parked request went away (closed its connection).
+	 * Called on a thread of the server's, holding no lock, with req
+	 * still valid: answer it if it still waits (the reply goes nowhere),
+	 * or do nothing if it was answered meanwhile. NULL: not watched.
+	 */
+	void (*gone)(struct http_req *req, void *arg);
 };
 
 struct http_server *http_server_start(const struct http_server_config *cfg,
@@ -112,5 +125,32 @@ void http_req_release(struct http_req *req);
 /* Request counters, for /metrics. */
 unsigned long http_server_requests(const struct http_server *srv);
 unsigned long http_server_parked(const struct http_server *srv);
+
+struct http_stats {
+	unsigned long requests, parked;
+	unsigned long connections, max_connections;
+	unsigned long refused;   /* connections, at the limit */
+	unsigned long abandoned; /* requests whose client left first */
+	unsigned long timed_out; /* connections idle or too slow */
+	unsigned long body_refused;
+	unsigned long body_bytes, max_body_bytes; /* held now, limit */
+};
+
+void http_server_stats(const struct http_server *srv, struct http_stats *st);
+
+/*
+ * Whether the server could have heard a client. Taken in a handler,
+ * http_attention stamps the worker thread that serves the connection;
+ * http_attention_lost says later how long that thread spent in handlers
+ * since, unable to read anything: time a client's silence is not its own.
+ */
+struct http_attn {
+	int worker;
+	int64_t busy;
+};
+
+void http_attention(struct http_server *srv, struct http_attn *a);
+int64_t http_attention_lost(struct http_server *srv, const struct http_attn *a,
+    int64_t now);
 
 #endif

@@ -11,6 +11,7 @@ struct park {
 	struct timers *timers;
 	size_t count;
 	struct parked *answered; /* to resume once the lock is free */
+	int64_t max_wait;
 };
 
 struct park_index {
@@ -35,6 +36,7 @@ park_new(pthread_mutex_t *mu, char *err, size_t errlen)
 		return NULL;
 	}
 	p->mu = mu;
+	p->max_wait = PARK_WAIT_DEFAULT_MS;
 	timers_set_unlock(p->timers, park_unlock_cb, p);
 	if (timers_start(p->timers) < 0) {
 		timers_free(p->timers);
@@ -58,6 +60,14 @@ void
 park_set_unlock(struct park *p, void (*unlock)(void *arg), void *arg)
 {
 	timers_set_unlock(p->timers, unlock, arg);
+}
+
+void
+park_set_max_wait(struct park *p, int64_t max_ms)
+{
+	p->max_wait = max_ms <= 0     ? PARK_WAIT_DEFAULT_MS :
+	    max_ms > PARK_MAX_WAIT_MS ? PARK_MAX_WAIT_MS :
+	                                max_ms;
 }
 
 struct timers *
@@ -110,8 +120,25 @@ unlink_parked(struct parked *w)
 static void
 answered(struct parked *w)
 {
+	http_req_set_data(w->req, NULL);
 	w->out = w->park->answered;
 	w->park->answered = w;
+}
+
+/* Links w at the head of l. */
+static void
+link_parked(struct parked *w, struct park_list *l)
+{
+	w->list = l;
+	w->prev = NULL;
+	w->next = l->head;
+	if (l->head != NULL)
+		l->head->prev = w;
+	l->head = w;
+	l->count++;
+	w->park->count++;
+	if (l->index != NULL)
+		l->index->waiting++;
 }
 
 static void
@@ -132,8 +159,8 @@ park_add(struct park *p, struct http_req *req, struct park_list *l,
 
 	if (w == NULL)
 		return NULL;
-	if (timeout_ms > PARK_MAX_WAIT_MS)
-		timeout_ms = PARK_MAX_WAIT_MS;
+	if (timeout_ms > p->max_wait)
+		timeout_ms = p->max_wait;
 	if (timeout_ms < 0)
 		timeout_ms = 0;
 	w->park = p;
@@ -148,18 +175,29 @@ park_add(struct park *p, struct http_req *req, struct park_list *l,
 		free(w);
 		return NULL;
 	}
-	w->list = l;
-	w->next = l->head;
-	if (l->head != NULL)
-		l->head->prev = w;
-	l->head = w;
-	l->count++;
-	p->count++;
-	if (l->index != NULL)
-		l->index->waiting++;
+	link_parked(w, l);
+	http_req_set_data(req, w);
 	http_req_hold(req);
 	http_park(req);
 	return w;
+}
+
+int
+park_move(struct parked *w, struct park_list *l, int64_t timeout_ms,
+    park_fn expire)
+{
+	if (timeout_ms > w->park->max_wait)
+		timeout_ms = w->park->max_wait;
+	if (timeout_ms < 0)
+		timeout_ms = 0;
+	/* Its own timer leaves the heap: re-arming it needs no memory. */
+	unlink_parked(w);
+	if (timers_add(w->park->timers, &w->timer,
+	        duration_now_ms() + timeout_ms) < 0)
+		return -1;
+	w->expire = expire;
+	link_parked(w, l);
+	return 0;
 }
 
 void
@@ -190,6 +228,22 @@ park_answer_all(struct park_list *l, struct http_shared *sh)
 			    "out of memory");
 	}
 	park_list_release(l);
+}
+
+void
+park_gone(struct park *p, struct http_req *req)
+{
+	struct parked *w;
+
+	pthread_mutex_lock(p->mu);
+	if ((w = http_req_data(req)) != NULL && w->list != NULL) {
+		park_take(w);
+		if (w->drop != NULL)
+			w->drop(w);
+		/* Nobody reads it: it only lets the connection close. */
+		http_reply_error(req, ST_CANCELLED, "the client went away");
+	}
+	park_unlock(p);
 }
 
 void

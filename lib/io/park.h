@@ -47,16 +47,24 @@ struct parked {
 	struct parked *out;         /* on the answered list */
 	park_fn expire;             /* answers at the deadline */
 	park_fn build;              /* answers after the lock, if set */
+	park_fn drop;               /* frees ctx when the client left */
 	struct http_req *req;
 	void *obj; /* what it waits on */
 	void *ctx; /* for build */
 	int64_t since;
+	int64_t limit;
 	size_t klen;
 	char key[];
 };
 
-/* The waits no request may exceed: deadlines stay far from overflow. */
-#define PARK_MAX_WAIT_MS (366LL * 24 * 3600 * 1000)
+/*
+ * The longest a request may wait, by default: a client that wants longer
+ * asks again (ours poll for 30 s at a time). A long poll whose client
+ * vanished without a word (a host that went down) holds its socket no
+ * longer. PARK_MAX_WAIT_MS bounds what may be set.
+ */
+#define PARK_WAIT_DEFAULT_MS (10LL * 60 * 1000)
+#define PARK_MAX_WAIT_MS (24LL * 3600 * 1000)
 
 struct park *park_new(pthread_mutex_t *mu, char *err, size_t errlen);
 /* Stops its timers; every parked request must have been answered. */
@@ -64,11 +72,19 @@ void park_free(struct park *p);
 /* Releases the lock, then resumes what was answered under it. */
 void park_unlock(struct park *p);
 /*
+ * req's client went away (the server's gone callback): takes the lock,
+ * and if req is still parked takes it off its list, calls its drop
+ * function and answers it (the answer goes nowhere); then park_unlock.
+ */
+void park_gone(struct park *p, struct http_req *req);
+/*
  * How the timer thread lets the lock go after deadlines fired: unlock(arg)
  * must end with park_unlock. For a daemon that acts on what its deadlines
  * changed before it lets go. Default: park_unlock.
  */
 void park_set_unlock(struct park *p, void (*unlock)(void *arg), void *arg);
+/* Caps every wait at max_ms (0: PARK_WAIT_DEFAULT_MS). Before use. */
+void park_set_max_wait(struct park *p, int64_t max_ms);
 /* The timers, for the daemon's own deadlines (same lock). */
 struct timers *park_timers(struct park *p);
 /* Requests parked now. */
@@ -90,6 +106,14 @@ struct parked *park_add(struct park *p, struct http_req *req,
 void park_take(struct parked *w);
 /* The same, but the reply is built after the lock by build(w). */
 void park_take_later(struct parked *w, park_fn build);
+/*
+ * Moves w, still parked, to list l with a new deadline timeout_ms from now
+ * and a new expire function: a request that waited for one thing now
+ * waits for another. 0; -1 only if the timers ran out of memory, and w is
+ * then on no list: answer it with park_take.
+ */
+int park_move(struct parked *w, struct park_list *l, int64_t timeout_ms,
+    park_fn expire);
 /* Answers everyone on l with one shared reply (sh stays the caller's). */
 void park_answer_all(struct park_list *l, struct http_shared *sh);
 

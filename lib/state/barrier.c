@@ -15,7 +15,16 @@ struct barriers {
 	struct barrier *shutdown;
 	bar_observer_fn observe;
 	void *arg;
+	int64_t settle_until; /* see barriers_set_settle */
+	int restarted;        /* and a task showed it was registered before */
+	/* Ended barriers in the id map, oldest first (through prev, next):
+	 * the first to go when the map is full. */
+	struct barrier *ended, *ended_last;
+	size_t max;
+	unsigned long refused;
 };
+
+static void barrier_free(void *p);
 
 struct barriers *
 barriers_new(struct registry *r, bar_observer_fn fn, void *arg)
@@ -29,7 +38,54 @@ barriers_new(struct registry *r, bar_observer_fn fn, void *arg)
 	bs->reg = r;
 	bs->observe = fn;
 	bs->arg = arg;
+	bs->max = BAR_MAX_DEFAULT;
 	return bs;
+}
+
+void
+barriers_set_limit(struct barriers *bs, size_t max)
+{
+	bs->max = max > 0 ? max : BAR_MAX_DEFAULT;
+}
+
+size_t
+barriers_count(const struct barriers *bs)
+{
+	return strmap_count(bs->byid);
+}
+
+unsigned long
+barriers_refused(const struct barriers *bs)
+{
+	return bs->refused;
+}
+
+/*
+ * Whether a new barrier id may be recorded: the oldest ended barrier is
+ * forgotten to make room (a late arrival there starts afresh), and when
+ * every one recorded is still pending, the new one is refused.
+ */
+static int
+room_for_one(struct barriers *bs, char *msg, size_t msglen)
+{
+	while (strmap_count(bs->byid) >= bs->max && bs->ended != NULL) {
+		struct barrier *b = bs->ended;
+
+		bs->ended = b->next;
+		if (bs->ended != NULL)
+			bs->ended->prev = NULL;
+		else
+			bs->ended_last = NULL;
+		strmap_del(bs->byid, b->id, strlen(b->id));
+		barrier_free(b);
+	}
+	if (strmap_count(bs->byid) < bs->max)
+		return 1;
+	bs->refused++;
+	snprintf(msg, msglen,
+	    "%zu barriers are pending, the limit (coordd --max-barriers)",
+	    strmap_count(bs->byid));
+	return 0;
 }
 
 static void
@@ -78,10 +134,25 @@ barriers_next_deadline(struct barriers *bs)
 {
 	int64_t at = INT64_MAX;
 
-	for (struct barrier *b = bs->pending; b != NULL; b = b->next)
+	for (struct barrier *b = bs->pending; b != NULL; b = b->next) {
 		if (b->deadline < at)
 			at = b->deadline;
+		if (b->fix_at != 0 && b->fix_at < at)
+			at = b->fix_at;
+	}
 	return at;
+}
+
+void
+barriers_set_settle(struct barriers *bs, int64_t until)
+{
+	bs->settle_until = until;
+}
+
+void
+barriers_restart_seen(struct barriers *bs)
+{
+	bs->restarted = 1;
 }
 
 static void
@@ -133,6 +204,14 @@ complete(struct barriers *bs, struct barrier *b, enum status st,
 	free(b->message);
 	b->message = strdup(msg != NULL ? msg : "");
 	unlink_pending(bs, b);
+	if (!b->shutdown) {
+		b->prev = bs->ended_last;
+		if (bs->ended_last != NULL)
+			bs->ended_last->next = b;
+		else
+			bs->ended = b;
+		bs->ended_last = b;
+	}
 	if (st != ST_OK)
 		log_info("barrier %s failed: %s: %s", b->id, status_name(st),
 		    msg);
@@ -255,8 +334,8 @@ same_members(size_t ntasks, const unsigned char *x, const unsigned char *y)
 enum bar_verdict
 barriers_wait(struct barriers *bs, const char *id, struct reg_task *t,
     uint64_t inc, int64_t timeout_ms, const size_t *members, size_t n,
-    const char *bad_list, int64_t now, struct barrier **bp, enum status *st,
-    char *msg, size_t msglen)
+    const char *bad_list, int64_t now, struct barrier **bp, int64_t *until,
+    enum status *st, char *msg, size_t msglen)
 {
 	size_t ntasks = registry_view(bs->reg)->ntasks;
 	struct barrier *b = barriers_find(bs, id);
@@ -274,6 +353,14 @@ barriers_wait(struct barriers *bs, const char *id, struct reg_task *t,
 		return answer(st, msg, msglen, ST_FAILED_PRECONDITION,
 		    "barrier %s has already passed; barrier ids are single-use",
 		    id);
+	}
+	if (t->state == REG_DISCONNECTED && inc != 0 &&
+	    now < bs->settle_until) {
+		/* Its agent has not registered with this coordd yet: a task
+		 * of a job that outlived the coordd before. */
+		bs->restarted = 1;
+		*until = bs->settle_until;
+		return BAR_REGISTER;
 	}
 	if (t->state != REG_CONNECTED)
 		return answer(st, msg, msglen, ST_FAILED_PRECONDITION,
@@ -302,15 +389,26 @@ barriers_wait(struct barriers *bs, const char *id, struct reg_task *t,
 			timeout_ms = BAR_TIMEOUT_DEFAULT_MS;
 		if (timeout_ms > BAR_TIMEOUT_MAX_MS)
 			timeout_ms = BAR_TIMEOUT_MAX_MS;
+		if (!room_for_one(bs, msg, msglen)) {
+			free(at);
+			*st = ST_RESOURCE_EXHAUSTED;
+			return BAR_ANSWER;
+		}
 		if ((b = make_named(bs, id, now + timeout_ms)) == NULL) {
 			free(at);
 			return answer(st, msg, msglen, ST_RESOURCE_EXHAUSTED,
 			    "out of memory");
 		}
+		/* While tasks may still be registering again, "every
+		 * connected task" is every task, for now. */
+		if (at == NULL && bs->restarted && now < bs->settle_until &&
+		    registry_view(bs->reg)->nconnected < ntasks)
+			b->fix_at = bs->settle_until;
 		for (size_t i = 0; i < ntasks; i++) {
-			int in = at != NULL ?
-			    at[i] != 0 :
-			    registry_task(bs->reg, i)->state == REG_CONNECTED;
+			int in = at != NULL ? at[i] != 0 :
+			    b->fix_at != 0  ? 1 :
+			                      registry_task(bs->reg, i)->state ==
+			        REG_CONNECTED;
 			if (in) {
 				b->at[i] = BAR_MEMBER;
 				b->members++;
@@ -380,6 +478,8 @@ barriers_cancel(struct barriers *bs, const char *id, const char *by,
 	struct barrier *b = barriers_find(bs, id);
 
 	/* Cancelled before anyone came: later arrivals are told. */
+	if (b == NULL && !room_for_one(bs, msg, msglen))
+		return ST_RESOURCE_EXHAUSTED;
 	if (b == NULL && (b = make_named(bs, id, now)) == NULL) {
 		snprintf(msg, msglen, "out of memory");
 		return ST_RESOURCE_EXHAUSTED;
@@ -399,6 +499,25 @@ barriers_cancel(struct barriers *bs, const char *id, const char *by,
 }
 
 void
+barriers_task_left(struct barriers *bs, struct reg_task *t)
+{
+	struct barrier *b, *next;
+	char msg[1024];
+
+	for (b = bs->pending; b != NULL; b = next) {
+		next = b->next;
+		if (b->shutdown || b->at[t->index] == BAR_NOT_MEMBER)
+			continue;
+		/* It will not come back to it in this run: nobody may pass
+		 * a barrier that a member left, nor wait for it in vain. */
+		snprintf(msg, sizeof(msg),
+		    "task %s left (shut down) while barrier %s was pending",
+		    t->name, b->id);
+		complete(bs, b, ST_INTERNAL, msg);
+	}
+}
+
+void
 barriers_task_failed(struct barriers *bs, struct reg_task *t)
 {
 	size_t i = t->index;
@@ -409,16 +528,47 @@ barriers_task_failed(struct barriers *bs, struct reg_task *t)
 	    status_name(t->err), t->errmsg != NULL ? t->errmsg : "");
 	for (b = bs->pending; b != NULL; b = next) {
 		next = b->next;
-		/* A failed straggler does not hold up the shutdown barrier. */
-		if (b->shutdown && b->at[i] == BAR_MEMBER) {
+		/*
+		 * The shutdown barrier too, as upstream's service has it: a
+		 * job that lost a task on its way out did not finish
+		 * together, and those leaving are told so (INTERNAL) rather
+		 * than that all went well.
+		 */
+		if (b->at[i] != BAR_NOT_MEMBER)
+			complete(bs, b, ST_INTERNAL, msg);
+	}
+}
+
+/*
+ * Makes b's provisional members final: those not connected that have not
+ * arrived are dropped. b may pass now.
+ */
+static void
+fix(struct barriers *bs, struct barrier *b)
+{
+	size_t ntasks = registry_view(bs->reg)->ntasks;
+
+	b->fix_at = 0;
+	for (size_t i = 0; i < ntasks; i++) {
+		if (b->at[i] == BAR_MEMBER &&
+		    registry_task(bs->reg, i)->state != REG_CONNECTED) {
 			b->at[i] = BAR_NOT_MEMBER;
 			b->members--;
-			if (b->arrived == b->members)
-				complete(bs, b, ST_OK, NULL);
-			continue;
 		}
-		if (b->at[i] != BAR_NOT_MEMBER && !b->shutdown)
-			complete(bs, b, ST_INTERNAL, msg);
+	}
+	if (b->members > 0 && b->arrived == b->members)
+		complete(bs, b, ST_OK, NULL);
+}
+
+void
+barriers_all_connected(struct barriers *bs)
+{
+	struct barrier *b, *next;
+
+	for (b = bs->pending; b != NULL; b = next) {
+		next = b->next;
+		if (b->fix_at != 0)
+			fix(bs, b);
 	}
 }
 
@@ -431,6 +581,10 @@ barriers_expire(struct barriers *bs, int64_t now)
 		char *missing, msg[1024];
 
 		next = b->next;
+		if (b->fix_at != 0 && b->fix_at <= now && b->deadline > now) {
+			fix(bs, b);
+			continue;
+		}
 		if (b->deadline > now)
 			continue;
 		missing = barrier_names(bs, b, 0, 10);
@@ -463,6 +617,7 @@ barriers_reset(struct barriers *bs, enum status st, const char *msg)
 		return; /* keep the old ids: still correct, if stale */
 	strmap_free(bs->byid, barrier_free);
 	bs->byid = fresh;
+	bs->ended = bs->ended_last = NULL;
 	barrier_free(bs->shutdown);
 	bs->shutdown = NULL;
 }

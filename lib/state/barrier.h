@@ -38,6 +38,8 @@ struct barrier {
 	int explicit_set;            /* members were listed */
 	int shutdown;                /* the shutdown barrier */
 	int64_t deadline;            /* monotonic ms */
+	int64_t fix_at;              /* members provisional until then;
+	                              * 0: fixed (barriers_set_settle) */
 	struct barrier *prev, *next; /* on the pending list */
 	void *udata;                 /* the caller's: its waiters */
 };
@@ -45,6 +47,9 @@ struct barrier {
 struct barriers;
 
 typedef void (*bar_observer_fn)(struct barrier *b, void *arg);
+
+/* Barrier ids recorded at most, pending or ended (--max-barriers). */
+#define BAR_MAX_DEFAULT 100000
 
 /* Barriers that wait this long by default, and at most. */
 #define BAR_TIMEOUT_DEFAULT_MS 600000
@@ -55,6 +60,15 @@ struct barriers *barriers_new(struct registry *r, bar_observer_fn fn,
 /* Frees every barrier; none may be pending (see barriers_reset). */
 void barriers_free(struct barriers *bs);
 
+/*
+ * At most max barrier ids are recorded: past that the oldest ended one
+ * is forgotten, and a new id is refused (RESOURCE_EXHAUSTED) while all
+ * are pending.
+ */
+void barriers_set_limit(struct barriers *bs, size_t max);
+size_t barriers_count(const struct barriers *bs);
+unsigned long barriers_refused(const struct barriers *bs);
+
 struct barrier *barriers_find(struct barriers *bs, const char *id);
 struct barrier *barriers_shutdown_barrier(struct barriers *bs);
 /* The pending ones, newest first, through b->next. */
@@ -62,8 +76,29 @@ struct barrier *barriers_pending(struct barriers *bs);
 /* The earliest deadline of a pending barrier, or INT64_MAX. */
 int64_t barriers_next_deadline(struct barriers *bs);
 
-/* What an arrival comes to: an answer now, or a wait until the end. */
-enum bar_verdict { BAR_ANSWER, BAR_WAIT };
+/* What an arrival comes to. */
+enum bar_verdict {
+	BAR_ANSWER,   /* *st and msg are the answer */
+	BAR_WAIT,     /* wait at *bp until it ends */
+	BAR_REGISTER, /* the caller's task is not connected yet: wait for it
+	               * to register, at most until *until */
+};
+
+/*
+ * After a restart of coordd the tasks of a job that outlived it register
+ * again one by one, within a heartbeat timeout. Until `until`, a task
+ * that asks with its incarnation but is not registered yet waits for its
+ * agent to register (BAR_REGISTER) instead of being refused; and once a
+ * task has shown that the job outlived a coordd before (such an arrival,
+ * or barriers_restart_seen: a heartbeat of a task not registered here), a
+ * barrier of "every connected task" is not fixed to those connected so
+ * far: its members stay every task of the cluster until all are
+ * connected, or until `until` passes and those still away (and not
+ * arrived) are dropped. A coordd that started afresh, with no such task,
+ * fixes the members at the first arrival as ever.
+ */
+void barriers_set_settle(struct barriers *bs, int64_t until);
+void barriers_restart_seen(struct barriers *bs);
 
 /*
  * Task t waits at barrier id. members (count n) are the task indices the
@@ -74,7 +109,7 @@ enum bar_verdict { BAR_ANSWER, BAR_WAIT };
 enum bar_verdict barriers_wait(struct barriers *bs, const char *id,
     struct reg_task *t, uint64_t inc, int64_t timeout_ms, const size_t *members,
     size_t n, const char *bad_list, int64_t now, struct barrier **bp,
-    enum status *st, char *msg, size_t msglen);
+    int64_t *until, enum status *st, char *msg, size_t msglen);
 
 /* Task t arrives at the shutdown barrier (made at the first arrival). */
 enum bar_verdict barriers_shutdown_wait(struct barriers *bs, struct reg_task *t,
@@ -90,7 +125,12 @@ enum status barrier_result(const struct barrier *b, char *msg, size_t msglen);
 
 /* t went into error: the barriers it belongs to fail. */
 void barriers_task_failed(struct barriers *bs, struct reg_task *t);
-/* Ends every pending barrier whose deadline is past. */
+/* t left the run (shut down): the barriers it belongs to fail too. */
+void barriers_task_left(struct barriers *bs, struct reg_task *t);
+/* Every task is connected: provisional member sets are final. */
+void barriers_all_connected(struct barriers *bs);
+/* Ends every pending barrier whose deadline is past, and fixes the
+ * members of those still provisional when their fix_at comes. */
 void barriers_expire(struct barriers *bs, int64_t now);
 /* Ends every pending barrier with st and msg, and forgets them all. */
 void barriers_reset(struct barriers *bs, enum status st, const char *msg);

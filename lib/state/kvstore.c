@@ -7,21 +7,25 @@
 #include "blob.h"
 #include "keypath.h"
 #include "kvstore.h"
+#include "skiplist.h"
 #include "strmap.h"
 #include "text.h"
 
 struct kvstore {
 	struct kv_limits lim;
 	struct strmap *map;
+	struct skiplist *order; /* the same entries, by key */
 	int64_t rev;
-	size_t bytes; /* keys plus values held */
+	unsigned long refused; /* changes refused at a limit */
+	size_t bytes;          /* keys plus values held */
 	kv_observer_fn observe;
 	void *observe_arg;
 	/* History: events[first..len) are kept, oldest first. */
 	struct kv_event *events;
 	size_t first, len, cap;
 	size_t hist_bytes;
-	int64_t floor; /* changes at or before this may be gone */
+	int64_t floor;  /* changes at or before this may be gone */
+	int64_t origin; /* the revision the store started at */
 };
 
 static void
@@ -43,7 +47,9 @@ kv_new(const struct kv_limits *lim, kv_observer_fn fn, void *arg)
 
 	if (kv == NULL)
 		return NULL;
-	if ((kv->map = strmap_new()) == NULL) {
+	if ((kv->map = strmap_new()) == NULL ||
+	    (kv->order = skl_new()) == NULL) {
+		strmap_free(kv->map, NULL);
 		free(kv);
 		return NULL;
 	}
@@ -56,6 +62,10 @@ kv_new(const struct kv_limits *lim, kv_observer_fn fn, void *arg)
 		kv->lim.history_events = KV_HISTORY_EVENTS;
 	if (kv->lim.history_bytes == 0)
 		kv->lim.history_bytes = KV_HISTORY_BYTES;
+	if (kv->lim.max_keys == 0)
+		kv->lim.max_keys = KV_MAX_KEYS_DEFAULT;
+	if (kv->lim.max_bytes == 0)
+		kv->lim.max_bytes = KV_MAX_BYTES_DEFAULT;
 	kv->observe = fn;
 	kv->observe_arg = arg;
 	return kv;
@@ -66,6 +76,7 @@ kv_free(struct kvstore *kv)
 {
 	if (kv == NULL)
 		return;
+	skl_free(kv->order);
 	strmap_free(kv->map, entry_free);
 	for (size_t i = kv->first; i < kv->len; i++) {
 		free(kv->events[i].key);
@@ -98,6 +109,17 @@ kv_key(const struct kvstore *kv, const char *raw, size_t n, int allow_empty,
 		snprintf(err, errlen, "key is not valid UTF-8");
 		return ST_INVALID_ARGUMENT;
 	}
+	/* A newline in a key is a phantom key in every line-oriented
+	 * listing (a script piping `ls` into `rm` acts on it). */
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)raw[i];
+		if (c < 0x20 || c == 0x7f) {
+			snprintf(err, errlen,
+			    "key contains a control character (byte 0x%02x)",
+			    c);
+			return ST_INVALID_ARGUMENT;
+		}
+	}
 	if (keypath_normalize(raw, n, out) < 0) {
 		snprintf(err, errlen, "out of memory");
 		return ST_RESOURCE_EXHAUSTED;
@@ -121,6 +143,18 @@ kv_revision(const struct kvstore *kv)
 	return kv->rev;
 }
 
+void
+kv_set_origin(struct kvstore *kv, int64_t rev)
+{
+	kv->rev = kv->floor = kv->origin = rev;
+}
+
+int64_t
+kv_origin(const struct kvstore *kv)
+{
+	return kv->origin;
+}
+
 size_t
 kv_count(const struct kvstore *kv)
 {
@@ -131,6 +165,18 @@ size_t
 kv_bytes(const struct kvstore *kv)
 {
 	return kv->bytes;
+}
+
+unsigned long
+kv_refused(const struct kvstore *kv)
+{
+	return kv->refused;
+}
+
+const struct kv_limits *
+kv_limits(const struct kvstore *kv)
+{
+	return &kv->lim;
 }
 
 const struct kv_entry *
@@ -231,6 +277,24 @@ set_value(struct kvstore *kv, const char *key, size_t klen, struct blob *val,
 		    val->len, kv->lim.max_value);
 		return ST_RESOURCE_EXHAUSTED;
 	}
+	if (fresh && strmap_count(kv->map) >= kv->lim.max_keys) {
+		kv->refused++;
+		snprintf(err, errlen,
+		    "the store holds %zu keys, its limit (coordd "
+		    "--max-keys): delete some first",
+		    strmap_count(kv->map));
+		return ST_RESOURCE_EXHAUSTED;
+	}
+	if (kv->bytes - (fresh ? 0 : e->vlen) + (fresh ? klen : 0) + val->len >
+	    kv->lim.max_bytes) {
+		kv->refused++;
+		snprintf(err, errlen,
+		    "the store holds %zu bytes; %zu more would pass its limit "
+		    "of %zu bytes (coordd --max-store-bytes)",
+		    kv->bytes, val->len + (fresh ? klen : 0),
+		    kv->lim.max_bytes);
+		return ST_RESOURCE_EXHAUSTED;
+	}
 	if (fresh) {
 		if ((e = calloc(1, sizeof(*e))) == NULL ||
 		    (e->key = malloc(klen + 1)) == NULL) {
@@ -241,6 +305,11 @@ set_value(struct kvstore *kv, const char *key, size_t klen, struct blob *val,
 		e->key[klen] = '\0';
 		e->klen = klen;
 		if (strmap_put(kv->map, key, klen, e) < 0) {
+			entry_free(e);
+			goto nomem;
+		}
+		if (skl_insert(kv->order, e->key, klen, e) < 0) {
+			strmap_del(kv->map, key, klen);
 			entry_free(e);
 			goto nomem;
 		}
@@ -401,96 +470,110 @@ kv_cas(struct kvstore *kv, const char *key, size_t klen, const void *expect,
 	return st;
 }
 
-int
-kv_matches(const char *prefix, size_t plen, const char *key, size_t klen)
-{
-	return keypath_under(prefix, plen, key, klen);
-}
-
-struct collect {
-	const char *prefix;
-	size_t plen;
-	int self; /* include the prefix key itself */
-	const struct kv_entry **v;
-	size_t n, cap;
-	int nomem;
-};
-
-static void
-collect_one(const char *key, size_t klen, void *value, void *arg)
-{
-	struct collect *c = arg;
-
-	if (c->nomem || !kv_matches(c->prefix, c->plen, key, klen))
-		return;
-	if (!c->self && klen == c->plen && c->plen > 0)
-		return;
-	if (c->n == c->cap) {
-		size_t cap = c->cap != 0 ? c->cap * 2 : 16;
-		const struct kv_entry **v = realloc(c->v, cap * sizeof(*v));
-		if (v == NULL) {
-			c->nomem = 1;
-			return;
-		}
-		c->v = v;
-		c->cap = cap;
-	}
-	c->v[c->n++] = value;
-}
-
+/* Whether key lies under prefix/ (everything under ""). */
 static int
-by_key(const void *a, const void *b)
+below(const char *prefix, size_t plen, const char *key, size_t klen)
 {
-	const struct kv_entry *x = *(const struct kv_entry *const *)a;
-	const struct kv_entry *y = *(const struct kv_entry *const *)b;
-	size_t n = x->klen < y->klen ? x->klen : y->klen;
-	int c = memcmp(x->key, y->key, n);
-
-	if (c != 0)
-		return c;
-	return x->klen < y->klen ? -1 : x->klen > y->klen;
+	return plen == 0 ||
+	    (klen > plen + 1 && key[plen] == '/' &&
+	        memcmp(key, prefix, plen) == 0);
 }
 
-static size_t
-gather(const struct kvstore *kv, const char *prefix, size_t plen, int self,
-    const struct kv_entry ***out)
+/* The first entry under prefix/ after key after (NULL: the first). */
+static struct skl_node *
+first_below(const struct kvstore *kv, const char *prefix, size_t plen,
+    const char *after, size_t alen)
 {
-	struct collect c = {.prefix = prefix, .plen = plen, .self = self};
+	struct skl_node *n;
+	char *start;
 
-	strmap_each(kv->map, collect_one, &c);
-	if (c.nomem) {
-		free(c.v);
-		return (size_t)-1;
+	if ((start = malloc(plen + 2)) == NULL)
+		return NULL;
+	memcpy(start, prefix, plen);
+	start[plen] = '/';
+	/* Everything under prefix/ sorts from "prefix/" on. */
+	if (after != NULL &&
+	    skl_compare(after, alen, start, plen > 0 ? plen + 1 : 0) >= 0) {
+		n = skl_seek(kv->order, after, alen);
+		if (n != NULL && skl_compare(n->key, n->klen, after, alen) == 0)
+			n = skl_next(n);
+	} else {
+		n = skl_seek(kv->order, start, plen > 0 ? plen + 1 : 0);
 	}
-	if (c.n > 1)
-		qsort(c.v, c.n, sizeof(*c.v), by_key);
-	*out = c.v;
-	return c.n;
+	free(start);
+	return n;
 }
 
 size_t
 kv_dir(const struct kvstore *kv, const char *prefix, size_t plen,
-    const struct kv_entry ***out)
+    const struct kv_dir_page *page, const struct kv_entry ***out, int *more)
 {
-	return gather(kv, prefix, plen, 0, out);
+	const struct kv_entry **v = NULL;
+	size_t n = 0, cap = 0, bytes = 0;
+	size_t max_n = page != NULL && page->max_entries > 0 ?
+	    page->max_entries :
+	    (size_t)-1;
+	size_t max_bytes =
+	    page != NULL && page->max_bytes > 0 ? page->max_bytes : (size_t)-1;
+	struct skl_node *x = first_below(kv, prefix, plen,
+	    page != NULL ? page->after : NULL, page != NULL ? page->alen : 0);
+
+	*more = 0;
+	for (; x != NULL && below(prefix, plen, x->key, x->klen);
+	     x = skl_next(x)) {
+		const struct kv_entry *e = x->value;
+
+		/* A page holds one entry at least, whatever its size. */
+		if (n > 0 && (n >= max_n || bytes + e->vlen > max_bytes)) {
+			*more = 1;
+			break;
+		}
+		if (n == cap) {
+			size_t c = cap != 0 ? cap * 2 : 16;
+			const struct kv_entry **p = realloc(v, c * sizeof(*p));
+			if (p == NULL) {
+				free(v);
+				return (size_t)-1;
+			}
+			v = p;
+			cap = c;
+		}
+		v[n++] = e;
+		bytes += e->vlen;
+	}
+	*out = v;
+	return n;
 }
 
 size_t
 kv_delete(struct kvstore *kv, const char *key, size_t klen, int64_t *rev)
 {
 	const struct kv_entry **v = NULL;
+	const struct kv_entry *self = strmap_get(kv->map, key, klen);
+	struct kv_dir_page all = {0};
 	size_t n;
+	int more;
 
-	/* Gathering first keeps the map unchanged while it is walked. */
-	n = gather(kv, key, klen, 1, &v);
-	if (n == (size_t)-1 || n == 0) {
+	/* Gathering first keeps the index unchanged while it is walked. */
+	n = kv_dir(kv, key, klen, &all, &v, &more);
+	if (n == (size_t)-1) {
+		*rev = kv->rev;
+		return 0;
+	}
+	if (n == 0 && self == NULL) {
 		free(v);
 		*rev = kv->rev;
 		return 0;
 	}
 	++kv->rev;
-	for (size_t i = 0; i < n; i++) {
-		struct kv_entry *e = strmap_del(kv->map, v[i]->key, v[i]->klen);
+	for (size_t i = 0; i <= n; i++) {
+		const struct kv_entry *x = i < n ? v[i] : self;
+		struct kv_entry *e;
+
+		if (x == NULL)
+			continue;
+		skl_delete(kv->order, x->key, x->klen);
+		e = strmap_del(kv->map, x->key, x->klen);
 		kv->bytes -= e->klen + e->vlen;
 		record(kv, KV_EV_DELETE, e->key, e->klen, NULL);
 		entry_free(e);
@@ -498,12 +581,18 @@ kv_delete(struct kvstore *kv, const char *key, size_t klen, int64_t *rev)
 	free(v);
 	*rev = kv->rev;
 	notify(kv, kv->rev);
-	return n;
+	return n + (self != NULL);
+}
+
+int
+kv_matches(const char *prefix, size_t plen, const char *key, size_t klen)
+{
+	return keypath_under(prefix, plen, key, klen);
 }
 
 enum status
 kv_changes(const struct kvstore *kv, const char *prefix, size_t plen,
-    int64_t since, void (*fn)(const struct kv_event *ev, void *arg), void *arg,
+    int64_t since, int (*fn)(const struct kv_event *ev, void *arg), void *arg,
     char *err, size_t errlen)
 {
 	size_t lo = kv->first, hi = kv->len;
@@ -526,8 +615,9 @@ kv_changes(const struct kvstore *kv, const char *prefix, size_t plen,
 	}
 	for (size_t i = lo; i < kv->len; i++) {
 		const struct kv_event *ev = &kv->events[i];
-		if (kv_matches(prefix, plen, ev->key, ev->klen))
-			fn(ev, arg);
+		if (kv_matches(prefix, plen, ev->key, ev->klen) &&
+		    fn(ev, arg) != 0)
+			break;
 	}
 	return ST_OK;
 }

@@ -25,6 +25,9 @@
 #define KV_MAX_VALUE_DEFAULT (16u << 20)
 #define KV_HISTORY_EVENTS 100000
 #define KV_HISTORY_BYTES (64u << 20)
+/* What one store may hold, as etcd's quota bounds its backend. */
+#define KV_MAX_KEYS_DEFAULT 1000000
+#define KV_MAX_BYTES_DEFAULT ((size_t)1 << 30)
 
 struct kv_entry {
 	char *key;
@@ -55,6 +58,8 @@ struct kv_limits {
 	size_t max_value;
 	size_t history_events;
 	size_t history_bytes;
+	size_t max_keys;  /* keys held (0: the default) */
+	size_t max_bytes; /* bytes of keys and values held */
 };
 
 struct kvstore;
@@ -79,8 +84,17 @@ enum status kv_key(const struct kvstore *kv, const char *raw, size_t n,
 int kv_normalize(const char *raw, size_t n, struct buf *out);
 
 int64_t kv_revision(const struct kvstore *kv);
+/*
+ * Starts an empty store's revisions after rev instead of 0, so that they
+ * do not repeat those of a store before it (a daemon that restarted).
+ */
+void kv_set_origin(struct kvstore *kv, int64_t rev);
+int64_t kv_origin(const struct kvstore *kv);
 size_t kv_count(const struct kvstore *kv);
 size_t kv_bytes(const struct kvstore *kv);
+/* Changes refused because the store was at its keys or bytes limit. */
+unsigned long kv_refused(const struct kvstore *kv);
+const struct kv_limits *kv_limits(const struct kvstore *kv);
 
 const struct kv_entry *kv_get(const struct kvstore *kv, const char *key,
     size_t klen);
@@ -114,25 +128,35 @@ enum status kv_cas(struct kvstore *kv, const char *key, size_t klen,
 size_t kv_delete(struct kvstore *kv, const char *key, size_t klen,
     int64_t *rev);
 
+/* A page of a listing: entries after key after, up to a count and bytes
+ * of values (0: no limit; a page holds one entry at least). */
+struct kv_dir_page {
+	const char *after; /* NULL: from the first */
+	size_t alen;
+	size_t max_entries;
+	size_t max_bytes;
+};
+
 /*
- * Every entry under prefix/ (all entries for an empty prefix), sorted by
- * key, in a malloc'd array the caller frees. Returns the count, or
- * (size_t)-1 on ENOMEM.
+ * The entries under prefix/ (all entries for an empty prefix), sorted by
+ * key, in a malloc'd array the caller frees: all of them, or the page
+ * asked for, with *more set when entries follow it. Returns the count,
+ * or (size_t)-1 on ENOMEM. Takes time for the entries returned, not for
+ * the store.
  */
 size_t kv_dir(const struct kvstore *kv, const char *prefix, size_t plen,
-    const struct kv_entry ***out);
+    const struct kv_dir_page *page, const struct kv_entry ***out, int *more);
 
 /* 1 when key is prefix itself or lies under prefix/ ("" matches all). */
 int kv_matches(const char *prefix, size_t plen, const char *key, size_t klen);
 
 /*
  * Calls fn for every kept change after revision since to a key matching
- * prefix, oldest first. ST_FAILED_PRECONDITION when changes after since
- * have already been dropped from the history.
+ * prefix, oldest first, until fn returns nonzero. ST_FAILED_PRECONDITION
+ * when changes after since have already been dropped from the history.
  */
 enum status kv_changes(const struct kvstore *kv, const char *prefix,
-    size_t plen, int64_t since,
-    void (*fn)(const struct kv_event *ev, void *arg), void *arg, char *err,
-    size_t errlen);
+    size_t plen, int64_t since, int (*fn)(const struct kv_event *ev, void *arg),
+    void *arg, char *err, size_t errlen);
 
 #endif

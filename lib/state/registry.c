@@ -230,11 +230,15 @@ registry_disconnect(struct registry *r, struct reg_task *t)
 {
 	/* Only a task that was in this run has left it; one in error is
 	 * kept out by its error instead. */
-	if (t->state == REG_CONNECTED) {
+	int was = t->state == REG_CONNECTED;
+
+	if (was) {
 		r->v.nconnected--;
 		t->left_epoch = r->v.epoch + 1;
 	}
 	t->state = REG_DISCONNECTED;
+	if (was)
+		emit(r, REG_TASK_LEFT, t, 0);
 }
 
 enum status
@@ -295,6 +299,7 @@ registry_register(struct registry *r, struct reg_task *t, const char *incs,
 	t->state = REG_CONNECTED;
 	t->incarnation = inc;
 	t->last_heartbeat = now;
+	emit(r, REG_TASK_CONNECTED, t, 0);
 	if (r->v.nconnected == r->v.ntasks)
 		emit(r, REG_ALL_CONNECTED, t, 0);
 	return ST_OK;
@@ -462,21 +467,34 @@ registry_reset(struct registry *r, struct reg_task *t, struct reg_answer *ans)
 }
 
 void
-registry_scan(struct registry *r, int64_t now)
+registry_scan(struct registry *r, int64_t now,
+    int64_t (*excused)(const struct reg_task *t, void *arg), void *arg)
 {
-	char msg[256], a[32], b[32];
+	char msg[320], a[32], b[32], c[32];
 
 	for (size_t i = 0; i < r->v.ntasks; i++) {
 		struct reg_task *t = &r->tasks[i];
+		int64_t silent, busy;
 
 		if (t->state != REG_CONNECTED ||
 		    now - t->last_heartbeat <= r->v.hb_timeout)
 			continue;
+		/* Time the service could not have heard it is not silence. */
+		busy = excused != NULL ? excused(t, arg) : 0;
+		silent = now - t->last_heartbeat - busy;
+		if (silent <= r->v.hb_timeout)
+			continue;
 		snprintf(msg, sizeof(msg),
-		    "no heartbeat for %s (timeout %s): "
+		    "no heartbeat for %s (timeout %s%s%s): "
 		    "the task failed, crashed or was preempted",
-		    duration_format(now - t->last_heartbeat, a, sizeof(a)),
-		    duration_format(r->v.hb_timeout, b, sizeof(b)));
+		    duration_format(silent, a, sizeof(a)),
+		    duration_format(r->v.hb_timeout, b, sizeof(b)),
+		    busy * 10 >= r->v.hb_timeout ?
+		        "; not counting the service's busy " :
+		        "",
+		    busy * 10 >= r->v.hb_timeout ?
+		        duration_format(busy, c, sizeof(c)) :
+		        "");
 		registry_set_error(r, t, ST_UNAVAILABLE, msg, 0, 1);
 	}
 }

@@ -51,9 +51,11 @@ struct registry_config {
 };
 
 enum reg_event_type {
-	REG_TASK_FAILED,   /* task went into error */
-	REG_ALL_CONNECTED, /* every task is connected */
-	REG_EPOCH,         /* no task connected any more: a new epoch */
+	REG_TASK_FAILED,    /* task went into error */
+	REG_TASK_CONNECTED, /* task registered */
+	REG_TASK_LEFT,      /* a connected task left (shut down) */
+	REG_ALL_CONNECTED,  /* every task is connected */
+	REG_EPOCH,          /* no task connected any more: a new epoch */
 };
 
 struct reg_event {
@@ -148,8 +150,13 @@ void registry_set_error(struct registry *r, struct reg_task *t, enum status st,
     const char *msg, int reported, int propagate);
 void registry_disconnect(struct registry *r, struct reg_task *t);
 
-/* Fails every connected task silent for longer than the timeout. */
-void registry_scan(struct registry *r, int64_t now);
+/*
+ * Fails every connected task silent for longer than the timeout. Its
+ * silence does not count what excused(t) says (ms the service was too
+ * busy to hear t since its last heartbeat); excused may be NULL.
+ */
+void registry_scan(struct registry *r, int64_t now,
+    int64_t (*excused)(const struct reg_task *t, void *arg), void *arg);
 /* Starts a new epoch when no task is connected any more. */
 void registry_settle(struct registry *r);
 

@@ -12,6 +12,7 @@
 #include "coord_int.h"
 #include "duration.h"
 #include "log.h"
+#include "wallclock.h"
 
 void
 coord_lock(struct coord *co)
@@ -88,7 +89,7 @@ coord_arg_duration(struct http_req *req, const char *name, int64_t def,
 		    "%s=%s is not a duration (like 500ms, 30s, 5m)", name, s);
 		return -1;
 	}
-	/* No wait is longer than a year: deadlines stay far from overflow. */
+	/* Deadlines stay far from overflow; park caps waits lower still. */
 	if (*ms > PARK_MAX_WAIT_MS)
 		*ms = PARK_MAX_WAIT_MS;
 	return 0;
@@ -163,6 +164,24 @@ coord_new(const struct coord_config *cfg, char *err, size_t errlen)
 		goto fail;
 	}
 	co->rv = registry_view(co->reg);
+	barriers_set_limit(co->bars, cfg->max_barriers);
+	park_set_max_wait(co->park, cfg->max_wait_ms);
+	/* Revisions of an in-memory store must not repeat those of the
+	 * coordd before this one: they start from the clock (microseconds
+	 * from the epoch, in units of a thousand revisions a millisecond). */
+	kv_set_origin(co->kv, wall_now_ms() * 1000);
+	if ((co->rejoin = calloc(co->rv->ntasks + 1, sizeof(*co->rejoin))) ==
+	        NULL ||
+	    (co->heard = calloc(co->rv->ntasks + 1, sizeof(*co->heard))) ==
+	        NULL ||
+	    (co->shutdown_said = calloc(co->rv->ntasks + 1,
+	         sizeof(*co->shutdown_said))) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	/* Tasks of a coordd that restarted register again within a
+	 * heartbeat timeout: barriers give them that long. */
+	barriers_set_settle(co->bars, duration_now_ms() + co->rv->hb_timeout);
 	co->scan.fire = coord_tasks_scan;
 	co->bar_timer.fire = coord_barrier_timer;
 	coord_lock(co);
@@ -207,10 +226,18 @@ coord_free(struct coord *co)
 	if (co == NULL)
 		return;
 	park_free(co->park);
+	/* co->rv is the registry's: read before it goes. */
+	for (size_t i = 0;
+	     co->shutdown_said != NULL && co->rv != NULL && i < co->rv->ntasks;
+	     i++)
+		free(co->shutdown_said[i].msg);
 	barriers_free(co->bars);
 	registry_free(co->reg);
 	park_index_free(co->getters);
 	park_index_free(co->watchers);
+	free(co->rejoin);
+	free(co->heard);
+	free(co->shutdown_said);
 	kv_free(co->kv);
 	free(co->events);
 	pthread_mutex_destroy(&co->mu);
@@ -240,11 +267,26 @@ metrics(struct buf *b, void *arg)
 	    "# HELP muster_tasks_connected Tasks connected now.\n"
 	    "# TYPE muster_tasks_connected gauge\nmuster_tasks_connected %zu\n"
 	    "# HELP muster_epoch Runs of the job since coordd started.\n"
-	    "# TYPE muster_epoch counter\nmuster_epoch %ld\n",
+	    "# TYPE muster_epoch counter\nmuster_epoch %ld\n"
+	    "# HELP muster_kv_keys_max The limit on keys (--max-keys).\n"
+	    "# TYPE muster_kv_keys_max gauge\nmuster_kv_keys_max %zu\n"
+	    "# HELP muster_kv_bytes_max The limit on bytes held "
+	    "(--max-store-bytes).\n"
+	    "# TYPE muster_kv_bytes_max gauge\nmuster_kv_bytes_max %zu\n"
+	    "# HELP muster_kv_refused_total Changes refused at a limit of "
+	    "the store.\n# TYPE muster_kv_refused_total counter\n"
+	    "muster_kv_refused_total %lu\n"
+	    "# HELP muster_barriers Barrier ids recorded, pending or ended."
+	    "\n# TYPE muster_barriers gauge\nmuster_barriers %zu\n"
+	    "# HELP muster_barriers_refused_total New barriers refused at "
+	    "--max-barriers.\n# TYPE muster_barriers_refused_total counter\n"
+	    "muster_barriers_refused_total %lu\n",
 	    kv_count(co->kv), kv_bytes(co->kv), kv_revision(co->kv),
 	    park_index_waiting(co->watchers),
 	    timers_count(park_timers(co->park)), co->rv->ntasks,
-	    co->rv->nconnected, co->rv->epoch);
+	    co->rv->nconnected, co->rv->epoch, kv_limits(co->kv)->max_keys,
+	    kv_limits(co->kv)->max_bytes, kv_refused(co->kv),
+	    barriers_count(co->bars), barriers_refused(co->bars));
 	coord_unlock(co);
 }
 
@@ -272,6 +314,22 @@ static void
 shutdown_cb(void *arg)
 {
 	coord_shutdown(arg);
+}
+
+static void
+started_cb(struct http_server *srv, void *arg)
+{
+	struct coord *co = arg;
+
+	atomic_store(&co->srv, srv);
+}
+
+static void
+gone_cb(struct http_req *req, void *arg)
+{
+	struct coord *co = arg;
+
+	park_gone(co->park, req);
 }
 
 static void
@@ -323,4 +381,6 @@ coord_service(struct coord *co, struct daemon_service *svc)
 	svc->metrics = metrics;
 	svc->health = health;
 	svc->shutdown = shutdown_cb;
+	svc->started = started_cb;
+	svc->gone = gone_cb;
 }

@@ -25,6 +25,8 @@ struct coord_config {
 	struct kv_limits kv;
 	struct registry_config cluster;
 	int64_t shutdown_barrier_timeout_ms; /* 0: no shutdown barrier */
+	size_t max_barriers;                 /* 0: BAR_MAX_DEFAULT */
+	int64_t max_wait_ms;                 /* 0: PARK_WAIT_DEFAULT_MS */
 };
 
 struct coord *coord_new(const struct coord_config *cfg, char *err,

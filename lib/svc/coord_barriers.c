@@ -40,8 +40,26 @@ void
 coord_barrier_ended(struct barrier *b, void *arg)
 {
 	struct park_list *l = b->udata;
+	struct coord *co = arg;
 
-	(void)arg;
+	/*
+	 * Those who went through the shutdown barrier are disconnected now,
+	 * and the run may end with them (barriers forgotten): what it came
+	 * to is kept for each, for a long poll of theirs that ended first
+	 * and asks again, until they register again.
+	 */
+	if (b->shutdown) {
+		for (size_t i = 0; i < co->rv->ntasks; i++) {
+			struct coord_said *said = &co->shutdown_said[i];
+			if (b->at[i] != BAR_ARRIVED)
+				continue;
+			free(said->msg);
+			said->st = b->result;
+			said->msg =
+			    strdup(b->message != NULL ? b->message : "");
+			said->set = 1;
+		}
+	}
 	if (l == NULL)
 		return;
 	coord_answer_all(l, b->result, b->message,
@@ -70,14 +88,23 @@ poll_expired(struct parked *w)
 		        (json_int_t)b->members));
 }
 
+/* b's waiters, made on first use; NULL on ENOMEM. */
+static struct park_list *
+waiters(struct barrier *b)
+{
+	if (b->udata == NULL)
+		b->udata = calloc(1, sizeof(struct park_list));
+	return b->udata;
+}
+
 void
 coord_barrier_park(struct coord *co, struct http_req *req, struct barrier *b,
     int64_t wait, int64_t now)
 {
-	struct park_list *l = b->udata;
+	struct park_list *l = waiters(b);
 	struct parked *w;
 
-	if (l == NULL && (l = b->udata = calloc(1, sizeof(*l))) == NULL) {
+	if (l == NULL) {
 		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
@@ -88,6 +115,24 @@ coord_barrier_park(struct coord *co, struct http_req *req, struct barrier *b,
 		w->obj = b;
 		w->ctx = co;
 	}
+}
+
+void
+coord_barrier_move(struct coord *co, struct parked *w, struct barrier *b,
+    int64_t wait, int64_t now)
+{
+	struct park_list *l = waiters(b);
+
+	if (b->deadline - now < wait)
+		wait = b->deadline - now > 0 ? b->deadline - now : 0;
+	if (l == NULL || park_move(w, l, wait, poll_expired) < 0) {
+		park_take(w);
+		http_reply_error(w->req, ST_RESOURCE_EXHAUSTED,
+		    "out of memory");
+		return;
+	}
+	w->obj = b;
+	w->ctx = co;
 }
 
 void
@@ -139,60 +184,173 @@ members_from(struct coord *co, json_t *list, size_t **idx, size_t *n, char *bad,
 	return 0;
 }
 
+/* A wait at a barrier, as asked: kept while its task registers again. */
+struct wait {
+	char id[258];
+	uint64_t inc;
+	int64_t timeout;  /* the barrier's, from the first caller */
+	size_t *idx, n;   /* the members listed; idx NULL: none */
+	char bad[512];    /* why the list did not resolve */
+	int64_t poll_end; /* when this long poll ends (monotonic) */
+	struct reg_task *t;
+};
+
+static void
+wait_free(struct wait *a)
+{
+	if (a != NULL)
+		free(a->idx);
+	free(a);
+}
+
+static void
+rejoin_expired(struct parked *w)
+{
+	struct wait *a = w->ctx;
+
+	http_reply_error(w->req, ST_FAILED_PRECONDITION,
+	    "task %s is not registered, not connected", a->t->name);
+	wait_free(a);
+}
+
+static void
+rejoin_drop(struct parked *w)
+{
+	wait_free(w->ctx);
+}
+
+/*
+ * Decides wait a for req: answers it, parks it at its barrier, or (its
+ * task's agent not registered yet after a start) parks it until the task
+ * registers. w is req's parked request when it waited already (a task that
+ * has now registered), else NULL. Takes a over.
+ */
+static void
+decide(struct coord *co, struct http_req *req, struct parked *w, struct wait *a)
+{
+	int64_t now = duration_now_ms(), until = 0;
+	struct barrier *b;
+	char msg[1024];
+	enum status st;
+	enum bar_verdict v = barriers_wait(co->bars, a->id, a->t, a->inc,
+	    a->timeout, a->idx, a->n, a->bad[0] != '\0' ? a->bad : NULL, now,
+	    &b, &until, &st, msg, sizeof(msg));
+
+	if (v == BAR_REGISTER && w == NULL) {
+		struct park_list *l = &co->rejoin[a->t->index];
+		w = coord_park(co, req, l,
+		    (until < a->poll_end ? until : a->poll_end) - now,
+		    rejoin_expired, a->id, strlen(a->id));
+		if (w != NULL) {
+			w->ctx = a;
+			w->drop = rejoin_drop;
+			return;
+		}
+		wait_free(a);
+		return;
+	}
+	if (v == BAR_WAIT) {
+		if (w == NULL)
+			coord_barrier_park(co, req, b, a->poll_end - now, now);
+		else {
+			w->drop = NULL;
+			coord_barrier_move(co, w, b, a->poll_end - now, now);
+		}
+		wait_free(a);
+		return;
+	}
+	if (w != NULL)
+		park_take(w);
+	if (v == BAR_REGISTER)
+		http_reply_error(req, ST_FAILED_PRECONDITION,
+		    "task %s is not registered, not connected", a->t->name);
+	else
+		coord_barrier_reply(req, a->id, st, msg);
+	wait_free(a);
+}
+
+/* Task t registered: the waits its agent held up are decided now. */
+void
+coord_barriers_rejoined(struct coord *co, struct reg_task *t)
+{
+	struct park_list *l = &co->rejoin[t->index];
+
+	while (l->head != NULL) {
+		struct parked *w = l->head;
+		decide(co, w->req, w, w->ctx);
+	}
+}
+
+/* Answers every wait still held up for a registration (coordd closing). */
+void
+coord_barriers_drain_rejoins(struct coord *co)
+{
+	for (size_t i = 0; co->rejoin != NULL && i < co->rv->ntasks; i++) {
+		struct park_list *l = &co->rejoin[i];
+		while (l->head != NULL) {
+			struct parked *w = l->head;
+			park_take(w);
+			coord_reply_closing(w->req);
+			wait_free(w->ctx);
+		}
+	}
+}
+
 static void
 wait_route(struct coord *co, struct http_req *req, const char *id)
 {
-	size_t len, n = 0, *idx = NULL;
+	size_t len;
 	const char *body = http_req_body(req, &len);
 	const char *tname = NULL, *incs = NULL;
 	json_int_t timeout = 0;
 	json_t *root, *list = NULL;
 	json_error_t jerr;
-	struct barrier *b;
-	struct reg_task *t;
-	uint64_t inc = 0;
-	int64_t wait, now;
-	char msg[1024], bad[512] = "";
-	enum status st;
+	struct wait *a;
+	int64_t wait;
 
 	if (coord_arg_duration(req, "wait", POLL_DEFAULT_MS, &wait) < 0)
 		return;
+	if ((a = calloc(1, sizeof(*a))) == NULL) {
+		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
+		return;
+	}
 	root = json_loadb(body, len, 0, &jerr);
 	if (root == NULL ||
 	    json_unpack_ex(root, &jerr, 0, "{s:s,s?s,s?I,s?o}", "task", &tname,
 	        "incarnation", &incs, "timeout_ms", &timeout, "tasks",
 	        &list) < 0 ||
 	    (list != NULL && !json_is_array(list)) || timeout < 0 ||
-	    (incs != NULL && task_parse_incarnation(incs, &inc) < 0)) {
+	    (incs != NULL && task_parse_incarnation(incs, &a->inc) < 0)) {
 		http_reply_error(req, ST_INVALID_ARGUMENT,
 		    "request body must "
 		    "be {\"task\":T,\"incarnation\":HEX,\"timeout_ms\":N,"
 		    "\"tasks\":[...]}: %s",
 		    root == NULL ? jerr.text : "bad field");
 		json_decref(root);
+		wait_free(a);
 		return;
 	}
+	snprintf(a->id, sizeof(a->id), "%s", id);
+	a->timeout = timeout;
 	coord_lock(co);
-	now = duration_now_ms();
+	a->poll_end = duration_now_ms() + wait;
 	if (coord_closing(co)) {
 		/* Nothing may park once shutdown has drained the waiters. */
 		coord_reply_closing(req);
-	} else if ((t = registry_find(co->reg, tname)) == NULL) {
+		wait_free(a);
+	} else if ((a->t = registry_find(co->reg, tname)) == NULL) {
 		http_reply_error(req, ST_INVALID_ARGUMENT,
 		    "task %s is not in the cluster", tname);
+		wait_free(a);
 	} else if (list != NULL &&
-	    members_from(co, list, &idx, &n, bad, sizeof(bad)) < 0) {
+	    members_from(co, list, &a->idx, &a->n, a->bad, sizeof(a->bad)) <
+	        0) {
 		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
-	} else if (barriers_wait(co->bars, id, t, inc, timeout,
-	               list != NULL ? idx : NULL, n,
-	               bad[0] != '\0' ? bad : NULL, now, &b, &st, msg,
-	               sizeof(msg)) == BAR_ANSWER) {
-		coord_barrier_reply(req, id, st, msg);
+		wait_free(a);
 	} else {
-		coord_barrier_park(co, req, b, wait, now);
+		decide(co, req, NULL, a);
 	}
 	coord_unlock(co);
-	free(idx);
 	json_decref(root);
 }
 

@@ -40,10 +40,33 @@ struct coord {
 	struct park_list error_waiters;
 	struct park_list all_waiters;
 	struct park_list epoch_waiters;
+	struct park_list *rejoin; /* per task: barrier waits held up
+					 * until its agent registers again */
 	struct reg_event *events; /* reported, not yet acted on */
 	size_t nevents, capevents;
 	atomic_int closing;
+	/*
+	 * What coordd could have heard: the server (once started), per task
+	 * the worker that read its last heartbeat, and the time the whole
+	 * process stood still (its heartbeat scan ran late) in all and as
+	 * of each task's last heartbeat.
+	 */
+	struct http_server *_Atomic srv;
+	struct coord_heard {
+		struct http_attn attn;
+		int64_t stalled;
+	} * heard;
+	int64_t stalled;
+	/* Per task: the shutdown barrier's answer, once it went through. */
+	struct coord_said {
+		int set;
+		enum status st;
+		char *msg;
+	} * shutdown_said;
 };
+
+/* Notes that task t was heard from now (under the lock). */
+void coord_heard(struct coord *co, const struct reg_task *t);
 
 void coord_lock(struct coord *co);
 void coord_unlock(struct coord *co);
@@ -102,6 +125,12 @@ void coord_barriers_arm(struct coord *co);
 /* Parks req at b until it ends or wait passes. */
 void coord_barrier_park(struct coord *co, struct http_req *req,
     struct barrier *b, int64_t wait, int64_t now);
+/* The same for w, parked already for something else. */
+void coord_barrier_move(struct coord *co, struct parked *w, struct barrier *b,
+    int64_t wait, int64_t now);
+/* Task t registered: decide the barrier waits held up for it. */
+void coord_barriers_rejoined(struct coord *co, struct reg_task *t);
+void coord_barriers_drain_rejoins(struct coord *co);
 /* Answers req as barrier b ended (or with the verdict st, msg). */
 void coord_barrier_reply(struct http_req *req, const char *id, enum status st,
     const char *msg);

@@ -3,14 +3,16 @@
  *
  *   GET    /v1/kv/KEY              the value's bytes; NOT_FOUND if missing
  *   GET    /v1/kv/KEY?wait=DUR     the same, waiting up to DUR for the key
- *   GET    /v1/kv/PREFIX?dir=1     {"revision":R,"entries":[...]} under PREFIX/
+ *   GET    /v1/kv/PREFIX?dir=1[&after=KEY][&limit=N]
+ *                                  {"revision":R,"entries":[...],"more":B}
+ *                                  under PREFIX/, by key, a page at a time
  *   PUT    /v1/kv/KEY[?mode=M]     body is the value; M insert|overwrite|update
  *   POST   /v1/kv/KEY?op=add       {"delta":N} -> {"value":N,"revision":R}
  *   POST   /v1/kv/KEY?op=cas       {"value":B64,"expected":B64|"absent":true}
  *   DELETE /v1/kv/KEY              KEY and KEY/...: {"deleted":N,"revision":R}
- *   GET    /v1/watch/PREFIX?since=R&wait=DUR[&service=HEX]
+ *   GET    /v1/watch/PREFIX?since=R&wait=DUR[&service=HEX][&limit=N]
  *                                  {"revision":R,"service":HEX,
- *                                   "events":[...]} after R
+ *                                   "events":[...],"more":B} after R
  *
  * Values inside JSON are base64; a single value travels as raw bytes with
  * its revision in X-Muster-Revision.
@@ -26,10 +28,20 @@
 
 #include "coord_int.h"
 #include "log.h"
+#include "parse.h"
 #include "task.h"
 #include "text.h"
 
 #define WATCH_WAIT_DEFAULT_MS 30000
+/*
+ * What one listing or watch reply carries at most: the entries or changes
+ * beyond come in the next one ("more": true). A reply holds one entry at
+ * least, and a watch reply every change of its last revision. Replies
+ * stay a few megabytes, however big the store: built in little time, and
+ * a client that does not read pins no more than that.
+ */
+#define PAGE_ENTRIES 10000
+#define PAGE_BYTES (4u << 20)
 
 /* Sets the revision header; a failed allocation only loses the header. */
 static void
@@ -109,6 +121,8 @@ struct snap {
 	size_t n, cap;
 	size_t bytes; /* of values */
 	int nomem;
+	int more; /* the reply is a page: more follow */
+	size_t max_n, max_bytes;
 	int64_t revision;
 	uint64_t service;
 	enum status st; /* of kv_changes */
@@ -160,26 +174,65 @@ snap_add(struct snap *s, const char *key, size_t klen, struct blob *val,
 	s->n++;
 }
 
+/* Reads limit=N (1 to PAGE_ENTRIES); -1 (and a reply) when malformed. */
+static int
+arg_limit(struct http_req *req, size_t *max_n)
+{
+	const char *arg = http_req_arg(req, "limit");
+	long n;
+
+	*max_n = PAGE_ENTRIES;
+	if (arg == NULL)
+		return 0;
+	if (parse_long(arg, 1, PAGE_ENTRIES, &n) < 0) {
+		http_reply_error(req, ST_INVALID_ARGUMENT,
+		    "limit=%s is not a number from 1 to %d", arg, PAGE_ENTRIES);
+		return -1;
+	}
+	*max_n = (size_t)n;
+	return 0;
+}
+
 static void
 kv_dir_route(struct coord *co, struct http_req *req, const struct buf *key)
 {
 	const struct kv_entry **v = NULL;
-	struct snap *s = calloc(1, sizeof(*s));
+	struct snap *s;
+	struct kv_dir_page page = {.max_bytes = PAGE_BYTES};
+	const char *after = http_req_arg(req, "after");
+	struct buf cursor = {0};
 	json_t *arr, *obj = NULL;
 	size_t n;
+	int more = 0;
 
-	if (s == NULL) {
+	if (arg_limit(req, &page.max_entries) < 0)
+		return;
+	if (after != NULL) {
+		char err[256];
+		enum status st = kv_key(co->kv, after, strlen(after), 0,
+		    &cursor, err, sizeof(err));
+		if (st != ST_OK) {
+			http_reply_error(req, st, "after: %s", err);
+			buf_free(&cursor);
+			return;
+		}
+		page.after = cursor.data;
+		page.alen = cursor.len;
+	}
+	if ((s = calloc(1, sizeof(*s))) == NULL) {
+		buf_free(&cursor);
 		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
 	coord_lock(co);
-	n = kv_dir(co->kv, key->data, key->len, &v);
+	n = kv_dir(co->kv, key->data, key->len, &page, &v, &more);
 	for (size_t i = 0; n != (size_t)-1 && i < n; i++)
 		snap_add(s, v[i]->key, v[i]->klen, v[i]->val, v[i]->mod_rev,
 		    v[i]->create_rev, KV_EV_PUT);
 	s->revision = kv_revision(co->kv);
 	coord_unlock(co);
 	free(v);
+	buf_free(&cursor);
 	if (n != (size_t)-1 && !s->nomem && (arr = json_array()) != NULL) {
 		for (size_t i = 0; arr != NULL && i < s->n; i++) {
 			struct snap_item *it = &s->v[i];
@@ -196,8 +249,8 @@ kv_dir_route(struct coord *co, struct http_req *req, const struct buf *key)
 		}
 		obj = arr == NULL ?
 		    NULL :
-		    json_pack("{s:I,s:o}", "revision", (json_int_t)s->revision,
-		        "entries", arr);
+		    json_pack("{s:I,s:o,s:b}", "revision",
+		        (json_int_t)s->revision, "entries", arr, "more", more);
 	}
 	snap_free(s);
 	coord_reply_json(req, 200, obj);
@@ -454,10 +507,22 @@ out:
 	buf_free(&key);
 }
 
-static void
+/*
+ * Takes ev into the reply, or says stop: the reply is full, and ev starts
+ * a revision of its own (a revision's changes never straddle two pages).
+ */
+static int
 add_event(const struct kv_event *ev, void *arg)
 {
-	snap_add(arg, ev->key, ev->klen, ev->val, ev->rev, 0, ev->type);
+	struct snap *s = arg;
+
+	if (s->n > 0 && ev->rev != s->v[s->n - 1].rev &&
+	    (s->n >= s->max_n || s->bytes + ev->vlen > s->max_bytes)) {
+		s->more = 1;
+		return 1;
+	}
+	snap_add(s, ev->key, ev->klen, ev->val, ev->rev, 0, ev->type);
+	return 0;
 }
 
 /*
@@ -465,15 +530,20 @@ add_event(const struct kv_event *ev, void *arg)
  * ENOMEM. s->st says whether the history still has them.
  */
 static struct snap *
-take_changes(struct coord *co, const char *prefix, size_t plen, int64_t since)
+take_changes(struct coord *co, const char *prefix, size_t plen, int64_t since,
+    size_t max_n)
 {
 	struct snap *s = calloc(1, sizeof(*s));
 
 	if (s == NULL)
 		return NULL;
+	s->max_n = max_n;
+	s->max_bytes = PAGE_BYTES;
 	s->st = kv_changes(co->kv, prefix, plen, since, add_event, s, s->err,
 	    sizeof(s->err));
-	s->revision = kv_revision(co->kv);
+	/* A page resumes after its last change; a whole reply after all
+	 * the store has. */
+	s->revision = s->more ? s->v[s->n - 1].rev : kv_revision(co->kv);
 	s->service = co->rv->service;
 	if (s->nomem) {
 		snap_free(s);
@@ -517,11 +587,11 @@ reply_changes(struct http_req *req, struct snap *s)
 		}
 	}
 	coord_reply_json(req, 200,
-	    arr == NULL ?
-	        NULL :
-	        json_pack("{s:I,s:s,s:o}", "revision", (json_int_t)s->revision,
-	            "service", task_format_incarnation(s->service, svc),
-	            "events", arr));
+	    arr == NULL ? NULL :
+	                  json_pack("{s:I,s:s,s:o,s:b}", "revision",
+	                      (json_int_t)s->revision, "service",
+	                      task_format_incarnation(s->service, svc),
+	                      "events", arr, "more", s->more));
 	snap_free(s);
 }
 
@@ -535,7 +605,7 @@ watch_build(struct parked *w)
 static void
 answer_later(struct coord *co, struct parked *w)
 {
-	w->ctx = take_changes(co, w->key, w->klen, w->since);
+	w->ctx = take_changes(co, w->key, w->klen, w->since, (size_t)w->limit);
 	w->build = watch_build;
 }
 
@@ -555,30 +625,32 @@ coord_watch_route(struct coord *co, struct http_req *req, const char *rest)
 	struct snap *s = NULL;
 	int64_t since = 0, wait;
 	uint64_t inc;
-	char *end;
+	size_t max_n;
 
 	if (path_key(co, req, rest, 1, &key) < 0)
 		return;
-	if (coord_arg_duration(req, "wait", WATCH_WAIT_DEFAULT_MS, &wait) < 0)
+	if (coord_arg_duration(req, "wait", WATCH_WAIT_DEFAULT_MS, &wait) < 0 ||
+	    arg_limit(req, &max_n) < 0)
 		goto out;
-	if (since_s != NULL) {
-		since = strtoll(since_s, &end, 10);
-		if (*since_s == '\0' || *end != '\0' || since < 0) {
-			http_reply_error(req, ST_INVALID_ARGUMENT,
-			    "since=%s is not a revision", since_s);
-			goto out;
-		}
+	if (since_s != NULL &&
+	    (parse_int64(since_s, &since) < 0 || since < 0)) {
+		http_reply_error(req, ST_INVALID_ARGUMENT,
+		    "since=%s is not a revision", since_s);
+		goto out;
 	}
 	coord_lock(co);
 	if (since_s == NULL)
 		since = kv_revision(co->kv);
+	/* 0 is the beginning of this store, whatever its first revision. */
+	if (since == 0)
+		since = kv_origin(co->kv);
 	/* A revision from another coordd (this one restarted) means nothing
 	 * here: everything this store has is new to that watcher. */
 	if (service != NULL &&
 	    (task_parse_incarnation(service, &inc) < 0 ||
 	        inc != co->rv->service))
-		since = 0;
-	s = take_changes(co, key.data, key.len, since);
+		since = kv_origin(co->kv);
+	s = take_changes(co, key.data, key.len, since, max_n);
 	if (s == NULL || s->st != ST_OK || s->n > 0 || wait <= 0) {
 		/* answered from the history, after the lock */
 	} else if (coord_closing(co)) {
@@ -598,6 +670,7 @@ coord_watch_route(struct coord *co, struct http_req *req, const char *rest)
 			park_list_prune(l);
 		else {
 			w->since = since;
+			w->limit = (int64_t)max_n;
 			w->obj = co;
 		}
 		snap_free(s);

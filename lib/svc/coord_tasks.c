@@ -16,6 +16,7 @@
  * and is re-issued.
  */
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@
 #include "coord_int.h"
 #include "duration.h"
 #include "log.h"
+#include "parse.h"
 #include "task.h"
 
 #define POLL_DEFAULT_MS 30000
@@ -96,7 +98,10 @@ coord_tasks_react(struct coord *co, const struct reg_event *ev)
 		    status_name(t->err), t->errmsg != NULL ? t->errmsg : "");
 		coord_answer_all(&co->all_waiters, ST_INTERNAL, m, NULL);
 		break;
+	case REG_TASK_CONNECTED: coord_barriers_rejoined(co, ev->task); break;
+	case REG_TASK_LEFT: barriers_task_left(co->bars, ev->task); break;
 	case REG_ALL_CONNECTED:
+		barriers_all_connected(co->bars);
 		coord_answer_all(&co->all_waiters, ST_OK, NULL,
 		    co->all_waiters.head != NULL ?
 		        json_pack("{s:I}", "tasks",
@@ -120,14 +125,53 @@ coord_tasks_react(struct coord *co, const struct reg_event *ev)
 	}
 }
 
+/* A scan more than this late counts as time coordd stood still. */
+#define SCAN_LATE_MS 100
+
+void
+coord_heard(struct coord *co, const struct reg_task *t)
+{
+	struct http_server *srv = atomic_load(&co->srv);
+	struct coord_heard *h = &co->heard[t->index];
+
+	if (srv != NULL)
+		http_attention(srv, &h->attn);
+	else
+		h->attn.worker = -1;
+	h->stalled = co->stalled;
+}
+
+/*
+ * How long coordd could not have heard t since its last heartbeat: the
+ * worker thread that reads t's connection was busy in handlers, or the
+ * whole process stood still.
+ */
+static int64_t
+excused(const struct reg_task *t, void *arg)
+{
+	struct coord *co = arg;
+	struct http_server *srv = atomic_load(&co->srv);
+	const struct coord_heard *h = &co->heard[t->index];
+	int64_t busy = co->stalled - h->stalled;
+
+	if (srv != NULL)
+		busy += http_attention_lost(srv, &h->attn, duration_now_ms());
+	return busy;
+}
+
 void
 coord_tasks_scan(struct timer *tm)
 {
 	struct coord *co =
 	    (struct coord *)((char *)tm - offsetof(struct coord, scan));
 	int64_t now = duration_now_ms(), hb = co->rv->hb_timeout;
+	int64_t late = tm->at > 0 ? now - tm->at : 0;
 
-	registry_scan(co->reg, now);
+	/* A scan that ran late found coordd itself stopped (starved of CPU,
+	 * stopped by a signal): heartbeats may wait unread meanwhile. */
+	if (late > SCAN_LATE_MS)
+		co->stalled += late;
+	registry_scan(co->reg, now, excused, co);
 	/* A fifth of the timeout: detection within 1.2 timeouts, which
 	 * leaves room under 1.25 for a timer that fires a little late. */
 	timers_add(park_timers(co->park), &co->scan,
@@ -150,6 +194,7 @@ coord_tasks_shutdown(struct coord *co)
 	drain_closing(&co->error_waiters);
 	drain_closing(&co->all_waiters);
 	drain_closing(&co->epoch_waiters);
+	coord_barriers_drain_rejoins(co);
 	barriers_abort(co->bars, ST_ABORTED, "coordd is shutting down");
 	timers_cancel(park_timers(co->park), &co->scan);
 }
@@ -397,6 +442,8 @@ do_register(struct coord *co, struct http_req *req, struct reg_task *t)
 		reply_refused(co, req, st, &ans);
 		return;
 	}
+	co->shutdown_said[t->index].set = 0;
+	coord_heard(co, t);
 	coord_reply_json(req, 200,
 	    json_pack("{s:s,s:s,s:I,s:I,s:s,s:I,s:I,s:i}", "task", t->name,
 	        "incarnation", task_format_incarnation(t->incarnation, a),
@@ -414,10 +461,16 @@ do_heartbeat(struct coord *co, struct http_req *req, struct reg_task *t)
 	enum status st = registry_heartbeat(co->reg, t,
 	    http_req_arg(req, "incarnation"), duration_now_ms(), &ans);
 
-	if (st != ST_OK)
+	if (st != ST_OK) {
+		/* A task that heartbeats here without having registered here
+		 * registered with a coordd before this one. */
+		if (ans.reason == REG_NOT_REGISTERED)
+			barriers_restart_seen(co->bars);
 		reply_refused(co, req, st, &ans);
-	else
-		http_reply(req, 200, "application/json", "{}", 2);
+		return;
+	}
+	coord_heard(co, t);
+	http_reply(req, 200, "application/json", "{}", 2);
 }
 
 static void
@@ -514,6 +567,16 @@ do_shutdown(struct coord *co, struct http_req *req, struct reg_task *t)
 
 	if (coord_arg_duration(req, "wait", POLL_DEFAULT_MS, &wait) < 0)
 		return;
+	/*
+	 * A task that went through the shutdown barrier and asks again (its
+	 * long poll ended as the barrier did) gets the barrier's answer, not
+	 * "already disconnected": the answer must not be lost.
+	 */
+	if (t->state == REG_DISCONNECTED && co->shutdown_said[t->index].set) {
+		const struct coord_said *said = &co->shutdown_said[t->index];
+		coord_barrier_reply(req, "shutdown", said->st, said->msg);
+		return;
+	}
 	st = registry_shutdown(co->reg, t, http_req_arg(req, "incarnation"),
 	    b0 != NULL && strcmp(b0, "0") == 0, co->shutdown_timeout > 0,
 	    &barrier, &ans);
@@ -538,10 +601,11 @@ do_reset(struct coord *co, struct http_req *req, struct reg_task *t)
 	struct reg_answer ans = {0};
 	enum status st = registry_reset(co->reg, t, &ans);
 
-	if (st != ST_OK)
+	if (st != ST_OK) {
 		reply_refused(co, req, st, &ans);
-	else
-		http_reply(req, 200, "application/json", "{}", 2);
+		return;
+	}
+	http_reply(req, 200, "application/json", "{}", 2);
 }
 
 void
@@ -616,17 +680,13 @@ coord_epoch_route(struct coord *co, struct http_req *req)
 	const char *after_s = http_req_arg(req, "after");
 	int64_t wait;
 	long after = -1, epoch;
-	char *end;
 
 	if (coord_arg_duration(req, "wait", 0, &wait) < 0)
 		return;
-	if (after_s != NULL) {
-		after = strtol(after_s, &end, 10);
-		if (*after_s == '\0' || *end != '\0' || after < 0) {
-			http_reply_error(req, ST_INVALID_ARGUMENT,
-			    "after=%s is not an epoch", after_s);
-			return;
-		}
+	if (after_s != NULL && parse_long(after_s, 0, LONG_MAX, &after) < 0) {
+		http_reply_error(req, ST_INVALID_ARGUMENT,
+		    "after=%s is not an epoch", after_s);
+		return;
 	}
 	coord_lock(co);
 	epoch = co->rv->epoch;

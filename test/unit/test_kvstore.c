@@ -1,3 +1,4 @@
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -158,17 +159,39 @@ kv_directories(void)
 	int64_t rev;
 	char err[128];
 	size_t n;
+	int more;
 
 	for (size_t i = 0; i < 6; i++)
 		kv_put(kv, keys[i], strlen(keys[i]), "v", 1, KV_INSERT, &rev,
 		    err, 128);
-	n = kv_dir(kv, "d", 1, &v);
-	CHECK(n == 3);
+	n = kv_dir(kv, "d", 1, NULL, &v, &more);
+	CHECK(n == 3 && !more);
 	CHECK(n == 3 && strcmp(v[0]->key, "d/a") == 0 &&
 	    strcmp(v[1]->key, "d/a/x") == 0 && strcmp(v[2]->key, "d/b") == 0);
 	free(v);
-	n = kv_dir(kv, "", 0, &v);
-	CHECK(n == 6);
+	n = kv_dir(kv, "", 0, NULL, &v, &more);
+	CHECK(n == 6 && !more);
+	free(v);
+	/* Pages: two entries, then what follows the last one. */
+	n = kv_dir(kv, "d", 1, &(struct kv_dir_page){.max_entries = 2}, &v,
+	    &more);
+	CHECK(n == 2 && more && strcmp(v[1]->key, "d/a/x") == 0);
+	free(v);
+	n = kv_dir(kv, "d", 1,
+	    &(struct kv_dir_page){.after = "d/a/x",
+	        .alen = 5,
+	        .max_entries = 2},
+	    &v, &more);
+	CHECK(n == 1 && !more && strcmp(v[0]->key, "d/b") == 0);
+	free(v);
+	/* A page holds one entry however big, then stops at the bytes. */
+	n = kv_dir(kv, "", 0, &(struct kv_dir_page){.max_bytes = 1}, &v, &more);
+	CHECK(n == 1 && more && strcmp(v[0]->key, "d") == 0);
+	free(v);
+	/* A cursor before the directory starts at its first entry. */
+	n = kv_dir(kv, "d", 1, &(struct kv_dir_page){.after = "a", .alen = 1},
+	    &v, &more);
+	CHECK(n == 3 && strcmp(v[0]->key, "d/a") == 0);
 	free(v);
 	CHECK(kv_delete(kv, "d", 1, &rev) == 4);
 	CHECK(kv_get(kv, "dd", 2) != NULL && kv_get(kv, "d/a", 3) == NULL);
@@ -197,6 +220,13 @@ on_change(const struct kv_event *ev, void *arg)
 	s->n++;
 }
 
+static int
+each_change(const struct kv_event *ev, void *arg)
+{
+	on_change(ev, arg);
+	return 0;
+}
+
 static void
 kv_history(void)
 {
@@ -211,19 +241,19 @@ kv_history(void)
 	kv_put(kv, "other", 5, "x", 1, KV_INSERT, &rev, err, 256);
 	kv_delete(kv, "w", 1, &rev);
 	CHECK(obs.n == 4 && memcmp(obs.types, "pupd", 4) == 0);
-	CHECK(kv_changes(kv, "w", 1, 0, on_change, &got, err, 256) == ST_OK);
+	CHECK(kv_changes(kv, "w", 1, 0, each_change, &got, err, 256) == ST_OK);
 	CHECK(got.n == 3 && memcmp(got.types, "pud", 3) == 0);
 	CHECK(got.revs[0] == 1 && got.revs[1] == 2 && got.revs[2] == 4);
 	memset(&got, 0, sizeof(got));
-	CHECK(kv_changes(kv, "w", 1, 2, on_change, &got, err, 256) == ST_OK);
+	CHECK(kv_changes(kv, "w", 1, 2, each_change, &got, err, 256) == ST_OK);
 	CHECK(got.n == 1 && got.types[0] == 'd');
 	/* Past the window: the oldest changes are gone, and a watcher from
 	 * before them is told so instead of silently missing them. */
 	kv_put(kv, "z", 1, "1", 1, KV_INSERT, &rev, err, 256);
 	kv_put(kv, "z", 1, "2", 1, KV_OVERWRITE, &rev, err, 256);
-	CHECK(kv_changes(kv, "w", 1, 0, on_change, &got, err, 256) ==
+	CHECK(kv_changes(kv, "w", 1, 0, each_change, &got, err, 256) ==
 	    ST_FAILED_PRECONDITION);
-	CHECK(kv_changes(kv, "w", 1, 2, on_change, &got, err, 256) == ST_OK);
+	CHECK(kv_changes(kv, "w", 1, 2, each_change, &got, err, 256) == ST_OK);
 	kv_free(kv);
 }
 
@@ -245,6 +275,103 @@ kv_directory_delete_notifies_after(void)
 	kv_free(kv);
 }
 
+static void
+kv_store_limits(void)
+{
+	struct kv_limits lim = {.max_keys = 2, .max_bytes = 20};
+	struct kvstore *kv = kv_new(&lim, NULL, NULL);
+	int64_t rev;
+	char err[256];
+
+	CHECK(
+	    kv_put(kv, "a", 1, "12345", 5, KV_INSERT, &rev, err, 256) == ST_OK);
+	CHECK(kv_put(kv, "b", 1, "1", 1, KV_INSERT, &rev, err, 256) == ST_OK);
+	/* A third key: refused, the store unchanged. */
+	CHECK(kv_put(kv, "c", 1, "1", 1, KV_INSERT, &rev, err, 256) ==
+	        ST_RESOURCE_EXHAUSTED &&
+	    strstr(err, "--max-keys") != NULL);
+	CHECK(kv_count(kv) == 2 && kv_revision(kv) == 2);
+	/* Bytes: 1+5 + 1+1 held; a value of 18 for a would make 21. */
+	CHECK(kv_put(kv, "a", 1, "123456789012345678", 18, KV_OVERWRITE, &rev,
+	          err, 256) == ST_RESOURCE_EXHAUSTED &&
+	    strstr(err, "--max-store-bytes") != NULL);
+	CHECK(kv_put(kv, "a", 1, "12345678901234567", 17, KV_OVERWRITE, &rev,
+	          err, 256) == ST_OK);
+	CHECK(kv_bytes(kv) == 20 && kv_refused(kv) == 2);
+	/* Deleting makes room again. */
+	CHECK(kv_delete(kv, "b", 1, &rev) == 1);
+	CHECK(kv_put(kv, "c", 1, "", 0, KV_INSERT, &rev, err, 256) == ST_OK);
+	kv_free(kv);
+}
+
+static int
+by_name(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Many random puts and deletes: listings stay sorted and complete. */
+static void
+kv_order_random(void)
+{
+	struct kvstore *kv = store();
+	char *names[600];
+	int live[600] = {0};
+	unsigned seed = 7;
+	int64_t rev;
+	char err[128];
+
+	for (int i = 0; i < 600; i++) {
+		names[i] = malloc(16);
+		snprintf(names[i], 16, "%c/%d", "abc"[i % 3], i * 7919 % 1000);
+	}
+	for (int round = 0; round < 5000; round++) {
+		int i;
+		seed = seed * 1103515245 + 12345;
+		i = (int)(seed >> 8) % 600;
+		if (live[i]) {
+			kv_delete(kv, names[i], strlen(names[i]), &rev);
+			live[i] = 0;
+		} else {
+			kv_put(kv, names[i], strlen(names[i]), "v", 1,
+			    KV_INSERT, &rev, err, 128);
+			live[i] = 1;
+		}
+	}
+	{
+		const struct kv_entry **v = NULL;
+		char *want[600];
+		size_t nw = 0, n, got = 0;
+		const char *after = NULL;
+		int more = 1, ok = 1;
+
+		for (int i = 0; i < 600; i++)
+			if (live[i] && names[i][0] == 'b')
+				want[nw++] = names[i];
+		qsort(want, nw, sizeof(*want), by_name);
+		/* Paged by 7, the pages join up to the sorted list. */
+		while (more) {
+			n = kv_dir(kv, "b", 1,
+			    &(struct kv_dir_page){.after = after,
+			        .alen = after != NULL ? strlen(after) : 0,
+			        .max_entries = 7},
+			    &v, &more);
+			for (size_t j = 0; j < n; j++, got++)
+				if (got >= nw ||
+				    strcmp(v[j]->key, want[got]) != 0)
+					ok = 0;
+			after = n > 0 ? v[n - 1]->key : NULL;
+			free(v);
+			if (n == 0)
+				break;
+		}
+		CHECK(ok && got == nw);
+	}
+	for (int i = 0; i < 600; i++)
+		free(names[i]);
+	kv_free(kv);
+}
+
 UNIT_TESTS(kvstore_tests) = {
     {"kvstore: key normalisation and limits", kv_keys},
     {"kvstore: insert, update, overwrite, bytes", kv_put_modes},
@@ -255,5 +382,7 @@ UNIT_TESTS(kvstore_tests) = {
     {"kvstore: history, revisions and its window", kv_history},
     {"kvstore: a directory delete is one revision",
         kv_directory_delete_notifies_after},
+    {"kvstore: limits on keys and bytes held", kv_store_limits},
+    {"kvstore: ordered listings through random changes", kv_order_random},
     {NULL, NULL},
 };

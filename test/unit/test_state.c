@@ -13,7 +13,7 @@
 #define INC2 "00000000000000b2"
 
 struct events {
-	int failed, failed_propagated, all, epochs;
+	int failed, failed_propagated, all, epochs, connected, left;
 	struct reg_task *last;
 };
 
@@ -28,6 +28,8 @@ on_event(const struct reg_event *ev, void *arg)
 		e->failed_propagated += ev->propagate;
 		e->last = ev->task;
 		break;
+	case REG_TASK_CONNECTED: e->connected++; break;
+	case REG_TASK_LEFT: e->left++; break;
 	case REG_ALL_CONNECTED: e->all++; break;
 	case REG_EPOCH: e->epochs++; break;
 	}
@@ -95,9 +97,9 @@ registry_heartbeats_and_timeout(void)
 	CHECK(registry_heartbeat(r, w0, "x", 100, &a) == ST_INVALID_ARGUMENT);
 	CHECK(registry_heartbeat(r, w0, INC1, 900, &a) == ST_OK);
 	/* At 1001 ms w1 has been silent past the 1 s timeout, w0 not. */
-	registry_scan(r, 1000);
+	registry_scan(r, 1000, NULL, NULL);
 	CHECK(w1->state == REG_CONNECTED);
-	registry_scan(r, 1001);
+	registry_scan(r, 1001, NULL, NULL);
 	CHECK(w1->state == REG_ERROR && w1->err == ST_UNAVAILABLE);
 	CHECK(w0->state == REG_CONNECTED && e.failed == 1);
 	/* A task in error hears of it at its next heartbeat. */
@@ -200,7 +202,7 @@ registry_recoverable_stays_local(void)
 	CHECK(registry_register(r, w, INC1, 0, &a) == ST_OK);
 	/* A recoverable task may register again as a new incarnation. */
 	CHECK(registry_register(r, w, INC2, 10, &a) == ST_OK);
-	registry_scan(r, 5000);
+	registry_scan(r, 5000, NULL, NULL);
 	CHECK(e.failed == 2 && e.failed_propagated == 1);
 	CHECK(registry_failed(r) == c);
 	CHECK(!registry_error_visible(w) && registry_error_visible(c));
@@ -239,34 +241,35 @@ barriers_pass_and_reuse(void)
 	struct ended x = {0};
 	struct barriers *bs = barriers_new(r, on_end, &x);
 	struct barrier *b;
+	int64_t until = 0;
 	enum status st;
 	char msg[512];
 
 	CHECK(barriers_wait(bs, "b", registry_task(r, 0), 0, 0, NULL, 0, NULL,
-	          0, &b, &st, msg, sizeof(msg)) == BAR_ANSWER);
+	          0, &b, &until, &st, msg, sizeof(msg)) == BAR_ANSWER);
 	CHECK(st == ST_FAILED_PRECONDITION); /* not connected */
 	connect_all(r);
 	CHECK(barriers_wait(bs, "b", registry_task(r, 0), 0, 1000, NULL, 0,
-	          NULL, 0, &b, &st, msg, sizeof(msg)) == BAR_WAIT);
+	          NULL, 0, &b, &until, &st, msg, sizeof(msg)) == BAR_WAIT);
 	CHECK(b->members == 3 && b->arrived == 1 && b->deadline == 1000);
 	CHECK(barriers_next_deadline(bs) == 1000);
 	/* Asking again counts once. */
 	CHECK(barriers_wait(bs, "b", registry_task(r, 0), 0, 1000, NULL, 0,
-	          NULL, 0, &b, &st, msg, sizeof(msg)) == BAR_WAIT);
+	          NULL, 0, &b, &until, &st, msg, sizeof(msg)) == BAR_WAIT);
 	CHECK(b->arrived == 1);
 	CHECK(barriers_wait(bs, "b", registry_task(r, 1), 0, 1000, NULL, 0,
-	          NULL, 10, &b, &st, msg, sizeof(msg)) == BAR_WAIT);
+	          NULL, 10, &b, &until, &st, msg, sizeof(msg)) == BAR_WAIT);
 	CHECK(barriers_wait(bs, "b", registry_task(r, 2), 0, 1000, NULL, 0,
-	          NULL, 20, &b, &st, msg, sizeof(msg)) == BAR_ANSWER);
+	          NULL, 20, &b, &until, &st, msg, sizeof(msg)) == BAR_ANSWER);
 	CHECK(st == ST_OK && x.n == 1 && b->state == BAR_PASSED);
 	CHECK(barriers_next_deadline(bs) == INT64_MAX);
 	/* Members asking again get the same answer. */
 	CHECK(barriers_wait(bs, "b", registry_task(r, 0), 0, 1000, NULL, 0,
-	          NULL, 30, &b, &st, msg, sizeof(msg)) == BAR_ANSWER &&
+	          NULL, 30, &b, &until, &st, msg, sizeof(msg)) == BAR_ANSWER &&
 	    st == ST_OK);
 	/* A wrong incarnation is told so. */
 	CHECK(barriers_wait(bs, "c", registry_task(r, 0), 0xbad, 1000, NULL, 0,
-	          NULL, 30, &b, &st, msg, sizeof(msg)) == BAR_ANSWER &&
+	          NULL, 30, &b, &until, &st, msg, sizeof(msg)) == BAR_ANSWER &&
 	    st == ST_ABORTED);
 	barriers_reset(bs, ST_ABORTED, "reset");
 	barriers_free(bs);
@@ -281,6 +284,7 @@ barriers_fail_every_way(void)
 	struct ended x = {0};
 	struct barriers *bs = barriers_new(r, on_end, &x);
 	struct barrier *b;
+	int64_t until = 0;
 	enum status st;
 	char msg[512];
 	size_t two[] = {0, 1}, other[] = {1, 2};
@@ -288,7 +292,7 @@ barriers_fail_every_way(void)
 	connect_all(r);
 	/* Deadline: DEADLINE_EXCEEDED naming who did not come. */
 	CHECK(barriers_wait(bs, "t", registry_task(r, 0), 0, 500, NULL, 0, NULL,
-	          0, &b, &st, msg, sizeof(msg)) == BAR_WAIT);
+	          0, &b, &until, &st, msg, sizeof(msg)) == BAR_WAIT);
 	barriers_expire(bs, 499);
 	CHECK(b->state == BAR_PENDING);
 	barriers_expire(bs, 500);
@@ -296,25 +300,25 @@ barriers_fail_every_way(void)
 	CHECK(strstr(b->message, "worker:1, worker:2") != NULL);
 	/* Conflicting member lists. */
 	CHECK(barriers_wait(bs, "l", registry_task(r, 0), 0, 500, two, 2, NULL,
-	          0, &b, &st, msg, sizeof(msg)) == BAR_WAIT);
+	          0, &b, &until, &st, msg, sizeof(msg)) == BAR_WAIT);
 	CHECK(b->members == 2 && b->explicit_set);
 	CHECK(barriers_wait(bs, "l", registry_task(r, 1), 0, 500, other, 2,
-	          NULL, 0, &b, &st, msg, sizeof(msg)) == BAR_ANSWER);
+	          NULL, 0, &b, &until, &st, msg, sizeof(msg)) == BAR_ANSWER);
 	CHECK(st == ST_INVALID_ARGUMENT && b->result == ST_INVALID_ARGUMENT);
 	/* A caller outside the members. */
 	CHECK(barriers_wait(bs, "m", registry_task(r, 0), 0, 500, two, 2, NULL,
-	          0, &b, &st, msg, sizeof(msg)) == BAR_WAIT);
+	          0, &b, &until, &st, msg, sizeof(msg)) == BAR_WAIT);
 	CHECK(barriers_wait(bs, "m", registry_task(r, 2), 0, 500, two, 2, NULL,
-	          0, &b, &st, msg, sizeof(msg)) == BAR_ANSWER);
+	          0, &b, &until, &st, msg, sizeof(msg)) == BAR_ANSWER);
 	CHECK(st == ST_INVALID_ARGUMENT);
 	/* A member list naming no task of the cluster. */
 	CHECK(barriers_wait(bs, "n", registry_task(r, 0), 0, 500, NULL, 0,
-	          "task ps:0 is not in the cluster", 0, &b, &st, msg,
+	          "task ps:0 is not in the cluster", 0, &b, &until, &st, msg,
 	          sizeof(msg)) == BAR_ANSWER &&
 	    st == ST_INVALID_ARGUMENT);
 	/* Cancel: now and for later arrivals; a passed one cannot be. */
 	CHECK(barriers_wait(bs, "c", registry_task(r, 0), 0, 500, NULL, 0, NULL,
-	          0, &b, &st, msg, sizeof(msg)) == BAR_WAIT);
+	          0, &b, &until, &st, msg, sizeof(msg)) == BAR_WAIT);
 	CHECK(barriers_cancel(bs, "c", "worker:1", 0, msg, sizeof(msg)) ==
 	        ST_OK &&
 	    b->result == ST_CANCELLED);
@@ -323,23 +327,23 @@ barriers_fail_every_way(void)
 	CHECK(barriers_cancel(bs, "early", "worker:1", 0, msg, sizeof(msg)) ==
 	    ST_OK);
 	CHECK(barriers_wait(bs, "early", registry_task(r, 0), 0, 500, NULL, 0,
-	          NULL, 0, &b, &st, msg, sizeof(msg)) == BAR_ANSWER &&
+	          NULL, 0, &b, &until, &st, msg, sizeof(msg)) == BAR_ANSWER &&
 	    st == ST_CANCELLED);
 	/* A member that fails fails the barrier (INTERNAL). */
 	CHECK(barriers_wait(bs, "f", registry_task(r, 0), 0, 500, NULL, 0, NULL,
-	          0, &b, &st, msg, sizeof(msg)) == BAR_WAIT);
+	          0, &b, &until, &st, msg, sizeof(msg)) == BAR_WAIT);
 	registry_set_error(r, registry_task(r, 2), ST_UNAVAILABLE, "gone", 0,
 	    1);
 	barriers_task_failed(bs, registry_task(r, 2));
 	CHECK(b->result == ST_INTERNAL && strstr(b->message, "worker:2"));
 	/* A barrier whose member is already in error fails at once. */
 	CHECK(barriers_wait(bs, "g", registry_task(r, 0), 0, 500, other, 2,
-	          NULL, 0, &b, &st, msg, sizeof(msg)) == BAR_ANSWER);
+	          NULL, 0, &b, &until, &st, msg, sizeof(msg)) == BAR_ANSWER);
 	CHECK(st == ST_INTERNAL && strstr(msg, "worker:2") != NULL);
 	CHECK(barriers_find(bs, "g")->result == ST_INTERNAL);
 	/* Abort (the service going away). */
 	CHECK(barriers_wait(bs, "h", registry_task(r, 0), 0, 500, two, 2, NULL,
-	          0, &b, &st, msg, sizeof(msg)) == BAR_WAIT);
+	          0, &b, &until, &st, msg, sizeof(msg)) == BAR_WAIT);
 	barriers_abort(bs, ST_ABORTED, "going away");
 	CHECK(b->result == ST_ABORTED);
 	CHECK(barriers_cancel(bs, "h", "worker:0", 0, msg, sizeof(msg)) ==
@@ -367,15 +371,29 @@ barriers_shutdown(void)
 	CHECK(barriers_shutdown_wait(bs, w0, 1000, 0, &b, &st, msg,
 	          sizeof(msg)) == BAR_WAIT &&
 	    b->members == 3);
-	/* A straggler that fails is dropped, not waited for. */
+	CHECK(barriers_shutdown_wait(bs, w1, 1000, 5, &b, &st, msg,
+	          sizeof(msg)) == BAR_WAIT);
+	/* A member that fails meanwhile fails it for all (INTERNAL, naming
+	 * the task): the job did not finish together. */
 	registry_set_error(r, w2, ST_UNAVAILABLE, "gone", 0, 1);
 	barriers_task_failed(bs, w2);
-	CHECK(b->members == 2 && b->state == BAR_PENDING);
+	CHECK(b->state == BAR_FAILED && b->result == ST_INTERNAL &&
+	    strstr(b->message, "worker:2") != NULL);
+	/* Those who made it are disconnected all the same. */
+	CHECK(w0->state == REG_DISCONNECTED && w1->state == REG_DISCONNECTED);
+	barriers_reset(bs, ST_ABORTED, "reset");
+
+	/* A task in error before the first arrival is no member of it. */
+	registry_reset(r, w2, &(struct reg_answer){0});
+	registry_settle(r);
+	connect_all(r);
+	registry_set_error(r, w2, ST_UNAVAILABLE, "gone", 0, 1);
+	CHECK(barriers_shutdown_wait(bs, w0, 1000, 0, &b, &st, msg,
+	          sizeof(msg)) == BAR_WAIT &&
+	    b->members == 2);
 	CHECK(barriers_shutdown_wait(bs, w1, 1000, 10, &b, &st, msg,
 	          sizeof(msg)) == BAR_ANSWER &&
 	    st == ST_OK);
-	/* Those who made it are disconnected. */
-	CHECK(w0->state == REG_DISCONNECTED && w1->state == REG_DISCONNECTED);
 	barriers_reset(bs, ST_ABORTED, "reset");
 
 	/* A straggler at the deadline is put in error, without telling the
@@ -396,6 +414,91 @@ barriers_shutdown(void)
 	registry_free(r);
 }
 
+static void
+barriers_member_leaves(void)
+{
+	struct events e;
+	struct registry *r = cluster("worker=2", NULL, &e);
+	struct ended x = {0};
+	struct barriers *bs = barriers_new(r, on_end, &x);
+	struct barrier *b;
+	int64_t until = 0;
+	enum status st;
+	char msg[512];
+	int barrier;
+
+	connect_all(r);
+	CHECK(barriers_wait(bs, "b", registry_task(r, 0), 0, 1000, NULL, 0,
+	          NULL, 0, &b, &until, &st, msg, sizeof(msg)) == BAR_WAIT);
+	/* worker:0 waits there, then shuts down: the barrier cannot pass. */
+	CHECK(registry_shutdown(r, registry_task(r, 0), INC1, 1, 0, &barrier,
+	          &(struct reg_answer){0}) == ST_OK);
+	CHECK(e.left == 1);
+	barriers_task_left(bs, registry_task(r, 0));
+	CHECK(b->result == ST_INTERNAL && strstr(b->message, "left") != NULL);
+	barriers_reset(bs, ST_ABORTED, "reset");
+	barriers_free(bs);
+	registry_free(r);
+}
+
+static void
+barriers_settle_after_start(void)
+{
+	struct events e;
+	struct registry *r = cluster("worker=3", NULL, &e);
+	struct ended x = {0};
+	struct barriers *bs = barriers_new(r, on_end, &x);
+	struct reg_answer a;
+	struct barrier *b;
+	int64_t until = 0;
+	enum status st;
+	char msg[512];
+
+	barriers_set_settle(bs, 5000);
+	CHECK(registry_register(r, registry_task(r, 0), INC1, 0, &a) == ST_OK);
+	/* No task showed it outlived a coordd: a fresh start, and the first
+	 * arrival fixes the members to those connected, as ever. */
+	CHECK(barriers_wait(bs, "fresh", registry_task(r, 0), 0, 1000, NULL, 0,
+	          NULL, 5, &b, &until, &st, msg, sizeof(msg)) == BAR_ANSWER &&
+	    st == ST_OK);
+	/* A task whose agent has not registered again yet waits for it, when
+	 * it gives its incarnation; without one it is refused, as ever. */
+	CHECK(barriers_wait(bs, "b", registry_task(r, 1), 0xa1, 1000, NULL, 0,
+	          NULL, 10, &b, &until, &st, msg, sizeof(msg)) == BAR_REGISTER);
+	CHECK(until == 5000);
+	CHECK(barriers_wait(bs, "b", registry_task(r, 1), 0, 1000, NULL, 0,
+	          NULL, 10, &b, &until, &st, msg, sizeof(msg)) == BAR_ANSWER &&
+	    st == ST_FAILED_PRECONDITION);
+	/* The first arrival, with only one task back: the members are every
+	 * task, not the one connected so far. */
+	CHECK(barriers_wait(bs, "b", registry_task(r, 0), 0, 60000, NULL, 0,
+	          NULL, 20, &b, &until, &st, msg, sizeof(msg)) == BAR_WAIT);
+	CHECK(b->members == 3 && b->fix_at == 5000);
+	CHECK(barriers_next_deadline(bs) == 5000);
+	CHECK(registry_register(r, registry_task(r, 1), INC1, 30, &a) == ST_OK);
+	CHECK(barriers_wait(bs, "b", registry_task(r, 1), 0xa1, 60000, NULL, 0,
+	          NULL, 40, &b, &until, &st, msg, sizeof(msg)) == BAR_WAIT);
+	/* worker:2 never comes back: at the settle time it is dropped, and
+	 * the two that arrived pass. */
+	barriers_expire(bs, 4999);
+	CHECK(b->state == BAR_PENDING);
+	barriers_expire(bs, 5000);
+	CHECK(b->state == BAR_PASSED && b->members == 2);
+
+	/* All back before then: the member set is simply all of them. */
+	barriers_set_settle(bs, 9000);
+	CHECK(barriers_wait(bs, "c", registry_task(r, 0), 0, 60000, NULL, 0,
+	          NULL, 6000, &b, &until, &st, msg, sizeof(msg)) == BAR_WAIT);
+	CHECK(b->fix_at == 9000);
+	CHECK(
+	    registry_register(r, registry_task(r, 2), INC1, 6100, &a) == ST_OK);
+	barriers_all_connected(bs);
+	CHECK(b->fix_at == 0 && b->members == 3 && b->state == BAR_PENDING);
+	barriers_reset(bs, ST_ABORTED, "reset");
+	barriers_free(bs);
+	registry_free(r);
+}
+
 UNIT_TESTS(state_tests) = {
     {"registry: connect, incarnations, duplicate registration",
         registry_connect_and_incarnations},
@@ -411,5 +514,9 @@ UNIT_TESTS(state_tests) = {
     {"barriers: deadline, conflicts, outsiders, cancel, errors, abort",
         barriers_fail_every_way},
     {"barriers: the shutdown barrier", barriers_shutdown},
+    {"barriers: a member that leaves fails the barrier",
+        barriers_member_leaves},
+    {"barriers: after a start, members are fixed once tasks are back",
+        barriers_settle_after_start},
     {NULL, NULL},
 };
