@@ -121,6 +121,11 @@ main(int argc, char **argv)
 	if (coord_agent_init(&a, task, inc) < 0)
 		return cli_usage_error(synopsis,
 		    "%s is not a task (want JOB:INDEX)", task);
+	/* Under preemptwatch, it speaks for the task with its secret. */
+	snprintf(a.secret, sizeof(a.secret), "%s",
+	    getenv("MUSTER_TASK_SECRET") != NULL ?
+	        getenv("MUSTER_TASK_SECRET") :
+	        "");
 	if (cancel && tasks_s != NULL)
 		return cli_usage_error(synopsis,
 		    "--tasks makes no sense with --cancel");
@@ -131,6 +136,7 @@ main(int argc, char **argv)
 		json_decref(tasks);
 		return cli_usage_error(synopsis, "%s", err);
 	}
+	coord_client_set_task_secret(cc, a.secret);
 	/* The barrier's own timeout bounds the wait; allow for bring-up. */
 	deadline = duration_now_ms() + timeout + 5000;
 	if (cancel)

@@ -21,7 +21,8 @@ static const char synopsis[] =
     "              [--max-keys N] [--max-store-bytes BYTES] "
     "[--max-barriers N]\n"
     "              [--max-connections N] [--max-inflight-bytes BYTES]\n"
-    "              [--request-timeout DUR] [--max-wait DUR]\n";
+    "              [--request-timeout DUR] [--max-wait DUR]\n"
+    "              [--token-file FILE] [--insecure]\n";
 
 /* --recoverable JOB[,JOB...]: every job must be one of --cluster's. */
 static int
@@ -143,6 +144,7 @@ parse_args(int argc, char **argv, struct daemon_options *d,
 	if (recoverable != NULL && parse_recoverable(recoverable, rc) != 0)
 		return 2;
 	cc->max_wait_ms = d->max_wait_ms;
+	cc->authenticated = d->token_len > 0;
 	/* Room for a whole value in a compare-and-swap, base64 twice. */
 	d->max_body = cc->kv.max_value / 3 * 8 + 64 * 1024;
 	return 0;

@@ -181,7 +181,7 @@ publish(struct run *r, int64_t death, const char *from)
  * it what torchrun's tell a worker: where it stands in the job and in
  * which run. Built for the child only: setenv() would race other threads.
  */
-#define NVARS 10
+#define NVARS 11
 
 static char **
 command_env(struct run *r, char *set[NVARS + 1])
@@ -189,7 +189,7 @@ command_env(struct run *r, char *set[NVARS + 1])
 	static const char *names[NVARS] = {"MUSTER_COORD", "MUSTER_TASK",
 	    "MUSTER_INCARNATION", "MUSTER_JOB", "MUSTER_TASK_INDEX",
 	    "MUSTER_RANK", "MUSTER_WORLD_SIZE", "MUSTER_EPOCH",
-	    "MUSTER_RESTARTS", "MUSTER_RUN_PREFIX"};
+	    "MUSTER_RESTARTS", "MUSTER_RUN_PREFIX", "MUSTER_TASK_SECRET"};
 	struct task_name tn;
 	char inc[17], **env = NULL;
 	int k = 0;
@@ -206,7 +206,8 @@ command_env(struct run *r, char *set[NVARS + 1])
 	    asprintf(&set[k++], "%s=%ld", names[7], r->s.a.epoch) < 0 ||
 	    asprintf(&set[k++], "%s=%ld", names[8], r->restarts) < 0 ||
 	    asprintf(&set[k++], "%s=%s/run/%ld", names[9], KEYPATH_RUN,
-	        r->s.a.epoch) < 0) {
+	        r->s.a.epoch) < 0 ||
+	    asprintf(&set[k++], "%s=%s", names[10], r->s.a.secret) < 0) {
 		k--;
 		goto out;
 	}
@@ -902,6 +903,7 @@ main(int argc, char **argv)
 	o.addr = cli_coord_addr(o.addr);
 	if ((r.cc = coord_client_new(o.addr, err, sizeof(err))) == NULL)
 		return cli_usage_error(synopsis, "%s", err);
+	coord_client_set_task_secret(r.cc, r.s.a.secret);
 	if (evq_open(&q) < 0)
 		return cli_fail(ST_INTERNAL, "pipe: %s", strerror(errno));
 	if ((sync = sync_server_new(err, sizeof(err))) == NULL)

@@ -141,7 +141,10 @@ has_metric() {
 	local fd line found=1
 	{ exec {fd}<>"/dev/tcp/${MUSTER_COORD%:*}/${MUSTER_COORD##*:}"; } 2>/dev/null ||
 		return 1
-	printf 'GET /metrics HTTP/1.0\r\nHost: %s\r\n\r\n' "$MUSTER_COORD" >&"$fd"
+	local auth=
+	[ -z "${MUSTER_TOKEN_FILE:-}" ] ||
+		auth="Authorization: Bearer $(head -n 1 "$MUSTER_TOKEN_FILE")"$'\r\n'
+	printf 'GET /metrics HTTP/1.0\r\nHost: %s\r\n%s\r\n' "$MUSTER_COORD" "$auth" >&"$fd"
 	while IFS= read -r -t 5 -u "$fd" line; do
 		[[ ${line%$'\r'} == "$1 $2" ]] && found=0 && break
 	done

@@ -10,6 +10,7 @@
 #include "coord_call.h"
 #include "duration.h"
 #include "text.h"
+#include "token.h"
 
 int
 coord_agent_init(struct coord_agent *a, const char *task, uint64_t incarnation)
@@ -23,6 +24,10 @@ coord_agent_init(struct coord_agent *a, const char *task, uint64_t incarnation)
 	snprintf(a->path, sizeof(a->path), "/v1/tasks/%s/%ld", tn.job,
 	    tn.index);
 	a->incarnation = incarnation;
+	/* Its requests prove with this that they are its own; without a
+	 * random source it goes without (coordd may then refuse it). */
+	if (token_random(a->secret, sizeof(a->secret)) < 0)
+		a->secret[0] = '\0';
 	return 0;
 }
 
@@ -165,10 +170,11 @@ coord_error_request(const struct coord_client *cc, const struct coord_agent *a,
 	if (s != NULL)
 		n = snprintf(buf, size,
 		    "POST %s/error?incarnation=%s HTTP/1.1\r\nHost: %s\r\n"
-		    "Content-Type: application/json\r\nContent-Length: %zu\r\n"
-		    "Connection: close\r\n\r\n%s",
+		    "%sContent-Type: application/json\r\n"
+		    "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
 		    a->path, task_format_incarnation(a->incarnation, inc),
-		    coord_client_addr(cc), strlen(s), s);
+		    coord_client_addr(cc), coord_client_headers(cc), strlen(s),
+		    s);
 	free(s);
 	json_decref(body);
 	return n > 0 && (size_t)n < size ? (size_t)n : 0;

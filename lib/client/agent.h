@@ -28,6 +28,9 @@ struct coord_agent {
 	long world;      /* how many tasks the cluster has */
 	long wait_epoch; /* register refused: wait past this epoch, then
 			  * try again; -1 none */
+	/* The task's own secret: it registers with it, and every request
+	 * of its clients carries it (coord_client_set_task_secret). */
+	char secret[COORD_SECRET_LEN + 1];
 };
 
 /* Fills a from a task name; -1 when it is not one. */

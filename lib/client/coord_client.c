@@ -11,11 +11,44 @@
 #include "coord_call.h"
 #include "duration.h"
 #include "text.h"
+#include "token.h"
 
 /* How long one long poll may park on the server before it is re-issued. */
 #define POLL_MAX_MS 30000
 /* Extra time the HTTP call gets beyond the server-side wait. */
 #define POLL_GRACE_MS 2000
+
+/*
+ * The cluster's token, from the file MUSTER_TOKEN_FILE names, goes with
+ * every request. 0, or -1 with the reason in err.
+ */
+static int
+add_token(struct coord_client *cc, char *err, size_t errlen)
+{
+	const char *path = getenv("MUSTER_TOKEN_FILE");
+	char token[TOKEN_MAX + 1], why[512];
+	struct buf h = {0};
+	int loose, rc;
+
+	if (path == NULL || *path == '\0')
+		return 0;
+	if (token_read_file(path, token, sizeof(token), &loose, why,
+	        sizeof(why)) < 0) {
+		snprintf(err, errlen, "MUSTER_TOKEN_FILE: %s", why);
+		return -1;
+	}
+	rc = buf_printf(&h, "Authorization: Bearer %s", token) < 0 ||
+	        http_client_add_header(cc->http, h.data) < 0 ?
+	    -1 :
+	    0;
+	memset(token, 0, sizeof(token));
+	if (h.data != NULL)
+		memset(h.data, 0, h.len);
+	buf_free(&h);
+	if (rc < 0)
+		snprintf(err, errlen, "out of memory");
+	return rc;
+}
 
 struct coord_client *
 coord_client_new(const char *addr, char *err, size_t errlen)
@@ -31,7 +64,22 @@ coord_client_new(const char *addr, char *err, size_t errlen)
 		free(cc);
 		return NULL;
 	}
+	if (add_token(cc, err, errlen) < 0) {
+		coord_client_free(cc);
+		return NULL;
+	}
 	return cc;
+}
+
+int
+coord_client_set_task_secret(struct coord_client *cc, const char *secret)
+{
+	char h[64 + COORD_SECRET_LEN];
+
+	if (secret == NULL || *secret == '\0')
+		return 0;
+	snprintf(h, sizeof(h), "X-Muster-Task-Secret: %s", secret);
+	return http_client_add_header(cc->http, h);
 }
 
 void
@@ -53,6 +101,12 @@ const char *
 coord_client_error(const struct coord_client *cc)
 {
 	return cc->err;
+}
+
+const char *
+coord_client_headers(const struct coord_client *cc)
+{
+	return http_client_headers(cc->http);
 }
 
 const char *

@@ -27,9 +27,18 @@ enum coord_put_mode {
 
 struct coord_client;
 
-/* addr as for http_client_new; NULL (and a message in err) on failure. */
+/*
+ * addr as for http_client_new; NULL (and a message in err) on failure.
+ * With MUSTER_TOKEN_FILE set, every request carries the token in that
+ * file (a file that cannot be read is a failure).
+ */
 struct coord_client *coord_client_new(const char *addr, char *err,
     size_t errlen);
+/* Every request of cc carries the secret of the task it speaks for. */
+#define COORD_SECRET_LEN 32
+int coord_client_set_task_secret(struct coord_client *cc, const char *secret);
+/* The headers every request of cc carries, "Name: value\r\n" each. */
+const char *coord_client_headers(const struct coord_client *cc);
 void coord_client_free(struct coord_client *cc);
 /* Calls give up with ST_CANCELLED once fd is readable (see http_client). */
 void coord_client_set_cancel(struct coord_client *cc, int fd);

@@ -30,8 +30,10 @@ session_client(struct session *s)
 	char err[256];
 	struct coord_client *cc = coord_client_new(s->addr, err, sizeof(err));
 
-	if (cc != NULL)
+	if (cc != NULL) {
 		coord_client_set_cancel(cc, cancel_fd(&s->cancel));
+		coord_client_set_task_secret(cc, s->a.secret);
+	}
 	return cc;
 }
 

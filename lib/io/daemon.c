@@ -1,8 +1,11 @@
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -14,9 +17,11 @@
 #include "parse.h"
 
 struct daemon {
+	const struct daemon_options *o;
 	const struct daemon_service *svc;
 	struct http_server *srv;
 	atomic_int closing;
+	atomic_ulong unauthenticated;
 };
 
 void
@@ -84,18 +89,56 @@ daemon_option(struct daemon_options *o, int c, const char *arg,
 			return -1;
 		}
 		return 1;
+	case 0x106: o->token_file = arg; return 1;
+	case 0x107: o->insecure = 1; return 1;
 	case 'v': o->verbose++; return 1;
 	case 'n': o->check = 1; return 1;
 	default: return 0;
 	}
 }
 
+/* Whether host (numeric) is a loopback address: 127.0.0.0/8 or ::1. */
+static int
+loopback(const char *host)
+{
+	struct in_addr a4;
+	struct in6_addr a6;
+
+	if (inet_pton(AF_INET, host, &a4) == 1)
+		return (ntohl(a4.s_addr) >> 24) == 127;
+	return inet_pton(AF_INET6, host, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
+}
+
 int
 daemon_options_check(struct daemon_options *o, const char *synopsis)
 {
+	char err[512];
+	int loose;
+
 	if (parse_listen(o->listen, o->host, sizeof(o->host), &o->port) < 0)
 		return cli_usage_error(synopsis, "-l %s is not HOST:PORT",
 		    o->listen);
+	if (o->token_file != NULL) {
+		if (token_read_file(o->token_file, o->token, sizeof(o->token),
+		        &loose, err, sizeof(err)) < 0) {
+			fprintf(stderr, "%s: --token-file: %s\n", log_prog(),
+			    err);
+			return status_exit(ST_USAGE);
+		}
+		o->token_len = strlen(o->token);
+		if (loose)
+			log_info("warning: token file %s may be read by other "
+			         "users (chmod 600 it)",
+			    o->token_file);
+	} else if (!o->insecure && !loopback(o->host)) {
+		fprintf(stderr,
+		    "%s: listening on %s, beyond this machine, needs "
+		    "--token-file FILE, so that only those who hold the token "
+		    "are served (or --insecure, to serve anyone who can "
+		    "reach it)\n",
+		    log_prog(), o->host);
+		return status_exit(ST_USAGE);
+	}
 	return 0;
 }
 
@@ -164,18 +207,54 @@ metrics(struct daemon *d, struct http_req *req)
 	    "the bodies held reached --max-inflight-bytes.\n"
 	    "# TYPE muster_http_body_refused_total counter\n"
 	    "muster_http_body_refused_total %lu\n"
+	    "# HELP muster_http_unauthenticated_total Requests refused for "
+	    "a missing or wrong token.\n"
+	    "# TYPE muster_http_unauthenticated_total counter\n"
+	    "muster_http_unauthenticated_total %lu\n"
 	    "# HELP muster_log_dropped_total Log lines dropped because "
 	    "stderr did not keep up.\n# TYPE muster_log_dropped_total counter\n"
 	    "muster_log_dropped_total %lu\n",
 	    st.requests, st.parked, st.connections, st.max_connections,
 	    st.refused, st.abandoned, st.timed_out, st.body_bytes,
-	    st.body_refused, log_dropped());
+	    st.body_refused, atomic_load(&d->unauthenticated), log_dropped());
 	if (b.data == NULL)
 		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
 	else
 		http_reply(req, 200, "text/plain; version=0.0.4", b.data,
 		    b.len);
 	buf_free(&b);
+}
+
+/*
+ * Whether req carries the cluster's token (or none is needed). /healthz
+ * needs none: a liveness probe holds no secret, and learns only "ok".
+ */
+static int
+authenticated(struct daemon *d, struct http_req *req)
+{
+	const char *h;
+	size_t n;
+
+	if (d->o->token_len == 0 || strcmp(http_req_path(req), "/healthz") == 0)
+		return 1;
+	h = http_req_header(req, "Authorization");
+	if (h != NULL && strncasecmp(h, "Bearer ", 7) == 0) {
+		for (h += 7; *h == ' '; h++)
+			;
+		n = strlen(h);
+		while (n > 0 && h[n - 1] == ' ')
+			n--;
+		if (token_equal(h, n, d->o->token, d->o->token_len))
+			return 1;
+	}
+	atomic_fetch_add(&d->unauthenticated, 1);
+	http_set_header(req, "WWW-Authenticate", "Bearer realm=\"muster\"");
+	http_reply_error(req, ST_UNAUTHENTICATED,
+	    h == NULL ? "this %s needs a token: set MUSTER_TOKEN_FILE to the "
+	                "file that holds the cluster's token" :
+	                "the token is not this %s's",
+	    d->svc->name);
+	return 0;
 }
 
 /* The skeleton's own resources come first; then the service's. */
@@ -185,6 +264,9 @@ handle(struct http_req *req, void *arg)
 	struct daemon *d = arg;
 	const char *path = http_req_path(req);
 	unsigned m = route_method(http_req_method(req));
+
+	if (!authenticated(d, req))
+		return;
 
 	if (strcmp(path, "/healthz") == 0 || strcmp(path, "/metrics") == 0) {
 		int health = path[1] == 'h';
@@ -221,7 +303,7 @@ gone(struct http_req *req, void *arg)
 int
 daemon_run(const struct daemon_options *o, const struct daemon_service *svc)
 {
-	struct daemon d = {.svc = svc};
+	struct daemon d = {.o = o, .svc = svc};
 	struct http_server_config hc = {.host = o->host,
 	    .port = o->port,
 	    .threads = (unsigned)o->threads,

@@ -16,6 +16,7 @@
 #include "cli.h"
 #include "http_server.h"
 #include "route.h"
+#include "token.h"
 
 /* What a service hands the skeleton. */
 struct daemon_service {
@@ -45,6 +46,10 @@ struct daemon_options {
 	long max_conns;             /* 0: from the limit on open files */
 	int64_t request_timeout_ms; /* 0: 60 s to send a request */
 	int64_t max_wait_ms;        /* 0: a long poll waits 10 min at most */
+	const char *token_file;     /* the cluster's token */
+	int insecure;               /* serve beyond loopback without one */
+	char token[TOKEN_MAX + 1];  /* read by daemon_options_check */
+	size_t token_len;           /* 0: no token */
 	int verbose;
 	int check;     /* -n: check the options, exit */
 	char host[64]; /* from listen */
@@ -61,6 +66,8 @@ struct daemon_options {
 	{"max-inflight-bytes", required_argument, NULL, 0x103}, \
 	{"request-timeout", required_argument, NULL, 0x104}, \
 	{"max-wait", required_argument, NULL, 0x105}, \
+	{"token-file", required_argument, NULL, 0x106}, \
+	{"insecure", no_argument, NULL, 0x107}, \
 	{"verbose", no_argument, NULL, 'v'}, \
 	{"check", no_argument, NULL, 'n'}, \
 	CLI_STD_LONGOPTS
@@ -77,7 +84,11 @@ void daemon_options_init(struct daemon_options *o, int port);
 int daemon_option(struct daemon_options *o, int c, const char *arg,
     const char *synopsis);
 
-/* Checks what the options say once all are read: 0, or 2 (usage). */
+/*
+ * Checks what the options say once all are read, and reads the token: 0,
+ * or 2 (usage). A daemon that would listen beyond loopback without a
+ * token refuses, unless told --insecure (Redis's protected mode).
+ */
 int daemon_options_check(struct daemon_options *o, const char *synopsis);
 
 /*

@@ -162,6 +162,12 @@ http_client_set_max_reply(struct http_client *c, size_t bytes)
 	c->max_reply = bytes;
 }
 
+const char *
+http_client_headers(const struct http_client *c)
+{
+	return c->headers.data != NULL ? c->headers.data : "";
+}
+
 int
 http_client_add_header(struct http_client *c, const char *header)
 {

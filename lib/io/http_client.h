@@ -56,6 +56,8 @@ void http_client_set_cancel(struct http_client *c, int fd);
 void http_client_set_max_reply(struct http_client *c, size_t bytes);
 /* Adds a header ("Name: value") sent with every request of c. */
 int http_client_add_header(struct http_client *c, const char *header);
+/* Those headers, each ending in CRLF ("" when none). */
+const char *http_client_headers(const struct http_client *c);
 
 /*
  * Sends one request and reads the reply into resp (which the caller frees

@@ -493,7 +493,8 @@ barriers_cancel(struct barriers *bs, const char *id, const char *by,
 		    id, status_name(b->result), b->message);
 		return ST_FAILED_PRECONDITION;
 	}
-	snprintf(msg, msglen, "barrier %s was cancelled by task %s", id, by);
+	snprintf(msg, msglen, "barrier %s was cancelled by %s%s", id,
+	    by != NULL ? "task " : "an operator", by != NULL ? by : "");
 	complete(bs, b, ST_CANCELLED, msg);
 	return ST_OK;
 }

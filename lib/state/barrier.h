@@ -116,7 +116,8 @@ enum bar_verdict barriers_shutdown_wait(struct barriers *bs, struct reg_task *t,
     int64_t timeout_ms, int64_t now, struct barrier **bp, enum status *st,
     char *msg, size_t msglen);
 
-/* Cancels barrier id, for current and future arrivals. */
+/* Cancels barrier id, for current and future arrivals; by is the task
+ * that does, or NULL for an operator. */
 enum status barriers_cancel(struct barriers *bs, const char *id, const char *by,
     int64_t now, char *msg, size_t msglen);
 

@@ -151,6 +151,7 @@ coord_new(const struct coord_config *cfg, char *err, size_t errlen)
 	}
 	pthread_mutex_init(&co->mu, NULL);
 	co->shutdown_timeout = cfg->shutdown_barrier_timeout_ms;
+	co->authenticated = cfg->authenticated;
 	if ((co->park = park_new(&co->mu, err, errlen)) == NULL)
 		goto fail;
 	if ((co->getters = park_index_new()) == NULL ||
@@ -173,6 +174,8 @@ coord_new(const struct coord_config *cfg, char *err, size_t errlen)
 	if ((co->rejoin = calloc(co->rv->ntasks + 1, sizeof(*co->rejoin))) ==
 	        NULL ||
 	    (co->heard = calloc(co->rv->ntasks + 1, sizeof(*co->heard))) ==
+	        NULL ||
+	    (co->secret = calloc(co->rv->ntasks + 1, sizeof(*co->secret))) ==
 	        NULL ||
 	    (co->shutdown_said = calloc(co->rv->ntasks + 1,
 	         sizeof(*co->shutdown_said))) == NULL) {
@@ -237,6 +240,7 @@ coord_free(struct coord *co)
 	park_index_free(co->watchers);
 	free(co->rejoin);
 	free(co->heard);
+	free(co->secret);
 	free(co->shutdown_said);
 	kv_free(co->kv);
 	free(co->events);

@@ -27,6 +27,7 @@ struct coord_config {
 	int64_t shutdown_barrier_timeout_ms; /* 0: no shutdown barrier */
 	size_t max_barriers;                 /* 0: BAR_MAX_DEFAULT */
 	int64_t max_wait_ms;                 /* 0: PARK_WAIT_DEFAULT_MS */
+	int authenticated; /* coordd has a token: tasks need secrets */
 };
 
 struct coord *coord_new(const struct coord_config *cfg, char *err,

@@ -3,7 +3,7 @@
  *
  *   POST   /v1/barriers/ID?wait=DUR   {"task":T,"incarnation":HEX,
  *                                      "timeout_ms":N,"tasks":[T,...]}
- *   DELETE /v1/barriers/ID?task=T     cancel
+ *   DELETE /v1/barriers/ID[?task=T]   cancel, by task T or an operator
  *   GET    /v1/barriers               barriers in flight
  *
  * A wait answers 200 {"barrier":ID,"state":"passed"} or the barrier's
@@ -277,6 +277,12 @@ coord_barriers_rejoined(struct coord *co, struct reg_task *t)
 
 	while (l->head != NULL) {
 		struct parked *w = l->head;
+		/* It waited before the task had a secret: it has one now. */
+		if (!coord_task_proven(co, w->req, t, 0)) {
+			park_take(w);
+			wait_free(w->ctx);
+			continue;
+		}
 		decide(co, w->req, w, w->ctx);
 	}
 }
@@ -342,6 +348,8 @@ wait_route(struct coord *co, struct http_req *req, const char *id)
 		http_reply_error(req, ST_INVALID_ARGUMENT,
 		    "task %s is not in the cluster", tname);
 		wait_free(a);
+	} else if (!coord_task_proven(co, req, a->t, 0)) {
+		wait_free(a);
 	} else if (list != NULL &&
 	    members_from(co, list, &a->idx, &a->n, a->bad, sizeof(a->bad)) <
 	        0) {
@@ -358,18 +366,22 @@ static void
 cancel_route(struct coord *co, struct http_req *req, const char *id)
 {
 	const char *tname = http_req_arg(req, "task");
+	struct reg_task *t = NULL;
 	char msg[1024];
 	enum status st;
 
 	coord_lock(co);
 	if (coord_closing(co)) {
 		coord_reply_closing(req);
-	} else if (tname == NULL || registry_find(co->reg, tname) == NULL) {
+	} else if (tname != NULL &&
+	    (t = registry_find(co->reg, tname)) == NULL) {
 		http_reply_error(req, ST_INVALID_ARGUMENT,
-		    "task=%s is not in the cluster",
-		    tname != NULL ? tname : "");
-	} else if ((st = barriers_cancel(co->bars, id, tname, duration_now_ms(),
-	                msg, sizeof(msg))) != ST_OK) {
+		    "task=%s is not in the cluster", tname);
+	} else if (t != NULL && !coord_task_proven(co, req, t, 0)) {
+		/* answered */
+	} else if ((st = barriers_cancel(co->bars, id,
+	                t != NULL ? t->name : NULL, duration_now_ms(), msg,
+	                sizeof(msg))) != ST_OK) {
 		http_reply_error(req, st, "%s", msg);
 	} else {
 		coord_reply_json(req, 200,

@@ -25,6 +25,11 @@
 #include "route.h"
 #include "timer.h"
 
+/* A task's own secret, chosen by its agent and sent with each of its
+ * requests; GET /v1/tasks never shows it. */
+#define COORD_SECRET_HEADER "X-Muster-Task-Secret"
+#define COORD_SECRET_MAX 128
+
 struct coord {
 	pthread_mutex_t mu;
 	struct park *park;
@@ -57,6 +62,12 @@ struct coord {
 		int64_t stalled;
 	} * heard;
 	int64_t stalled;
+	/* Per task: the secret its current registration was made with. */
+	struct coord_secret {
+		char v[COORD_SECRET_MAX + 1];
+		size_t len; /* 0: none */
+	} * secret;
+	int authenticated; /* coordd has a token: tasks need secrets */
 	/* Per task: the shutdown barrier's answer, once it went through. */
 	struct coord_said {
 		int set;
@@ -64,6 +75,14 @@ struct coord {
 		char *msg;
 	} * shutdown_said;
 };
+
+/*
+ * Whether req comes from t's current registration: it carries the secret
+ * t registered with (if t registered with one), or, with optional, none
+ * at all (an operator's reset or cancel). Replies UNAUTHENTICATED if not.
+ */
+int coord_task_proven(struct coord *co, struct http_req *req,
+    const struct reg_task *t, int optional);
 
 /* Notes that task t was heard from now (under the lock). */
 void coord_heard(struct coord *co, const struct reg_task *t);

@@ -26,6 +26,7 @@
 #include "log.h"
 #include "parse.h"
 #include "task.h"
+#include "token.h"
 
 #define POLL_DEFAULT_MS 30000
 
@@ -429,20 +430,72 @@ reply_refused(struct coord *co, struct http_req *req, enum status st,
 	}
 }
 
+int
+coord_task_proven(struct coord *co, struct http_req *req,
+    const struct reg_task *t, int optional)
+{
+	const struct coord_secret *s = &co->secret[t->index];
+	const char *h = http_req_header(req, COORD_SECRET_HEADER);
+
+	/* Nothing to prove for a task with no secret (not registered with
+	 * this coordd, say): what it asks is judged by its state. */
+	if (s->len == 0 || (h == NULL && optional) ||
+	    (h != NULL && token_equal(h, strlen(h), s->v, s->len)))
+		return 1;
+	http_reply_error(req, ST_UNAUTHENTICATED,
+	    h == NULL ? "task %s registered with a secret, and this request "
+	                "has none (" COORD_SECRET_HEADER ")" :
+	                "the secret is not task %s's: is another process "
+	                "using its name?",
+	    t->name);
+	return 0;
+}
+
 static void
 do_register(struct coord *co, struct http_req *req, struct reg_task *t)
 {
 	struct reg_answer ans = {0};
 	char a[17], b[17];
 	int64_t hb = co->rv->hb_timeout;
-	enum status st = registry_register(co->reg, t,
-	    http_req_arg(req, "incarnation"), duration_now_ms(), &ans);
+	const char *incs = http_req_arg(req, "incarnation");
+	const char *secret = http_req_header(req, COORD_SECRET_HEADER);
+	struct coord_secret *bound = &co->secret[t->index];
+	uint64_t inc = 0;
+	enum status st;
+	int again;
 
+	if (secret != NULL &&
+	    (!token_valid(secret, strlen(secret)) ||
+	        strlen(secret) > COORD_SECRET_MAX)) {
+		http_reply_error(req, ST_INVALID_ARGUMENT,
+		    COORD_SECRET_HEADER " must be %d to %d printable "
+		                        "characters without spaces",
+		    TOKEN_MIN, COORD_SECRET_MAX);
+		return;
+	}
+	if (secret == NULL && co->authenticated) {
+		http_reply_error(req, ST_UNAUTHENTICATED,
+		    "with a token, a task registers with a secret of its own "
+		    "(" COORD_SECRET_HEADER ")");
+		return;
+	}
+	/* The same registration again (its reply was lost): only with the
+	 * secret it was made with, or anyone could take it over. */
+	again = incs != NULL && task_parse_incarnation(incs, &inc) == 0 &&
+	    t->state == REG_CONNECTED && t->incarnation == inc;
+	if (again && !coord_task_proven(co, req, t, 0))
+		return;
+	st = registry_register(co->reg, t, incs, duration_now_ms(), &ans);
 	if (st != ST_OK) {
 		reply_refused(co, req, st, &ans);
 		return;
 	}
 	co->shutdown_said[t->index].set = 0;
+	if (!again) {
+		bound->len = secret != NULL ? strlen(secret) : 0;
+		memcpy(bound->v, secret != NULL ? secret : "", bound->len);
+		bound->v[bound->len] = '\0';
+	}
 	coord_heard(co, t);
 	coord_reply_json(req, 200,
 	    json_pack("{s:s,s:s,s:I,s:I,s:s,s:I,s:I,s:i}", "task", t->name,
@@ -642,6 +695,8 @@ coord_task_route(struct http_req *req, const struct route_match *m, void *arg)
 		coord_reply_closing(req);
 	} else if (strcmp(verb, "register") == 0) {
 		do_register(co, req, t);
+	} else if (!coord_task_proven(co, req, t, strcmp(verb, "reset") == 0)) {
+		/* answered */
 	} else if (strcmp(verb, "heartbeat") == 0) {
 		do_heartbeat(co, req, t);
 	} else if (strcmp(verb, "error") == 0) {
