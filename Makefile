@@ -14,9 +14,11 @@ VERSION   := 0.1.0
 CC        ?= cc
 CFLAGS    ?= -std=c11 -O2 -g -Wall -Wextra -Werror
 CPPFLAGS  += -D_GNU_SOURCE -DMUSTER_VERSION='"$(VERSION)"'
-PKG_CFLAGS = $(shell pkg-config --cflags libmicrohttpd jansson libcurl 2>/dev/null)
+PKG_CFLAGS = $(shell pkg-config --cflags libmicrohttpd jansson libcurl gnutls 2>/dev/null)
 JSON_LIBS  = $(shell pkg-config --libs jansson 2>/dev/null)
-HTTPD_LIBS = $(shell pkg-config --libs libmicrohttpd 2>/dev/null)
+# Servers link GnuTLS (libmicrohttpd's HTTPS); clients load it with dlopen,
+# and only for an https:// address.
+HTTPD_LIBS = $(shell pkg-config --libs libmicrohttpd gnutls 2>/dev/null)
 CURL_LIBS  = $(shell pkg-config --libs libcurl 2>/dev/null)
 SYS_LIBS   = -lpthread -lm
 # Clients load only what they use: a process start is most of a kvctl call.
@@ -48,7 +50,7 @@ SYSLIBS_io     = $(HTTPD_LIBS) $(JSON_LIBS) $(SYS_LIBS)
 SYSLIBS_state  = $(JSON_LIBS) $(SYS_LIBS)
 # Clients never link libmicrohttpd: a client that reached the HTTP server
 # would fail to link.
-SYSLIBS_client = $(JSON_LIBS) $(SYS_LIBS)
+SYSLIBS_client = $(JSON_LIBS) $(SYS_LIBS) -ldl
 SYSLIBS_svc    = $(HTTPD_LIBS) $(JSON_LIBS) $(SYS_LIBS)
 
 layer_src  = $(wildcard lib/$(1)/*.c)

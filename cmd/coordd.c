@@ -22,7 +22,8 @@ static const char synopsis[] =
     "[--max-barriers N]\n"
     "              [--max-connections N] [--max-inflight-bytes BYTES]\n"
     "              [--request-timeout DUR] [--max-wait DUR]\n"
-    "              [--token-file FILE] [--insecure]\n";
+    "              [--token-file FILE] [--insecure]\n"
+    "              [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n";
 
 /* --recoverable JOB[,JOB...]: every job must be one of --cluster's. */
 static int

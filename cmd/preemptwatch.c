@@ -240,7 +240,13 @@ guard_note(struct run *r, struct proc_note *note)
 	char msg[512];
 
 	memset(note, 0, sizeof(*note));
-	if (coord_client_sockaddr(r->cc, &note->addr, &note->addrlen) < 0) {
+	/*
+	 * The guard's report is a plain request written by a process that
+	 * may not allocate; over TLS there is none, and coordd learns of
+	 * the loss from the heartbeats that stop.
+	 */
+	if (coord_client_https(r->cc) ||
+	    coord_client_sockaddr(r->cc, &note->addr, &note->addrlen) < 0) {
 		note->addrlen = 0;
 		return;
 	}

@@ -116,6 +116,12 @@ coord_client_addr(const struct coord_client *cc)
 }
 
 int
+coord_client_https(const struct coord_client *cc)
+{
+	return http_client_https(cc->http);
+}
+
+int
 coord_client_sockaddr(struct coord_client *cc, struct sockaddr_storage *ss,
     socklen_t *len)
 {

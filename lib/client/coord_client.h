@@ -45,6 +45,8 @@ void coord_client_set_cancel(struct coord_client *cc, int fd);
 /* The message of the last call that failed. */
 const char *coord_client_error(const struct coord_client *cc);
 const char *coord_client_addr(const struct coord_client *cc);
+/* Whether cc speaks TLS to coordd (an https:// address). */
+int coord_client_https(const struct coord_client *cc);
 /* coordd's address, resolved now; 0, or -1 with the reason as the error. */
 int coord_client_sockaddr(struct coord_client *cc, struct sockaddr_storage *ss,
     socklen_t *len);

@@ -9,6 +9,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <gnutls/gnutls.h>
+
 #include "cli.h"
 #include "daemon.h"
 #include "http_server.h"
@@ -91,6 +93,9 @@ daemon_option(struct daemon_options *o, int c, const char *arg,
 		return 1;
 	case 0x106: o->token_file = arg; return 1;
 	case 0x107: o->insecure = 1; return 1;
+	case 0x108: o->tls_cert = arg; return 1;
+	case 0x109: o->tls_key = arg; return 1;
+	case 0x10a: o->tls_client_ca = arg; return 1;
 	case 'v': o->verbose++; return 1;
 	case 'n': o->check = 1; return 1;
 	default: return 0;
@@ -107,6 +112,104 @@ loopback(const char *host)
 	if (inet_pton(AF_INET, host, &a4) == 1)
 		return (ntohl(a4.s_addr) >> 24) == 127;
 	return inet_pton(AF_INET6, host, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
+}
+
+/* The largest PEM file taken: a chain of certificates, or a key. */
+#define PEM_MAX (1 << 20)
+
+/* The contents of PEM file path, NUL-terminated; NULL (err) on failure. */
+static char *
+read_pem(const char *path, char *err, size_t errlen)
+{
+	FILE *f = fopen(path, "r");
+	struct buf b = {0};
+	char chunk[4096];
+	size_t n;
+
+	if (f == NULL) {
+		snprintf(err, errlen, "cannot open %s: %m", path);
+		return NULL;
+	}
+	while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
+		if (b.len + n > PEM_MAX || buf_append(&b, chunk, n) < 0) {
+			snprintf(err, errlen, "%s is over 1 MiB", path);
+			goto fail;
+		}
+	}
+	if (ferror(f)) {
+		snprintf(err, errlen, "cannot read %s: %m", path);
+		goto fail;
+	}
+	if (b.len == 0 || strstr(b.data, "-----BEGIN ") == NULL) {
+		snprintf(err, errlen, "%s holds no PEM block", path);
+		goto fail;
+	}
+	fclose(f);
+	return b.data;
+fail:
+	fclose(f);
+	buf_free(&b);
+	return NULL;
+}
+
+/*
+ * Checks the TLS files with GnuTLS itself, so that a bad certificate, a
+ * key that is not its pair or an empty CA file stops the daemon with a
+ * reason before it listens, and reads them for the server.
+ */
+static int
+tls_options_check(struct daemon_options *o, const char *synopsis)
+{
+	gnutls_certificate_credentials_t cred = NULL;
+	char err[512] = "";
+	int rc;
+
+	if (o->tls_cert == NULL && o->tls_key == NULL) {
+		if (o->tls_client_ca != NULL)
+			return cli_usage_error(synopsis,
+			    "--tls-client-ca needs --tls-cert and --tls-key");
+		return 0;
+	}
+	if (o->tls_cert == NULL || o->tls_key == NULL)
+		return cli_usage_error(synopsis,
+		    "--tls-cert and --tls-key go together");
+	if (gnutls_certificate_allocate_credentials(&cred) < 0) {
+		snprintf(err, sizeof(err), "out of memory");
+		goto fail;
+	}
+	rc = gnutls_certificate_set_x509_key_file(cred, o->tls_cert, o->tls_key,
+	    GNUTLS_X509_FMT_PEM);
+	if (rc < 0) {
+		snprintf(err, sizeof(err), "--tls-cert %s, --tls-key %s: %s",
+		    o->tls_cert, o->tls_key, gnutls_strerror(rc));
+		goto fail;
+	}
+	if (o->tls_client_ca != NULL) {
+		rc = gnutls_certificate_set_x509_trust_file(cred,
+		    o->tls_client_ca, GNUTLS_X509_FMT_PEM);
+		if (rc <= 0) {
+			snprintf(err, sizeof(err), "--tls-client-ca %s: %s",
+			    o->tls_client_ca,
+			    rc == 0 ? "holds no certificate" :
+			              gnutls_strerror(rc));
+			goto fail;
+		}
+	}
+	gnutls_certificate_free_credentials(cred);
+	cred = NULL;
+	if ((o->tls_cert_pem = read_pem(o->tls_cert, err, sizeof(err))) ==
+	        NULL ||
+	    (o->tls_key_pem = read_pem(o->tls_key, err, sizeof(err))) == NULL ||
+	    (o->tls_client_ca != NULL &&
+	        (o->tls_client_ca_pem =
+	                read_pem(o->tls_client_ca, err, sizeof(err))) == NULL))
+		goto fail;
+	return 0;
+fail:
+	if (cred != NULL)
+		gnutls_certificate_free_credentials(cred);
+	fprintf(stderr, "%s: %s\n", log_prog(), err);
+	return status_exit(ST_USAGE);
 }
 
 int
@@ -130,16 +233,17 @@ daemon_options_check(struct daemon_options *o, const char *synopsis)
 			log_info("warning: token file %s may be read by other "
 			         "users (chmod 600 it)",
 			    o->token_file);
-	} else if (!o->insecure && !loopback(o->host)) {
+	} else if (!o->insecure && o->tls_client_ca == NULL &&
+	    !loopback(o->host)) {
 		fprintf(stderr,
 		    "%s: listening on %s, beyond this machine, needs "
-		    "--token-file FILE, so that only those who hold the token "
-		    "are served (or --insecure, to serve anyone who can "
-		    "reach it)\n",
+		    "--token-file FILE (or --tls-client-ca FILE), so that only "
+		    "those who hold the token are served (or --insecure, to "
+		    "serve anyone who can reach it)\n",
 		    log_prog(), o->host);
 		return status_exit(ST_USAGE);
 	}
-	return 0;
+	return tls_options_check(o, synopsis);
 }
 
 static void
@@ -235,7 +339,23 @@ authenticated(struct daemon *d, struct http_req *req)
 	const char *h;
 	size_t n;
 
-	if (d->o->token_len == 0 || strcmp(http_req_path(req), "/healthz") == 0)
+	if (strcmp(http_req_path(req), "/healthz") == 0)
+		return 1;
+	if (d->o->tls_client_ca_pem != NULL) {
+		int v = http_req_peer_verified(req);
+		if (v <= 0) {
+			atomic_fetch_add(&d->unauthenticated, 1);
+			http_reply_error(req, ST_UNAUTHENTICATED,
+			    v == 0 ?
+			        "this %s needs a client certificate: set "
+			        "MUSTER_TLS_CERT_FILE and MUSTER_TLS_KEY_FILE" :
+			        "the client certificate is not signed by "
+			        "this %s's --tls-client-ca, or has expired",
+			    d->svc->name);
+			return 0;
+		}
+	}
+	if (d->o->token_len == 0)
 		return 1;
 	h = http_req_header(req, "Authorization");
 	if (h != NULL && strncasecmp(h, "Bearer ", 7) == 0) {
@@ -311,6 +431,9 @@ daemon_run(const struct daemon_options *o, const struct daemon_service *svc)
 	    .max_inflight = o->max_inflight,
 	    .max_conns = (unsigned)o->max_conns,
 	    .request_timeout_ms = o->request_timeout_ms,
+	    .tls_cert = o->tls_cert_pem,
+	    .tls_key = o->tls_key_pem,
+	    .tls_trust = o->tls_client_ca_pem,
 	    .handler = handle,
 	    .arg = &d,
 	    .gone = svc->gone != NULL ? gone : NULL};
@@ -345,7 +468,11 @@ daemon_run(const struct daemon_options *o, const struct daemon_service *svc)
 		log_flush(2000);
 		return rc;
 	}
-	log_info("listening on %s:%d", o->host, http_server_port(d.srv));
+	log_info("listening on %s%s:%d%s",
+	    o->tls_cert_pem != NULL ? "https://" : "", o->host,
+	    http_server_port(d.srv),
+	    o->tls_client_ca_pem != NULL ? " (client certificates required)" :
+	                                   "");
 	do {
 		if (sigwait(&set, &sig) != 0)
 			sig = SIGTERM;

@@ -48,8 +48,13 @@ struct daemon_options {
 	int64_t max_wait_ms;        /* 0: a long poll waits 10 min at most */
 	const char *token_file;     /* the cluster's token */
 	int insecure;               /* serve beyond loopback without one */
-	char token[TOKEN_MAX + 1];  /* read by daemon_options_check */
-	size_t token_len;           /* 0: no token */
+	const char *tls_cert;       /* PEM files: serve HTTPS */
+	const char *tls_key;
+	const char *tls_client_ca; /* clients must show a cert it signed */
+	/* Their contents, read by daemon_options_check. */
+	char *tls_cert_pem, *tls_key_pem, *tls_client_ca_pem;
+	char token[TOKEN_MAX + 1]; /* read by daemon_options_check */
+	size_t token_len;          /* 0: no token */
 	int verbose;
 	int check;     /* -n: check the options, exit */
 	char host[64]; /* from listen */
@@ -68,6 +73,9 @@ struct daemon_options {
 	{"max-wait", required_argument, NULL, 0x105}, \
 	{"token-file", required_argument, NULL, 0x106}, \
 	{"insecure", no_argument, NULL, 0x107}, \
+	{"tls-cert", required_argument, NULL, 0x108}, \
+	{"tls-key", required_argument, NULL, 0x109}, \
+	{"tls-client-ca", required_argument, NULL, 0x10a}, \
 	{"verbose", no_argument, NULL, 'v'}, \
 	{"check", no_argument, NULL, 'n'}, \
 	CLI_STD_LONGOPTS

@@ -18,6 +18,7 @@
 #include "duration.h"
 #include "http_client.h"
 #include "log.h"
+#include "tls.h"
 
 /* The largest header block a reply may have. */
 #define MAX_HEAD (64 * 1024)
@@ -27,6 +28,8 @@ struct http_client {
 	char port[12];
 	char addr[280];
 	int fd;             /* the kept-alive connection, or -1 */
+	int https;          /* the address began with https:// */
+	struct tls *tls;    /* fd's TLS session, when https */
 	int cancel_fd;      /* readable: give up, or -1 */
 	struct buf in;      /* bytes read and not yet used */
 	struct buf headers; /* extra request headers */
@@ -49,15 +52,26 @@ struct http_client *
 http_client_new(const char *addr, int defport, char *err, size_t errlen)
 {
 	struct http_client *c;
-	const char *host = addr, *port = NULL;
+	const char *host, *port = NULL;
 	size_t hlen;
 	char *end;
 	long p = defport;
+	int https = 0;
 
 	if (addr == NULL || *addr == '\0') {
 		snprintf(err, errlen, "empty address");
 		return NULL;
 	}
+	if (strncasecmp(addr, "https://", 8) == 0) {
+		/* Fails now, not at each attempt, on a bad TLS setting. */
+		if (tls_client_init(err, errlen) < 0)
+			return NULL;
+		https = 1;
+		addr += 8;
+	} else if (strncasecmp(addr, "http://", 7) == 0) {
+		addr += 7;
+	}
+	host = addr;
 	if (addr[0] == '[') {
 		const char *rb = strchr(addr, ']');
 		if (rb == NULL || (rb[1] != ':' && rb[1] != '\0')) {
@@ -98,6 +112,7 @@ http_client_new(const char *addr, int defport, char *err, size_t errlen)
 	snprintf(c->addr, sizeof(c->addr),
 	    addr[0] == '[' ? "[%s]:%ld" : "%s:%ld", c->host, p);
 	c->fd = -1;
+	c->https = https;
 	c->cancel_fd = -1;
 	c->max_reply = HTTP_MAX_REPLY_DEFAULT;
 	c->seed = (unsigned)getpid() ^ (unsigned)duration_now_ms();
@@ -107,6 +122,8 @@ http_client_new(const char *addr, int defport, char *err, size_t errlen)
 static void
 disconnect(struct http_client *c)
 {
+	tls_free(c->tls);
+	c->tls = NULL;
 	if (c->fd >= 0)
 		close(c->fd);
 	c->fd = -1;
@@ -128,6 +145,12 @@ const char *
 http_client_addr(const struct http_client *c)
 {
 	return c->addr;
+}
+
+int
+http_client_https(const struct http_client *c)
+{
+	return c->https;
 }
 
 int
@@ -217,6 +240,40 @@ wait_fd(const struct http_client *c, int fd, short events, int64_t at)
 	}
 }
 
+/* The TLS handshake on the fresh connection c->fd. */
+static enum fail
+start_tls(struct http_client *c, int64_t at, char *err, size_t errlen)
+{
+	char why[512];
+	int rc;
+
+	if ((c->tls = tls_new(c->fd, c->host, why, sizeof(why))) == NULL) {
+		snprintf(err, errlen, "%s", why);
+		disconnect(c);
+		return F_PROTOCOL;
+	}
+	while ((rc = tls_handshake(c->tls, why, sizeof(why))) != 0) {
+		if (rc == TLS_WANT_READ || rc == TLS_WANT_WRITE) {
+			rc = wait_fd(c, c->fd,
+			    rc == TLS_WANT_READ ? POLLIN : POLLOUT, at);
+			if (rc == 0)
+				continue;
+			disconnect(c);
+			snprintf(err, errlen,
+			    rc == -2 ?
+			        "cancelled" :
+			        "cannot reach %s: TLS handshake timed out",
+			    c->addr);
+			return rc == -2 ? F_CANCELLED : F_TIMEOUT;
+		}
+		disconnect(c);
+		snprintf(err, errlen, "%s: %s", c->addr, why);
+		/* A server restarting drops connections: try again then. */
+		return rc == TLS_LOST ? F_CONNECT : F_PROTOCOL;
+	}
+	return F_NONE;
+}
+
 static enum fail
 open_conn(struct http_client *c, int64_t at, char *err, size_t errlen)
 {
@@ -265,7 +322,7 @@ open_conn(struct http_client *c, int64_t at, char *err, size_t errlen)
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		c->fd = fd;
 		freeaddrinfo(res);
-		return F_NONE;
+		return c->https ? start_tls(c, at, err, errlen) : F_NONE;
 	}
 	freeaddrinfo(res);
 	snprintf(err, errlen, "cannot reach %s: %s", c->addr, strerror(saved));
@@ -276,12 +333,24 @@ static enum fail
 send_all(struct http_client *c, struct iovec *iov, int n, int64_t at)
 {
 	while (n > 0) {
-		ssize_t w = writev(c->fd, iov, n);
+		ssize_t w;
+		short ev = POLLOUT;
+
+		if (c->tls != NULL) {
+			w = tls_send(c->tls, iov->iov_base, iov->iov_len);
+			if (w == TLS_WANT_READ || w == TLS_WANT_WRITE) {
+				ev = w == TLS_WANT_READ ? POLLIN : POLLOUT;
+				w = -1;
+				errno = EAGAIN;
+			}
+		} else {
+			w = writev(c->fd, iov, n);
+		}
 		if (w < 0) {
 			if (errno == EINTR)
 				continue;
 			if (errno == EAGAIN) {
-				int rc = wait_fd(c, c->fd, POLLOUT, at);
+				int rc = wait_fd(c, c->fd, ev, at);
 				if (rc < 0)
 					return rc == -2 ? F_CANCELLED :
 					                  F_TIMEOUT;
@@ -312,10 +381,22 @@ fill(struct http_client *c, int64_t at, int *timed_out)
 	for (;;) {
 		ssize_t r;
 
+		short ev = POLLIN;
+
 		if (buf_reserve(&c->in, 16384) < 0)
 			return -1;
-		r = read(c->fd, c->in.data + c->in.len,
-		    c->in.cap - c->in.len - 1);
+		if (c->tls != NULL) {
+			r = tls_recv(c->tls, c->in.data + c->in.len,
+			    c->in.cap - c->in.len - 1);
+			if (r == TLS_WANT_READ || r == TLS_WANT_WRITE) {
+				ev = r == TLS_WANT_READ ? POLLIN : POLLOUT;
+				r = -1;
+				errno = EAGAIN;
+			}
+		} else {
+			r = read(c->fd, c->in.data + c->in.len,
+			    c->in.cap - c->in.len - 1);
+		}
 		if (r > 0) {
 			c->in.len += (size_t)r;
 			c->in.data[c->in.len] = '\0';
@@ -327,7 +408,7 @@ fill(struct http_client *c, int64_t at, int *timed_out)
 			continue;
 		if (errno != EAGAIN)
 			return -1;
-		if ((r = wait_fd(c, c->fd, POLLIN, at)) < 0) {
+		if ((r = wait_fd(c, c->fd, ev, at)) < 0) {
 			*timed_out = r == -2 ? 2 : 1;
 			return -1;
 		}

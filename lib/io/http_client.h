@@ -33,11 +33,17 @@ struct http_resp {
 	int retry_after;  /* the reply carried Retry-After */
 };
 
-/* addr is HOST:PORT, [V6]:PORT or HOST (port defport). NULL on bad addr. */
+/*
+ * addr is HOST:PORT, [V6]:PORT or HOST (port defport), after an optional
+ * http:// or https:// (TLS: see tls.h). NULL on a bad address or, for
+ * https, TLS settings that cannot be loaded.
+ */
 struct http_client *http_client_new(const char *addr, int defport, char *err,
     size_t errlen);
 void http_client_free(struct http_client *c);
 const char *http_client_addr(const struct http_client *c);
+/* Whether c speaks TLS (its address began with https://). */
+int http_client_https(const struct http_client *c);
 /* The server's first address, resolved now; 0, or -1 (err says why). */
 int http_client_sockaddr(const struct http_client *c,
     struct sockaddr_storage *ss, socklen_t *len, char *err, size_t errlen);

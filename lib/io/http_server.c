@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <gnutls/gnutls.h>
 #include <microhttpd.h>
 
 #include "buf.h"
@@ -331,6 +332,9 @@ struct conn {
 	 * long poll in a loop) pays for the madvise only the first time.
 	 */
 	unsigned char resident;
+	/* The client's certificate, checked once: 0 not yet, else 2 + the
+	 * answer of http_req_peer_verified. Only the request's thread. */
+	signed char peer;
 	struct http_req *parked; /* watched for its client leaving (cmu) */
 	/* The request's progress, for the sweep (monotonic ms; 0: none). */
 	atomic_llong ready_at;  /* waiting for a request since */
@@ -342,6 +346,32 @@ static int64_t
 now_ms(void)
 {
 	return duration_now_ms();
+}
+
+int
+http_req_peer_verified(const struct http_req *req)
+{
+	const union MHD_ConnectionInfo *ci;
+	unsigned status = 0;
+	int rc, v;
+
+	if (req->srv->cfg.tls_trust == NULL)
+		return 0;
+	if (req->cs != NULL && req->cs->peer != 0)
+		return req->cs->peer - 2;
+	ci = MHD_get_connection_info(req->conn,
+	    MHD_CONNECTION_INFO_GNUTLS_SESSION);
+	if (ci == NULL || ci->tls_session == NULL)
+		return 0;
+	rc = gnutls_certificate_verify_peers2((gnutls_session_t)ci->tls_session,
+	    &status);
+	if (rc == GNUTLS_E_NO_CERTIFICATE_FOUND)
+		v = 0;
+	else
+		v = rc == 0 && status == 0 ? 1 : -1;
+	if (req->cs != NULL)
+		req->cs->peer = (signed char)(v + 2);
+	return v;
 }
 
 /* Records c under its descriptor; -1 on ENOMEM. Under cmu. */
@@ -1243,8 +1273,22 @@ http_server_start(const struct http_server_config *cfg, char *err,
 	unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD |
 	    MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO | MHD_USE_ERROR_LOG;
 	const union MHD_DaemonInfo *info;
+	struct MHD_OptionItem tls[5];
+	int ntls = 0;
 
 	memset(&ss, 0, sizeof(ss));
+	if (cfg->tls_cert != NULL) {
+		flags |= MHD_USE_TLS;
+		tls[ntls++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT,
+		    0, (void *)cfg->tls_cert};
+		tls[ntls++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY,
+		    0, (void *)cfg->tls_key};
+		if (cfg->tls_trust != NULL)
+			tls[ntls++] =
+			    (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_TRUST,
+			        0, (void *)cfg->tls_trust};
+	}
+	tls[ntls] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
 	if (inet_pton(AF_INET, cfg->host, &sin->sin_addr) == 1) {
 		sin->sin_family = AF_INET;
 		sin->sin_port = htons((uint16_t)cfg->port);
@@ -1292,7 +1336,8 @@ http_server_start(const struct http_server_config *cfg, char *err,
 	    MHD_OPTION_UNESCAPE_CALLBACK, unescape_none, NULL,
 	    MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
 	    MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
-	    MHD_OPTION_EXTERNAL_LOGGER, on_mhd_error, NULL, MHD_OPTION_END);
+	    MHD_OPTION_EXTERNAL_LOGGER, on_mhd_error, NULL, MHD_OPTION_ARRAY,
+	    tls, MHD_OPTION_END);
 	if (srv->mhd == NULL) {
 		snprintf(err, errlen, "cannot listen on %s port %d: %m",
 		    cfg->host, cfg->port);

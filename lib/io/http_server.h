@@ -33,6 +33,12 @@ struct http_server_config {
 	unsigned max_conns;
 	/* To send a request's headers, and to start its body (0: 60 s). */
 	int64_t request_timeout_ms;
+	/*
+	 * PEM text: with cert and key, the server speaks only HTTPS; with
+	 * trust too, it asks each client for a certificate, which
+	 * http_req_peer_verified then checks against trust.
+	 */
+	const char *tls_cert, *tls_key, *tls_trust;
 	http_handler_fn handler;
 	void *arg;
 	/*
@@ -61,6 +67,12 @@ const char *http_req_path(const struct http_req *req);
 const char *http_req_arg(struct http_req *req, const char *name);
 const char *http_req_header(const struct http_req *req, const char *name);
 const char *http_req_body(const struct http_req *req, size_t *len);
+/*
+ * Over TLS with a trust list: 1 when the client showed a certificate the
+ * list signs (valid now), 0 when it showed none, -1 when it showed one
+ * that is not trusted. 0 without TLS.
+ */
+int http_req_peer_verified(const struct http_req *req);
 
 /* Per-request slot the application may use (a waiter, say). */
 void http_req_set_data(struct http_req *req, void *data);

@@ -1,0 +1,283 @@
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <gnutls/gnutls.h>
+
+#include "tls.h"
+
+/* The library as Debian's libgnutls30 installs it. */
+#define GNUTLS_SONAME "libgnutls.so.30"
+
+/* The calls we make, looked up by name when TLS is first asked for. */
+#define GNUTLS_CALLS(X)                                 \
+	X(gnutls_certificate_allocate_credentials)      \
+	X(gnutls_certificate_free_credentials)          \
+	X(gnutls_certificate_set_x509_system_trust)     \
+	X(gnutls_certificate_set_x509_trust_file)       \
+	X(gnutls_certificate_set_x509_key_file)         \
+	X(gnutls_certificate_verification_status_print) \
+	X(gnutls_credentials_set)                       \
+	X(gnutls_deinit)                                \
+	X(gnutls_error_is_fatal)                        \
+	X(gnutls_handshake)                             \
+	X(gnutls_init)                                  \
+	X(gnutls_record_get_direction)                  \
+	X(gnutls_record_recv)                           \
+	X(gnutls_record_send)                           \
+	X(gnutls_server_name_set)                       \
+	X(gnutls_session_get_verify_cert_status)        \
+	X(gnutls_session_set_verify_cert)               \
+	X(gnutls_set_default_priority)                  \
+	X(gnutls_strerror)                              \
+	X(gnutls_transport_set_int2)
+
+static struct {
+#define X(f) __typeof__(&f) f;
+	GNUTLS_CALLS(X)
+#undef X
+	gnutls_free_function *free; /* a variable, not a function */
+} g;
+
+static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
+static int inited; /* 1: ready; -1: failed (init_err says why) */
+static char init_err[512];
+static gnutls_certificate_credentials_t cred;
+
+struct tls {
+	gnutls_session_t s;
+};
+
+static int
+load(char *err, size_t errlen)
+{
+	void *h = dlopen(GNUTLS_SONAME, RTLD_NOW | RTLD_LOCAL);
+
+	if (h == NULL) {
+		snprintf(err, errlen,
+		    "https:// needs GnuTLS (%s), which cannot be loaded: %s "
+		    "(install it with: apt-get install libgnutls30)",
+		    GNUTLS_SONAME, dlerror());
+		return -1;
+	}
+#define X(f)                                                             \
+	if ((*(void **)&g.f = dlsym(h, #f)) == NULL) {                   \
+		snprintf(err, errlen, "%s lacks %s", GNUTLS_SONAME, #f); \
+		return -1;                                               \
+	}
+	GNUTLS_CALLS(X)
+#undef X
+	if ((g.free = dlsym(h, "gnutls_free")) == NULL) {
+		snprintf(err, errlen, "%s lacks gnutls_free", GNUTLS_SONAME);
+		return -1;
+	}
+	return 0;
+}
+
+/* The credentials: whom we trust, and who we are if asked. */
+static int
+load_credentials(char *err, size_t errlen)
+{
+	const char *ca = getenv("MUSTER_TLS_CA_FILE");
+	const char *cert = getenv("MUSTER_TLS_CERT_FILE");
+	const char *key = getenv("MUSTER_TLS_KEY_FILE");
+	int rc;
+
+	if ((rc = g.gnutls_certificate_allocate_credentials(&cred)) < 0) {
+		snprintf(err, errlen, "TLS: %s", g.gnutls_strerror(rc));
+		return -1;
+	}
+	if (ca != NULL && *ca != '\0') {
+		rc = g.gnutls_certificate_set_x509_trust_file(cred, ca,
+		    GNUTLS_X509_FMT_PEM);
+		if (rc <= 0) {
+			snprintf(err, errlen, "MUSTER_TLS_CA_FILE %s: %s", ca,
+			    rc == 0 ? "holds no certificate" :
+			              g.gnutls_strerror(rc));
+			return -1;
+		}
+	} else if ((rc = g.gnutls_certificate_set_x509_system_trust(cred)) <
+	    0) {
+		snprintf(err, errlen,
+		    "TLS: cannot load the system's trust store (%s); set "
+		    "MUSTER_TLS_CA_FILE",
+		    g.gnutls_strerror(rc));
+		return -1;
+	}
+	if ((cert != NULL && *cert != '\0') != (key != NULL && *key != '\0')) {
+		snprintf(err, errlen,
+		    "MUSTER_TLS_CERT_FILE and MUSTER_TLS_KEY_FILE go together");
+		return -1;
+	}
+	if (cert != NULL && *cert != '\0' &&
+	    (rc = g.gnutls_certificate_set_x509_key_file(cred, cert, key,
+	         GNUTLS_X509_FMT_PEM)) < 0) {
+		snprintf(err, errlen,
+		    "MUSTER_TLS_CERT_FILE %s, MUSTER_TLS_KEY_FILE %s: %s", cert,
+		    key, g.gnutls_strerror(rc));
+		return -1;
+	}
+	return 0;
+}
+
+int
+tls_client_init(char *err, size_t errlen)
+{
+	int rc;
+
+	pthread_mutex_lock(&init_mu);
+	if (inited == 0) {
+		inited = load(init_err, sizeof(init_err)) == 0 &&
+		        load_credentials(init_err, sizeof(init_err)) == 0 ?
+		    1 :
+		    -1;
+	}
+	rc = inited;
+	pthread_mutex_unlock(&init_mu);
+	if (rc < 0) {
+		snprintf(err, errlen, "%s", init_err);
+		return -1;
+	}
+	return 0;
+}
+
+/* Whether host is an IP address (no server name indication then). */
+static int
+numeric(const char *host)
+{
+	unsigned char a[16];
+
+	return inet_pton(AF_INET, host, a) == 1 ||
+	    inet_pton(AF_INET6, host, a) == 1;
+}
+
+struct tls *
+tls_new(int fd, const char *host, char *err, size_t errlen)
+{
+	struct tls *t;
+	int rc;
+
+	if (tls_client_init(err, errlen) < 0)
+		return NULL;
+	if ((t = calloc(1, sizeof(*t))) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	if ((rc = g.gnutls_init(&t->s, GNUTLS_CLIENT | GNUTLS_NONBLOCK)) < 0) {
+		snprintf(err, errlen, "TLS: %s", g.gnutls_strerror(rc));
+		free(t);
+		return NULL;
+	}
+	if ((rc = g.gnutls_set_default_priority(t->s)) < 0 ||
+	    (rc = g.gnutls_credentials_set(t->s, GNUTLS_CRD_CERTIFICATE,
+	         cred)) < 0 ||
+	    (!numeric(host) &&
+	        (rc = g.gnutls_server_name_set(t->s, GNUTLS_NAME_DNS, host,
+	             strlen(host))) < 0)) {
+		snprintf(err, errlen, "TLS: %s", g.gnutls_strerror(rc));
+		tls_free(t);
+		return NULL;
+	}
+	/* The certificate must be trusted and name host. */
+	g.gnutls_session_set_verify_cert(t->s, host, 0);
+	g.gnutls_transport_set_int2(t->s, fd, fd);
+	return t;
+}
+
+static int
+want(struct tls *t)
+{
+	return g.gnutls_record_get_direction(t->s) ? TLS_WANT_WRITE :
+	                                             TLS_WANT_READ;
+}
+
+int
+tls_handshake(struct tls *t, char *err, size_t errlen)
+{
+	for (;;) {
+		int rc = g.gnutls_handshake(t->s);
+		gnutls_datum_t why = {NULL, 0};
+
+		if (rc == GNUTLS_E_SUCCESS)
+			return 0;
+		if (rc == GNUTLS_E_INTERRUPTED)
+			continue;
+		if (rc == GNUTLS_E_AGAIN)
+			return want(t);
+		if (!g.gnutls_error_is_fatal(rc))
+			continue;
+		if (rc == GNUTLS_E_PREMATURE_TERMINATION ||
+		    rc == GNUTLS_E_PUSH_ERROR || rc == GNUTLS_E_PULL_ERROR) {
+			snprintf(err, errlen, "TLS handshake failed: %s",
+			    g.gnutls_strerror(rc));
+			return TLS_LOST;
+		}
+		if (rc == GNUTLS_E_CERTIFICATE_VERIFICATION_ERROR &&
+		    g.gnutls_certificate_verification_status_print(
+		        g.gnutls_session_get_verify_cert_status(t->s),
+		        GNUTLS_CRT_X509, &why, 0) == 0) {
+			snprintf(err, errlen,
+			    "the server's certificate is not trusted: %s",
+			    (const char *)why.data);
+			(*g.free)(why.data);
+		} else {
+			snprintf(err, errlen, "TLS handshake failed: %s",
+			    g.gnutls_strerror(rc));
+		}
+		return -1;
+	}
+}
+
+ssize_t
+tls_send(struct tls *t, const void *p, size_t n)
+{
+	for (;;) {
+		ssize_t w = g.gnutls_record_send(t->s, p, n);
+
+		if (w >= 0)
+			return w;
+		if (w == GNUTLS_E_INTERRUPTED)
+			continue;
+		if (w == GNUTLS_E_AGAIN)
+			return want(t);
+		errno = EPIPE;
+		return -1;
+	}
+}
+
+ssize_t
+tls_recv(struct tls *t, void *p, size_t n)
+{
+	for (;;) {
+		ssize_t r = g.gnutls_record_recv(t->s, p, n);
+
+		if (r >= 0)
+			return r;
+		if (r == GNUTLS_E_INTERRUPTED)
+			continue;
+		if (r == GNUTLS_E_AGAIN)
+			return want(t);
+		/*
+		 * A peer that closes without a close_notify ends the stream
+		 * as far as HTTP is concerned: the reply's framing says
+		 * whether anything was lost.
+		 */
+		if (r == GNUTLS_E_PREMATURE_TERMINATION)
+			return 0;
+		errno = ECONNRESET;
+		return -1;
+	}
+}
+
+void
+tls_free(struct tls *t)
+{
+	if (t == NULL)
+		return;
+	g.gnutls_deinit(t->s);
+	free(t);
+}
