@@ -424,3 +424,19 @@ still_serving() {
 	error_is 404 NOT_FOUND
 	still_serving
 }
+
+@test "a sanitizer's report in a daemon's or a client's log fails the test" {
+	mkdir planted
+	echo "coordd: listening on 127.0.0.1:7700" >planted/coordd.log
+	run sanitizer_reports planted
+	assert_success
+	printf '==42==ERROR: AddressSanitizer: heap-use-after-free on address 0x6\n' >>planted/coordd.log
+	run sanitizer_reports planted
+	assert_failure
+	assert_output --partial "planted/coordd.log"
+	rm planted/coordd.log
+	printf 'lib/x.c:7:3: runtime error: signed integer overflow\n' >planted/w0.err
+	run sanitizer_reports planted
+	assert_failure
+	rm -r planted
+}

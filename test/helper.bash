@@ -41,6 +41,23 @@ teardown() {
 	for pid in "${DAEMON_PIDS[@]}"; do
 		wait "$pid" 2>/dev/null || true
 	done
+	# A sanitizer's report in a daemon's or a client's stderr fails the
+	# test, even when the program went on (UBSan) or the test passed.
+	sanitizer_reports "$BATS_TEST_TMPDIR"
+}
+
+# sanitizer_reports DIR: fails, printing them, when the logs in DIR (any
+# *.log, *.err or *.stderr) hold an AddressSanitizer, LeakSanitizer,
+# ThreadSanitizer or UBSan report.
+sanitizer_reports() {
+	local files
+	files=$(grep -rlE --include='*.log' --include='*.err' --include='*.stderr' \
+		'ERROR: (AddressSanitizer|LeakSanitizer|ThreadSanitizer)|runtime error: ' \
+		"$1" 2>/dev/null) || return 0
+	echo "sanitizer reports in: $files" >&2
+	# shellcheck disable=SC2086
+	grep -hE -A12 'ERROR: (Address|Leak|Thread)Sanitizer|runtime error: ' $files | head -60 >&2
+	return 1
 }
 
 # All waits below poll a condition until a deadline, on the wall clock:
