@@ -521,9 +521,9 @@ SLEEPER='echo $$ >"$1.cmd"; exec sleep 10'
 	local i
 	script_env='
 env | grep "^MUSTER_" | sort >"$1.env.$MUSTER_EPOCH"
-kvctl tryget "$MUSTER_RUN_PREFIX/addr" >"$1.seen.$MUSTER_EPOCH" 2>&1
+kvctl tryget "$MUSTER_RUN_PREFIX/addr/$MUSTER_TASK" >"$1.seen.$MUSTER_EPOCH" 2>&1
 echo "rc=$?" >>"$1.seen.$MUSTER_EPOCH"
-kvctl put -f "$MUSTER_RUN_PREFIX/addr" "$MUSTER_TASK@$MUSTER_EPOCH"'
+kvctl put -f "$MUSTER_RUN_PREFIX/addr/$MUSTER_TASK" "$MUSTER_TASK@$MUSTER_EPOCH"'
 	for run in 0 1; do
 		pw c -t chief:0 -- bash -c "$script_env" _ "$T/c"
 		pw w0 -t worker:0 -- bash -c "$script_env" _ "$T/w0"
@@ -547,7 +547,9 @@ kvctl put -f "$MUSTER_RUN_PREFIX/addr" "$MUSTER_TASK@$MUSTER_EPOCH"'
 	# The second run does not read what the first one put: its prefix is
 	# its own, and the first run's keys went with the first run.
 	grep -q "rc=1" "$T/w0.seen.1"
-	run kvctl tryget muster/run/0/addr
+	run kvctl tryget muster/run/0/addr/worker:0
+	assert_failure 1
+	run kvctl tryget muster/run/1/addr/worker:0
 	assert_failure 1
 }
 
