@@ -88,7 +88,7 @@ BINS      := $(PROGS:%=$(BUILD)/bin/%)
 .DELETE_ON_ERROR:
 .SECONDARY:
 .PHONY: FORCE all deps layers check unit asan ubsan bench demo install uninstall \
-	clean lint format example-ddp
+	clean lint format example-ddp fuzz fuzz-build fuzz-bins
 
 all: deps layers $(BINS) $(SYNCLIB)
 
@@ -170,16 +170,44 @@ $(BUILD)/bin/bench-%: $(BUILD)/bench/%.o $(ALL_ARCHIVES) | $(BUILD)/bin
 		$(SYS_LIBS) $(CURL_LIBS)
 
 $(BUILD)/lib $(BUILD)/pic $(BUILD)/cmd $(BUILD)/unit $(BUILD)/bench \
-		$(BUILD)/bin:
+		$(BUILD)/bin $(BUILD)/fuzz:
 	@mkdir -p $@
 
 unit: deps $(BUILD)/bin/unit
 	$(BUILD)/bin/unit
 
-# The whole suite: C unit tests, then every bats file, as TAP.
+# The whole suite: C unit tests, then every bats file, as TAP; then a short
+# run of every fuzz harness when clang can build them.
 check: all $(BUILD)/bin/unit
 	@./test/deps.sh test
-	MUSTER_BIN=$(CURDIR)/$(BUILD)/bin ./test/run.sh
+	@if ./fuzz/run.sh --can-build; then $(MAKE) --no-print-directory fuzz-build; \
+	else echo "fuzz: skipped: clang with libFuzzer is missing" \
+		"(apt-get install clang)"; fi
+	MUSTER_BIN=$(CURDIR)/$(BUILD)/bin MUSTER_FUZZ=$(CURDIR)/$(FUZZ_BUILD)/fuzz \
+		./test/run.sh
+
+# libFuzzer harnesses (fuzz/fuzz_*.c), each linked with the whole library
+# built by clang with AddressSanitizer and UBSan in a tree of its own.
+# `make fuzz` runs each for FUZZ_TIME seconds; `make check` for a few.
+FUZZ_TARGETS := $(patsubst fuzz/%.c,%,$(wildcard fuzz/fuzz_*.c))
+FUZZ_BUILD   := build-fuzz
+FUZZ_FLAGS   := -fsanitize=fuzzer-no-link,address,undefined \
+	-fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_TIME    ?= 300
+
+fuzz-build:
+	@$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=clang \
+		CFLAGS="-std=c11 -O1 -g -Wall $(FUZZ_FLAGS)" LDFLAGS= fuzz-bins
+
+fuzz-bins: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/%)
+
+$(BUILD)/fuzz/%: fuzz/%.c fuzz/fuzz.h $(ALL_ARCHIVES) | $(BUILD)/fuzz
+	$(CC) $(CPPFLAGS) $(ALL_INC) -Ifuzz $(PKG_CFLAGS) $(CFLAGS) \
+		-fsanitize=fuzzer -o $@ $< $(ALL_ARCHIVES) $(HTTPD_LIBS) \
+		$(JSON_LIBS) $(SYS_LIBS)
+
+fuzz: fuzz-build
+	./fuzz/run.sh $(FUZZ_BUILD)/fuzz $(FUZZ_TIME)
 
 asan:
 	$(MAKE) SANITIZER=address check
@@ -231,6 +259,6 @@ uninstall:
 		$(DESTDIR)$(PYTHONDIR)/muster_syncpoint.py
 
 clean:
-	rm -rf build build-address build-undefined
+	rm -rf build build-address build-undefined build-fuzz
 
 -include $(wildcard $(BUILD)/*/*.d $(BUILD)/lib/*/*.d)

@@ -14,6 +14,12 @@ echo "# unit tests"
 "$bin/unit" | tee -a "$out" || status=1
 echo "# bats tests"
 bats --tap "$here"/[0-9]*.bats | tee -a "$out" || status=1
+# The fuzz harnesses, when built (make check builds them when clang can).
+fuzz=${MUSTER_FUZZ:-}
+if [ -n "$fuzz" ] && [ -d "$fuzz" ]; then
+	echo "# fuzz harnesses, ${MUSTER_FUZZ_TIME:-4}s each"
+	"$here/../fuzz/run.sh" "$fuzz" "${MUSTER_FUZZ_TIME:-4}" | tee -a "$out" || status=1
+fi
 
 passed=$(grep -c '^ok ' "$out")
 failed=$(grep -c '^not ok ' "$out")

@@ -17,16 +17,28 @@ wall_now_ms(void)
 char *
 wall_format(int64_t ms, char *buf, size_t size)
 {
-	time_t t = (time_t)(ms / 1000);
+	/* Whole seconds down, so that a time before 1970 keeps a positive
+	 * fraction; four digits of year, as RFC 3339 has them. */
+	int64_t sec = ms / 1000, frac = ms % 1000;
+	time_t t;
 	struct tm tm;
-	size_t n;
+	int n;
 
+	if (frac < 0) {
+		frac += 1000;
+		sec--;
+	}
+	t = (time_t)sec;
 	gmtime_r(&t, &tm);
-	n = strftime(buf, size, "%Y-%m-%dT%H:%M:%S", &tm);
-	if (ms % 1000 != 0)
-		snprintf(buf + n, size - n, ".%03dZ", (int)(ms % 1000));
+	n = snprintf(buf, size, "%04d-%02d-%02dT%02d:%02d:%02d",
+	    tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+	    tm.tm_sec);
+	if (n < 0 || (size_t)n >= size)
+		return buf;
+	if (frac != 0)
+		snprintf(buf + n, size - (size_t)n, ".%03dZ", (int)frac);
 	else
-		snprintf(buf + n, size - n, "Z");
+		snprintf(buf + n, size - (size_t)n, "Z");
 	return buf;
 }
 

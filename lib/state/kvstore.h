@@ -80,9 +80,6 @@ const char *kv_event_name(enum kv_event_type t);
 enum status kv_key(const struct kvstore *kv, const char *raw, size_t n,
     int allow_empty, struct buf *out, char *err, size_t errlen);
 
-/* Only the slash rules of kv_key: "//a///b/" is "a/b". */
-int kv_normalize(const char *raw, size_t n, struct buf *out);
-
 int64_t kv_revision(const struct kvstore *kv);
 /*
  * Starts an empty store's revisions after rev instead of 0, so that they
