@@ -6,7 +6,7 @@
  *   bench-loadgen parked [-v] -c ADDR --pid PID [-n N] [--key KEY] [--rounds R]
  *       [--timeout DUR]
  *   bench-loadgen tasks [-v] -c ADDR --pid PID [-n N] [--duration DUR]
- *       [--timeout DUR]
+ *       [--timeout DUR] [--procs P]
  *   bench-loadgen detect [-v] -c ADDR [-n K] [--rounds R] [--timeout DUR]
  *
  * parked: N requests GET /v1/kv/KEY?wait=60s park at coordd; once its
@@ -32,6 +32,13 @@
  * time it adds, reuses or removes a transfer, and at 10,000 connections
  * the load generator, not coordd, sets the pace.
  *
+ * The tasks are split over P processes (--procs, default 4; each is this
+ * program again with --base and --total naming its share): one process
+ * cannot drive 10,000 tasks on two cores, and its own delays would read
+ * as coordd's. Each reports how late it sent the heartbeats it owed
+ * (client_lag) and how busy it was (client_cpu), so that a figure blames
+ * the right side; the first adds the shares up and measures coordd.
+ *
  * detect: against coordd --cluster worker=K --heartbeat-timeout T, R
  * rounds (default 2): K tasks register and heartbeat at the interval
  * coordd advertises, GET /v1/errors?wait=10s is parked, then one task
@@ -50,6 +57,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +65,7 @@
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -73,7 +82,7 @@ static const char synopsis[] =
     "usage: bench-loadgen parked [-v] -c ADDR --pid PID [-n N] [--key KEY] "
     "[--rounds R]\n                     [--timeout DUR]\n"
     "       bench-loadgen tasks [-v] -c ADDR --pid PID [-n N] "
-    "[--duration DUR]\n                     [--timeout DUR]\n"
+    "[--duration DUR]\n                     [--timeout DUR] [--procs P]\n"
     "       bench-loadgen detect [-v] -c ADDR [-n K] [--rounds R] "
     "[--timeout DUR]\n";
 
@@ -89,6 +98,11 @@ struct opts {
 	int64_t duration_ms;
 	int rounds;
 	int n_set;
+	/* tasks: this process drives tasks base..base+n-1 of total. */
+	long base, total;
+	long procs;       /* tasks: processes to split the load over */
+	const char *self; /* argv[0], to start the others */
+	int verbose;
 };
 
 /*
@@ -1120,6 +1134,7 @@ struct tasks {
 	struct lg lg;
 	struct ttask *t;
 	size_t n;
+	size_t base, total; /* ours are base..base+n-1 of total tasks */
 	size_t nreg, nup, npassed, nfail, nretry;
 	/* Heartbeat slot s is task s % n's, due at hb_t0 + s seconds / n. */
 	int64_t hb_t0;
@@ -1130,6 +1145,9 @@ struct tasks {
 	size_t hb_ok, hb_fail, hb_skipped;
 	int64_t *lat; /* heartbeat latencies while recording */
 	size_t nlat, caplat;
+	/* How late each heartbeat left this process: its own lag. */
+	int64_t *lag;
+	size_t nlag;
 	int record_lat;
 };
 
@@ -1236,11 +1254,13 @@ hb_done(struct xfer *x)
 	ts->pool[ts->npool++] = x;
 }
 
+/* Task base+i beats at base+i / total of each second: all processes
+ * together spread the beats evenly. */
 static int64_t
 hb_due(const struct tasks *ts, size_t slot)
 {
 	return ts->hb_t0 + (int64_t)(slot / ts->n) * 1000000 +
-	    (int64_t)(slot % ts->n) * 1000000 / (int64_t)ts->n;
+	    (int64_t)(ts->base + slot % ts->n) * 1000000 / (int64_t)ts->total;
 }
 
 /* Sends the heartbeats due by now. */
@@ -1251,6 +1271,8 @@ hb_pump(struct tasks *ts, int64_t now)
 		struct ttask *t = &ts->t[ts->hb_next % ts->n];
 		struct xfer *x;
 
+		if (ts->record_lat && ts->nlag < ts->caplat)
+			ts->lag[ts->nlag++] = now - hb_due(ts, ts->hb_next);
 		ts->hb_next++;
 		if (t->hb_busy) {
 			ts->hb_skipped++;
@@ -1363,8 +1385,23 @@ tasks_bringup(struct tasks *ts)
 	printf("bringup_retries %zu wait-all requests re-issued on 202\n",
 	    ts->nretry);
 	printf("rss_up %ld KiB with %zu tasks connected\n", rss, n);
+	/* For a parent that split the tasks: times on CLOCK_MONOTONIC. */
+	printf("abs_first_register %" PRId64 " us\n", t0);
+	printf("abs_last_registered %" PRId64 " us\n", last_reg);
+	printf("abs_last_up %" PRId64 " us\n", last_up);
 	fflush(stdout);
 	return 0;
+}
+
+/* This process's CPU time (user + system), in microseconds. */
+static int64_t
+self_cpu_us(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (int64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 +
+	    ru.ru_utime.tv_usec + ru.ru_stime.tv_usec;
 }
 
 /* Every task heartbeats at 1 Hz for the --duration. */
@@ -1372,19 +1409,23 @@ static int
 tasks_heartbeats(struct tasks *ts, long rss_base)
 {
 	size_t n = ts->n, total;
-	int64_t t0, t1, c0, c1, s0, s1, d = ts->o->duration_ms;
+	int64_t t0, t1, c0, c1, s0, s1, own0, own1, d = ts->o->duration_ms;
 	long rss;
 
 	total = (size_t)(d / 1000) * n + (size_t)(d % 1000) * n / 1000;
 	ts->caplat = total;
-	if ((ts->lat = calloc(total + 1, sizeof(*ts->lat))) == NULL) {
+	if ((ts->lat = calloc(total + 1, sizeof(*ts->lat))) == NULL ||
+	    (ts->lag = calloc(total + 1, sizeof(*ts->lag))) == NULL) {
 		cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
 		return -1;
 	}
 	ts->record_lat = 1;
 	c0 = stat_cpu_us(ts->o->pid);
 	s0 = cpu_ns(ts->o->pid);
+	own0 = self_cpu_us();
 	t0 = ts->hb_t0 = now_us();
+	printf("abs_hb_start %" PRId64 " us\n", t0);
+	fflush(stdout);
 	ts->hb_next = 0;
 	ts->hb_limit = total;
 	while (ts->hb_next < total || ts->hb_inflight > 0) {
@@ -1396,6 +1437,7 @@ tasks_heartbeats(struct tasks *ts, long rss_base)
 	t1 = now_us();
 	c1 = stat_cpu_us(ts->o->pid);
 	s1 = cpu_ns(ts->o->pid);
+	own1 = self_cpu_us();
 	ts->record_lat = 0;
 	rss = rss_kib(ts->o->pid);
 	qsort(ts->lat, ts->nlat, sizeof(*ts->lat), cmp_i64);
@@ -1422,6 +1464,20 @@ tasks_heartbeats(struct tasks *ts, long rss_base)
 	printf("rss_hb %ld KiB after the heartbeats, %.2f KiB per task over "
 	       "the RSS before\n",
 	    rss, (double)(rss - rss_base) / (double)n);
+	/*
+	 * The load generator's own share: how late it sent the beats it
+	 * owed, and how busy it was. A lag near the latency, or a CPU near
+	 * 100%, blames the client, not coordd.
+	 */
+	qsort(ts->lag, ts->nlag, sizeof(*ts->lag), cmp_i64);
+	if (ts->nlag > 0)
+		printf("client_lag_p99 %.3f ms: heartbeats sent after they "
+		       "were due\nclient_lag_max %.3f ms\n",
+		    ms(ts->lag[ts->nlag * 99 / 100]),
+		    ms(ts->lag[ts->nlag - 1]));
+	printf("client_cpu %.1f %% of a CPU in this load generator\n",
+	    (double)(own1 - own0) / (double)(t1 - t0) * 100);
+	printf("abs_hb_end %" PRId64 " us\n", t1);
 	fflush(stdout);
 	return 0;
 }
@@ -1437,6 +1493,10 @@ tasks_barrier(struct tasks *ts)
 	long parked = -1;
 	struct ttask *last = &ts->t[n - 1];
 	size_t nready = 0;
+	/* Split over processes, the last arrival is the last one's. */
+	int last_here = ts->base + n == ts->total;
+	size_t nfirst = last_here ? n - 1 : n;
+	int64_t last_ready = 0;
 
 	if ((arr = calloc(n, sizeof(*arr))) == NULL) {
 		cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
@@ -1450,7 +1510,7 @@ tasks_barrier(struct tasks *ts)
 		snprintf(body, sizeof(body),
 		    "{\"task\":\"worker:%zu\","
 		    "\"incarnation\":\"%s\",\"timeout_ms\":60000}",
-		    i, t->inc);
+		    t->i, t->inc);
 		xfer_set(t->x, url, body);
 		t->x->hold = 1;
 		t->phase = T_BARRIER;
@@ -1459,9 +1519,11 @@ tasks_barrier(struct tasks *ts)
 	for (;;) {
 		int64_t now = now_us();
 
-		while (next < n - 1 && lg->added - lg->sent < CONNECT_BATCH)
+		while (next < nfirst && lg->added - lg->sent < CONNECT_BATCH)
 			if (lg_add(lg, ts->t[next++].x) < 0)
 				goto nomem;
+		if (!last_here && next == nfirst)
+			break; /* the last process watches them park */
 		if (ts->npassed > 0 || ts->nfail > 0) {
 			cli_fail(ST_INTERNAL,
 			    "barrier: %zu passed, %zu failed "
@@ -1472,7 +1534,7 @@ tasks_barrier(struct tasks *ts)
 		if (next == n - 1 && now - last_poll >= 50000) {
 			last_poll = now;
 			parked = metric(ts->o->addr, "muster_http_parked");
-			if (parked >= (long)n - 1)
+			if (parked >= (long)ts->total - 1)
 				break;
 		}
 		if (tasks_late(ts, "barrier"))
@@ -1480,13 +1542,14 @@ tasks_barrier(struct tasks *ts)
 		if (tasks_step(ts, now + 20000) < 0)
 			goto fail;
 	}
-	printf("barrier_parked %ld requests parked at b1 after %.0f ms "
-	       "(muster_http_parked)\n",
-	    parked, ms(now_us() - t0));
+	if (last_here)
+		printf("barrier_parked %ld requests parked at b1 after %.0f ms "
+		       "(muster_http_parked)\n",
+		    parked, ms(now_us() - t0));
 	/* Replies are stamped as their sockets turn readable. */
 	lg_capture(lg);
 	c0 = cpu_ns(ts->o->pid);
-	if (lg_add(lg, last->x) < 0)
+	if (last_here && lg_add(lg, last->x) < 0)
 		goto nomem;
 	while (lg->nstamped < n && ts->nfail == 0) {
 		if (tasks_late(ts, "barrier release"))
@@ -1507,16 +1570,21 @@ tasks_barrier(struct tasks *ts)
 		if (tasks_step(ts, now_us() + 20000) < 0)
 			goto fail;
 	}
-	t_sent = last->x->sent_us;
+	t_sent = last_here ? last->x->sent_us : 0;
 	for (size_t i = 0; i < n; i++) {
 		struct xfer *x = ts->t[i].x;
 		if (x->ready_us != 0)
 			arr[nready++] = x->ready_us - t_sent;
+		if (x->ready_us > last_ready)
+			last_ready = x->ready_us;
 		if (ts->t[i].phase != T_PASSED)
 			bad++;
 	}
 	qsort(arr, nready, sizeof(*arr), cmp_i64);
-	if (nready > 0) {
+	if (last_here)
+		printf("abs_barrier_sent %" PRId64 " us\n", t_sent);
+	printf("abs_barrier_last_reply %" PRId64 " us\n", last_ready);
+	if (last_here && nready > 0) {
 		printf(
 		    "barrier_release %.2f ms from sending the last arrival to "
 		    "the last reply\n",
@@ -1546,6 +1614,247 @@ fail:
 	return -1;
 }
 
+/*
+ * tasks over --procs processes: each drives its share of the tasks (one
+ * process could not keep 10,000 on two cores, and its lag read as
+ * coordd's), and this one adds their figures up and measures coordd.
+ */
+#define MAX_PROCS 64
+
+struct share {
+	pid_t pid;
+	int fd;
+	char line[1024];
+	size_t len;
+};
+
+struct split {
+	int nprocs;
+	int64_t first_reg, last_reg, last_up, hb_start, hb_end;
+	int nup, nhb_start, nhb_end;
+	int64_t cpu_up, cpu_hb0, cpu_hb1, t_hb0, t_hb1;
+	long rss_up;
+	double hb_sent, hb_fail, hb_skipped, bar_hb_fail, bar_ok;
+	double lat_p99, lag_p99, lag_max, cpu_max, cpu_sum;
+	int64_t bar_sent, bar_last;
+};
+
+static void
+split_line(struct split *sp, const struct opts *o, int k, const char *line)
+{
+	char key[64];
+	double v = 0, v2 = 0;
+	int64_t a = 0;
+
+	if (o->verbose)
+		fprintf(stderr, "[%d] %s\n", k, line);
+	if (sscanf(line, "%63s %lf", key, &v) < 2)
+		return;
+	a = (int64_t)v;
+	if (strcmp(key, "abs_first_register") == 0) {
+		if (sp->first_reg == 0 || a < sp->first_reg)
+			sp->first_reg = a;
+	} else if (strcmp(key, "abs_last_registered") == 0) {
+		if (a > sp->last_reg)
+			sp->last_reg = a;
+	} else if (strcmp(key, "abs_last_up") == 0) {
+		if (a > sp->last_up)
+			sp->last_up = a;
+		if (++sp->nup == sp->nprocs) {
+			sp->cpu_up = stat_cpu_us(o->pid);
+			sp->rss_up = rss_kib(o->pid);
+		}
+	} else if (strcmp(key, "abs_hb_start") == 0) {
+		if (sp->nhb_start++ == 0) {
+			sp->cpu_hb0 = stat_cpu_us(o->pid);
+			sp->t_hb0 = now_us();
+		}
+	} else if (strcmp(key, "abs_hb_end") == 0) {
+		if (++sp->nhb_end == sp->nprocs) {
+			sp->cpu_hb1 = stat_cpu_us(o->pid);
+			sp->t_hb1 = now_us();
+		}
+	} else if (strcmp(key, "hb_sent") == 0) {
+		sp->hb_sent += v;
+	} else if (strcmp(key, "hb_failures") == 0) {
+		sp->hb_fail += v;
+	} else if (strcmp(key, "hb_skipped") == 0) {
+		sp->hb_skipped += v;
+	} else if (strcmp(key, "hb_latency_p50") == 0) {
+		if (sscanf(line, "%*s %lf ms, p99 %lf", &v, &v2) == 2 &&
+		    v2 > sp->lat_p99)
+			sp->lat_p99 = v2;
+	} else if (strcmp(key, "client_lag_p99") == 0) {
+		if (v > sp->lag_p99)
+			sp->lag_p99 = v;
+	} else if (strcmp(key, "client_lag_max") == 0) {
+		if (v > sp->lag_max)
+			sp->lag_max = v;
+	} else if (strcmp(key, "client_cpu") == 0) {
+		sp->cpu_sum += v;
+		if (v > sp->cpu_max)
+			sp->cpu_max = v;
+	} else if (strcmp(key, "abs_barrier_sent") == 0) {
+		sp->bar_sent = a;
+	} else if (strcmp(key, "abs_barrier_last_reply") == 0) {
+		if (a > sp->bar_last)
+			sp->bar_last = a;
+	} else if (strcmp(key, "barrier_replies") == 0) {
+		sp->bar_ok += v;
+	} else if (strcmp(key, "barrier_hb_failures") == 0) {
+		sp->bar_hb_fail += v;
+	}
+}
+
+/* Reads what the processes print, line by line, until all have ended. */
+static void
+split_read(struct split *sp, const struct opts *o, struct share *sh, int np)
+{
+	int open = np;
+
+	while (open > 0) {
+		struct pollfd pf[MAX_PROCS];
+		int m = 0, map[MAX_PROCS];
+
+		for (int k = 0; k < np; k++)
+			if (sh[k].fd >= 0) {
+				pf[m].fd = sh[k].fd;
+				pf[m].events = POLLIN;
+				map[m++] = k;
+			}
+		if (poll(pf, (nfds_t)m, 1000) < 0 && errno != EINTR)
+			return;
+		for (int j = 0; j < m; j++) {
+			struct share *c = &sh[map[j]];
+			ssize_t r;
+
+			if (pf[j].revents == 0)
+				continue;
+			r = read(c->fd, c->line + c->len,
+			    sizeof(c->line) - 1 - c->len);
+			if (r <= 0) {
+				close(c->fd);
+				c->fd = -1;
+				open--;
+				continue;
+			}
+			c->len += (size_t)r;
+			c->line[c->len] = '\0';
+			for (char *nl; (nl = strchr(c->line, '\n')) != NULL;) {
+				*nl = '\0';
+				split_line(sp, o, map[j], c->line);
+				c->len -= (size_t)(nl + 1 - c->line);
+				memmove(c->line, nl + 1, c->len + 1);
+			}
+			if (c->len == sizeof(c->line) - 1)
+				c->len = 0; /* a line too long: dropped */
+		}
+	}
+}
+
+static int
+mode_tasks_split(const struct opts *o)
+{
+	struct share sh[MAX_PROCS];
+	struct split sp = {.nprocs = (int)o->procs};
+	char a_pid[32], a_n[32], a_base[32], a_total[32], a_dur[32], a_to[32];
+	long rss_base = rss_kib(o->pid);
+	int np = (int)o->procs, failed = 0;
+	int64_t cpu0 = stat_cpu_us(o->pid);
+
+	if (rss_base < 0)
+		return cli_fail(ST_NOT_FOUND,
+		    "cannot read /proc/%ld/status: %m", o->pid);
+	printf("procs %d load generator processes, %ld tasks\n", np, o->n);
+	fflush(stdout);
+	snprintf(a_pid, sizeof(a_pid), "%ld", o->pid);
+	snprintf(a_total, sizeof(a_total), "%ld", o->n);
+	snprintf(a_dur, sizeof(a_dur), "%" PRId64 "ms", o->duration_ms);
+	snprintf(a_to, sizeof(a_to), "%" PRId64 "ms", o->timeout_ms);
+	for (int k = 0; k < np; k++) {
+		long lo = o->n * k / np, hi = o->n * (k + 1) / np;
+		int p[2];
+
+		if (pipe(p) < 0)
+			return cli_fail(ST_INTERNAL, "pipe: %m");
+		snprintf(a_n, sizeof(a_n), "%ld", hi - lo);
+		snprintf(a_base, sizeof(a_base), "%ld", lo);
+		sh[k].len = 0;
+		sh[k].fd = p[0];
+		if ((sh[k].pid = fork()) < 0)
+			return cli_fail(ST_INTERNAL, "fork: %m");
+		if (sh[k].pid == 0) {
+			dup2(p[1], 1);
+			close(p[0]);
+			close(p[1]);
+			execl(o->self, o->self, "tasks", "-c", o->addr, "--pid",
+			    a_pid, "-n", a_n, "--base", a_base, "--total",
+			    a_total, "--duration", a_dur, "--timeout", a_to,
+			    o->verbose ? "-v" : (char *)NULL, (char *)NULL);
+			_exit(127);
+		}
+		close(p[1]);
+	}
+	split_read(&sp, o, sh, np);
+	for (int k = 0; k < np; k++) {
+		int st;
+		if (waitpid(sh[k].pid, &st, 0) < 0 || !WIFEXITED(st) ||
+		    WEXITSTATUS(st) != 0)
+			failed++;
+	}
+	if (sp.nup == np) {
+		printf("bringup %.1f ms from the first register sent to the "
+		       "last wait-all reply, %ld tasks\n",
+		    ms(sp.last_up - sp.first_reg), o->n);
+		printf("bringup_registered %.1f ms until the last register "
+		       "reply\n",
+		    ms(sp.last_reg - sp.first_reg));
+		printf("bringup_cpu %.2f us of coordd CPU per task\n",
+		    (double)(sp.cpu_up - cpu0) / (double)o->n);
+		printf("rss_up %ld KiB with %ld tasks connected, %.2f KiB per "
+		       "task over the RSS before\n",
+		    sp.rss_up, o->n,
+		    (double)(sp.rss_up - rss_base) / (double)o->n);
+	}
+	if (sp.nhb_end == np && sp.hb_sent > 0) {
+		printf("hb_sent %.0f heartbeats\n", sp.hb_sent);
+		printf("hb_failures %.0f\n", sp.hb_fail);
+		printf("hb_skipped %.0f beats not sent: the task's last one "
+		       "still in flight\n",
+		    sp.hb_skipped);
+		printf("hb_cpu %.2f us of coordd CPU per heartbeat (%.1f%% of "
+		       "a CPU)\n",
+		    (double)(sp.cpu_hb1 - sp.cpu_hb0) / sp.hb_sent,
+		    (double)(sp.cpu_hb1 - sp.cpu_hb0) /
+		        (double)(sp.t_hb1 - sp.t_hb0) * 100);
+		printf("hb_latency_p99 %.3f ms, the worst process's\n",
+		    sp.lat_p99);
+		printf(
+		    "client_lag_p99 %.3f ms, the worst process's: heartbeats "
+		    "sent after they were due\n",
+		    sp.lag_p99);
+		printf("client_lag_max %.3f ms\n", sp.lag_max);
+		printf("client_cpu %.1f %% of a CPU at most in one process, "
+		       "%.1f %% in all %d\n",
+		    sp.cpu_max, sp.cpu_sum, np);
+	}
+	if (sp.bar_sent != 0 && sp.bar_last != 0) {
+		printf("barrier_release %.2f ms from sending the last arrival "
+		       "to the last reply, in any process\n",
+		    ms(sp.bar_last - sp.bar_sent));
+		printf("barrier_replies %.0f of %ld: 200 passed\n", sp.bar_ok,
+		    o->n);
+		printf("barrier_hb_failures %.0f heartbeats failed during the "
+		       "barrier\n",
+		    sp.bar_hb_fail);
+	}
+	fflush(stdout);
+	if (failed > 0)
+		return cli_fail(ST_INTERNAL,
+		    "%d of %d load generator processes failed", failed, np);
+	return 0;
+}
+
 static int
 mode_tasks(const struct opts *o)
 {
@@ -1556,7 +1865,15 @@ mode_tasks(const struct opts *o)
 
 	if (o->pid <= 0)
 		return cli_usage_error(synopsis, "tasks needs --pid of coordd");
-	if (ts.n < 2)
+	if (o->total == 0 && o->procs > 1 && o->n >= 2 * o->procs)
+		return mode_tasks_split(o);
+	ts.total = o->total > 0 ? (size_t)o->total : ts.n;
+	ts.base = (size_t)o->base;
+	if (ts.base + ts.n > ts.total)
+		return cli_usage_error(synopsis,
+		    "--base %ld -n %ld goes past --total %ld", o->base, o->n,
+		    o->total);
+	if (ts.total < 2)
 		return cli_usage_error(synopsis, "tasks needs -n 2 or more");
 	if (lg_init(&ts.lg, o->timeout_ms, err, sizeof(err)) < 0) {
 		cli_fail(ST_INTERNAL, "%s", err);
@@ -1577,7 +1894,7 @@ mode_tasks(const struct opts *o)
 	for (size_t i = 0; i < ts.n; i++) {
 		struct ttask *t = &ts.t[i];
 		t->ts = &ts;
-		t->i = i;
+		t->i = ts.base + i;
 		task_format_incarnation(task_new_incarnation(), t->inc);
 		if ((t->x = xfer_new(&ts.lg, "http://localhost/", NULL,
 		         NULL)) == NULL ||
@@ -1627,6 +1944,7 @@ out:
 	free(ts.hbx);
 	free(ts.pool);
 	free(ts.lat);
+	free(ts.lag);
 	lg_free(&ts.lg);
 	return ret;
 }
@@ -1958,6 +2276,9 @@ main(int argc, char **argv)
 	    {"timeout", required_argument, NULL, 't'},
 	    {"rounds", required_argument, NULL, 'r'},
 	    {"duration", required_argument, NULL, 'D'},
+	    {"procs", required_argument, NULL, 'P'},
+	    {"base", required_argument, NULL, 'B'},
+	    {"total", required_argument, NULL, 'N'},
 	    {"verbose", no_argument, NULL, 'v'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
@@ -1966,7 +2287,8 @@ main(int argc, char **argv)
 	    .key = "bench-parked",
 	    .timeout_ms = 60000,
 	    .duration_ms = 10000,
-	    .rounds = 2};
+	    .rounds = 2,
+	    .procs = 4};
 	const struct mode *m = NULL;
 	long v;
 	int c, ret;
@@ -2024,7 +2346,28 @@ main(int argc, char **argv)
 				    optarg);
 			o.rounds = (int)v;
 			break;
-		case 'v': log_init(log_prog(), 1); break;
+		case 'P':
+			if (parse_long(optarg, 1, MAX_PROCS, &o.procs) < 0)
+				return cli_usage_error(synopsis,
+				    "--procs %s is not a number from 1 to 64",
+				    optarg);
+			break;
+		case 'B':
+			if (parse_long(optarg, 0, 1000000, &o.base) < 0)
+				return cli_usage_error(synopsis,
+				    "--base %s is not a task index", optarg);
+			break;
+		case 'N':
+			if (parse_long(optarg, 2, 1000000, &o.total) < 0)
+				return cli_usage_error(synopsis,
+				    "--total %s is not a number from 2 to "
+				    "1000000",
+				    optarg);
+			break;
+		case 'v':
+			log_init(log_prog(), 1);
+			o.verbose = 1;
+			break;
 		case 'h': fputs(synopsis, stdout); return 0;
 		default: fputs(synopsis, stderr); return 2;
 		}
@@ -2033,6 +2376,7 @@ main(int argc, char **argv)
 		return cli_usage_error(synopsis, "unexpected argument %s",
 		    argv[optind]);
 	o.addr = cli_coord_addr(o.addr);
+	o.self = "/proc/self/exe";
 	signal(SIGPIPE, SIG_IGN);
 	daemon_raise_nofile();
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0)

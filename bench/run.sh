@@ -390,8 +390,8 @@ tasks_run() {
 
 # 4. Many tasks. One connection kept alive per task, heartbeats on a pool
 # of their own.
-echo "Many tasks: bench-loadgen tasks -n $tasks --duration $hb_duration," \
-    "coordd --cluster worker=$tasks --heartbeat-timeout 30s"
+echo "Many tasks: bench-loadgen tasks -n $tasks --duration $hb_duration" \
+    "(4 processes), coordd --cluster worker=$tasks --heartbeat-timeout 30s"
 tasks_run tasks "$tasks" "$hb_duration"
 sed 's/^/  /' "$T/tasks.out"
 t_up=$(figf tasks bringup) t_cpu=$(figf tasks hb_cpu)
@@ -410,6 +410,11 @@ printf '  %-36s %8s      target 0          %s\n' \
 printf '  %-36s %8s ms   target <= 100 ms  %s\n' \
     "barrier release, $tasks tasks" "${t_rel:-n/a}" \
     "$(verdict "${t_rel:-n/a}" '<=' 100)"
+# The load generator's own lag: when it is near the heartbeat latency, the
+# client, not coordd, set the pace.
+t_lag=$(figf tasks client_lag_p99) t_lcpu=$(figf tasks client_cpu)
+printf '  %-36s %8s ms   (client CPU %s%% of one, busiest process)\n' \
+    "load generator lag p99" "${t_lag:-n/a}" "${t_lcpu:-n/a}"
 echo
 
 # 5. Failure detection.
