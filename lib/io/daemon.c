@@ -152,15 +152,24 @@ fail:
 	return NULL;
 }
 
+/* A datum over PEM text, as GnuTLS takes it. */
+static gnutls_datum_t
+datum(char *pem)
+{
+	return (gnutls_datum_t){(unsigned char *)pem, (unsigned)strlen(pem)};
+}
+
 /*
- * Checks the TLS files with GnuTLS itself, so that a bad certificate, a
- * key that is not its pair or an empty CA file stops the daemon with a
- * reason before it listens, and reads them for the server.
+ * Reads the TLS files once, for the server, and checks them with GnuTLS
+ * itself, so that a bad certificate, a key that is not its pair or a CA
+ * file without a certificate stops the daemon with a reason before it
+ * listens.
  */
 static int
 tls_options_check(struct daemon_options *o, const char *synopsis)
 {
 	gnutls_certificate_credentials_t cred = NULL;
+	gnutls_datum_t cert, key, ca;
 	char err[512] = "";
 	int rc;
 
@@ -173,20 +182,30 @@ tls_options_check(struct daemon_options *o, const char *synopsis)
 	if (o->tls_cert == NULL || o->tls_key == NULL)
 		return cli_usage_error(synopsis,
 		    "--tls-cert and --tls-key go together");
+	if ((o->tls_cert_pem = read_pem(o->tls_cert, err, sizeof(err))) ==
+	        NULL ||
+	    (o->tls_key_pem = read_pem(o->tls_key, err, sizeof(err))) == NULL ||
+	    (o->tls_client_ca != NULL &&
+	        (o->tls_client_ca_pem =
+	                read_pem(o->tls_client_ca, err, sizeof(err))) == NULL))
+		goto fail;
 	if (gnutls_certificate_allocate_credentials(&cred) < 0) {
 		snprintf(err, sizeof(err), "out of memory");
 		goto fail;
 	}
-	rc = gnutls_certificate_set_x509_key_file(cred, o->tls_cert, o->tls_key,
+	cert = datum(o->tls_cert_pem);
+	key = datum(o->tls_key_pem);
+	rc = gnutls_certificate_set_x509_key_mem(cred, &cert, &key,
 	    GNUTLS_X509_FMT_PEM);
 	if (rc < 0) {
 		snprintf(err, sizeof(err), "--tls-cert %s, --tls-key %s: %s",
 		    o->tls_cert, o->tls_key, gnutls_strerror(rc));
 		goto fail;
 	}
-	if (o->tls_client_ca != NULL) {
-		rc = gnutls_certificate_set_x509_trust_file(cred,
-		    o->tls_client_ca, GNUTLS_X509_FMT_PEM);
+	if (o->tls_client_ca_pem != NULL) {
+		ca = datum(o->tls_client_ca_pem);
+		rc = gnutls_certificate_set_x509_trust_mem(cred, &ca,
+		    GNUTLS_X509_FMT_PEM);
 		if (rc <= 0) {
 			snprintf(err, sizeof(err), "--tls-client-ca %s: %s",
 			    o->tls_client_ca,
@@ -196,18 +215,14 @@ tls_options_check(struct daemon_options *o, const char *synopsis)
 		}
 	}
 	gnutls_certificate_free_credentials(cred);
-	cred = NULL;
-	if ((o->tls_cert_pem = read_pem(o->tls_cert, err, sizeof(err))) ==
-	        NULL ||
-	    (o->tls_key_pem = read_pem(o->tls_key, err, sizeof(err))) == NULL ||
-	    (o->tls_client_ca != NULL &&
-	        (o->tls_client_ca_pem =
-	                read_pem(o->tls_client_ca, err, sizeof(err))) == NULL))
-		goto fail;
 	return 0;
 fail:
 	if (cred != NULL)
 		gnutls_certificate_free_credentials(cred);
+	free(o->tls_cert_pem);
+	free(o->tls_key_pem);
+	free(o->tls_client_ca_pem);
+	o->tls_cert_pem = o->tls_key_pem = o->tls_client_ca_pem = NULL;
 	fprintf(stderr, "%s: %s\n", log_prog(), err);
 	return status_exit(ST_USAGE);
 }
