@@ -149,20 +149,18 @@ bearer() {
 	export MUSTER_TOKEN_FILE=$T/token
 	local i pids=()
 	for i in 0 1; do
-		preemptwatch -t "worker:$i" -- bash -c \
+		pw "w$i" -t "worker:$i" -- bash -c \
 			'env | grep -c "^MUSTER_TASK_SECRET=." >has_secret.$MUSTER_TASK_INDEX;
-			 barrierwait --timeout 20s ready' >"w$i.out" 2>"w$i.err" 3>&- &
-		pids+=($!)
+			 barrierwait --timeout 20s ready'
+		pids+=("$PID")
 	done
-	BG_PIDS+=("${pids[@]}")
 	for i in 0 1; do
 		wait "${pids[i]}" || fail "worker:$i: $(cat "w$i.err")"
 	done
 	assert_equal "$(cat has_secret.0 has_secret.1)" "$(printf '1\n1')"
 	# barrierwait outside the task's preemptwatch has no secret for it.
 	start_coordd --token-file token --cluster worker=1 --heartbeat-timeout 5s
-	preemptwatch -t worker:0 -- sleep 30 >w.out 2>w.err 3>&- &
-	BG_PIDS+=($!)
+	pw w -t worker:0 -- sleep 30
 	wait_connected 1
 	run --separate-stderr barrierwait -t worker:0 --timeout 5s solo
 	assert_failure 11
@@ -171,14 +169,11 @@ bearer() {
 @test "under a token, the guard of a killed preemptwatch still reports whose agent died" {
 	start_coordd --token-file token --cluster worker=2 --heartbeat-timeout 3s
 	export MUSTER_TOKEN_FILE=$T/token
-	preemptwatch -t worker:0 -- sleep 60 >w0.out 2>w0.err 3>&- &
-	local p0=$!
-	preemptwatch -t worker:1 -- sleep 60 >w1.out 2>w1.err 3>&- &
-	local p1=$!
-	BG_PIDS+=("$p0" "$p1")
+	pw w0 -t worker:0 -- sleep 60
+	local p0=$PID
+	pw w1 -t worker:1 -- sleep 60
 	wait_connected 2
-	kill -KILL "$p1"
-	exited() { ! running "$p0"; }
-	wait_for 30 exited || fail "worker:0 did not stop: $(cat w0.err)"
+	kill -KILL "$PID"
+	wait_for 30 exited "$p0" || fail "worker:0 did not stop: $(cat w0.err)"
 	grep -q "the agent (preemptwatch) of worker:1 died" w0.err || fail "$(cat w0.err)"
 }

@@ -154,12 +154,10 @@ start_https() {
 	local getter=$! i pids=()
 	BG_PIDS+=("$getter")
 	for i in 0 1; do
-		preemptwatch -t "worker:$i" -- bash -c \
-			'barrierwait --timeout 30s ready && echo "$MUSTER_COORD" >coord.$MUSTER_TASK_INDEX' \
-			>"w$i.out" 2>"w$i.err" 3>&- &
-		pids+=($!)
+		pw "w$i" -t "worker:$i" -- bash -c \
+			'barrierwait --timeout 30s ready && echo "$MUSTER_COORD" >coord.$MUSTER_TASK_INDEX'
+		pids+=("$PID")
 	done
-	BG_PIDS+=("${pids[@]}")
 	for i in 0 1; do
 		wait "${pids[i]}" || fail "worker:$i: $(cat "w$i.err")"
 	done
