@@ -60,7 +60,7 @@ layer_inc  = $(foreach l,$(USES_$(1)),-Ilib/$(l))
 ALL_INC   := $(foreach l,$(LAYERS),-Ilib/$(l))
 
 # Programs, and the layers each links (highest first, as the linker wants).
-SERVERS   := coordd
+SERVERS   := coordd dispatchd
 CLIENTS   := kvctl barrierwait preemptwatch syncpoint
 PROGS     := $(SERVERS) $(CLIENTS)
 SERVER_ARCHIVES = $(call layer_lib,svc) $(call layer_lib,state) \

@@ -1,0 +1,131 @@
+/*
+ * dispatchd: the work dispatcher of a muster job: closure queues with
+ * at-least-once execution on workerloop workers.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "daemon.h"
+#include "dispatch.h"
+#include "duration.h"
+#include "log.h"
+#include "parse.h"
+
+static const char synopsis[] =
+    "usage: dispatchd [-nv] [-l HOST:PORT] [--port-file FILE] "
+    "[--heartbeat-timeout DUR]\n"
+    "                 [--queue-max N] [--worker-recovery DUR] "
+    "[--watchdog DUR]\n"
+    "                 [--max-worker-deaths N] [--max-closure-size BYTES]\n"
+    "                 [--threads N] [--max-connections N] "
+    "[--max-inflight-bytes BYTES]\n"
+    "                 [--request-timeout DUR] [--max-wait DUR]\n"
+    "                 [--token-file FILE] [--insecure]\n"
+    "                 [--tls-cert FILE --tls-key FILE [--tls-client-ca "
+    "FILE]]\n";
+
+static int
+parse_args(int argc, char **argv, struct daemon_options *d,
+    struct dispatch_config *dc)
+{
+	static const struct option longopts[] = {
+	    DAEMON_LONGOPTS,
+	    {"heartbeat-timeout", required_argument, NULL, 'H'},
+	    {"queue-max", required_argument, NULL, 'Q'},
+	    {"worker-recovery", required_argument, NULL, 'R'},
+	    {"watchdog", required_argument, NULL, 'W'},
+	    {"max-worker-deaths", required_argument, NULL, 'D'},
+	    {"max-closure-size", required_argument, NULL, 'M'},
+	    {NULL, 0, NULL, 0},
+	};
+	long n;
+	int c, r;
+
+	while ((c = getopt_long(argc, argv, DAEMON_SHORTOPTS, longopts,
+	            NULL)) != -1) {
+		if ((r = daemon_option(d, c, optarg, synopsis)) != 0) {
+			if (r < 0)
+				return 2;
+			continue;
+		}
+		switch (c) {
+		case 'H':
+			if (cli_duration_flag(synopsis, "--heartbeat-timeout",
+			        optarg, 100, &dc->cq.hb_timeout_ms) != 0)
+				return 2;
+			break;
+		case 'Q':
+			if (cli_number_flag(synopsis, "--queue-max", optarg, 1,
+			        1L << 30, &n) != 0)
+				return 2;
+			dc->cq.queue_max = (size_t)n;
+			break;
+		case 'R':
+			if (cli_duration_flag(synopsis, "--worker-recovery",
+			        optarg, 1, &dc->worker_recovery_ms) != 0)
+				return 2;
+			break;
+		case 'W':
+			if (cli_duration_flag(synopsis, "--watchdog", optarg,
+			        10, &dc->watchdog_ms) != 0)
+				return 2;
+			break;
+		case 'D':
+			if (cli_number_flag(synopsis, "--max-worker-deaths",
+			        optarg, 1, 1000000, &n) != 0)
+				return 2;
+			dc->cq.max_deaths = n;
+			break;
+		case 'M':
+			if (parse_size(optarg, &dc->cq.max_spec) < 0 ||
+			    dc->cq.max_spec < 1024)
+				return cli_usage_error(synopsis,
+				    "--max-closure-size %s is not a size of "
+				    "at least 1K (like 64K, 16M)",
+				    optarg);
+			break;
+		default: return cli_std_option(c, synopsis);
+		}
+	}
+	if (optind != argc)
+		return cli_usage_error(synopsis, "unexpected argument %s",
+		    argv[optind]);
+	if ((r = daemon_options_check(d, synopsis)) != 0)
+		return r;
+	if (dc->cq.max_spec == 0)
+		dc->cq.max_spec = 16u << 20;
+	dc->max_wait_ms = d->max_wait_ms;
+	/* A schedule request carries many closures; a result, a value of
+	 * up to 16 MiB in base64. */
+	d->max_body = dc->cq.max_spec / 3 * 4 + (64u << 20);
+	return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+	static struct dispatch_config dc;
+	struct daemon_options d;
+	struct daemon_service svc;
+	struct dispatch *ds;
+	char err[512];
+	int rc;
+
+	log_init(argv[0], 0);
+	daemon_options_init(&d, 7701);
+	if ((rc = parse_args(argc, argv, &d, &dc)) != 0)
+		return rc;
+	log_init(argv[0], d.verbose);
+	if (d.check) {
+		printf("dispatchd: configuration ok\n");
+		return 0;
+	}
+	if ((ds = dispatch_new(&dc, err, sizeof(err))) == NULL)
+		return cli_fail(ST_INTERNAL, "%s", err);
+	dispatch_service(ds, &svc);
+	rc = daemon_run(&d, &svc);
+	dispatch_free(ds);
+	return rc;
+}
