@@ -61,7 +61,7 @@ ALL_INC   := $(foreach l,$(LAYERS),-Ilib/$(l))
 
 # Programs, and the layers each links (highest first, as the linker wants).
 SERVERS   := coordd dispatchd
-CLIENTS   := kvctl barrierwait preemptwatch syncpoint
+CLIENTS   := kvctl barrierwait preemptwatch syncpoint workerloop dispatchctl
 PROGS     := $(SERVERS) $(CLIENTS)
 SERVER_ARCHIVES = $(call layer_lib,svc) $(call layer_lib,state) \
 	$(call layer_lib,io) $(call layer_lib,base)

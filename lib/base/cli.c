@@ -20,6 +20,19 @@ cli_coord_addr(const char *flag)
 	return CLI_COORD_DEFAULT;
 }
 
+const char *
+cli_dispatch_addr(const char *flag)
+{
+	const char *env;
+
+	if (flag != NULL)
+		return flag;
+	env = getenv(CLI_DISPATCH_ENV);
+	if (env != NULL && *env != '\0')
+		return env;
+	return CLI_DISPATCH_DEFAULT;
+}
+
 int
 cli_std_option(int c, const char *synopsis)
 {

@@ -18,6 +18,13 @@
 /* -c ADDR, else $MUSTER_COORD, else the default. */
 const char *cli_coord_addr(const char *flag);
 
+#define CLI_DISPATCH_ENV "MUSTER_DISPATCHER"
+#define CLI_DISPATCH_DEFAULT "127.0.0.1:7701"
+#define CLI_DISPATCH_PORT 7701
+
+/* -d ADDR, else $MUSTER_DISPATCHER, else the default. */
+const char *cli_dispatch_addr(const char *flag);
+
 /* The long options every program takes, last in its table. */
 #define CLI_STD_LONGOPTS                          \
 	{"help", no_argument, NULL, 'h'},         \

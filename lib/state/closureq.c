@@ -18,8 +18,8 @@
 struct cq {
 	struct cq_config cfg;
 	struct cq_view v;
-	struct cq_closure **byid; /* index id; NULL once forgotten */
-	size_t nid, capid;        /* ids used so far + 1, room */
+	struct cq_closure **byid;  /* index id; NULL once forgotten */
+	size_t nid, capid;         /* ids used so far + 1, room */
 	struct cq_pending pending; /* closures any worker may run */
 	struct strmap *queues;     /* name -> struct cq_queue */
 	struct strmap *workers;    /* name -> struct cq_worker */
@@ -313,8 +313,8 @@ cq_each_queue(struct cq *cq, void (*fn)(struct cq_queue *q, void *arg),
 size_t
 cq_room(const struct cq *cq, const struct cq_queue *q)
 {
-	return q->queued >= cq->cfg.queue_max ? 0
-	                                      : cq->cfg.queue_max - q->queued;
+	return q->queued >= cq->cfg.queue_max ? 0 :
+	                                        cq->cfg.queue_max - q->queued;
 }
 
 int
@@ -488,13 +488,13 @@ parse_item(struct cq *cq, json_t *item, struct cq_closure *c, char *msg,
 		say(msg, msglen, "argv must be a non-empty array of strings");
 		return -1;
 	}
-	json_array_foreach(argv, i, v) if (!json_is_string(v) ||
-	                                   json_string_length(v) !=
-	                                       strlen(json_string_value(v)))
-	{
-		say(msg, msglen, "argv[%zu] must be a string without NUL", i);
-		return -1;
-	}
+	json_array_foreach(argv, i, v)
+		if (!json_is_string(v) ||
+		    json_string_length(v) != strlen(json_string_value(v))) {
+			say(msg, msglen,
+			    "argv[%zu] must be a string without NUL", i);
+			return -1;
+		}
 	if (json_string_length(json_array_get(argv, 0)) == 0) {
 		say(msg, msglen, "argv[0] must not be empty");
 		return -1;
@@ -504,15 +504,13 @@ parse_item(struct cq *cq, json_t *item, struct cq_closure *c, char *msg,
 			say(msg, msglen, "env must be an object of strings");
 			return -1;
 		}
-		json_object_foreach(env, k, v)
-		{
+		json_object_foreach(env, k, v) {
 			if (*k == '\0' || strchr(k, '=') != NULL ||
 			    !json_is_string(v) ||
 			    json_string_length(v) !=
 			        strlen(json_string_value(v))) {
 				say(msg, msglen,
-				    "env: %s is not NAME=value without NUL",
-				    k);
+				    "env: %s is not NAME=value without NUL", k);
 				return -1;
 			}
 		}
@@ -528,20 +526,21 @@ parse_item(struct cq *cq, json_t *item, struct cq_closure *c, char *msg,
 			return -1;
 		}
 	}
-	if (to != NULL && (!json_is_integer(to) || json_integer_value(to) < 0)) {
+	if (to != NULL &&
+	    (!json_is_integer(to) || json_integer_value(to) < 0)) {
 		say(msg, msglen, "timeout_ms must be a whole number >= 0");
 		return -1;
 	}
 	if (codes != NULL) {
 		if (!json_is_array(codes) ||
 		    json_array_size(codes) > CQ_MAX_RETRY_CODES) {
-			say(msg, msglen, "retry_exit must be an array of at "
-			                 "most %d exit codes",
+			say(msg, msglen,
+			    "retry_exit must be an array of at "
+			    "most %d exit codes",
 			    CQ_MAX_RETRY_CODES);
 			return -1;
 		}
-		json_array_foreach(codes, i, v)
-		{
+		json_array_foreach(codes, i, v) {
 			if (!json_is_integer(v) || json_integer_value(v) < 1 ||
 			    json_integer_value(v) > 255) {
 				say(msg, msglen,
@@ -562,7 +561,8 @@ parse_item(struct cq *cq, json_t *item, struct cq_closure *c, char *msg,
 		c->max_retries = (long)json_integer_value(mr);
 	}
 	if (on != NULL) {
-		if (!json_is_string(on) || !cq_name_valid(json_string_value(on))) {
+		if (!json_is_string(on) ||
+		    !cq_name_valid(json_string_value(on))) {
 			say(msg, msglen, "on must name a worker (JOB:INDEX)");
 			return -1;
 		}
@@ -572,8 +572,9 @@ parse_item(struct cq *cq, json_t *item, struct cq_closure *c, char *msg,
 	if (key != NULL) {
 		if (!json_is_string(key) || json_string_length(key) == 0 ||
 		    json_string_length(key) > 1024) {
-			say(msg, msglen, "key must be a string of 1 to 1024 "
-			                 "bytes");
+			say(msg, msglen,
+			    "key must be a string of 1 to 1024 "
+			    "bytes");
 			return -1;
 		}
 		if ((c->key = strdup(json_string_value(key))) == NULL)
@@ -581,15 +582,15 @@ parse_item(struct cq *cq, json_t *item, struct cq_closure *c, char *msg,
 	}
 	if (needs != NULL) {
 		if (!json_is_array(needs) || json_array_size(needs) > 64) {
-			say(msg, msglen, "needs must be an array of at most 64 "
-			                 "resource names");
+			say(msg, msglen,
+			    "needs must be an array of at most 64 "
+			    "resource names");
 			return -1;
 		}
 		if ((c->needs = calloc(json_array_size(needs) + 1,
 		         sizeof(char *))) == NULL)
 			goto nomem;
-		json_array_foreach(needs, i, v)
-		{
+		json_array_foreach(needs, i, v) {
 			const char *n = json_string_value(v);
 			if (n == NULL ||
 			    strmap_get(cq->resources, n, strlen(n)) == NULL) {
@@ -663,8 +664,8 @@ cq_schedule(struct cq *cq, struct cq_queue *q, json_t *item, int64_t now,
 	c->id = cq->nid;
 	if (c->key != NULL) {
 		uint64_t *v = malloc(sizeof(*v));
-		if (v == NULL || strmap_put(q->keys, c->key, strlen(c->key),
-		                     v) < 0) {
+		if (v == NULL ||
+		    strmap_put(q->keys, c->key, strlen(c->key), v) < 0) {
 			free(v);
 			closure_free(cq, c);
 			say(msg, msglen, "out of memory");
@@ -780,9 +781,7 @@ cq_cancel(struct cq *cq, struct cq_closure *c, int64_t now)
 	struct cq_queue *q = c->q;
 
 	switch (c->state) {
-	case CQ_QUEUED:
-		cancel_queued(cq, c, now);
-		break;
+	case CQ_QUEUED: cancel_queued(cq, c, now); break;
 	case CQ_RUNNING: {
 		struct cq_worker *w = c->worker;
 		stop_add(w, c->id, c->attempts);
@@ -899,8 +898,8 @@ cq_worker_leave(struct cq *cq, struct cq_worker *w, int64_t now)
 }
 
 struct cq_worker *
-cq_register(struct cq *cq, const char *name, long slots, int64_t now,
-    char *msg, size_t msglen)
+cq_register(struct cq *cq, const char *name, long slots, int64_t now, char *msg,
+    size_t msglen)
 {
 	struct cq_worker *w;
 
@@ -939,8 +938,8 @@ cq_worker_check(const struct cq_worker *w, const char *inc, char *msg,
 	if (!w->live || v != w->inc) {
 		say(msg, msglen, "%s incarnation %s is not current (%s)",
 		    w->name, inc,
-		    w->live ? "it registered again"
-		            : (w->why != NULL ? w->why : "not registered"));
+		    w->live ? "it registered again" :
+		              (w->why != NULL ? w->why : "not registered"));
 		return ST_ABORTED;
 	}
 	return ST_OK;
@@ -1041,8 +1040,7 @@ retryable(const struct cq_closure *c, const struct cq_result *r)
 
 enum status
 cq_report(struct cq *cq, struct cq_worker *w, uint64_t id, long attempt,
-    int aborted, struct cq_result *res, int64_t now, char *msg,
-    size_t msglen)
+    int aborted, struct cq_result *res, int64_t now, char *msg, size_t msglen)
 {
 	struct cq_closure *c = cq_closure(cq, id);
 	struct cq_queue *q;
@@ -1160,17 +1158,17 @@ cq_resource_add(struct cq *cq, const char *name, json_t *argv, char *msg,
 		say(msg, msglen, "argv must be a non-empty array of strings");
 		return ST_INVALID_ARGUMENT;
 	}
-	json_array_foreach(argv, i, v) if (!json_is_string(v) ||
-	                                   json_string_length(v) !=
-	                                       strlen(json_string_value(v)))
-	{
-		say(msg, msglen, "argv[%zu] must be a string without NUL", i);
-		return ST_INVALID_ARGUMENT;
-	}
+	json_array_foreach(argv, i, v)
+		if (!json_is_string(v) ||
+		    json_string_length(v) != strlen(json_string_value(v))) {
+			say(msg, msglen,
+			    "argv[%zu] must be a string without NUL", i);
+			return ST_INVALID_ARGUMENT;
+		}
 	if ((old = strmap_get(cq->resources, name, strlen(name))) != NULL) {
 		o = json_loads(old, 0, NULL);
-		int same = o != NULL &&
-		    json_equal(json_object_get(o, "argv"), argv);
+		int same =
+		    o != NULL && json_equal(json_object_get(o, "argv"), argv);
 		json_decref(o);
 		if (same)
 			return ST_OK;

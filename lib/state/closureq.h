@@ -39,9 +39,9 @@ enum cq_state { CQ_QUEUED, CQ_RUNNING, CQ_READY, CQ_ABORTED, CQ_CANCELLED };
 
 /* What a closure's attempt ended with, as the worker says. */
 struct cq_result {
-	int exited;      /* 1: exited with code; 0: killed by signal */
-	int code;        /* exit status, or the signal */
-	char *out;       /* stdout's bytes, up to the worker's cap */
+	int exited; /* 1: exited with code; 0: killed by signal */
+	int code;   /* exit status, or the signal */
+	char *out;  /* stdout's bytes, up to the worker's cap */
 	size_t outlen;
 	int truncated; /* stdout was longer than the cap */
 	char *err;     /* the tail of stderr */
@@ -58,18 +58,18 @@ struct cq_closure {
 	enum cq_state state;
 	char *spec; /* JSON for the worker: argv, env, stdin, timeout_ms */
 	size_t speclen;
-	char *on;   /* pinned to this worker, or NULL */
-	char *key;  /* idempotency key, or NULL */
+	char *on;     /* pinned to this worker, or NULL */
+	char *key;    /* idempotency key, or NULL */
 	char **needs; /* resources, NULL-terminated, or NULL */
 	int retry_exit[CQ_MAX_RETRY_CODES];
 	size_t nretry_exit;
 	long max_retries, retries;
-	long attempts;   /* attempts started */
-	long deaths;     /* workers that died running it */
-	struct cq_worker *worker; /* while RUNNING */
-	char *last_worker;        /* the worker of the last attempt */
-	struct cq_result res;     /* READY; ABORTED: res.message */
-	int failed;               /* counted as its queue's error */
+	long attempts;                    /* attempts started */
+	long deaths;                      /* workers that died running it */
+	struct cq_worker *worker;         /* while RUNNING */
+	char *last_worker;                /* the worker of the last attempt */
+	struct cq_result res;             /* READY; ABORTED: res.message */
+	int failed;                       /* counted as its queue's error */
 	int64_t enqueued, started, ended; /* monotonic ms */
 	struct cq_closure *prev, *next;   /* pending or running list */
 	struct cq_pending *list;          /* the pending list it is on */
@@ -116,10 +116,10 @@ struct cq_worker {
 };
 
 struct cq_config {
-	size_t queue_max;        /* per queue; 0: CQ_QUEUE_MAX_DEFAULT */
-	long max_deaths;         /* 0: CQ_MAX_DEATHS_DEFAULT */
-	int64_t hb_timeout_ms;   /* 0: 10 s */
-	size_t max_spec;         /* bytes of one closure's JSON; 0: 64 MiB */
+	size_t queue_max;      /* per queue; 0: CQ_QUEUE_MAX_DEFAULT */
+	long max_deaths;       /* 0: CQ_MAX_DEATHS_DEFAULT */
+	int64_t hb_timeout_ms; /* 0: 10 s */
+	size_t max_spec;       /* bytes of one closure's JSON; 0: 64 MiB */
 };
 
 enum cq_event_type {
@@ -172,8 +172,8 @@ enum status cq_schedule(struct cq *cq, struct cq_queue *q, json_t *item,
  * closure still queued in q is cancelled and the error is cleared. NULL
  * when q has no error, or must wait (*wait set) for what is in flight.
  */
-struct cq_closure *cq_take_error(struct cq *cq, struct cq_queue *q,
-    int64_t now, int *wait);
+struct cq_closure *cq_take_error(struct cq *cq, struct cq_queue *q, int64_t now,
+    int *wait);
 /* Whether q has nothing queued and nothing in flight. */
 int cq_idle(const struct cq_queue *q);
 
@@ -225,8 +225,8 @@ int cq_has_work(const struct cq *cq, const struct cq_worker *w);
  * stale (the attempt is not the current one on w), res then untouched.
  */
 enum status cq_report(struct cq *cq, struct cq_worker *w, uint64_t id,
-    long attempt, int aborted, struct cq_result *res, int64_t now,
-    char *msg, size_t msglen);
+    long attempt, int aborted, struct cq_result *res, int64_t now, char *msg,
+    size_t msglen);
 /* w failed (why): its closures go back to the queue. */
 void cq_worker_failed(struct cq *cq, struct cq_worker *w, const char *why,
     int64_t now);

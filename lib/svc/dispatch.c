@@ -31,9 +31,9 @@ enum wait_kind { W_FETCH, W_JOIN, W_DONE, W_SCHEDULE, W_TAKE, W_HEARTBEAT };
 
 struct waitctx {
 	enum wait_kind kind;
-	json_t *body;       /* W_SCHEDULE: the closures */
-	int block;          /* W_SCHEDULE */
-	size_t max;         /* W_TAKE */
+	json_t *body;        /* W_SCHEDULE: the closures */
+	int block;           /* W_SCHEDULE */
+	size_t max;          /* W_TAKE */
 	struct cq_worker *w; /* W_TAKE, W_HEARTBEAT */
 	struct cq_queue *q;
 };
@@ -77,9 +77,9 @@ static json_t *
 value_json(const struct cq_closure *c, int with_output)
 {
 	json_t *o = json_object();
-	const char *phase = c->state == CQ_QUEUED   ? "queued"
-	                    : c->state == CQ_RUNNING ? "running"
-	                                             : "ended";
+	const char *phase = c->state == CQ_QUEUED ? "queued" :
+	    c->state == CQ_RUNNING                ? "running" :
+	                                            "ended";
 
 	if (o == NULL)
 		return NULL;
@@ -90,12 +90,12 @@ value_json(const struct cq_closure *c, int with_output)
 	json_object_set_new(o, "attempts", json_integer(c->attempts));
 	json_object_set_new(o, "retries", json_integer(c->retries));
 	json_object_set_new(o, "worker_deaths", json_integer(c->deaths));
-	json_object_set_new(o, "worker", c->last_worker != NULL
-	                                     ? json_string(c->last_worker)
-	                                     : json_null());
+	json_object_set_new(o, "worker",
+	    c->last_worker != NULL ? json_string(c->last_worker) : json_null());
 	if (c->state == CQ_READY) {
 		if (c->res.exited) {
-			json_object_set_new(o, "exit", json_integer(c->res.code));
+			json_object_set_new(o, "exit",
+			    json_integer(c->res.code));
 			json_object_set_new(o, "signal", json_null());
 		} else {
 			json_object_set_new(o, "exit", json_null());
@@ -308,8 +308,9 @@ answer_takers_of(struct dispatch *d, struct cq_worker *w)
 			continue;
 		free_ctx(p);
 		park_take(p);
-		http_reply_error(p->req, ST_ABORTED, "%s is not registered (%s)",
-		    w->name, w->why != NULL ? w->why : "left");
+		http_reply_error(p->req, ST_ABORTED,
+		    "%s is not registered (%s)", w->name,
+		    w->why != NULL ? w->why : "left");
 	}
 }
 
@@ -370,8 +371,7 @@ closing(struct dispatch *d)
 }
 
 static int
-arg_duration(struct http_req *req, const char *name, int64_t def,
-    int64_t *ms)
+arg_duration(struct http_req *req, const char *name, int64_t def, int64_t *ms)
 {
 	const char *s = http_req_arg(req, name);
 
@@ -482,8 +482,8 @@ try_schedule(struct dispatch *d, struct http_req *req, struct cq_queue *q,
 		dups += dup;
 		json_array_append_new(ids, json_integer((json_int_t)id));
 	}
-	reply = json_pack("{s:o,s:I}", "ids", ids, "duplicates",
-	    (json_int_t)dups);
+	reply =
+	    json_pack("{s:o,s:I}", "ids", ids, "duplicates", (json_int_t)dups);
 	reply_json(req, 200, reply);
 	return 1;
 }
@@ -623,8 +623,7 @@ check_items(struct dispatch *d, struct http_req *req, json_t *items)
 		    "at most %zu closures a request", d->cfg.max_batch);
 		return -1;
 	}
-	json_array_foreach(items, i, item)
-	{
+	json_array_foreach(items, i, item) {
 		char msg[512];
 		enum status st = cq_check(d->cq, item, msg, sizeof(msg));
 		if (st != ST_OK) {
@@ -755,13 +754,13 @@ queue_route(struct http_req *req, const struct route_match *m, void *arg)
 	} else if ((q = cq_queue(d->cq, name, 1)) == NULL) {
 		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
 	} else if (wl == 8 && memcmp(what, "closures", 8) == 0 &&
-	           m->method == ROUTE_POST) {
+	    m->method == ROUTE_POST) {
 		schedule_route(d, req, q);
 	} else if (wl == 4 && memcmp(what, "join", 4) == 0 &&
-	           m->method == ROUTE_GET) {
+	    m->method == ROUTE_GET) {
 		join_route(d, req, q, 0);
 	} else if (wl == 4 && memcmp(what, "done", 4) == 0 &&
-	           m->method == ROUTE_GET) {
+	    m->method == ROUTE_GET) {
 		join_route(d, req, q, 1);
 	} else {
 		http_reply_error(req, ST_NOT_FOUND, "no such resource");
@@ -779,9 +778,8 @@ fetch_expire(struct parked *w)
 
 	free_ctx(w);
 	if (c == NULL)
-		http_reply_error(w->req, ST_NOT_FOUND, "closure %" PRId64
-		                                       " was forgotten",
-		    w->limit);
+		http_reply_error(w->req, ST_NOT_FOUND,
+		    "closure %" PRId64 " was forgotten", w->limit);
 	else
 		reply_json(w->req, 200, value_json(c, 1));
 }
@@ -832,8 +830,8 @@ closure_route(struct http_req *req, const struct route_match *m, void *arg)
 			    "queue's error not yet reported",
 			    id);
 		else
-			reply_json(req, 200, json_pack("{s:I}", "forgotten",
-			                         (json_int_t)id));
+			reply_json(req, 200,
+			    json_pack("{s:I}", "forgotten", (json_int_t)id));
 	} else if (c->state == CQ_QUEUED || c->state == CQ_RUNNING) {
 		if (wait == 0 || closing(d)) {
 			reply_json(req, 200, value_json(c, 1));
@@ -924,8 +922,8 @@ queue_json(struct cq_queue *q, void *arg)
 	        "done", (json_int_t)q->done, "failed", (json_int_t)q->failed,
 	        "cancelled", (json_int_t)q->cancelled, "retried",
 	        (json_int_t)q->retried, "error",
-	        q->error != NULL ? json_integer((json_int_t)q->error->id)
-	                         : json_null()));
+	        q->error != NULL ? json_integer((json_int_t)q->error->id) :
+	                           json_null()));
 }
 
 struct res_ctx {
@@ -982,12 +980,12 @@ status_json(struct dispatch *d)
 	cq_each_queue(d->cq, queue_json, qs);
 	cq_each_worker(d->cq, worker_json, ws);
 	return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:o}",
-	    "queued", (json_int_t)v->queued, "inflight", (json_int_t)v->inflight,
-	    "closures", (json_int_t)v->closures, "done", (json_int_t)v->done,
-	    "failed", (json_int_t)v->failed, "retried", (json_int_t)v->retried,
-	    "cancelled", (json_int_t)v->cancelled, "aborted",
-	    (json_int_t)v->aborted, "workers_live",
-	    (json_int_t)v->workers_live, "worker_deaths",
+	    "queued", (json_int_t)v->queued, "inflight",
+	    (json_int_t)v->inflight, "closures", (json_int_t)v->closures,
+	    "done", (json_int_t)v->done, "failed", (json_int_t)v->failed,
+	    "retried", (json_int_t)v->retried, "cancelled",
+	    (json_int_t)v->cancelled, "aborted", (json_int_t)v->aborted,
+	    "workers_live", (json_int_t)v->workers_live, "worker_deaths",
 	    (json_int_t)v->deaths, "queues", qs, "workers", ws);
 }
 
@@ -1045,8 +1043,8 @@ resource_route(struct http_req *req, const struct route_match *m, void *arg)
 		if (st != ST_OK)
 			http_reply_error(req, st, "%s", msg);
 		else
-			reply_json(req, 200, json_loads(cq_resource(d->cq, name),
-			                         0, NULL));
+			reply_json(req, 200,
+			    json_loads(cq_resource(d->cq, name), 0, NULL));
 		dispatch_unlock(d);
 		json_decref(body);
 		return;
@@ -1088,8 +1086,8 @@ resources_route(struct http_req *req, const struct route_match *m, void *arg)
 
 /* {"closures":[{"id","attempt","queue","spec":{...},"resources":[...]}]} */
 static void
-reply_closures(struct dispatch *d, struct http_req *req,
-    struct cq_closure **cs, size_t n)
+reply_closures(struct dispatch *d, struct http_req *req, struct cq_closure **cs,
+    size_t n)
 {
 	struct buf b = {0};
 
@@ -1290,8 +1288,7 @@ results(struct dispatch *d, struct http_req *req, struct cq_worker *w,
 		    "results must be an array");
 		return;
 	}
-	json_array_foreach(rs, i, r)
-	{
+	json_array_foreach(rs, i, r) {
 		json_t *jid = json_object_get(r, "id");
 		json_t *jat = json_object_get(r, "attempt");
 		int aborted = json_is_true(json_object_get(r, "aborted"));
@@ -1325,8 +1322,8 @@ results(struct dispatch *d, struct http_req *req, struct cq_worker *w,
 		take(d, req, w, takemax, wait);
 		return;
 	}
-	reply_json(req, 200, json_pack("{s:o,s:[]}", "stale", stale,
-	                         "closures"));
+	reply_json(req, 200,
+	    json_pack("{s:o,s:[]}", "stale", stale, "closures"));
 }
 
 static void
@@ -1352,9 +1349,9 @@ worker_route(struct http_req *req, const struct route_match *m, void *arg)
 	    arg_long(req, "max", 1, 1, TAKE_MAX, &max) < 0 ||
 	    arg_long(req, "take", 0, 0, TAKE_MAX, &slots) < 0)
 		return;
-	if (m->method == ROUTE_POST && (m->nseg == 1 || (wl == 7 &&
-	                                    memcmp(what, "results", 7) == 0) ||
-	                                   m->nseg == 3)) {
+	if (m->method == ROUTE_POST &&
+	    (m->nseg == 1 || (wl == 7 && memcmp(what, "results", 7) == 0) ||
+	        m->nseg == 3)) {
 		if ((body = body_json(req)) == NULL)
 			return;
 	}
@@ -1386,8 +1383,7 @@ worker_route(struct http_req *req, const struct route_match *m, void *arg)
 		goto out;
 	}
 	if ((w = cq_worker(d->cq, name)) == NULL) {
-		http_reply_error(req, ST_ABORTED, "%s is not registered",
-		    name);
+		http_reply_error(req, ST_ABORTED, "%s is not registered", name);
 		goto out;
 	}
 	if ((st = cq_worker_check(w, http_req_arg(req, "incarnation"), msg,
@@ -1408,23 +1404,25 @@ worker_route(struct http_req *req, const struct route_match *m, void *arg)
 	} else if (wl == 7 && memcmp(what, "results", 7) == 0) {
 		results(d, req, w, body, slots, wait);
 	} else if (wl == 9 && memcmp(what, "resources", 9) == 0 &&
-	           m->nseg == 3) {
+	    m->nseg == 3) {
 		char res[CQ_NAME_MAX + 2];
-		const char *s = json_string_value(json_object_get(body, "state"));
+		const char *s =
+		    json_string_value(json_object_get(body, "state"));
 		int state = -1;
 		route_seg(m, 2, res, sizeof(res));
 		if (s != NULL)
-			state = strcmp(s, "building") == 0 ? CQ_RES_BUILDING
-			        : strcmp(s, "ready") == 0  ? CQ_RES_READY
-			        : strcmp(s, "failed") == 0 ? CQ_RES_FAILED
-			                                   : -1;
+			state = strcmp(s, "building") == 0 ? CQ_RES_BUILDING :
+			    strcmp(s, "ready") == 0        ? CQ_RES_READY :
+			    strcmp(s, "failed") == 0       ? CQ_RES_FAILED :
+			                                     -1;
 		if (state < 0 || cq_resource(d->cq, res) == NULL) {
 			http_reply_error(req, ST_INVALID_ARGUMENT,
 			    "state must be building, ready or failed, for a "
 			    "known resource");
 		} else {
 			cq_resource_state(w, res, state,
-			    json_string_value(json_object_get(body, "message")));
+			    json_string_value(
+			        json_object_get(body, "message")));
 			reply_json(req, 200, json_pack("{s:b}", "ok", 1));
 		}
 	} else {
@@ -1465,7 +1463,7 @@ scan(struct timer *t)
 	struct dispatch *d =
 	    (struct dispatch *)((char *)t - offsetof(struct dispatch, scan));
 	int64_t now = duration_now_ms(), hb = cq_config(d->cq)->hb_timeout_ms,
-		until;
+	        until;
 
 	cq_scan(d->cq, now);
 	/* Joins give up once no worker has been there long enough. */
@@ -1499,17 +1497,17 @@ log_queue(struct cq_queue *q, void *arg)
 static void
 watchdog(struct timer *t)
 {
-	struct dispatch *d =
-	    (struct dispatch *)((char *)t - offsetof(struct dispatch, watchdog));
+	struct dispatch *d = (struct dispatch *)((char *)t -
+	    offsetof(struct dispatch, watchdog));
 	int64_t now = duration_now_ms();
 	const struct cq_view *v = cq_view(d->cq);
 	char dur[32];
 
-	if (v->inflight > 0 &&
-	    now - cq_last_end(d->cq) >= d->cfg.watchdog_ms) {
+	if (v->inflight > 0 && now - cq_last_end(d->cq) >= d->cfg.watchdog_ms) {
 		if (!d->stall_logged) {
-			log_info("watchdog: no closure ended for %s with %zu in "
-			         "flight",
+			log_info(
+			    "watchdog: no closure ended for %s with %zu in "
+			    "flight",
 			    duration_format(now - cq_last_end(d->cq), dur,
 			        sizeof(dur)),
 			    v->inflight);

@@ -1,0 +1,929 @@
+/*
+ * dispatchctl: dispatchd from the shell: schedule closures (one, or one per
+ * line of input), fetch their values, join a queue, cancel, list, and
+ * define per-worker resources.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "buf.h"
+#include "cli.h"
+#include "dispatch_client.h"
+#include "duration.h"
+#include "log.h"
+#include "parse.h"
+#include "task.h"
+#include "text.h"
+
+static const char synopsis[] =
+    "usage: dispatchctl [-d ADDR] [--json] [-q QUEUE] VERB ...\n"
+    "  schedule [--stdin FILE|-] [--env K=V]... [--timeout DUR] "
+    "[--retry-exit CODE]...\n"
+    "           [--max-retries N] [--on TASK] [--needs RESOURCE]... "
+    "[--key KEY]\n"
+    "           [--no-block] [--each] -- COMMAND [ARG...]\n"
+    "  fetch [--timeout DUR] ID...\n"
+    "  join [--timeout DUR]\n"
+    "  done\n"
+    "  cancel ID...\n"
+    "  forget ID...\n"
+    "  ls [--state STATE]\n"
+    "  status\n"
+    "  resource add NAME -- COMMAND [ARG...]\n"
+    "  resource status NAME\n"
+    "  resource ls\n";
+
+#define BATCH 10000
+
+struct ctl {
+	struct dispatch_client *dc;
+	const char *queue;
+	int json;
+};
+
+static int
+usage(const char *fmt, const char *arg)
+{
+	return cli_usage_error(synopsis, fmt, arg);
+}
+
+/* The exit code a closure's end stands for. */
+static int
+closure_code(json_t *c)
+{
+	const char *state = json_string_value(json_object_get(c, "state"));
+	json_t *ex = json_object_get(c, "exit"), *sig;
+
+	if (state != NULL && strcmp(state, "CANCELLED") == 0)
+		return status_exit(ST_CANCELLED);
+	if (state != NULL && strcmp(state, "ABORTED") == 0)
+		return status_exit(ST_ABORTED);
+	if (json_is_integer(ex))
+		return json_integer_value(ex) != 0 ||
+		        json_object_get(c, "message") == NULL ?
+		    (int)json_integer_value(ex) :
+		    status_exit(ST_INTERNAL);
+	sig = json_object_get(c, "signal");
+	if (json_is_integer(sig))
+		return 128 + (int)json_integer_value(sig);
+	return status_exit(ST_INTERNAL);
+}
+
+static void
+print_tail(json_t *c)
+{
+	const char *t = json_string_value(json_object_get(c, "stderr_tail"));
+	struct buf b = {0};
+
+	if (t == NULL || *t == '\0' ||
+	    text_base64_decode(&b, t, strlen(t)) < 0 || b.len == 0) {
+		buf_free(&b);
+		return;
+	}
+	fprintf(stderr, "%s: stderr of closure %" JSON_INTEGER_FORMAT ":\n",
+	    log_prog(), json_integer_value(json_object_get(c, "id")));
+	fwrite(b.data, 1, b.len, stderr);
+	if (b.data[b.len - 1] != '\n')
+		fputc('\n', stderr);
+	buf_free(&b);
+}
+
+/*
+ * A failed call: a queue's error names its closure (its exit code is the
+ * one to exit with, its stderr tail is shown); anything else is the
+ * status's.
+ */
+static int
+fail(struct ctl *x, enum status st, json_t *errbody)
+{
+	json_t *c = json_object_get(errbody, "closure");
+	const char *msg = json_string_value(
+	    json_object_get(json_object_get(errbody, "error"), "message"));
+	int code;
+
+	if (c != NULL) {
+		if (x->json) {
+			json_dumpf(errbody, stdout, JSON_COMPACT);
+			putchar('\n');
+		}
+		fprintf(stderr, "%s: %s\n", log_prog(),
+		    msg != NULL ? msg : "a closure failed");
+		print_tail(c);
+		code = closure_code(c);
+		json_decref(errbody);
+		return code != 0 ? code : status_exit(ST_INTERNAL);
+	}
+	json_decref(errbody);
+	return cli_fail(st, "%s", dispatch_client_error(x->dc));
+}
+
+static int
+parse_id(const char *s, uint64_t *id)
+{
+	char *end;
+
+	errno = 0;
+	*id = strtoull(s, &end, 10);
+	return *s >= '1' && *s <= '9' && *end == '\0' && errno == 0 ? 0 : -1;
+}
+
+/* schedule */
+
+struct sched {
+	json_t *common; /* fields every closure shares */
+	char **cmd;     /* COMMAND [ARG...] */
+	int ncmd;
+	const char *key;
+	int each, block;
+};
+
+static int
+has_braces(const char *s)
+{
+	return strstr(s, "{}") != NULL;
+}
+
+static json_t *
+substitute(const char *s, const char *line)
+{
+	struct buf b = {0};
+	const char *p;
+	json_t *j;
+
+	while ((p = strstr(s, "{}")) != NULL) {
+		buf_append(&b, s, (size_t)(p - s));
+		buf_puts(&b, line);
+		s = p + 2;
+	}
+	buf_puts(&b, s);
+	j = json_stringn(b.data != NULL ? b.data : "", b.len);
+	buf_free(&b);
+	return j;
+}
+
+static json_t *
+closure_item(struct sched *sc, const char *line)
+{
+	json_t *item = json_deep_copy(sc->common), *argv = json_array();
+	int braces = 0;
+
+	for (int i = 0; i < sc->ncmd; i++) {
+		if (line != NULL && has_braces(sc->cmd[i])) {
+			braces = 1;
+			json_array_append_new(argv,
+			    substitute(sc->cmd[i], line));
+		} else {
+			json_array_append_new(argv, json_string(sc->cmd[i]));
+		}
+	}
+	if (line != NULL && !braces)
+		json_array_append_new(argv, json_string(line));
+	json_object_set_new(item, "argv", argv);
+	if (sc->key != NULL)
+		json_object_set_new(item, "key",
+		    line != NULL ? substitute(sc->key, line) :
+		                   json_string(sc->key));
+	return item;
+}
+
+/* Sends items (as many requests as a full queue takes); prints ids. */
+static int
+send_batch(struct ctl *x, struct sched *sc, json_t *items)
+{
+	char path[256];
+	size_t done = 0, n = json_array_size(items);
+
+	snprintf(path, sizeof(path), "/v1/queues/%s/closures?block=%d&wait=30s",
+	    x->queue, sc->block);
+	while (done < n) {
+		json_t *rest = json_array(), *body, *reply, *errbody, *v;
+		size_t i;
+		enum status st;
+
+		for (i = done; i < n; i++)
+			json_array_append(rest, json_array_get(items, i));
+		body = json_pack("{s:o}", "closures", rest);
+		st = dispatch_call_json(x->dc, "POST", path, body,
+		    HTTP_NO_DEADLINE, DC_POLL, &reply, &errbody, NULL);
+		json_decref(body);
+		if (st == ST_DEADLINE_EXCEEDED && sc->block)
+			continue; /* still full: ask again */
+		if (st != ST_OK)
+			return fail(x, st, errbody);
+		json_array_foreach(json_object_get(reply, "ids"), i, v)
+			printf("%" JSON_INTEGER_FORMAT "\n",
+			    json_integer_value(v));
+		done += json_array_size(json_object_get(reply, "ids"));
+		json_decref(reply);
+	}
+	return 0;
+}
+
+static int
+read_stdin_file(const char *path, struct buf *b)
+{
+	int fd = strcmp(path, "-") == 0 ? 0 : open(path, O_RDONLY | O_CLOEXEC);
+	char chunk[65536];
+	ssize_t n;
+
+	if (fd < 0)
+		return -1;
+	while ((n = read(fd, chunk, sizeof(chunk))) != 0) {
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		buf_append(b, chunk, (size_t)n);
+	}
+	if (fd != 0)
+		close(fd);
+	return n < 0 ? -1 : 0;
+}
+
+static int
+cmd_schedule(struct ctl *x, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+	    {"stdin", required_argument, NULL, 'i'},
+	    {"env", required_argument, NULL, 'e'},
+	    {"timeout", required_argument, NULL, 'T'},
+	    {"retry-exit", required_argument, NULL, 'r'},
+	    {"max-retries", required_argument, NULL, 'm'},
+	    {"on", required_argument, NULL, 'o'},
+	    {"needs", required_argument, NULL, 'n'},
+	    {"key", required_argument, NULL, 'k'},
+	    {"no-block", no_argument, NULL, 'B'},
+	    {"each", no_argument, NULL, 'E'},
+	    {NULL, 0, NULL, 0},
+	};
+	struct sched sc = {.block = 1};
+	json_t *env = json_object(), *codes = json_array(),
+	       *needs = json_array();
+	const char *in = NULL;
+	int c, rc = 0;
+	long n;
+	int64_t ms;
+
+	sc.common = json_object();
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'i': in = optarg; break;
+		case 'e': {
+			const char *eq = strchr(optarg, '=');
+			if (eq == NULL || eq == optarg)
+				return usage("--env %s is not NAME=value",
+				    optarg);
+			json_object_setn_new(env, optarg, (size_t)(eq - optarg),
+			    json_string(eq + 1));
+			if (json_object_size(env) == 0)
+				return usage("--env %s: not UTF-8", optarg);
+			break;
+		}
+		case 'T':
+			if (cli_duration_flag(synopsis, "--timeout", optarg, 1,
+			        &ms) != 0)
+				return 2;
+			json_object_set_new(sc.common, "timeout_ms",
+			    json_integer(ms));
+			break;
+		case 'r':
+			if (cli_number_flag(synopsis, "--retry-exit", optarg, 1,
+			        255, &n) != 0)
+				return 2;
+			json_array_append_new(codes, json_integer(n));
+			break;
+		case 'm':
+			if (cli_number_flag(synopsis, "--max-retries", optarg,
+			        0, 1000000, &n) != 0)
+				return 2;
+			json_object_set_new(sc.common, "max_retries",
+			    json_integer(n));
+			break;
+		case 'o': {
+			struct task_name tn;
+			char name[TASK_JOB_MAX + 32];
+			if (task_parse(optarg, &tn) < 0)
+				return usage("--on %s is not a task name "
+				             "(JOB:INDEX)",
+				    optarg);
+			json_object_set_new(sc.common, "on",
+			    json_string(task_format(&tn, name, sizeof(name))));
+			break;
+		}
+		case 'n':
+			json_array_append_new(needs, json_string(optarg));
+			break;
+		case 'k': sc.key = optarg; break;
+		case 'B': sc.block = 0; break;
+		case 'E': sc.each = 1; break;
+		default: return cli_std_option(c, synopsis);
+		}
+	}
+	if (optind < argc && strcmp(argv[optind - 1], "--") != 0 &&
+	    strcmp(argv[optind], "--") == 0)
+		optind++;
+	if (optind >= argc)
+		return usage("schedule needs a command%s", "");
+	sc.cmd = argv + optind;
+	sc.ncmd = argc - optind;
+	if (sc.each && in != NULL && strcmp(in, "-") == 0)
+		return usage("--each reads its lines from stdin: --stdin %s "
+		             "must be a file",
+		    in);
+	if (sc.each && sc.key != NULL && !has_braces(sc.key))
+		return usage("with --each, --key %s must hold {} (one key a "
+		             "line)",
+		    sc.key);
+	if (json_object_size(env) > 0)
+		json_object_set(sc.common, "env", env);
+	if (json_array_size(codes) > 0)
+		json_object_set(sc.common, "retry_exit", codes);
+	if (json_array_size(needs) > 0)
+		json_object_set(sc.common, "needs", needs);
+	json_decref(env);
+	json_decref(codes);
+	json_decref(needs);
+	if (in != NULL) {
+		struct buf b = {0};
+		if (read_stdin_file(in, &b) < 0) {
+			buf_free(&b);
+			return cli_fail(ST_INVALID_ARGUMENT, "--stdin %s: %s",
+			    in, strerror(errno));
+		}
+		json_object_set_new(sc.common, "stdin",
+		    text_base64_json(b.data != NULL ? b.data : "", b.len));
+		buf_free(&b);
+	}
+	if (!sc.each) {
+		json_t *items = json_array();
+		json_array_append_new(items, closure_item(&sc, NULL));
+		rc = send_batch(x, &sc, items);
+		json_decref(items);
+	} else {
+		char *line = NULL;
+		size_t cap = 0;
+		ssize_t len;
+		json_t *items = json_array();
+		while (rc == 0 && (len = getline(&line, &cap, stdin)) >= 0) {
+			if (len > 0 && line[len - 1] == '\n')
+				line[--len] = '\0';
+			if (strlen(line) != (size_t)len) {
+				rc = cli_fail(ST_INVALID_ARGUMENT,
+				    "a line of input holds a NUL byte");
+				break;
+			}
+			json_array_append_new(items, closure_item(&sc, line));
+			if (json_array_size(items) == BATCH) {
+				rc = send_batch(x, &sc, items);
+				json_array_clear(items);
+			}
+		}
+		if (rc == 0 && json_array_size(items) > 0)
+			rc = send_batch(x, &sc, items);
+		json_decref(items);
+		free(line);
+	}
+	json_decref(sc.common);
+	if (fflush(stdout) != 0 && rc == 0)
+		rc = cli_fail(ST_INTERNAL, "writing: %s", strerror(errno));
+	return rc;
+}
+
+/* fetch */
+
+static int
+timeout_opt(int argc, char **argv, int64_t *deadline, const char *extra,
+    const char **state)
+{
+	static const struct option longopts[] = {
+	    {"timeout", required_argument, NULL, 'T'},
+	    {"state", required_argument, NULL, 's'},
+	    {NULL, 0, NULL, 0},
+	};
+	int c;
+	int64_t ms;
+
+	*deadline = HTTP_NO_DEADLINE;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'T':
+			if (cli_duration_flag(synopsis, "--timeout", optarg, 0,
+			        &ms) != 0)
+				return 2;
+			*deadline = duration_now_ms() + ms;
+			break;
+		case 's':
+			if (state == NULL)
+				return usage("%s takes no --state", extra);
+			*state = optarg;
+			break;
+		default: return cli_std_option(c, synopsis);
+		}
+	}
+	return 0;
+}
+
+static int
+write_all(const void *p, size_t n)
+{
+	return fwrite(p, 1, n, stdout) == n ? 0 : -1;
+}
+
+static int
+fetch_one(struct ctl *x, uint64_t id, int64_t deadline)
+{
+	char path[128];
+	json_t *reply = NULL, *errbody;
+	enum status st;
+	const char *state;
+
+	for (;;) {
+		int64_t hd, wait = dispatch_poll_wait(deadline, 0, &hd);
+		snprintf(path, sizeof(path),
+		    "/v1/closures/%" PRIu64 "?wait=%" PRId64 "ms", id, wait);
+		st = dispatch_call(x->dc, "GET", path, NULL, 0, hd, DC_POLL,
+		    &reply, &errbody, NULL);
+		if (st != ST_OK) {
+			if (dispatch_poll_again(st, deadline)) {
+				json_decref(errbody);
+				continue;
+			}
+			return fail(x, st, errbody);
+		}
+		state = json_string_value(json_object_get(reply, "state"));
+		if (state == NULL || strcmp(state, "NOT_READY") != 0)
+			break;
+		if (deadline != HTTP_NO_DEADLINE &&
+		    duration_now_ms() >= deadline) {
+			if (x->json) {
+				json_dumpf(reply, stdout, JSON_COMPACT);
+				putchar('\n');
+			}
+			json_decref(reply);
+			return cli_fail(ST_DEADLINE_EXCEEDED,
+			    "closure %" PRIu64 " is not ready", id);
+		}
+		json_decref(reply);
+	}
+	int code = closure_code(reply);
+	if (x->json) {
+		json_dumpf(reply, stdout, JSON_COMPACT);
+		putchar('\n');
+	} else {
+		const char *out =
+		    json_string_value(json_object_get(reply, "stdout"));
+		struct buf b = {0};
+		if (out != NULL &&
+		    text_base64_decode(&b, out, strlen(out)) == 0 &&
+		    b.len > 0 && write_all(b.data, b.len) < 0)
+			code = cli_fail(ST_INTERNAL, "writing: %s",
+			    strerror(errno));
+		buf_free(&b);
+		if (strcmp(state, "CANCELLED") == 0)
+			cli_fail(ST_CANCELLED,
+			    "closure %" PRIu64 " was cancelled", id);
+		else if (strcmp(state, "ABORTED") == 0)
+			cli_fail(ST_ABORTED, "closure %" PRIu64 ": %s", id,
+			    json_string_value(
+			        json_object_get(reply, "message")));
+		else if (json_is_true(
+		             json_object_get(reply, "stdout_truncated")))
+			fprintf(stderr,
+			    "%s: closure %" PRIu64 ": its output was cut at "
+			    "the worker's --max-output\n",
+			    log_prog(), id);
+	}
+	json_decref(reply);
+	return code;
+}
+
+static int
+cmd_fetch(struct ctl *x, int argc, char **argv)
+{
+	int64_t deadline;
+	int rc, first = 0;
+
+	if ((rc = timeout_opt(argc, argv, &deadline, "fetch", NULL)) != 0)
+		return rc;
+	if (optind >= argc)
+		return usage("fetch needs a closure id%s", "");
+	for (int i = optind; i < argc; i++) {
+		uint64_t id;
+		if (parse_id(argv[i], &id) < 0)
+			return usage("%s is not a closure id", argv[i]);
+	}
+	for (int i = optind; i < argc; i++) {
+		uint64_t id;
+		parse_id(argv[i], &id);
+		rc = fetch_one(x, id, deadline);
+		if (rc != 0 && first == 0)
+			first = rc;
+	}
+	if (fflush(stdout) != 0 && first == 0)
+		first = cli_fail(ST_INTERNAL, "writing: %s", strerror(errno));
+	return first;
+}
+
+/* join, done */
+
+static int
+cmd_join(struct ctl *x, int argc, char **argv, int is_done)
+{
+	int64_t deadline;
+	char path[256];
+	json_t *reply, *errbody;
+	enum status st;
+	int rc, tty = isatty(2);
+
+	if ((rc = timeout_opt(argc, argv, &deadline, is_done ? "done" : "join",
+	         NULL)) != 0)
+		return rc;
+	if (optind < argc)
+		return usage("unexpected argument %s", argv[optind]);
+	for (;;) {
+		int64_t hd,
+		    wait =
+		        is_done ? 0 : dispatch_poll_wait(deadline, 10000, &hd);
+		long code = 0;
+		if (is_done) {
+			hd = deadline;
+			snprintf(path, sizeof(path), "/v1/queues/%s/done",
+			    x->queue);
+		} else {
+			snprintf(path, sizeof(path),
+			    "/v1/queues/%s/join?wait=%" PRId64 "ms", x->queue,
+			    wait);
+		}
+		st = dispatch_call(x->dc, "GET", path, NULL, 0, hd, DC_POLL,
+		    &reply, &errbody, &code);
+		if (st != ST_OK) {
+			if (!is_done && st != ST_UNAVAILABLE &&
+			    dispatch_poll_again(st, deadline)) {
+				json_decref(errbody);
+				continue;
+			}
+			if (is_done || st != ST_UNAVAILABLE ||
+			    json_object_get(errbody, "error") == NULL ||
+			    strstr(dispatch_client_error(x->dc),
+			        "worker-recovery") != NULL)
+				return fail(x, st, errbody);
+			/* dispatchd is away: ask again until the deadline */
+			json_decref(errbody);
+			if (!dispatch_poll_again(st, deadline))
+				return cli_fail(st, "%s",
+				    dispatch_client_error(x->dc));
+			continue;
+		}
+		int done = json_is_true(json_object_get(reply, "done"));
+		if (is_done || done) {
+			if (x->json) {
+				json_dumpf(reply, stdout, JSON_COMPACT);
+				putchar('\n');
+			} else if (is_done) {
+				printf("%s\n", done ? "true" : "false");
+			}
+			json_decref(reply);
+			return done ? 0 : 1;
+		}
+		if (tty)
+			fprintf(stderr,
+			    "%s: queue %s: %" JSON_INTEGER_FORMAT
+			    " queued, %" JSON_INTEGER_FORMAT " in flight\n",
+			    log_prog(), x->queue,
+			    json_integer_value(
+			        json_object_get(reply, "queued")),
+			    json_integer_value(
+			        json_object_get(reply, "inflight")));
+		json_decref(reply);
+		if (deadline != HTTP_NO_DEADLINE &&
+		    duration_now_ms() >= deadline)
+			return cli_fail(ST_DEADLINE_EXCEEDED,
+			    "queue %s is not done", x->queue);
+	}
+}
+
+/* cancel, forget */
+
+static int
+cmd_each_id(struct ctl *x, int argc, char **argv, const char *method,
+    const char *suffix)
+{
+	int rc = 0;
+
+	if (argc < 2)
+		return usage("%s needs a closure id", argv[0]);
+	for (int i = 1; i < argc; i++) {
+		uint64_t id;
+		if (parse_id(argv[i], &id) < 0)
+			return usage("%s is not a closure id", argv[i]);
+	}
+	for (int i = 1; i < argc; i++) {
+		char path[128];
+		json_t *reply, *errbody;
+		uint64_t id;
+		enum status st;
+		parse_id(argv[i], &id);
+		snprintf(path, sizeof(path), "/v1/closures/%" PRIu64 "%s", id,
+		    suffix);
+		st = dispatch_call(x->dc, method, path, NULL, 0,
+		    duration_now_ms() + 30000, DC_REPEAT, &reply, &errbody,
+		    NULL);
+		if (st != ST_OK) {
+			json_decref(errbody);
+			int r =
+			    cli_fail(st, "%s", dispatch_client_error(x->dc));
+			if (rc == 0)
+				rc = r;
+			continue;
+		}
+		if (x->json) {
+			json_dumpf(reply, stdout, JSON_COMPACT);
+			putchar('\n');
+		}
+		json_decref(reply);
+	}
+	return rc;
+}
+
+/* ls, status */
+
+static int
+get_json(struct ctl *x, const char *path, json_t **reply)
+{
+	json_t *errbody;
+	enum status st = dispatch_call(x->dc, "GET", path, NULL, 0,
+	    duration_now_ms() + 30000, DC_REPEAT, reply, &errbody, NULL);
+
+	if (st != ST_OK)
+		return fail(x, st, errbody);
+	return 0;
+}
+
+static void
+print_closure_line(json_t *c)
+{
+	json_t *ex = json_object_get(c, "exit"), *sig;
+	const char *w = json_string_value(json_object_get(c, "worker"));
+	char end[32] = "-";
+
+	if (json_is_integer(ex))
+		snprintf(end, sizeof(end), "exit %" JSON_INTEGER_FORMAT,
+		    json_integer_value(ex));
+	else if (json_is_integer(sig = json_object_get(c, "signal")))
+		snprintf(end, sizeof(end), "signal %" JSON_INTEGER_FORMAT,
+		    json_integer_value(sig));
+	printf("%-8" JSON_INTEGER_FORMAT
+	       " %-10s %-9s %-8s %-12s %-8" JSON_INTEGER_FORMAT " %s\n",
+	    json_integer_value(json_object_get(c, "id")),
+	    json_string_value(json_object_get(c, "state")),
+	    json_string_value(json_object_get(c, "phase")),
+	    json_string_value(json_object_get(c, "queue")), w != NULL ? w : "-",
+	    json_integer_value(json_object_get(c, "attempts")), end);
+}
+
+static int
+cmd_ls(struct ctl *x, int argc, char **argv)
+{
+	const char *state = NULL;
+	int64_t deadline;
+	char path[256];
+	json_t *reply, *c;
+	size_t i;
+	int rc;
+
+	if ((rc = timeout_opt(argc, argv, &deadline, "ls", &state)) != 0)
+		return rc;
+	if (optind < argc)
+		return usage("unexpected argument %s", argv[optind]);
+	snprintf(path, sizeof(path), "/v1/closures?queue=%s%s%s", x->queue,
+	    state != NULL ? "&state=" : "", state != NULL ? state : "");
+	if ((rc = get_json(x, path, &reply)) != 0)
+		return rc;
+	if (x->json) {
+		json_dumpf(reply, stdout, JSON_COMPACT);
+		putchar('\n');
+	} else {
+		printf("%-8s %-10s %-9s %-8s %-12s %-8s %s\n", "ID", "STATE",
+		    "PHASE", "QUEUE", "WORKER", "ATTEMPTS", "END");
+		json_array_foreach(json_object_get(reply, "closures"), i, c)
+			print_closure_line(c);
+	}
+	json_decref(reply);
+	return 0;
+}
+
+static int
+cmd_status(struct ctl *x, int argc, char **argv)
+{
+	json_t *reply, *v;
+	size_t i;
+	int rc;
+
+	(void)argv;
+	if (argc > 1)
+		return usage("unexpected argument %s", argv[1]);
+	if ((rc = get_json(x, "/v1/status", &reply)) != 0)
+		return rc;
+	if (x->json) {
+		json_dumpf(reply, stdout, JSON_COMPACT);
+		putchar('\n');
+		json_decref(reply);
+		return 0;
+	}
+	printf("%-16s %8s %8s %8s %8s %8s %s\n", "QUEUE", "QUEUED", "RUNNING",
+	    "DONE", "FAILED", "CANCEL", "ERROR");
+	json_array_foreach(json_object_get(reply, "queues"), i, v) {
+		json_t *e = json_object_get(v, "error");
+		char err[40] = "-";
+		if (json_is_integer(e))
+			snprintf(err, sizeof(err),
+			    "closure %" JSON_INTEGER_FORMAT,
+			    json_integer_value(e));
+		printf("%-16s %8" JSON_INTEGER_FORMAT " %8" JSON_INTEGER_FORMAT
+		       " %8" JSON_INTEGER_FORMAT " %8" JSON_INTEGER_FORMAT
+		       " %8" JSON_INTEGER_FORMAT " %s\n",
+		    json_string_value(json_object_get(v, "name")),
+		    json_integer_value(json_object_get(v, "queued")),
+		    json_integer_value(json_object_get(v, "inflight")),
+		    json_integer_value(json_object_get(v, "done")),
+		    json_integer_value(json_object_get(v, "failed")),
+		    json_integer_value(json_object_get(v, "cancelled")), err);
+	}
+	printf("\n%-16s %-5s %5s %7s %6s %s\n", "WORKER", "LIVE", "SLOTS",
+	    "RUNNING", "DEATHS", "LAST FAILURE");
+	json_array_foreach(json_object_get(reply, "workers"), i, v) {
+		const char *why =
+		    json_string_value(json_object_get(v, "last_failure"));
+		printf("%-16s %-5s %5" JSON_INTEGER_FORMAT
+		       " %7" JSON_INTEGER_FORMAT " %6" JSON_INTEGER_FORMAT
+		       " %s\n",
+		    json_string_value(json_object_get(v, "name")),
+		    json_is_true(json_object_get(v, "live")) ? "yes" : "no",
+		    json_integer_value(json_object_get(v, "slots")),
+		    json_integer_value(json_object_get(v, "running")),
+		    json_integer_value(json_object_get(v, "deaths")),
+		    why != NULL ? why : "-");
+	}
+	json_decref(reply);
+	return 0;
+}
+
+/* resource */
+
+static int
+cmd_resource(struct ctl *x, int argc, char **argv)
+{
+	char path[256];
+	json_t *reply, *errbody, *v;
+	const char *k;
+	enum status st;
+	int rc;
+
+	if (argc < 2)
+		return usage("resource needs add, status or ls%s", "");
+	if (strcmp(argv[1], "ls") == 0) {
+		if (argc > 2)
+			return usage("unexpected argument %s", argv[2]);
+		if ((rc = get_json(x, "/v1/resources", &reply)) != 0)
+			return rc;
+		size_t i;
+		json_array_foreach(json_object_get(reply, "resources"), i, v) {
+			if (x->json) {
+				json_dumpf(v, stdout, JSON_COMPACT);
+				putchar('\n');
+			} else {
+				printf("%s\n",
+				    json_string_value(
+				        json_object_get(v, "name")));
+			}
+		}
+		json_decref(reply);
+		return 0;
+	}
+	if (argc < 3)
+		return usage("resource %s needs a name", argv[1]);
+	if (strlen(argv[2]) > 128)
+		return usage("resource name %s is too long", argv[2]);
+	snprintf(path, sizeof(path), "/v1/resources/%s", argv[2]);
+	if (strcmp(argv[1], "status") == 0) {
+		if (argc > 3)
+			return usage("unexpected argument %s", argv[3]);
+		if ((rc = get_json(x, path, &reply)) != 0)
+			return rc;
+		if (x->json) {
+			json_dumpf(reply, stdout, JSON_COMPACT);
+			putchar('\n');
+		} else {
+			json_object_foreach(json_object_get(reply, "workers"),
+			    k, v) {
+				const char *m = json_string_value(
+				    json_object_get(v, "message"));
+				printf("%-16s %s%s%s\n", k,
+				    json_string_value(
+				        json_object_get(v, "state")),
+				    m != NULL ? ": " : "", m != NULL ? m : "");
+			}
+		}
+		json_decref(reply);
+		return 0;
+	}
+	if (strcmp(argv[1], "add") != 0)
+		return usage("resource: unknown verb %s", argv[1]);
+	int i = 3;
+	if (i < argc && strcmp(argv[i], "--") == 0)
+		i++;
+	if (i >= argc)
+		return usage("resource add needs a command after --%s", "");
+	json_t *a = json_array();
+	for (; i < argc; i++)
+		json_array_append_new(a, json_string(argv[i]));
+	json_t *body = json_pack("{s:o}", "argv", a);
+	st = dispatch_call_json(x->dc, "PUT", path, body,
+	    duration_now_ms() + 30000, DC_REPEAT, &reply, &errbody, NULL);
+	json_decref(body);
+	if (st != ST_OK)
+		return fail(x, st, errbody);
+	json_decref(reply);
+	return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+	    {"dispatcher", required_argument, NULL, 'd'},
+	    {"queue", required_argument, NULL, 'q'},
+	    {"json", no_argument, NULL, 'J'},
+	    CLI_STD_LONGOPTS,
+	    {NULL, 0, NULL, 0},
+	};
+	struct ctl x = {.queue = "default"};
+	const char *addr = NULL, *verb;
+	char err[512];
+	int c, rc;
+
+	log_init(argv[0], 0);
+	signal(SIGPIPE, SIG_IGN);
+	while ((c = getopt_long(argc, argv, "+hd:q:", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'd': addr = optarg; break;
+		case 'q': x.queue = optarg; break;
+		case 'J': x.json = 1; break;
+		default: return cli_std_option(c, synopsis);
+		}
+	}
+	if (optind >= argc)
+		return usage("no verb given%s", "");
+	verb = argv[optind];
+	argc -= optind;
+	argv += optind;
+	if (strlen(x.queue) == 0 || strlen(x.queue) > 128 ||
+	    strspn(x.queue,
+	        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXY"
+	        "Z0123456789_-.:") != strlen(x.queue))
+		return usage("-q %s is not a queue name (letters, digits, "
+		             "_-.:)",
+		    x.queue);
+	static const char *verbs[] = {"schedule", "fetch", "join", "done",
+	    "cancel", "forget", "ls", "status", "resource"};
+	int known = 0;
+	for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++)
+		known |= strcmp(verb, verbs[i]) == 0;
+	if (!known)
+		return usage("unknown verb %s", verb);
+	if ((x.dc = dispatch_client_new(cli_dispatch_addr(addr), err,
+	         sizeof(err))) == NULL)
+		return cli_fail(ST_INVALID_ARGUMENT, "%s", err);
+	if (strcmp(verb, "schedule") == 0)
+		rc = cmd_schedule(&x, argc, argv);
+	else if (strcmp(verb, "fetch") == 0)
+		rc = cmd_fetch(&x, argc, argv);
+	else if (strcmp(verb, "join") == 0)
+		rc = cmd_join(&x, argc, argv, 0);
+	else if (strcmp(verb, "done") == 0)
+		rc = cmd_join(&x, argc, argv, 1);
+	else if (strcmp(verb, "cancel") == 0)
+		rc = cmd_each_id(&x, argc, argv, "POST", "/cancel");
+	else if (strcmp(verb, "forget") == 0)
+		rc = cmd_each_id(&x, argc, argv, "DELETE", "");
+	else if (strcmp(verb, "ls") == 0)
+		rc = cmd_ls(&x, argc, argv);
+	else if (strcmp(verb, "status") == 0)
+		rc = cmd_status(&x, argc, argv);
+	else
+		rc = cmd_resource(&x, argc, argv);
+	dispatch_client_free(x.dc);
+	return rc;
+}
