@@ -451,6 +451,9 @@ fetch_one(struct ctl *x, uint64_t id, int64_t deadline)
 
 	for (;;) {
 		int64_t hd, wait = dispatch_poll_wait(deadline, 0, &hd);
+		/* Out of time: one look at it as it is now. */
+		if (wait == 0)
+			hd = duration_now_ms() + 10000;
 		snprintf(path, sizeof(path),
 		    "/v1/closures/%" PRIu64 "?wait=%" PRId64 "ms", id, wait);
 		st = dispatch_call(x->dc, "GET", path, NULL, 0, hd, DC_POLL,

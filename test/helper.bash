@@ -234,3 +234,38 @@ pw() {
 	PID=$!
 	BG_PIDS+=("$PID")
 }
+
+# start_dispatchd [ARGS]: dispatchd on an ephemeral port; exports
+# MUSTER_DISPATCHER.
+start_dispatchd() {
+	local pf="$T/dispatchd.port.$RANDOM"
+	dispatchd -l 127.0.0.1:0 --port-file "$pf" "$@" 2>>"$T/dispatchd.log" &
+	DISPATCH_PID=$!
+	DAEMON_PIDS+=("$DISPATCH_PID")
+	wait_file "$pf" || return 1
+	DISPATCH_PORT=$(cat "$pf")
+	MUSTER_DISPATCHER=127.0.0.1:$DISPATCH_PORT
+	export MUSTER_DISPATCHER
+}
+
+# start_worker NAME [ARGS]: a workerloop in the background (its PID in
+# WORKER_PID, its log in $T/NAME.log), once dispatchd lists it live.
+start_worker() {
+	local name=$1
+	shift
+	workerloop -t "$name" "$@" 2>>"$T/$name.log" &
+	WORKER_PID=$!
+	BG_PIDS+=("$WORKER_PID")
+	wait_for 10 worker_live "$name"
+}
+
+# worker_live NAME: dispatchd lists NAME as live.
+worker_live() {
+	curl -s -m 5 "http://$MUSTER_DISPATCHER/v1/workers" |
+		jq -e --arg n "$1" '.workers[] | select(.name == $n and .live)' >/dev/null
+}
+
+# closure_field ID FIELD: one field of a closure's value, now.
+closure_field() {
+	curl -s -m 5 "http://$MUSTER_DISPATCHER/v1/closures/$1" | jq -r ".$2"
+}
