@@ -70,8 +70,8 @@ CLIENT_ARCHIVES = $(call layer_lib,client) $(call layer_lib,io) \
 ALL_ARCHIVES = $(call layer_lib,svc) $(call layer_lib,state) \
 	$(call layer_lib,client) $(call layer_lib,io) $(call layer_lib,base)
 
-MAN1      := kvctl.1 barrierwait.1 preemptwatch.1 syncpoint.1
-MAN8      := coordd.8
+MAN1      := kvctl.1 barrierwait.1 preemptwatch.1 syncpoint.1 workerloop.1 dispatchctl.1
+MAN8      := coordd.8 dispatchd.8
 # The syncpoint C API alone, as a shared library for any language (Python
 # through ctypes, say): position-independent, built without sanitizers so
 # that any process may load it, and exporting syncpoint_* only.
@@ -82,7 +82,7 @@ PIC_LDFLAGS = $(filter-out -fsanitize=%,$(LDFLAGS))
 
 UNIT_SRC  := $(wildcard test/unit/*.c)
 UNIT_OBJ  := $(UNIT_SRC:test/unit/%.c=$(BUILD)/unit/%.o)
-BENCH_PROGS := bare loadgen syncapi
+BENCH_PROGS := bare loadgen syncapi spawnloop stamp
 BINS      := $(PROGS:%=$(BUILD)/bin/%)
 
 .DELETE_ON_ERROR:

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -670,24 +671,37 @@ run_fork(struct slot *s, struct run *r)
 	close(ep[0]);
 	if (ip[1] >= 0)
 		close(ip[1]);
-	/* Its output closed; it may still be ending (or in its grace). */
+	/* Its output closed; it may still be ending (or in its grace): wait
+	 * on a pidfd, so that its end is seen at once. */
+	int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
 	while (waitpid(pid, &status, WNOHANG) == 0) {
-		struct pollfd pf = {s->cancel[0], POLLIN, 0};
-		int64_t now = duration_now_ms(), wait = 50;
-		if (pf.fd >= 0 && poll(&pf, 1, (int)wait) > 0) {
+		struct pollfd pf[2] = {{s->cancel[0], POLLIN, 0},
+		    {pfd, POLLIN, 0}};
+		int64_t now = duration_now_ms(), wait = pfd >= 0 ? 1000 : 5;
+		if (proc_stop_next(&stop) != 0 &&
+		    proc_stop_next(&stop) - now < wait)
+			wait = proc_stop_next(&stop) > now
+			           ? proc_stop_next(&stop) - now
+			           : 0;
+		if (timeout > 0 && !timed_out && start + timeout - now < wait)
+			wait = start + timeout > now ? start + timeout - now : 0;
+		if (poll(pf, pfd >= 0 ? 2 : 1, (int)wait) > 0 &&
+		    pf[0].revents != 0) {
 			drain_fd(s->cancel[0]);
 			if (stop.kill_at == 0)
 				proc_stop_begin(&stop, pid, SIGTERM,
 				    s->wk->o.grace, now);
 		}
-		if (timeout > 0 && !timed_out &&
-		    duration_now_ms() - start >= timeout) {
+		now = duration_now_ms();
+		if (timeout > 0 && !timed_out && now - start >= timeout) {
 			timed_out = 1;
 			proc_stop_begin(&stop, pid, SIGTERM, s->wk->o.grace,
-			    duration_now_ms());
+			    now);
 		}
-		proc_stop_tick(&stop, duration_now_ms());
+		proc_stop_tick(&stop, now);
 	}
+	if (pfd >= 0)
+		close(pfd);
 	pthread_mutex_lock(&s->mu);
 	s->pid = 0;
 	pthread_mutex_unlock(&s->mu);
