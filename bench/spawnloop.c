@@ -17,7 +17,8 @@ int
 main(int argc, char **argv)
 {
 	long n = argc > 1 ? atol(argv[1]) : 2000;
-	long p = argc > 2 ? atol(argv[2]) : 2, started = 0, done = 0, running = 0;
+	long p = argc > 2 ? atol(argv[2]) : 2, started = 0, done = 0,
+	     running = 0;
 	char *cmd = argc > 3 ? argv[3] : "/bin/true";
 	char *args[] = {cmd, NULL};
 	struct timespec a, b;
@@ -26,7 +27,8 @@ main(int argc, char **argv)
 	while (done < n) {
 		while (running < p && started < n) {
 			pid_t pid;
-			if (posix_spawn(&pid, cmd, NULL, NULL, args, environ) != 0) {
+			if (posix_spawn(&pid, cmd, NULL, NULL, args, environ) !=
+			    0) {
 				perror("posix_spawn");
 				return 1;
 			}
@@ -39,7 +41,8 @@ main(int argc, char **argv)
 		}
 	}
 	clock_gettime(CLOCK_MONOTONIC, &b);
-	double s = (double)(b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9;
+	double s =
+	    (double)(b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9;
 	printf("spawn_per_s %.0f\n", (double)n / s);
 	return 0;
 }

@@ -680,11 +680,12 @@ run_fork(struct slot *s, struct run *r)
 		int64_t now = duration_now_ms(), wait = pfd >= 0 ? 1000 : 5;
 		if (proc_stop_next(&stop) != 0 &&
 		    proc_stop_next(&stop) - now < wait)
-			wait = proc_stop_next(&stop) > now
-			           ? proc_stop_next(&stop) - now
-			           : 0;
+			wait = proc_stop_next(&stop) > now ?
+			    proc_stop_next(&stop) - now :
+			    0;
 		if (timeout > 0 && !timed_out && start + timeout - now < wait)
-			wait = start + timeout > now ? start + timeout - now : 0;
+			wait =
+			    start + timeout > now ? start + timeout - now : 0;
 		if (poll(pf, pfd >= 0 ? 2 : 1, (int)wait) > 0 &&
 		    pf[0].revents != 0) {
 			drain_fd(s->cancel[0]);
