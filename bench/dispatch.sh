@@ -36,9 +36,10 @@ start_dispatchd() {
 }
 stop() { kill "$1" 2>/dev/null; wait "$1" 2>/dev/null; }
 
-# closures_run ARGS...: rate of N closures of /bin/true through a fresh
+# closures_run ARGS...: rate of N closures of $CMD (/bin/true; serve.py
+# answers "true" itself) through a fresh
 # dispatchd and one workerloop -j 2 ARGS; sets cpu_us (dispatchd's CPU per
-# closure).
+# closure) in $T/cpu.
 closures_run() {
 	start_dispatchd
 	workerloop -t worker:0 -j 2 "$@" 2>>"$T/worker.log" &
@@ -47,11 +48,12 @@ closures_run() {
 	until dispatchctl status 2>/dev/null | grep -q 'worker:0 *yes'; do sleep 0.05; done
 	c0=$(cpu_ticks "$dpid")
 	t0=$(now_ms)
-	seq "$N" | dispatchctl schedule --each -- /bin/true >/dev/null
+	seq "$N" | dispatchctl schedule --each -- "${CMD:-/bin/true}" >/dev/null
 	dispatchctl join --timeout 300s || echo "join failed" >&2
 	t1=$(now_ms)
 	c1=$(cpu_ticks "$dpid")
-	cpu_us=$(awk -v c=$((c1 - c0)) -v n="$N" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.1f\n", c * 1e6 / hz / n }')
+	awk -v c=$((c1 - c0)) -v n="$N" -v hz="$(getconf CLK_TCK)" \
+	    'BEGIN { printf "%.1f\n", c * 1e6 / hz / n }' >"$T/cpu"
 	stop "$w"
 	stop "$dpid"
 	rate "$N" $((t1 - t0))
@@ -60,7 +62,7 @@ closures_run() {
 echo "dispatch: $N no-op closures, two at a time"
 spawn=$("$bin/bench-spawnloop" "$N" 2 | awk '{print $2}')
 fork=$(closures_run)
-fork_cpu=$cpu_us
+fork_cpu=$(cat "$T/cpu")
 t0=$(now_ms); seq "$N" | xargs -P2 -n1 /bin/true >/dev/null 2>&1 || true; t1=$(now_ms)
 xargs_r=$(rate "$N" $((t1 - t0)))
 if command -v parallel >/dev/null; then
@@ -78,12 +80,12 @@ echo "    fork mode / GNU parallel -j2    $(ratio "$fork" "$par_r")"
 echo "    dispatchd CPU per closure       ${fork_cpu} us"
 
 echo "dispatch: --serve closures against Dask no-op tasks ($N each)"
-serve=$(closures_run --serve "$py $here/../examples/serve.py")
+serve=$(CMD=true closures_run --serve "$py $here/../examples/serve.py")
 dask_noop=$($py "$here/dask_bench.py" noop "$N" 2>/dev/null | awk '{print $2}')
 r3=$(ratio "$serve" "$dask_noop")
 printf '    %-34s %8s/s\n' "workerloop --serve (python)" "$serve" "Dask no-op tasks" "${dask_noop:-n/a}"
 echo "    --serve / Dask no-op            $r3   (target >= 10: $(verdict "$r3" '>=' 10))"
-echo "    dispatchd CPU per closure       ${cpu_us} us"
+echo "    dispatchd CPU per closure       $(cat "$T/cpu") us"
 
 echo "dispatch: schedule --each of $NE closures (no worker)"
 start_dispatchd

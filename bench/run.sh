@@ -492,4 +492,9 @@ echo "Preemption: the syncpoint C API and process, and the sync protocol" \
     "with ${PROTOCOL_TASKS:-64} tasks (bench/protocol.sh)"
 MUSTER_BIN=$bin TASKS=${PROTOCOL_TASKS:-64} "$here/protocol.sh" ||
 	note "protocol.sh failed"
+
+echo
+echo "Closures: dispatchd, workerloop and dispatchctl against a spawn loop," \
+    "xargs, GNU parallel and Dask (bench/dispatch.sh)"
+MUSTER_BIN=$bin "$here/dispatch.sh" || note "dispatch.sh failed"
 exit 0

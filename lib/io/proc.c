@@ -1,11 +1,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -16,26 +19,54 @@
 
 extern char **environ;
 
-/* In the child, between fork and exec: async-signal-safe calls only. */
-static void
-child(const struct proc_spec *s, int errfd, pid_t parent)
+/*
+ * The child side of proc_spawn, on its own stack while the parent waits
+ * (CLONE_VFORK): it shares the parent's memory until exec, so it only
+ * makes system calls, and leaves exec's errno in a->err when exec fails.
+ */
+struct spawn_arg {
+	const struct proc_spec *spec;
+	pid_t parent;
+	sigset_t mask; /* the parent's signal mask */
+	volatile int err;
+};
+
+static int
+child(void *arg)
 {
-	int e;
+	struct spawn_arg *a = arg;
+	const struct proc_spec *s = a->spec;
+	sigset_t mask = a->mask; /* a is the parent's: change a copy */
+	struct sigaction sa;
 
 	/* Its own process group, so signals reach all it starts. */
 	setpgid(0, 0);
 	if (s->parent_death_signal != 0) {
 		prctl(PR_SET_PDEATHSIG, s->parent_death_signal);
-		if (getppid() != parent) /* it died before prctl */
+		if (getppid() != a->parent) /* it died before prctl */
 			_exit(128 + s->parent_death_signal);
 	}
-	/* What the supervisor ignores or blocks is the command's to have. */
-	signal(SIGPIPE, SIG_DFL);
-	signal(SIGINT, SIG_DFL);
-	signal(SIGTERM, SIG_DFL);
-	signal(SIGHUP, SIG_DFL);
+	/* The parent's handlers are no use here (every signal is blocked
+	 * until this point); what it ignores, the command gets as default
+	 * for the usual ones. */
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = SIG_DFL;
+	for (int sig = 1; sig < NSIG; sig++) {
+		struct sigaction old;
+		if (sig == SIGKILL || sig == SIGSTOP ||
+		    sigaction(sig, NULL, &old) < 0)
+			continue;
+		if (old.sa_handler != SIG_DFL &&
+		    (old.sa_handler != SIG_IGN || sig == SIGPIPE ||
+		        sig == SIGINT || sig == SIGTERM || sig == SIGHUP))
+			sigaction(sig, &sa, NULL);
+	}
+	/* What the supervisor blocked is the command's to have. */
 	if (s->unblock != NULL)
-		sigprocmask(SIG_UNBLOCK, s->unblock, NULL);
+		for (int sig = 1; sig < NSIG; sig++)
+			if (sigismember(s->unblock, sig) == 1)
+				sigdelset(&mask, sig);
+	sigprocmask(SIG_SETMASK, &mask, NULL);
 	if ((s->stdin_fd >= 0 && dup2(s->stdin_fd, 0) < 0) ||
 	    (s->stdout_fd >= 0 && dup2(s->stdout_fd, 1) < 0) ||
 	    (s->stderr_fd >= 0 && dup2(s->stderr_fd, 2) < 0) ||
@@ -43,9 +74,8 @@ child(const struct proc_spec *s, int errfd, pid_t parent)
 		goto fail;
 	execvpe(s->argv[0], s->argv, s->env != NULL ? s->env : environ);
 fail:
-	e = errno;
-	(void)!write(errfd, &e, sizeof(e));
-	_exit(proc_exec_status(e));
+	a->err = errno;
+	_exit(proc_exec_status(errno));
 }
 
 char **
@@ -85,36 +115,42 @@ pid_t
 proc_spawn(const struct proc_spec *spec, int *exec_errno, char *err,
     size_t errlen)
 {
-	pid_t pid, parent = getpid();
-	int fds[2], e = 0;
-	ssize_t n;
+	/* Like posix_spawn: the child runs on a stack of its own in our
+	 * memory, and we wait until it has exec'd or failed to (no copy of
+	 * our page tables, as fork would make). */
+	size_t stsize = 64 * 1024;
+	char *stack = mmap(NULL, stsize, PROT_READ | PROT_WRITE,
+	    MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+	struct spawn_arg a = {spec, getpid(), {{0}}, 0};
+	sigset_t all;
+	pid_t pid;
+	int e;
 
 	*exec_errno = 0;
-	if (pipe2(fds, O_CLOEXEC) < 0) {
-		snprintf(err, errlen, "pipe: %s", strerror(errno));
+	if (stack == MAP_FAILED) {
+		snprintf(err, errlen, "mmap: %s", strerror(errno));
 		return -1;
 	}
-	if ((pid = fork()) < 0) {
-		snprintf(err, errlen, "fork: %s", strerror(errno));
-		close(fds[0]);
-		close(fds[1]);
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &a.mask);
+	pid =
+	    clone(child, stack + stsize, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
+	e = errno;
+	pthread_sigmask(SIG_SETMASK, &a.mask, NULL);
+	munmap(stack, stsize);
+	if (pid < 0) {
+		snprintf(err, errlen, "clone: %s", strerror(e));
 		return -1;
 	}
-	if (pid == 0)
-		child(spec, fds[1], parent);
 	/* Both sides set the group: whichever runs first, it is there. */
 	setpgid(pid, pid);
-	close(fds[1]);
-	while ((n = read(fds[0], &e, sizeof(e))) < 0 && errno == EINTR)
-		;
-	close(fds[0]);
-	if (n == (ssize_t)sizeof(e)) {
+	if (a.err != 0) {
 		/* exec failed: nothing ran, nothing to stop. */
 		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
 			;
-		*exec_errno = e;
+		*exec_errno = a.err;
 		snprintf(err, errlen, "cannot run %s: %s", spec->argv[0],
-		    strerror(e));
+		    strerror(a.err));
 		return -1;
 	}
 	return pid;
