@@ -529,3 +529,17 @@ daemon_write_port_file(const char *path, int port)
 	}
 	return 0;
 }
+
+int
+daemon_health_lock(pthread_mutex_t *mu, const char *name, char *why, size_t len)
+{
+	struct timespec at;
+
+	clock_gettime(CLOCK_REALTIME, &at);
+	at.tv_sec += 2;
+	if (pthread_mutex_timedlock(mu, &at) != 0) {
+		snprintf(why, len, "%s could not take its lock for 2s", name);
+		return -1;
+	}
+	return 0;
+}

@@ -10,6 +10,7 @@
 #define MUSTER_DAEMON_H
 
 #include <getopt.h>
+#include <pthread.h>
 #include <stddef.h>
 
 #include "buf.h"
@@ -105,6 +106,14 @@ int daemon_options_check(struct daemon_options *o, const char *synopsis);
  */
 int daemon_run(const struct daemon_options *o,
     const struct daemon_service *svc);
+
+/*
+ * For a service's health callback: takes mu within 2 s (0, the caller
+ * then lets it go its own way), or says in why that name could not.
+ * A daemon stuck holding its lock must not look healthy.
+ */
+int daemon_health_lock(pthread_mutex_t *mu, const char *name, char *why,
+    size_t len);
 
 /* Raises the soft limit on open files to the hard one. */
 void daemon_raise_nofile(void);

@@ -670,11 +670,11 @@ http_reply_blob(struct http_req *req, int http_status, const char *ctype,
 void
 http_reply_json(struct http_req *req, int http_status, json_t *obj)
 {
-	char *s = json_dumps(obj, JSON_COMPACT);
+	char *s = obj != NULL ? json_dumps(obj, JSON_COMPACT) : NULL;
 
 	json_decref(obj);
 	if (s == NULL) {
-		http_reply(req, 500, "text/plain", "out of memory\n", 14);
+		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
 	http_reply(req, http_status, "application/json", s, strlen(s));

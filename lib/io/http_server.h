@@ -87,7 +87,8 @@ void http_reply(struct http_req *req, int http_status, const char *ctype,
 /* Sends the bytes of b without a copy (the reply takes a reference). */
 void http_reply_blob(struct http_req *req, int http_status, const char *ctype,
     struct blob *b);
-/* Sends obj (and drops the caller's reference). */
+/* Sends obj (and drops the caller's reference); obj NULL (it could not
+ * be built) is RESOURCE_EXHAUSTED. */
 void http_reply_json(struct http_req *req, int http_status, json_t *obj);
 void http_reply_error(struct http_req *req, enum status st, const char *fmt,
     ...) __attribute__((format(printf, 3, 4)));

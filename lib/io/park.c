@@ -12,6 +12,8 @@ struct park {
 	size_t count;
 	struct parked *answered; /* to resume once the lock is free */
 	int64_t max_wait;
+	void (*unlock)(void *arg); /* how the lock is let go */
+	void *unlock_arg;
 };
 
 struct park_index {
@@ -23,6 +25,25 @@ static void
 park_unlock_cb(void *arg)
 {
 	park_unlock(arg);
+}
+
+int
+park_wait_arg(struct http_req *req, const char *name, int64_t def, int64_t *ms)
+{
+	const char *s = http_req_arg(req, name);
+
+	*ms = def;
+	if (s == NULL)
+		return 0;
+	if (duration_parse(s, ms) < 0) {
+		http_reply_error(req, ST_INVALID_ARGUMENT,
+		    "%s=%s is not a duration (like 500ms, 30s, 5m)", name, s);
+		return -1;
+	}
+	/* Deadlines stay far from overflow; park caps waits lower still. */
+	if (*ms > PARK_MAX_WAIT_MS)
+		*ms = PARK_MAX_WAIT_MS;
+	return 0;
 }
 
 struct park *
@@ -37,6 +58,8 @@ park_new(pthread_mutex_t *mu, char *err, size_t errlen)
 	}
 	p->mu = mu;
 	p->max_wait = PARK_WAIT_DEFAULT_MS;
+	p->unlock = park_unlock_cb;
+	p->unlock_arg = p;
 	timers_set_unlock(p->timers, park_unlock_cb, p);
 	if (timers_start(p->timers) < 0) {
 		timers_free(p->timers);
@@ -59,6 +82,8 @@ park_free(struct park *p)
 void
 park_set_unlock(struct park *p, void (*unlock)(void *arg), void *arg)
 {
+	p->unlock = unlock;
+	p->unlock_arg = arg;
 	timers_set_unlock(p->timers, unlock, arg);
 }
 
@@ -243,7 +268,8 @@ park_gone(struct park *p, struct http_req *req)
 		/* Nobody reads it: it only lets the connection close. */
 		http_reply_error(req, ST_CANCELLED, "the client went away");
 	}
-	park_unlock(p);
+	/* The daemon acts on what the drop function changed. */
+	p->unlock(p->unlock_arg);
 }
 
 void

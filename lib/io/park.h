@@ -66,6 +66,13 @@ struct parked {
 #define PARK_WAIT_DEFAULT_MS (10LL * 60 * 1000)
 #define PARK_MAX_WAIT_MS (24LL * 3600 * 1000)
 
+/*
+ * A request's wait (query argument name, a duration; def when absent),
+ * capped at PARK_MAX_WAIT_MS: 0, or -1 after replying INVALID_ARGUMENT.
+ */
+int park_wait_arg(struct http_req *req, const char *name, int64_t def,
+    int64_t *ms);
+
 struct park *park_new(pthread_mutex_t *mu, char *err, size_t errlen);
 /* Stops its timers; every parked request must have been answered. */
 void park_free(struct park *p);
@@ -74,13 +81,15 @@ void park_unlock(struct park *p);
 /*
  * req's client went away (the server's gone callback): takes the lock,
  * and if req is still parked takes it off its list, calls its drop
- * function and answers it (the answer goes nowhere); then park_unlock.
+ * function and answers it (the answer goes nowhere); then lets the lock
+ * go the way park_set_unlock says, so that the daemon acts on what the
+ * drop function changed.
  */
 void park_gone(struct park *p, struct http_req *req);
 /*
- * How the timer thread lets the lock go after deadlines fired: unlock(arg)
- * must end with park_unlock. For a daemon that acts on what its deadlines
- * changed before it lets go. Default: park_unlock.
+ * How the timer thread and park_gone let the lock go: unlock(arg) must
+ * end with park_unlock. For a daemon that acts on what its deadlines or
+ * a departed client changed before it lets go. Default: park_unlock.
  */
 void park_set_unlock(struct park *p, void (*unlock)(void *arg), void *arg);
 /* Caps every wait at max_ms (0: PARK_WAIT_DEFAULT_MS). Before use. */

@@ -75,35 +75,6 @@ observe(const struct reg_event *ev, void *arg)
 	co->events[co->nevents++] = *ev;
 }
 
-int
-coord_arg_duration(struct http_req *req, const char *name, int64_t def,
-    int64_t *ms)
-{
-	const char *s = http_req_arg(req, name);
-
-	*ms = def;
-	if (s == NULL)
-		return 0;
-	if (duration_parse(s, ms) < 0) {
-		http_reply_error(req, ST_INVALID_ARGUMENT,
-		    "%s=%s is not a duration (like 500ms, 30s, 5m)", name, s);
-		return -1;
-	}
-	/* Deadlines stay far from overflow; park caps waits lower still. */
-	if (*ms > PARK_MAX_WAIT_MS)
-		*ms = PARK_MAX_WAIT_MS;
-	return 0;
-}
-
-void
-coord_reply_json(struct http_req *req, int code, json_t *obj)
-{
-	if (obj == NULL)
-		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
-	else
-		http_reply_json(req, code, obj);
-}
-
 void
 coord_answer_all(struct park_list *l, enum status st, const char *msg,
     json_t *obj)
@@ -302,14 +273,9 @@ static int
 health(void *arg, char *why, size_t len)
 {
 	struct coord *co = arg;
-	struct timespec at;
 
-	clock_gettime(CLOCK_REALTIME, &at);
-	at.tv_sec += 2;
-	if (pthread_mutex_timedlock(&co->mu, &at) != 0) {
-		snprintf(why, len, "coordd could not take its lock for 2s");
+	if (daemon_health_lock(&co->mu, "coordd", why, len) < 0)
 		return -1;
-	}
 	coord_unlock(co);
 	return 0;
 }

@@ -31,7 +31,7 @@ coord_barrier_reply(struct http_req *req, const char *id, enum status st,
     const char *msg)
 {
 	if (st == ST_OK)
-		coord_reply_json(req, 200, passed_json(id));
+		http_reply_json(req, 200, passed_json(id));
 	else
 		http_reply_error(req, st, "%s", msg);
 }
@@ -82,7 +82,7 @@ poll_expired(struct parked *w)
 	if (b->state != BAR_PENDING)
 		coord_barrier_reply(w->req, b->id, b->result, b->message);
 	else
-		coord_reply_json(w->req, 202,
+		http_reply_json(w->req, 202,
 		    json_pack("{s:s,s:s,s:I,s:I}", "barrier", b->id, "state",
 		        "waiting", "arrived", (json_int_t)b->arrived, "total",
 		        (json_int_t)b->members));
@@ -314,7 +314,7 @@ wait_route(struct coord *co, struct http_req *req, const char *id)
 	struct wait *a;
 	int64_t wait;
 
-	if (coord_arg_duration(req, "wait", POLL_DEFAULT_MS, &wait) < 0)
+	if (park_wait_arg(req, "wait", POLL_DEFAULT_MS, &wait) < 0)
 		return;
 	if ((a = calloc(1, sizeof(*a))) == NULL) {
 		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
@@ -384,7 +384,7 @@ cancel_route(struct coord *co, struct http_req *req, const char *id)
 	                sizeof(msg))) != ST_OK) {
 		http_reply_error(req, st, "%s", msg);
 	} else {
-		coord_reply_json(req, 200,
+		http_reply_json(req, 200,
 		    json_pack("{s:s,s:s}", "barrier", id, "state",
 		        "cancelled"));
 	}

@@ -91,14 +91,6 @@ void coord_lock(struct coord *co);
 void coord_unlock(struct coord *co);
 int coord_closing(struct coord *co);
 
-/* Parses a duration query argument; def when absent. -1 (and a reply)
- * when malformed. */
-int coord_arg_duration(struct http_req *req, const char *name, int64_t def,
-    int64_t *ms);
-
-/* A JSON reply, or RESOURCE_EXHAUSTED when obj could not be built. */
-void coord_reply_json(struct http_req *req, int code, json_t *obj);
-
 /*
  * Answers everyone on l alike: with obj (its reference taken) when st is
  * ST_OK, else with the error st and msg. The reply is built once.

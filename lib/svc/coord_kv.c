@@ -81,7 +81,7 @@ kv_get_route(struct coord *co, struct http_req *req, const struct buf *key)
 	int waiting = http_req_arg(req, "wait") != NULL;
 	struct park_list *l;
 
-	if (coord_arg_duration(req, "wait", 0, &wait) < 0)
+	if (park_wait_arg(req, "wait", 0, &wait) < 0)
 		return;
 	coord_lock(co);
 	if ((e = kv_get(co->kv, key->data, key->len)) != NULL) {
@@ -253,7 +253,7 @@ kv_dir_route(struct coord *co, struct http_req *req, const struct buf *key)
 		        (json_int_t)s->revision, "entries", arr, "more", more);
 	}
 	snap_free(s);
-	coord_reply_json(req, 200, obj);
+	http_reply_json(req, 200, obj);
 }
 
 static enum status
@@ -304,7 +304,7 @@ kv_put_route(struct coord *co, struct http_req *req, const struct buf *key)
 		return;
 	}
 	set_revision(req, rev);
-	coord_reply_json(req, 200, json_rev(rev));
+	http_reply_json(req, 200, json_rev(rev));
 }
 
 /* Parses a JSON body into *root; replies and returns -1 when it is not. */
@@ -356,7 +356,7 @@ kv_add_route(struct coord *co, struct http_req *req, const struct buf *key)
 		return;
 	}
 	set_revision(req, rev);
-	coord_reply_json(req, 200,
+	http_reply_json(req, 200,
 	    json_pack("{s:I,s:I}", "value", (json_int_t)result, "revision",
 	        (json_int_t)rev));
 }
@@ -429,7 +429,7 @@ kv_cas_route(struct coord *co, struct http_req *req, const struct buf *key)
 		return;
 	}
 	set_revision(req, rev);
-	coord_reply_json(req, 200, json_rev(rev));
+	http_reply_json(req, 200, json_rev(rev));
 }
 
 static void
@@ -442,7 +442,7 @@ kv_delete_route(struct coord *co, struct http_req *req, const struct buf *key)
 	n = kv_delete(co->kv, key->data, key->len, &rev);
 	coord_unlock(co);
 	set_revision(req, rev);
-	coord_reply_json(req, 200,
+	http_reply_json(req, 200,
 	    json_pack("{s:I,s:I}", "deleted", (json_int_t)n, "revision",
 	        (json_int_t)rev));
 }
@@ -586,7 +586,7 @@ reply_changes(struct http_req *req, struct snap *s)
 			arr = NULL;
 		}
 	}
-	coord_reply_json(req, 200,
+	http_reply_json(req, 200,
 	    arr == NULL ? NULL :
 	                  json_pack("{s:I,s:s,s:o,s:b}", "revision",
 	                      (json_int_t)s->revision, "service",
@@ -629,7 +629,7 @@ coord_watch_route(struct coord *co, struct http_req *req, const char *rest)
 
 	if (path_key(co, req, rest, 1, &key) < 0)
 		return;
-	if (coord_arg_duration(req, "wait", WATCH_WAIT_DEFAULT_MS, &wait) < 0 ||
+	if (park_wait_arg(req, "wait", WATCH_WAIT_DEFAULT_MS, &wait) < 0 ||
 	    arg_limit(req, &max_n) < 0)
 		goto out;
 	if (since_s != NULL &&

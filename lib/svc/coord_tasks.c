@@ -388,9 +388,9 @@ reply_status(struct coord *co, struct http_req *req, int whole)
 	if (rc < 0)
 		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
 	else if (whole)
-		coord_reply_json(req, 200, snap_json(&s, co));
+		http_reply_json(req, 200, snap_json(&s, co));
 	else
-		coord_reply_json(req, 200,
+		http_reply_json(req, 200,
 		    json_pack("{s:o}", "barriers", snap_barriers_json(&s, co)));
 	snap_free(&s);
 }
@@ -497,7 +497,7 @@ do_register(struct coord *co, struct http_req *req, struct reg_task *t)
 		bound->v[bound->len] = '\0';
 	}
 	coord_heard(co, t);
-	coord_reply_json(req, 200,
+	http_reply_json(req, 200,
 	    json_pack("{s:s,s:s,s:I,s:I,s:s,s:I,s:I,s:i}", "task", t->name,
 	        "incarnation", task_format_incarnation(t->incarnation, a),
 	        "heartbeat_timeout_ms", (json_int_t)hb, "heartbeat_interval_ms",
@@ -571,7 +571,7 @@ all_expired(struct parked *w)
 	if (st != ST_OK)
 		http_reply_error(w->req, st, "%s", ans.msg);
 	else
-		coord_reply_json(w->req, 202,
+		http_reply_json(w->req, 202,
 		    json_pack("{s:s,s:I,s:I}", "state", "waiting", "connected",
 		        (json_int_t)co->rv->nconnected, "total",
 		        (json_int_t)co->rv->ntasks));
@@ -586,7 +586,7 @@ do_wait_all(struct coord *co, struct http_req *req, struct reg_task *t)
 	struct parked *w;
 	enum status st;
 
-	if (coord_arg_duration(req, "wait", POLL_DEFAULT_MS, &wait) < 0)
+	if (park_wait_arg(req, "wait", POLL_DEFAULT_MS, &wait) < 0)
 		return;
 	st = registry_wait_all(co->reg, t, http_req_arg(req, "incarnation"),
 	    now, &park, &until, &ans);
@@ -595,7 +595,7 @@ do_wait_all(struct coord *co, struct http_req *req, struct reg_task *t)
 		return;
 	}
 	if (!park) {
-		coord_reply_json(req, 200,
+		http_reply_json(req, 200,
 		    json_pack("{s:I}", "tasks", (json_int_t)co->rv->ntasks));
 		return;
 	}
@@ -618,7 +618,7 @@ do_shutdown(struct coord *co, struct http_req *req, struct reg_task *t)
 	int64_t now = duration_now_ms(), wait;
 	enum status st;
 
-	if (coord_arg_duration(req, "wait", POLL_DEFAULT_MS, &wait) < 0)
+	if (park_wait_arg(req, "wait", POLL_DEFAULT_MS, &wait) < 0)
 		return;
 	/*
 	 * A task that went through the shutdown barrier and asks again (its
@@ -690,7 +690,7 @@ coord_task_route(struct http_req *req, const struct route_match *m, void *arg)
 		    co->rv->ntasks == 0 ? "coordd runs without --cluster" :
 		                          "not in the cluster");
 	} else if (m->nseg == 2) {
-		coord_reply_json(req, 200, task_json(t, duration_now_ms()));
+		http_reply_json(req, 200, task_json(t, duration_now_ms()));
 	} else if (coord_closing(co)) {
 		coord_reply_closing(req);
 	} else if (strcmp(verb, "register") == 0) {
@@ -721,7 +721,7 @@ epoch_expired(struct parked *w)
 {
 	struct coord *co = w->obj;
 
-	coord_reply_json(w->req, 202,
+	http_reply_json(w->req, 202,
 	    json_pack("{s:i}", "epoch", (int)co->rv->epoch));
 }
 
@@ -736,7 +736,7 @@ coord_epoch_route(struct coord *co, struct http_req *req)
 	int64_t wait;
 	long after = -1, epoch;
 
-	if (coord_arg_duration(req, "wait", 0, &wait) < 0)
+	if (park_wait_arg(req, "wait", 0, &wait) < 0)
 		return;
 	if (after_s != NULL && parse_long(after_s, 0, LONG_MAX, &after) < 0) {
 		http_reply_error(req, ST_INVALID_ARGUMENT,
@@ -746,7 +746,7 @@ coord_epoch_route(struct coord *co, struct http_req *req)
 	coord_lock(co);
 	epoch = co->rv->epoch;
 	if (epoch > after || wait <= 0) {
-		coord_reply_json(req, epoch > after ? 200 : 202,
+		http_reply_json(req, epoch > after ? 200 : 202,
 		    json_pack("{s:i}", "epoch", (int)epoch));
 	} else if (coord_closing(co)) {
 		coord_reply_closing(req);
@@ -762,7 +762,7 @@ coord_epoch_route(struct coord *co, struct http_req *req)
 static void
 errors_expired(struct parked *w)
 {
-	coord_reply_json(w->req, 200, errors_json(w->obj));
+	http_reply_json(w->req, 200, errors_json(w->obj));
 }
 
 void
@@ -771,7 +771,7 @@ coord_errors_route(struct coord *co, struct http_req *req)
 	int64_t wait;
 	json_t *errs;
 
-	if (coord_arg_duration(req, "wait", 0, &wait) < 0)
+	if (park_wait_arg(req, "wait", 0, &wait) < 0)
 		return;
 	coord_lock(co);
 	errs = errors_json(co);
@@ -779,7 +779,7 @@ coord_errors_route(struct coord *co, struct http_req *req)
 		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
 	} else if (json_array_size(json_object_get(errs, "errors")) > 0 ||
 	    wait <= 0) {
-		coord_reply_json(req, 200, errs);
+		http_reply_json(req, 200, errs);
 		errs = NULL;
 	} else if (coord_closing(co)) {
 		coord_reply_closing(req);
