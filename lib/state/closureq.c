@@ -610,69 +610,71 @@ nomem:
 	return -1;
 }
 
-enum status
-cq_check(struct cq *cq, json_t *item, char *msg, size_t msglen)
+struct cq_closure *
+cq_closure_new(struct cq *cq, json_t *item, enum status *st, char *msg,
+    size_t msglen)
 {
 	struct cq_closure *c = calloc(1, sizeof(*c));
-	int bad;
 
+	*st = ST_RESOURCE_EXHAUSTED;
 	if (c == NULL) {
 		say(msg, msglen, "out of memory");
-		return ST_RESOURCE_EXHAUSTED;
-	}
-	bad = parse_item(cq, item, c, msg, msglen) < 0;
-	closure_free(cq, c);
-	return bad ? ST_INVALID_ARGUMENT : ST_OK;
-}
-
-enum status
-cq_schedule(struct cq *cq, struct cq_queue *q, json_t *item, int64_t now,
-    uint64_t *id, int *dup, char *msg, size_t msglen)
-{
-	struct cq_closure *c;
-	json_t *key = json_object_get(item, "key");
-	uint64_t *known;
-
-	*dup = 0;
-	if (json_is_string(key) &&
-	    (known = strmap_get(q->keys, json_string_value(key),
-	         json_string_length(key))) != NULL) {
-		*id = *known;
-		*dup = 1;
-		return ST_OK;
-	}
-	if (byid_grow(cq) < 0 || (c = calloc(1, sizeof(*c))) == NULL) {
-		say(msg, msglen, "out of memory");
-		return ST_RESOURCE_EXHAUSTED;
+		return NULL;
 	}
 	if (parse_item(cq, item, c, msg, msglen) < 0) {
-		closure_free(cq, c);
-		return ST_INVALID_ARGUMENT;
+		*st = ST_INVALID_ARGUMENT;
+		goto bad;
 	}
 	if ((c->spec = json_dumps(item, JSON_COMPACT)) == NULL) {
-		closure_free(cq, c);
 		say(msg, msglen, "out of memory");
-		return ST_RESOURCE_EXHAUSTED;
+		goto bad;
 	}
 	c->speclen = strlen(c->spec);
 	if (c->speclen > cq->cfg.max_spec) {
-		closure_free(cq, c);
 		say(msg, msglen, "the closure is larger than %zu bytes",
 		    cq->cfg.max_spec);
-		return ST_RESOURCE_EXHAUSTED;
+		goto bad;
 	}
-	c->id = cq->nid;
+	*st = ST_OK;
+	return c;
+bad:
+	closure_free(cq, c);
+	return NULL;
+}
+
+void
+cq_closure_discard(struct cq *cq, struct cq_closure *c)
+{
+	if (c != NULL)
+		closure_free(cq, c);
+}
+
+enum status
+cq_enqueue(struct cq *cq, struct cq_queue *q, struct cq_closure *c, int64_t now,
+    uint64_t *id, int *dup, char *msg, size_t msglen)
+{
+	uint64_t *known;
+
+	*dup = 0;
+	if (c->key != NULL &&
+	    (known = strmap_get(q->keys, c->key, strlen(c->key))) != NULL) {
+		*id = *known;
+		*dup = 1;
+		closure_free(cq, c);
+		return ST_OK;
+	}
+	if (byid_grow(cq) < 0)
+		goto nomem;
 	if (c->key != NULL) {
 		uint64_t *v = malloc(sizeof(*v));
 		if (v == NULL ||
 		    strmap_put(q->keys, c->key, strlen(c->key), v) < 0) {
 			free(v);
-			closure_free(cq, c);
-			say(msg, msglen, "out of memory");
-			return ST_RESOURCE_EXHAUSTED;
+			goto nomem;
 		}
-		*v = c->id;
+		*v = cq->nid;
 	}
+	c->id = cq->nid;
 	cq->byid[cq->nid++] = c;
 	c->q = q;
 	c->state = CQ_QUEUED;
@@ -685,6 +687,10 @@ cq_schedule(struct cq *cq, struct cq_queue *q, json_t *item, int64_t now,
 	*id = c->id;
 	emit(cq, CQ_EV_WORK, NULL, NULL, NULL);
 	return ST_OK;
+nomem:
+	closure_free(cq, c);
+	say(msg, msglen, "out of memory");
+	return ST_RESOURCE_EXHAUSTED;
 }
 
 struct cq_closure *

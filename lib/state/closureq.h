@@ -157,15 +157,21 @@ void cq_each_queue(struct cq *cq, void (*fn)(struct cq_queue *q, void *arg),
 /* How many more closures q takes now. */
 size_t cq_room(const struct cq *cq, const struct cq_queue *q);
 /*
- * Adds the closure item describes ({"argv":[...], "env":{...}, "stdin":
- * base64, "timeout_ms", "retry_exit":[...], "max_retries", "on", "needs":
- * [...], "key"}) to q. A key seen before in q gives that closure's id
- * and *dup set, adding nothing. INVALID_ARGUMENT (msg says why) for a bad
- * item; the caller has checked for room and for q's error.
+ * A closure from what item describes ({"argv":[...], "env":{...},
+ * "stdin": base64, "timeout_ms", "retry_exit":[...], "max_retries", "on",
+ * "needs":[...], "key"}), in no queue yet; NULL when item is bad
+ * (INVALID_ARGUMENT in *st, msg says why) or too large.
  */
-/* Whether item would be taken by cq_schedule (msg says why not). */
-enum status cq_check(struct cq *cq, json_t *item, char *msg, size_t msglen);
-enum status cq_schedule(struct cq *cq, struct cq_queue *q, json_t *item,
+struct cq_closure *cq_closure_new(struct cq *cq, json_t *item, enum status *st,
+    char *msg, size_t msglen);
+/* Frees a closure cq_closure_new made that was never enqueued. */
+void cq_closure_discard(struct cq *cq, struct cq_closure *c);
+/*
+ * Puts c at the back of q, taking it over. When q saw c's key before, c
+ * is freed instead and *id is that closure's, with *dup set. The caller
+ * has checked for room and for q's error.
+ */
+enum status cq_enqueue(struct cq *cq, struct cq_queue *q, struct cq_closure *c,
     int64_t now, uint64_t *id, int *dup, char *msg, size_t msglen);
 /*
  * The closure whose error q holds, once nothing of q is in flight: every

@@ -27,12 +27,14 @@
 #include "timer.h"
 
 /* What a parked request waits as. */
-enum wait_kind { W_FETCH, W_JOIN, W_DONE, W_SCHEDULE, W_TAKE, W_HEARTBEAT };
+enum wait_kind { W_JOIN, W_DONE, W_SCHEDULE, W_TAKE, W_HEARTBEAT };
 
 struct waitctx {
 	enum wait_kind kind;
-	json_t *body;        /* W_SCHEDULE: the closures */
-	int block;           /* W_SCHEDULE */
+	struct cq *cq;          /* W_SCHEDULE: */
+	struct cq_closure **cs; /* the closures, checked, */
+	size_t ncs;             /* how many */
+	int block;
 	size_t max;          /* W_TAKE */
 	struct cq_worker *w; /* W_TAKE, W_HEARTBEAT */
 	struct cq_queue *q;
@@ -54,7 +56,6 @@ struct dispatch {
 	struct timer scan, watchdog;
 	int stall_logged;
 	atomic_int closing;
-	int64_t started;
 };
 
 static void settle_queue(struct dispatch *d, struct cq_queue *q);
@@ -160,24 +161,21 @@ reply_closing(struct http_req *req)
 }
 
 static void
-reply_json(struct http_req *req, int code, json_t *obj)
+ctx_free(struct waitctx *x)
 {
-	if (obj == NULL)
-		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
-	else
-		http_reply_json(req, code, obj);
+	if (x == NULL)
+		return;
+	for (size_t i = 0; i < x->ncs; i++)
+		cq_closure_discard(x->cq, x->cs[i]);
+	free(x->cs);
+	free(x);
 }
 
 static void
 free_ctx(struct parked *w)
 {
-	struct waitctx *x = w->ctx;
-
-	if (x != NULL) {
-		json_decref(x->body);
-		free(x);
-		w->ctx = NULL;
-	}
+	ctx_free(w->ctx);
+	w->ctx = NULL;
 }
 
 static struct parked *
@@ -187,10 +185,7 @@ park(struct dispatch *d, struct http_req *req, struct park_list *l,
 	struct parked *w = park_add(d->park, req, l, wait, expire, "", 0);
 
 	if (w == NULL) {
-		if (x != NULL) {
-			json_decref(x->body);
-			free(x);
-		}
+		ctx_free(x);
 		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
 		return NULL;
 	}
@@ -288,7 +283,7 @@ answer_beat(struct dispatch *d, struct cq_worker *w, int gone)
 			    "%s is not registered (%s)", w->name,
 			    w->why != NULL ? w->why : "left");
 		else
-			reply_json(p->req, 200, stops_json(w));
+			http_reply_json(p->req, 200, stops_json(w));
 	}
 	park_list_release(l);
 	if (!gone)
@@ -371,24 +366,6 @@ closing(struct dispatch *d)
 }
 
 static int
-arg_duration(struct http_req *req, const char *name, int64_t def, int64_t *ms)
-{
-	const char *s = http_req_arg(req, name);
-
-	*ms = def;
-	if (s == NULL)
-		return 0;
-	if (duration_parse(s, ms) < 0) {
-		http_reply_error(req, ST_INVALID_ARGUMENT,
-		    "%s=%s is not a duration (like 500ms, 30s, 5m)", name, s);
-		return -1;
-	}
-	if (*ms > PARK_MAX_WAIT_MS)
-		*ms = PARK_MAX_WAIT_MS;
-	return 0;
-}
-
-static int
 arg_long(struct http_req *req, const char *name, long def, long min, long max,
     long *v)
 {
@@ -441,11 +418,10 @@ static int
 try_schedule(struct dispatch *d, struct http_req *req, struct cq_queue *q,
     struct waitctx *x)
 {
-	json_t *items = json_object_get(x->body, "closures");
-	size_t n = json_array_size(items), room;
+	size_t n = x->ncs, room, i;
 	int64_t now = duration_now_ms();
 	struct cq_closure *e;
-	json_t *ids, *reply;
+	json_t *ids;
 	size_t dups = 0;
 	int wait;
 	char msg[512];
@@ -468,11 +444,12 @@ try_schedule(struct dispatch *d, struct http_req *req, struct cq_queue *q,
 	if (n > room)
 		n = room;
 	ids = json_array();
-	for (size_t i = 0; i < n; i++) {
+	for (i = 0; i < n; i++) {
 		uint64_t id;
 		int dup;
-		enum status st = cq_schedule(d->cq, q, json_array_get(items, i),
-		    now, &id, &dup, msg, sizeof(msg));
+		enum status st = cq_enqueue(d->cq, q, x->cs[i], now, &id, &dup,
+		    msg, sizeof(msg));
+		x->cs[i] = NULL; /* taken over, even when it failed */
 		if (st != ST_OK) {
 			/* Checked before: only memory can run out here. */
 			json_decref(ids);
@@ -482,9 +459,8 @@ try_schedule(struct dispatch *d, struct http_req *req, struct cq_queue *q,
 		dups += dup;
 		json_array_append_new(ids, json_integer((json_int_t)id));
 	}
-	reply =
-	    json_pack("{s:o,s:I}", "ids", ids, "duplicates", (json_int_t)dups);
-	reply_json(req, 200, reply);
+	http_reply_json(req, 200,
+	    json_pack("{s:o,s:I}", "ids", ids, "duplicates", (json_int_t)dups));
 	return 1;
 }
 
@@ -504,24 +480,38 @@ schedule_expire(struct parked *w)
 	free_ctx(w);
 }
 
+/* {"done","queued","inflight"}: where q stands. */
+static json_t *
+queue_counts(const struct cq_queue *q)
+{
+	return json_pack("{s:b,s:I,s:I}", "done", cq_idle(q), "queued",
+	    (json_int_t)q->queued, "inflight", (json_int_t)q->inflight);
+}
+
+/*
+ * A join whose queue has not ended yet: UNAVAILABLE once no worker has
+ * been there for --worker-recovery, else 202 with the counts.
+ */
+static void
+reply_join_pending(struct dispatch *d, struct http_req *req, struct cq_queue *q)
+{
+	int64_t until;
+
+	if (no_workers(d, duration_now_ms(), &until) && !cq_idle(q))
+		http_reply_error(req, ST_UNAVAILABLE,
+		    "no worker for %" PRId64 " ms (--worker-recovery); queue "
+		    "%s has %zu queued, %zu in flight",
+		    d->cfg.worker_recovery_ms, q->name, q->queued, q->inflight);
+	else
+		http_reply_json(req, 202, queue_counts(q));
+}
+
 static void
 join_expire(struct parked *w)
 {
 	struct waitctx *x = w->ctx;
-	struct dispatch *d = w->obj;
-	int64_t until;
 
-	if (no_workers(d, duration_now_ms(), &until) && !cq_idle(x->q))
-		http_reply_error(w->req, ST_UNAVAILABLE,
-		    "no worker for %" PRId64 " ms (--worker-recovery); queue "
-		    "%s has %zu queued, %zu in flight",
-		    d->cfg.worker_recovery_ms, x->q->name, x->q->queued,
-		    x->q->inflight);
-	else
-		reply_json(w->req, 202,
-		    json_pack("{s:b,s:I,s:I}", "done", 0, "queued",
-		        (json_int_t)x->q->queued, "inflight",
-		        (json_int_t)x->q->inflight));
+	reply_join_pending(w->obj, w->req, x->q);
 	free_ctx(w);
 }
 
@@ -568,8 +558,7 @@ settle_queue(struct dispatch *d, struct cq_queue *q)
 		case W_JOIN:
 			if (cq_idle(q)) {
 				park_take(p);
-				reply_json(p->req, 200,
-				    json_pack("{s:b}", "done", 1));
+				http_reply_json(p->req, 200, queue_counts(q));
 				free_ctx(p);
 			} else if (no_workers(d, now, &until)) {
 				park_take(p);
@@ -578,8 +567,7 @@ settle_queue(struct dispatch *d, struct cq_queue *q)
 			break;
 		case W_DONE:
 			park_take(p);
-			reply_json(p->req, 200,
-			    json_pack("{s:b}", "done", cq_idle(q)));
+			http_reply_json(p->req, 200, queue_counts(q));
 			free_ctx(p);
 			break;
 		case W_SCHEDULE:
@@ -606,9 +594,10 @@ qwait_list(struct dispatch *d, struct http_req *req, struct cq_queue *q)
 	return l;
 }
 
-/* Every item well formed, before any is scheduled. */
+/* Every closure of the body made and checked, before any is taken. */
 static int
-check_items(struct dispatch *d, struct http_req *req, json_t *items)
+prepare(struct dispatch *d, struct http_req *req, json_t *items,
+    struct waitctx *x)
 {
 	size_t i;
 	json_t *item;
@@ -623,13 +612,20 @@ check_items(struct dispatch *d, struct http_req *req, json_t *items)
 		    "at most %zu closures a request", d->cfg.max_batch);
 		return -1;
 	}
+	if ((x->cs = calloc(json_array_size(items), sizeof(*x->cs))) == NULL) {
+		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
+		return -1;
+	}
+	x->cq = d->cq;
 	json_array_foreach(items, i, item) {
 		char msg[512];
-		enum status st = cq_check(d->cq, item, msg, sizeof(msg));
-		if (st != ST_OK) {
+		enum status st;
+		if ((x->cs[i] = cq_closure_new(d->cq, item, &st, msg,
+		         sizeof(msg))) == NULL) {
 			http_reply_error(req, st, "closure %zu: %s", i, msg);
 			return -1;
 		}
+		x->ncs = i + 1;
 	}
 	return 0;
 }
@@ -638,40 +634,32 @@ static void
 schedule_route(struct dispatch *d, struct http_req *req, struct cq_queue *q)
 {
 	struct waitctx *x;
+	struct park_list *l;
+	struct parked *w;
 	json_t *body;
 	long block;
 	int64_t wait;
 
 	if (arg_long(req, "block", 1, 0, 1, &block) < 0 ||
-	    arg_duration(req, "wait", PARK_WAIT_DEFAULT_MS, &wait) < 0)
+	    park_wait_arg(req, "wait", PARK_WAIT_DEFAULT_MS, &wait) < 0)
 		return;
 	if ((body = body_json(req)) == NULL)
 		return;
-	if (check_items(d, req, json_object_get(body, "closures")) < 0) {
-		json_decref(body);
-		return;
-	}
 	if ((x = ctx_new(W_SCHEDULE)) == NULL) {
 		json_decref(body);
 		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
-	x->body = body;
 	x->block = (int)block;
 	x->q = q;
-	if (try_schedule(d, req, q, x)) {
+	if (prepare(d, req, json_object_get(body, "closures"), x) < 0 ||
+	    try_schedule(d, req, q, x) || (l = qwait_list(d, req, q)) == NULL) {
 		json_decref(body);
-		free(x);
+		ctx_free(x);
 		return;
 	}
-	struct park_list *l = qwait_list(d, req, q);
-	if (l == NULL) {
-		json_decref(body);
-		free(x);
-		return;
-	}
-	struct parked *w = park(d, req, l, wait, schedule_expire, x);
-	if (w != NULL)
+	json_decref(body);
+	if ((w = park(d, req, l, wait, schedule_expire, x)) != NULL)
 		w->obj = d;
 }
 
@@ -686,7 +674,7 @@ join_route(struct dispatch *d, struct http_req *req, struct cq_queue *q,
 	struct parked *w;
 	int must_wait;
 
-	if (arg_duration(req, "wait", is_done ? PARK_WAIT_DEFAULT_MS : 0,
+	if (park_wait_arg(req, "wait", is_done ? PARK_WAIT_DEFAULT_MS : 0,
 	        &wait) < 0)
 		return;
 	if ((e = cq_take_error(d->cq, q, now, &must_wait)) != NULL) {
@@ -695,25 +683,11 @@ join_route(struct dispatch *d, struct http_req *req, struct cq_queue *q,
 	}
 	if (!must_wait) {
 		if (is_done || cq_idle(q)) {
-			reply_json(req, 200,
-			    json_pack("{s:b,s:I,s:I}", "done", cq_idle(q),
-			        "queued", (json_int_t)q->queued, "inflight",
-			        (json_int_t)q->inflight));
+			http_reply_json(req, 200, queue_counts(q));
 			return;
 		}
-		if (no_workers(d, now, &until)) {
-			http_reply_error(req, ST_UNAVAILABLE,
-			    "no worker for %" PRId64 " ms (--worker-recovery); "
-			    "queue %s has %zu queued, %zu in flight",
-			    d->cfg.worker_recovery_ms, q->name, q->queued,
-			    q->inflight);
-			return;
-		}
-		if (wait == 0) {
-			reply_json(req, 202,
-			    json_pack("{s:b,s:I,s:I}", "done", 0, "queued",
-			        (json_int_t)q->queued, "inflight",
-			        (json_int_t)q->inflight));
+		if (no_workers(d, now, &until) || wait == 0) {
+			reply_join_pending(d, req, q);
 			return;
 		}
 		if (until > 0 && until - now < wait)
@@ -781,7 +755,7 @@ fetch_expire(struct parked *w)
 		http_reply_error(w->req, ST_NOT_FOUND,
 		    "closure %" PRId64 " was forgotten", w->limit);
 	else
-		reply_json(w->req, 200, value_json(c, 1));
+		http_reply_json(w->req, 200, value_json(c, 1));
 }
 
 static int
@@ -809,7 +783,7 @@ closure_route(struct http_req *req, const struct route_match *m, void *arg)
 	char key[24];
 
 	if (closure_arg(req, m, &id) < 0 ||
-	    arg_duration(req, "wait", 0, &wait) < 0)
+	    park_wait_arg(req, "wait", 0, &wait) < 0)
 		return;
 	lock(d);
 	if ((c = cq_closure(d->cq, id)) == NULL) {
@@ -822,7 +796,7 @@ closure_route(struct http_req *req, const struct route_match *m, void *arg)
 			    "closure %" PRIu64 " has ended (%s)", id,
 			    cq_state_name(c->state));
 		else
-			reply_json(req, 200, value_json(c, 0));
+			http_reply_json(req, 200, value_json(c, 0));
 	} else if (m->method == ROUTE_DELETE) {
 		if (cq_forget(d->cq, c) != ST_OK)
 			http_reply_error(req, ST_FAILED_PRECONDITION,
@@ -830,11 +804,11 @@ closure_route(struct http_req *req, const struct route_match *m, void *arg)
 			    "queue's error not yet reported",
 			    id);
 		else
-			reply_json(req, 200,
+			http_reply_json(req, 200,
 			    json_pack("{s:I}", "forgotten", (json_int_t)id));
 	} else if (c->state == CQ_QUEUED || c->state == CQ_RUNNING) {
 		if (wait == 0 || closing(d)) {
-			reply_json(req, 200, value_json(c, 1));
+			http_reply_json(req, 200, value_json(c, 1));
 		} else {
 			struct park_list *l;
 			closure_idkey(id, key, sizeof(key));
@@ -852,7 +826,7 @@ closure_route(struct http_req *req, const struct route_match *m, void *arg)
 			}
 		}
 	} else {
-		reply_json(req, 200, value_json(c, 1));
+		http_reply_json(req, 200, value_json(c, 1));
 	}
 	dispatch_unlock(d);
 }
@@ -903,7 +877,7 @@ closures_route(struct http_req *req, const struct route_match *m, void *arg)
 		http_reply_error(req, ST_NOT_FOUND, "no queue %s", qn);
 	} else {
 		cq_each_closure(d->cq, q, ls_one, &x);
-		reply_json(req, 200, json_pack("{s:o}", "closures", x.a));
+		http_reply_json(req, 200, json_pack("{s:o}", "closures", x.a));
 	}
 	dispatch_unlock(d);
 }
@@ -996,16 +970,11 @@ status_route(struct http_req *req, const struct route_match *m, void *arg)
 
 	(void)m;
 	lock(d);
-	reply_json(req, 200, status_json(d));
+	http_reply_json(req, 200, status_json(d));
 	dispatch_unlock(d);
 }
 
 /* Resources. */
-
-struct res_each {
-	struct dispatch *d;
-	json_t *a;
-};
 
 static void
 res_workers(struct cq_worker *w, void *arg)
@@ -1043,7 +1012,7 @@ resource_route(struct http_req *req, const struct route_match *m, void *arg)
 		if (st != ST_OK)
 			http_reply_error(req, st, "%s", msg);
 		else
-			reply_json(req, 200,
+			http_reply_json(req, 200,
 			    json_loads(cq_resource(d->cq, name), 0, NULL));
 		dispatch_unlock(d);
 		json_decref(body);
@@ -1057,7 +1026,7 @@ resource_route(struct http_req *req, const struct route_match *m, void *arg)
 		struct res_ctx x = {ws, name};
 		cq_each_worker(d->cq, res_workers, &x);
 		json_object_set_new(o, "workers", ws);
-		reply_json(req, 200, o);
+		http_reply_json(req, 200, o);
 	}
 	dispatch_unlock(d);
 }
@@ -1078,7 +1047,7 @@ resources_route(struct http_req *req, const struct route_match *m, void *arg)
 	(void)m;
 	lock(d);
 	cq_each_resource(d->cq, res_list_one, a);
-	reply_json(req, 200, json_pack("{s:o}", "resources", a));
+	http_reply_json(req, 200, json_pack("{s:o}", "resources", a));
 	dispatch_unlock(d);
 }
 
@@ -1206,7 +1175,7 @@ heartbeat(struct dispatch *d, struct http_req *req, struct cq_worker *w,
 	int64_t cap = cq_config(d->cq)->hb_timeout_ms / 2;
 
 	if (w->nstop > 0 || wait == 0 || w->hb_parked) {
-		reply_json(req, 200, stops_json(w));
+		http_reply_json(req, 200, stops_json(w));
 		return;
 	}
 	if (wait > cap)
@@ -1322,7 +1291,7 @@ results(struct dispatch *d, struct http_req *req, struct cq_worker *w,
 		take(d, req, w, takemax, wait);
 		return;
 	}
-	reply_json(req, 200,
+	http_reply_json(req, 200,
 	    json_pack("{s:o,s:[]}", "stale", stale, "closures"));
 }
 
@@ -1345,7 +1314,7 @@ worker_route(struct http_req *req, const struct route_match *m, void *arg)
 		    "%s is not a worker name", name);
 		return;
 	}
-	if (arg_duration(req, "wait", 0, &wait) < 0 ||
+	if (park_wait_arg(req, "wait", 0, &wait) < 0 ||
 	    arg_long(req, "max", 1, 1, TAKE_MAX, &max) < 0 ||
 	    arg_long(req, "take", 0, 0, TAKE_MAX, &slots) < 0)
 		return;
@@ -1374,7 +1343,7 @@ worker_route(struct http_req *req, const struct route_match *m, void *arg)
 			goto out;
 		}
 		log_debug("worker %s registered (%ld slots)", name, n);
-		reply_json(req, 200,
+		http_reply_json(req, 200,
 		    json_pack("{s:s,s:I,s:I}", "incarnation",
 		        task_format_incarnation(w->inc, inc),
 		        "heartbeat_timeout_ms",
@@ -1394,7 +1363,7 @@ worker_route(struct http_req *req, const struct route_match *m, void *arg)
 	if (m->nseg == 1 && m->method == ROUTE_DELETE) {
 		cq_worker_leave(d->cq, w, now);
 		log_debug("worker %s left", name);
-		reply_json(req, 200, json_pack("{s:b}", "left", 1));
+		http_reply_json(req, 200, json_pack("{s:b}", "left", 1));
 	} else if (wl == 9 && memcmp(what, "heartbeat", 9) == 0) {
 		cq_seen(d->cq, w, now);
 		heartbeat(d, req, w, wait);
@@ -1423,7 +1392,7 @@ worker_route(struct http_req *req, const struct route_match *m, void *arg)
 			cq_resource_state(w, res, state,
 			    json_string_value(
 			        json_object_get(body, "message")));
-			reply_json(req, 200, json_pack("{s:b}", "ok", 1));
+			http_reply_json(req, 200, json_pack("{s:b}", "ok", 1));
 		}
 	} else {
 		http_reply_error(req, ST_NOT_FOUND, "no such resource");
@@ -1442,7 +1411,7 @@ workers_route(struct http_req *req, const struct route_match *m, void *arg)
 	(void)m;
 	lock(d);
 	cq_each_worker(d->cq, worker_json, a);
-	reply_json(req, 200, json_pack("{s:o}", "workers", a));
+	http_reply_json(req, 200, json_pack("{s:o}", "workers", a));
 	dispatch_unlock(d);
 }
 
@@ -1540,7 +1509,6 @@ dispatch_new(const struct dispatch_config *cfg, char *err, size_t errlen)
 		d->cfg.worker_recovery_ms = 3600 * 1000;
 	if (d->cfg.max_batch == 0)
 		d->cfg.max_batch = 100000;
-	d->started = now;
 	if ((d->park = park_new(&d->mu, err, errlen)) == NULL)
 		goto fail;
 	if ((d->fetchers = park_index_new()) == NULL ||
@@ -1670,14 +1638,9 @@ static int
 health(void *arg, char *why, size_t len)
 {
 	struct dispatch *d = arg;
-	struct timespec at;
 
-	clock_gettime(CLOCK_REALTIME, &at);
-	at.tv_sec += 2;
-	if (pthread_mutex_timedlock(&d->mu, &at) != 0) {
-		snprintf(why, len, "dispatchd could not take its lock for 2s");
+	if (daemon_health_lock(&d->mu, "dispatchd", why, len) < 0)
 		return -1;
-	}
 	dispatch_unlock(d);
 	return 0;
 }
@@ -1694,9 +1657,6 @@ gone_cb(struct http_req *req, void *arg)
 	struct dispatch *d = arg;
 
 	park_gone(d->park, req);
-	/* A worker lost with its connection: act on it now. */
-	lock(d);
-	dispatch_unlock(d);
 }
 
 static const struct route routes[] = {
