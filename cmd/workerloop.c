@@ -112,7 +112,8 @@ struct slot {
 
 static struct worker W;
 
-static int
+/* Registers (again): a new incarnation, resources to build anew. */
+static enum status
 register_worker(struct worker *wk, struct dispatch_client *dc)
 {
 	char path[256];
@@ -126,7 +127,7 @@ register_worker(struct worker *wk, struct dispatch_client *dc)
 	if (st != ST_OK) {
 		snprintf(wk->err, sizeof(wk->err), "%s",
 		    dispatch_client_error(dc));
-		return -(int)st;
+		return st;
 	}
 	pthread_mutex_lock(&wk->mu);
 	snprintf(wk->inc, sizeof(wk->inc), "%s",
@@ -225,7 +226,7 @@ heartbeat_main(void *arg)
 			for (long n = 0; n < wk->o.slots; n++)
 				slot_stop(&wk->slots[n], 2);
 			while (!atomic_load(&wk->stopping) &&
-			    register_worker(wk, dc) != 0) {
+			    register_worker(wk, dc) != ST_OK) {
 				log_info("cannot register: %s", wk->err);
 				nap(1000);
 			}
@@ -492,13 +493,13 @@ set_nonblock(int fd)
 	return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
 
-/* The environment a closure sees. */
+/* What a closure sees set in its environment ("NAME=value" each). */
 static char **
-closure_env(struct slot *s, struct run *r, char ***owned)
+closure_vars(struct slot *s, struct run *r)
 {
 	json_t *env = json_object_get(r->spec, "env"), *v, *d;
 	size_t n = json_object_size(env) + json_array_size(r->resources) + 8;
-	char **set = calloc(n, sizeof(char *)), **all;
+	char **set = calloc(n, sizeof(char *));
 	const char *k;
 	size_t i = 0, j;
 
@@ -518,9 +519,7 @@ closure_env(struct slot *s, struct run *r, char ***owned)
 	json_object_foreach(env, k, v)
 		asprintf(&set[i++], "%s=%s", k, json_string_value(v));
 	set[i] = NULL;
-	all = proc_env(environ, set);
-	*owned = set;
-	return all;
+	return set;
 }
 
 static void
@@ -554,7 +553,8 @@ run_fork(struct slot *s, struct run *r)
 	argv = calloc(json_array_size(jargv) + 1, sizeof(char *));
 	json_array_foreach(jargv, i, v)
 		argv[i] = (char *)json_string_value(v);
-	env = closure_env(s, r, &owned);
+	owned = closure_vars(s, r);
+	env = owned != NULL ? proc_env(environ, owned) : NULL;
 	if (in.len > 0) {
 		if (pipe2(ip, O_CLOEXEC) < 0)
 			ip[0] = ip[1] = -1;
@@ -789,9 +789,9 @@ serve_start(struct slot *s, char *err, size_t errlen)
 	return 0;
 }
 
-/* One line from the serve process, or NULL when it ended or r stopped. */
+/* One line from the serve process, or NULL when it ended or the slot was told to stop. */
 static char *
-serve_line(struct slot *s, struct run *r, int64_t deadline, int *timed_out)
+serve_line(struct slot *s, int64_t deadline, int *timed_out)
 {
 	for (;;) {
 		char *nl = s->serve_buf.data != NULL ?
@@ -822,10 +822,8 @@ serve_line(struct slot *s, struct run *r, int64_t deadline, int *timed_out)
 			pthread_mutex_lock(&s->mu);
 			int stopped = s->stop;
 			pthread_mutex_unlock(&s->mu);
-			if (stopped) {
-				(void)r;
+			if (stopped)
 				return NULL;
-			}
 		}
 		if (pf[0].revents != 0) {
 			char b[65536];
@@ -846,7 +844,7 @@ run_serve(struct slot *s, struct run *r)
 	int64_t timeout =
 	    json_integer_value(json_object_get(r->spec, "timeout_ms"));
 	int timed_out = 0;
-	char **owned = NULL, **env;
+	char **owned = NULL;
 	json_t *jenv = json_object();
 
 	if (s->serve_pid == 0 &&
@@ -857,14 +855,13 @@ run_serve(struct slot *s, struct run *r)
 	}
 	/* The closure's environment, as the process would have had it
 	 * (MUSTER_ and its own), for the serve process to apply. */
-	env = closure_env(s, r, &owned);
+	owned = closure_vars(s, r);
 	for (size_t i = 0; owned != NULL && owned[i] != NULL; i++) {
 		char *eq = strchr(owned[i], '=');
 		if (eq != NULL)
 			json_object_setn_new(jenv, owned[i],
 			    (size_t)(eq - owned[i]), json_string(eq + 1));
 	}
-	free(env);
 	free_strv(owned);
 	req = json_pack("{s:I,s:i,s:O,s:o}", "id", (json_int_t)r->id, "attempt",
 	    (int)r->attempt, "argv", json_object_get(r->spec, "argv"), "env",
@@ -888,15 +885,13 @@ run_serve(struct slot *s, struct run *r)
 		off += (size_t)w;
 	}
 	free(text);
-	line = serve_line(s, r, timeout > 0 ? duration_now_ms() + timeout : 0,
+	line = serve_line(s, timeout > 0 ? duration_now_ms() + timeout : 0,
 	    &timed_out);
 	if (line == NULL) {
 		pthread_mutex_lock(&s->mu);
 		int stopped = s->stop;
 		pthread_mutex_unlock(&s->mu);
-		int status = 0;
 		serve_close(s, 1);
-		(void)status;
 		r->exited = 0;
 		r->code = SIGKILL;
 		if (timed_out) {
@@ -1301,8 +1296,9 @@ main(int argc, char **argv)
 	}
 	if ((dc = dispatch_client_new(wk->o.addr, err, sizeof(err))) == NULL)
 		return cli_fail(ST_INVALID_ARGUMENT, "%s", err);
-	if ((rc = register_worker(wk, dc)) != 0) {
-		cli_fail((enum status) - rc, "%s", wk->err);
+	enum status st = register_worker(wk, dc);
+	if (st != ST_OK) {
+		rc = cli_fail(st, "%s", wk->err);
 		goto out;
 	}
 	if (pipe2(wk->hb_cancel, O_CLOEXEC) < 0 ||
