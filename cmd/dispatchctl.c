@@ -50,6 +50,14 @@ struct ctl {
 	int json;
 };
 
+/* One JSON object on a line of stdout. */
+static void
+print_json(json_t *j)
+{
+	json_dumpf(j, stdout, JSON_COMPACT);
+	putchar('\n');
+}
+
 static int
 usage(const char *fmt, const char *arg)
 {
@@ -112,8 +120,7 @@ fail(struct ctl *x, enum status st, json_t *errbody)
 
 	if (c != NULL) {
 		if (x->json) {
-			json_dumpf(errbody, stdout, JSON_COMPACT);
-			putchar('\n');
+			print_json(errbody);
 		}
 		fprintf(stderr, "%s: %s\n", log_prog(),
 		    msg != NULL ? msg : "a closure failed");
@@ -471,8 +478,7 @@ fetch_one(struct ctl *x, uint64_t id, int64_t deadline)
 		if (deadline != HTTP_NO_DEADLINE &&
 		    duration_now_ms() >= deadline) {
 			if (x->json) {
-				json_dumpf(reply, stdout, JSON_COMPACT);
-				putchar('\n');
+				print_json(reply);
 			}
 			json_decref(reply);
 			return cli_fail(ST_DEADLINE_EXCEEDED,
@@ -482,8 +488,7 @@ fetch_one(struct ctl *x, uint64_t id, int64_t deadline)
 	}
 	int code = closure_code(reply);
 	if (x->json) {
-		json_dumpf(reply, stdout, JSON_COMPACT);
-		putchar('\n');
+		print_json(reply);
 	} else {
 		const char *out =
 		    json_string_value(json_object_get(reply, "stdout"));
@@ -572,28 +577,24 @@ cmd_join(struct ctl *x, int argc, char **argv, int is_done)
 		st = dispatch_call(x->dc, "GET", path, NULL, 0, hd, DC_POLL,
 		    &reply, &errbody, &code);
 		if (st != ST_OK) {
-			if (!is_done && st != ST_UNAVAILABLE &&
+			/* Ask again while time is left when the poll ran out
+			 * or dispatchd was shutting down; no worker for
+			 * --worker-recovery is the answer. */
+			int away = st == ST_UNAVAILABLE &&
+			    json_object_get(errbody, "error") != NULL &&
+			    strstr(dispatch_client_error(x->dc),
+			        "worker-recovery") == NULL;
+			if (!is_done && (st == ST_DEADLINE_EXCEEDED || away) &&
 			    dispatch_poll_again(st, deadline)) {
 				json_decref(errbody);
 				continue;
 			}
-			if (is_done || st != ST_UNAVAILABLE ||
-			    json_object_get(errbody, "error") == NULL ||
-			    strstr(dispatch_client_error(x->dc),
-			        "worker-recovery") != NULL)
-				return fail(x, st, errbody);
-			/* dispatchd is away: ask again until the deadline */
-			json_decref(errbody);
-			if (!dispatch_poll_again(st, deadline))
-				return cli_fail(st, "%s",
-				    dispatch_client_error(x->dc));
-			continue;
+			return fail(x, st, errbody);
 		}
 		int done = json_is_true(json_object_get(reply, "done"));
 		if (is_done || done) {
 			if (x->json) {
-				json_dumpf(reply, stdout, JSON_COMPACT);
-				putchar('\n');
+				print_json(reply);
 			} else if (is_done) {
 				printf("%s\n", done ? "true" : "false");
 			}
@@ -652,8 +653,7 @@ cmd_each_id(struct ctl *x, int argc, char **argv, const char *method,
 			continue;
 		}
 		if (x->json) {
-			json_dumpf(reply, stdout, JSON_COMPACT);
-			putchar('\n');
+			print_json(reply);
 		}
 		json_decref(reply);
 	}
@@ -715,8 +715,7 @@ cmd_ls(struct ctl *x, int argc, char **argv)
 	if ((rc = get_json(x, path, &reply)) != 0)
 		return rc;
 	if (x->json) {
-		json_dumpf(reply, stdout, JSON_COMPACT);
-		putchar('\n');
+		print_json(reply);
 	} else {
 		printf("%-8s %-10s %-9s %-8s %-12s %-8s %s\n", "ID", "STATE",
 		    "PHASE", "QUEUE", "WORKER", "ATTEMPTS", "END");
@@ -740,8 +739,7 @@ cmd_status(struct ctl *x, int argc, char **argv)
 	if ((rc = get_json(x, "/v1/status", &reply)) != 0)
 		return rc;
 	if (x->json) {
-		json_dumpf(reply, stdout, JSON_COMPACT);
-		putchar('\n');
+		print_json(reply);
 		json_decref(reply);
 		return 0;
 	}
@@ -804,8 +802,7 @@ cmd_resource(struct ctl *x, int argc, char **argv)
 		size_t i;
 		json_array_foreach(json_object_get(reply, "resources"), i, v) {
 			if (x->json) {
-				json_dumpf(v, stdout, JSON_COMPACT);
-				putchar('\n');
+				print_json(v);
 			} else {
 				printf("%s\n",
 				    json_string_value(
@@ -826,8 +823,7 @@ cmd_resource(struct ctl *x, int argc, char **argv)
 		if ((rc = get_json(x, path, &reply)) != 0)
 			return rc;
 		if (x->json) {
-			json_dumpf(reply, stdout, JSON_COMPACT);
-			putchar('\n');
+			print_json(reply);
 		} else {
 			json_object_foreach(json_object_get(reply, "workers"),
 			    k, v) {
