@@ -257,7 +257,7 @@ bats_require_minimum_version 1.5.0
 
 @test "--serve: closures go to a persistent process as lines of JSON" {
 	start_dispatchd
-	start_worker worker:0 -j 2 --serve "/usr/bin/python3 $BATS_TEST_DIRNAME/../examples/serve.py"
+	start_worker worker:0 -j 2 --serve "echo started >>'$T/starts'; exec /usr/bin/python3 $BATS_TEST_DIRNAME/../examples/serve.py"
 	seq 1 20 | dispatchctl schedule --each -- echo {} >ids
 	id=$(dispatchctl schedule -- sh -c 'exit 6')
 	run -6 dispatchctl fetch --timeout 30s "$id"
@@ -265,7 +265,7 @@ bats_require_minimum_version 1.5.0
 	run -0 dispatchctl fetch $(cat ids)
 	[ "$output" = "$(seq 1 20)" ]
 	# One process per slot served them all.
-	[ "$(pgrep -c -P "$WORKER_PID")" -le 2 ]
+	[ "$(wc -l <starts)" -le 2 ]
 }
 
 @test "a closure past its --timeout is stopped and fails" {
@@ -361,4 +361,51 @@ bats_require_minimum_version 1.5.0
 	assert_output --partial "not a worker name"
 	run -0 curl -sf "$A/healthz"
 	run -9 env MUSTER_DISPATCHER=127.0.0.1:1 dispatchctl status
+}
+
+@test "ls lists a queue's closures, and --state picks one state" {
+	start_dispatchd
+	start_worker worker:0
+	a=$(dispatchctl schedule -- true)
+	dispatchctl join --timeout 30s
+	b=$(dispatchctl schedule --on worker:9 -- true)
+	run -0 dispatchctl ls
+	assert_line --regexp "^$a +READY +ended +default +worker:0 +1 +exit 0$"
+	assert_line --regexp "^$b +NOT_READY +queued +default +- +0 +-$"
+	run -0 dispatchctl --json ls --state queued
+	jq -e --argjson b "$b" '[.closures[].id] == [$b]' <<<"$output"
+	run -3 dispatchctl ls --state sideways
+	assert_output --partial "one of queued, running, ready, aborted, cancelled"
+}
+
+@test "resource ls lists the resources; workerloop --dir is where they are built" {
+	start_dispatchd
+	dispatchctl resource add alpha -- true
+	dispatchctl resource add beta -- sh -c 'pwd >where'
+	run -0 dispatchctl resource ls
+	[ "$(sort <<<"$output")" = "$(printf 'alpha\nbeta')" ]
+	start_worker worker:0 --dir "$T/work"
+	id=$(dispatchctl schedule --needs beta -- sh -c 'cat "$MUSTER_RESOURCE_BETA/where"')
+	run -0 dispatchctl fetch --timeout 30s "$id"
+	[[ $output == "$T/work/"*"/beta" ]]
+}
+
+@test "dispatchd --max-closure-size refuses a larger closure, and the rest of its batch" {
+	start_dispatchd --max-closure-size 2K
+	head -c 4000 /dev/zero >big
+	run -12 dispatchctl schedule --stdin big -- cat
+	assert_output --partial "larger than 2048 bytes"
+	printf 'a\nb\n' | dispatchctl schedule --each -- echo {} >/dev/null
+	run -0 dispatchctl --json status
+	jq -e '.closures == 2' <<<"$output"
+}
+
+@test "workerloop exits with the status dispatchd refused it with" {
+	printf 'secret-token-0123456789\n' >token
+	chmod 600 token
+	start_dispatchd --token-file "$T/token"
+	printf 'wrong-token-0123456789\n' >wrong
+	chmod 600 wrong
+	run -11 env MUSTER_TOKEN_FILE="$T/wrong" workerloop -t worker:0
+	assert_output --partial UNAUTHENTICATED
 }

@@ -99,15 +99,25 @@ wait_grep() {
 	return 1
 }
 
+# start_daemon PROG [ARGS]: PROG on an ephemeral loopback port, logging to
+# $T/PROG.log, stopped in teardown; its PID in DAEMON_PID, its port in
+# DAEMON_PORT.
+start_daemon() {
+	local prog=$1 pf="$T/$1.port.$RANDOM"
+	shift
+	"$prog" -l 127.0.0.1:0 --port-file "$pf" "$@" 2>>"$T/$prog.log" &
+	DAEMON_PID=$!
+	DAEMON_PIDS+=("$DAEMON_PID")
+	wait_file "$pf" || return 1
+	DAEMON_PORT=$(cat "$pf")
+}
+
 # start_coordd [ARGS...]: coordd on 127.0.0.1 and a free port; sets
 # COORD_PID, COORD_PORT and exports MUSTER_COORD.
 start_coordd() {
-	local pf="$T/coordd.port.$RANDOM"
-	coordd -l 127.0.0.1:0 --port-file "$pf" "$@" 2>>"$T/coordd.log" &
-	COORD_PID=$!
-	DAEMON_PIDS+=("$COORD_PID")
-	wait_file "$pf" || return 1
-	COORD_PORT=$(cat "$pf")
+	start_daemon coordd "$@" || return 1
+	COORD_PID=$DAEMON_PID
+	COORD_PORT=$DAEMON_PORT
 	MUSTER_COORD=127.0.0.1:$COORD_PORT
 	export MUSTER_COORD
 	# An in-memory store's revisions start from the clock, so that they
@@ -238,12 +248,9 @@ pw() {
 # start_dispatchd [ARGS]: dispatchd on an ephemeral port; exports
 # MUSTER_DISPATCHER.
 start_dispatchd() {
-	local pf="$T/dispatchd.port.$RANDOM"
-	dispatchd -l 127.0.0.1:0 --port-file "$pf" "$@" 2>>"$T/dispatchd.log" &
-	DISPATCH_PID=$!
-	DAEMON_PIDS+=("$DISPATCH_PID")
-	wait_file "$pf" || return 1
-	DISPATCH_PORT=$(cat "$pf")
+	start_daemon dispatchd "$@" || return 1
+	DISPATCH_PID=$DAEMON_PID
+	DISPATCH_PORT=$DAEMON_PORT
 	MUSTER_DISPATCHER=127.0.0.1:$DISPATCH_PORT
 	export MUSTER_DISPATCHER
 }
