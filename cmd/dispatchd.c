@@ -1,9 +1,11 @@
 /*
  * dispatchd: the work dispatcher of a muster job: closure queues with
- * at-least-once execution on workerloop workers.
+ * at-least-once execution on workerloop workers, and datasets read by
+ * jobs whose splits workers lease.
  */
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -12,6 +14,7 @@
 #include "duration.h"
 #include "log.h"
 #include "parse.h"
+#include "task.h"
 
 static const char synopsis[] =
     "usage: dispatchd [-nv] [-l HOST:PORT] [--port-file FILE] "
@@ -19,12 +22,50 @@ static const char synopsis[] =
     "                 [--queue-max N] [--worker-recovery DUR] "
     "[--watchdog DUR]\n"
     "                 [--max-worker-deaths N] [--max-closure-size BYTES]\n"
+    "                 [--static-workers NAME,...] [--client-timeout DUR] "
+    "[--job-gc-timeout DUR]\n"
     "                 [--threads N] [--max-connections N] "
     "[--max-inflight-bytes BYTES]\n"
     "                 [--request-timeout DUR] [--max-wait DUR]\n"
     "                 [--token-file FILE] [--insecure]\n"
     "                 [--tls-cert FILE --tls-key FILE [--tls-client-ca "
     "FILE]]\n";
+
+/*
+ * The workers of the static sharding modes, in shard order, as workers
+ * name themselves (JOB:INDEX: "w0" is spelled "w0:0").
+ */
+static int
+static_workers(const char *arg, struct ds_config *c)
+{
+	char *list = strdup(arg), *save = NULL, name[TASK_JOB_MAX + 32];
+
+	if (list == NULL)
+		return -1;
+	for (char *s = strtok_r(list, ",", &save); s != NULL;
+	     s = strtok_r(NULL, ",", &save)) {
+		struct task_name tn;
+		char **v;
+		if (task_parse(s, &tn) < 0)
+			goto bad;
+		task_format(&tn, name, sizeof(name));
+		for (size_t i = 0; i < c->nstatic; i++)
+			if (strcmp(c->static_workers[i], name) == 0)
+				goto bad;
+		if ((v = realloc(c->static_workers,
+		         (c->nstatic + 1) * sizeof(*v))) == NULL)
+			goto bad;
+		c->static_workers = v;
+		if ((v[c->nstatic] = strdup(name)) == NULL)
+			goto bad;
+		c->nstatic++;
+	}
+	free(list);
+	return c->nstatic > 0 ? 0 : -1;
+bad:
+	free(list);
+	return -1;
+}
 
 static int
 parse_args(int argc, char **argv, struct daemon_options *d,
@@ -38,6 +79,9 @@ parse_args(int argc, char **argv, struct daemon_options *d,
 	    {"watchdog", required_argument, NULL, 'W'},
 	    {"max-worker-deaths", required_argument, NULL, 'D'},
 	    {"max-closure-size", required_argument, NULL, 'M'},
+	    {"static-workers", required_argument, NULL, 'S'},
+	    {"client-timeout", required_argument, NULL, 'C'},
+	    {"job-gc-timeout", required_argument, NULL, 'G'},
 	    {NULL, 0, NULL, 0},
 	};
 	long n;
@@ -85,6 +129,26 @@ parse_args(int argc, char **argv, struct daemon_options *d,
 				    "--max-closure-size %s is not a size of "
 				    "at least 1K (like 64K, 16M)",
 				    optarg);
+			break;
+		case 'S':
+			if (static_workers(optarg, &dc->ds) < 0) {
+				fprintf(stderr,
+				    "dispatchd: --static-workers %s: a list of "
+				    "worker names (JOB:INDEX), comma-separated, "
+				    "each once\n%s",
+				    optarg, synopsis);
+				return 2;
+			}
+			break;
+		case 'C':
+			if (cli_duration_flag(synopsis, "--client-timeout",
+			        optarg, 1, &dc->ds.client_timeout_ms) != 0)
+				return 2;
+			break;
+		case 'G':
+			if (cli_duration_flag(synopsis, "--job-gc-timeout",
+			        optarg, 1, &dc->ds.gc_timeout_ms) != 0)
+				return 2;
 			break;
 		default: return cli_std_option(c, synopsis);
 		}

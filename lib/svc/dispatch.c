@@ -16,7 +16,7 @@
 #include <time.h>
 
 #include "buf.h"
-#include "dispatch.h"
+#include "dispatch_int.h"
 #include "duration.h"
 #include "log.h"
 #include "park.h"
@@ -26,44 +26,11 @@
 #include "text.h"
 #include "timer.h"
 
-/* What a parked request waits as. */
-enum wait_kind { W_JOIN, W_DONE, W_SCHEDULE, W_TAKE, W_HEARTBEAT };
-
-struct waitctx {
-	enum wait_kind kind;
-	struct cq *cq;          /* W_SCHEDULE: */
-	struct cq_closure **cs; /* the closures, checked, */
-	size_t ncs;             /* how many */
-	int block;
-	size_t max;          /* W_TAKE */
-	struct cq_worker *w; /* W_TAKE, W_HEARTBEAT */
-	struct cq_queue *q;
-};
-
-struct dispatch {
-	pthread_mutex_t mu;
-	struct park *park;
-	struct cq *cq;
-	struct dispatch_config cfg;
-	struct park_index *fetchers; /* closure id -> fetches */
-	struct park_index *qwait;    /* queue -> joins, dones, schedules */
-	struct park_index *beats;    /* worker -> its parked heartbeat */
-	struct park_list takers;     /* every worker's parked takes */
-	/* Reported by the queues, acted on in dispatch_unlock. */
-	struct cq_event *events;
-	size_t nevents, capevents;
-	int work; /* closures wait to run */
-	struct timer scan, watchdog;
-	int stall_logged;
-	atomic_int closing;
-};
-
 static void settle_queue(struct dispatch *d, struct cq_queue *q);
-static void dispatch_unlock(struct dispatch *d);
 static void serve_takers(struct dispatch *d);
 
-static void
-lock(struct dispatch *d)
+void
+dispatch_lock(struct dispatch *d)
 {
 	pthread_mutex_lock(&d->mu);
 }
@@ -153,8 +120,8 @@ reply_queue_error(struct http_req *req, const struct cq_closure *c)
 	http_reply_error_json(req, ST_INTERNAL, extra, "%s", msg);
 }
 
-static void
-reply_closing(struct http_req *req)
+void
+dispatch_reply_closing(struct http_req *req)
 {
 	http_set_header(req, "Retry-After", "1");
 	http_reply_error(req, ST_UNAVAILABLE, "dispatchd is shutting down");
@@ -171,15 +138,15 @@ ctx_free(struct waitctx *x)
 	free(x);
 }
 
-static void
-free_ctx(struct parked *w)
+void
+dispatch_free_ctx(struct parked *w)
 {
 	ctx_free(w->ctx);
 	w->ctx = NULL;
 }
 
-static struct parked *
-park(struct dispatch *d, struct http_req *req, struct park_list *l,
+struct parked *
+dispatch_park(struct dispatch *d, struct http_req *req, struct park_list *l,
     int64_t wait, park_fn expire, struct waitctx *x)
 {
 	struct parked *w = park_add(d->park, req, l, wait, expire, "", 0);
@@ -190,12 +157,12 @@ park(struct dispatch *d, struct http_req *req, struct park_list *l,
 		return NULL;
 	}
 	w->ctx = x;
-	w->drop = free_ctx;
+	w->drop = dispatch_free_ctx;
 	return w;
 }
 
-static struct waitctx *
-ctx_new(enum wait_kind kind)
+struct waitctx *
+dispatch_ctx_new(enum wait_kind kind)
 {
 	struct waitctx *x = calloc(1, sizeof(*x));
 
@@ -241,7 +208,7 @@ answer_fetchers(struct dispatch *d, struct cq_closure *c)
 		return;
 	park_list_hold(l);
 	for (struct parked *w = l->head; w != NULL; w = l->head) {
-		free_ctx(w);
+		dispatch_free_ctx(w);
 		park_take(w);
 		http_reply_shared(w->req, sh);
 	}
@@ -249,8 +216,8 @@ answer_fetchers(struct dispatch *d, struct cq_closure *c)
 	http_shared_release(sh);
 }
 
-static json_t *
-stops_json(struct cq_worker *w)
+json_t *
+dispatch_stops_json(struct cq_worker *w)
 {
 	uint64_t *ids;
 	long *att;
@@ -276,19 +243,25 @@ answer_beat(struct dispatch *d, struct cq_worker *w, int gone)
 		return;
 	park_list_hold(l);
 	for (struct parked *p = l->head; p != NULL; p = l->head) {
-		free_ctx(p);
+		dispatch_free_ctx(p);
 		park_take(p);
 		if (gone)
 			http_reply_error(p->req, ST_ABORTED,
 			    "%s is not registered (%s)", w->name,
 			    w->why != NULL ? w->why : "left");
 		else
-			http_reply_json(p->req, 200, stops_json(w));
+			http_reply_json(p->req, 200, dispatch_beat_json(d, w));
 	}
 	park_list_release(l);
 	if (!gone)
 		cq_seen(d->cq, w, duration_now_ms());
 	w->hb_parked = 0;
+}
+
+void
+dispatch_answer_beat(struct dispatch *d, struct cq_worker *w)
+{
+	answer_beat(d, w, 0);
 }
 
 static void
@@ -301,7 +274,7 @@ answer_takers_of(struct dispatch *d, struct cq_worker *w)
 		next = p->next;
 		if (x->w != w)
 			continue;
-		free_ctx(p);
+		dispatch_free_ctx(p);
 		park_take(p);
 		http_reply_error(p->req, ST_ABORTED,
 		    "%s is not registered (%s)", w->name,
@@ -321,11 +294,13 @@ no_workers(struct dispatch *d, int64_t now, int64_t *until)
 	return now >= *until;
 }
 
-static void
+void
 dispatch_unlock(struct dispatch *d)
 {
 	for (int round = 0; round < 1000; round++) {
 		size_t n = d->nevents;
+		if (dispatch_data_events(d))
+			continue;
 		if (n == 0 && !d->work)
 			break;
 		for (size_t i = 0; i < d->nevents; i++) {
@@ -335,6 +310,11 @@ dispatch_unlock(struct dispatch *d)
 			case CQ_EV_QUEUE: settle_queue(d, ev.q); break;
 			case CQ_EV_STOP: answer_beat(d, ev.w, 0); break;
 			case CQ_EV_WORKER_GONE:
+				/* Live again: it registered anew, and the data
+				 * side dropped the old incarnation then. */
+				if (!ev.w->live)
+					ds_worker_down(d->ds, ev.w->name,
+					    ev.w->inc, duration_now_ms());
 				answer_beat(d, ev.w, 1);
 				answer_takers_of(d, ev.w);
 				break;
@@ -359,15 +339,15 @@ unlock_cb(void *arg)
 	dispatch_unlock(arg);
 }
 
-static int
-closing(struct dispatch *d)
+int
+dispatch_closing(struct dispatch *d)
 {
 	return atomic_load(&d->closing);
 }
 
-static int
-arg_long(struct http_req *req, const char *name, long def, long min, long max,
-    long *v)
+int
+dispatch_arg_long(struct http_req *req, const char *name, long def, long min,
+    long max, long *v)
 {
 	const char *s = http_req_arg(req, name);
 	char *end;
@@ -384,8 +364,8 @@ arg_long(struct http_req *req, const char *name, long def, long min, long max,
 	return 0;
 }
 
-static json_t *
-body_json(struct http_req *req)
+json_t *
+dispatch_body(struct http_req *req)
 {
 	size_t len;
 	const char *body = http_req_body(req, &len);
@@ -477,7 +457,7 @@ schedule_expire(struct parked *w)
 		http_reply_error(w->req, ST_DEADLINE_EXCEEDED,
 		    "queue %s stayed full (%zu closures queued)", x->q->name,
 		    x->q->queued);
-	free_ctx(w);
+	dispatch_free_ctx(w);
 }
 
 /* {"done","queued","inflight"}: where q stands. */
@@ -512,7 +492,7 @@ join_expire(struct parked *w)
 	struct waitctx *x = w->ctx;
 
 	reply_join_pending(w->obj, w->req, x->q);
-	free_ctx(w);
+	dispatch_free_ctx(w);
 }
 
 static void
@@ -522,7 +502,7 @@ done_expire(struct parked *w)
 
 	http_reply_error(w->req, ST_DEADLINE_EXCEEDED,
 	    "waited for the closures of queue %s in flight to end", x->q->name);
-	free_ctx(w);
+	dispatch_free_ctx(w);
 }
 
 /*
@@ -549,7 +529,7 @@ settle_queue(struct dispatch *d, struct cq_queue *q)
 		if ((e = cq_take_error(d->cq, q, now, &wait)) != NULL) {
 			park_take(p);
 			reply_queue_error(p->req, e);
-			free_ctx(p);
+			dispatch_free_ctx(p);
 			continue;
 		}
 		if (wait)
@@ -559,7 +539,7 @@ settle_queue(struct dispatch *d, struct cq_queue *q)
 			if (cq_idle(q)) {
 				park_take(p);
 				http_reply_json(p->req, 200, queue_counts(q));
-				free_ctx(p);
+				dispatch_free_ctx(p);
 			} else if (no_workers(d, now, &until)) {
 				park_take(p);
 				join_expire(p);
@@ -568,13 +548,13 @@ settle_queue(struct dispatch *d, struct cq_queue *q)
 		case W_DONE:
 			park_take(p);
 			http_reply_json(p->req, 200, queue_counts(q));
-			free_ctx(p);
+			dispatch_free_ctx(p);
 			break;
 		case W_SCHEDULE:
 			if (cq_room(d->cq, q) > 0) {
 				park_take(p);
 				try_schedule(d, p->req, q, x);
-				free_ctx(p);
+				dispatch_free_ctx(p);
 			}
 			break;
 		default: break;
@@ -640,12 +620,12 @@ schedule_route(struct dispatch *d, struct http_req *req, struct cq_queue *q)
 	long block;
 	int64_t wait;
 
-	if (arg_long(req, "block", 1, 0, 1, &block) < 0 ||
+	if (dispatch_arg_long(req, "block", 1, 0, 1, &block) < 0 ||
 	    park_wait_arg(req, "wait", PARK_WAIT_DEFAULT_MS, &wait) < 0)
 		return;
-	if ((body = body_json(req)) == NULL)
+	if ((body = dispatch_body(req)) == NULL)
 		return;
-	if ((x = ctx_new(W_SCHEDULE)) == NULL) {
+	if ((x = dispatch_ctx_new(W_SCHEDULE)) == NULL) {
 		json_decref(body);
 		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
 		return;
@@ -659,7 +639,7 @@ schedule_route(struct dispatch *d, struct http_req *req, struct cq_queue *q)
 		return;
 	}
 	json_decref(body);
-	if ((w = park(d, req, l, wait, schedule_expire, x)) != NULL)
+	if ((w = dispatch_park(d, req, l, wait, schedule_expire, x)) != NULL)
 		w->obj = d;
 }
 
@@ -693,7 +673,7 @@ join_route(struct dispatch *d, struct http_req *req, struct cq_queue *q,
 		if (until > 0 && until - now < wait)
 			wait = until - now;
 	}
-	if ((x = ctx_new(is_done ? W_DONE : W_JOIN)) == NULL) {
+	if ((x = dispatch_ctx_new(is_done ? W_DONE : W_JOIN)) == NULL) {
 		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
@@ -702,7 +682,8 @@ join_route(struct dispatch *d, struct http_req *req, struct cq_queue *q,
 		free(x);
 		return;
 	}
-	w = park(d, req, l, wait, is_done ? done_expire : join_expire, x);
+	w = dispatch_park(d, req, l, wait, is_done ? done_expire : join_expire,
+	    x);
 	if (w != NULL)
 		w->obj = d;
 }
@@ -722,9 +703,9 @@ queue_route(struct http_req *req, const struct route_match *m, void *arg)
 		    "%s is not a queue name (letters, digits, _-.:)", name);
 		return;
 	}
-	lock(d);
-	if (closing(d)) {
-		reply_closing(req);
+	dispatch_lock(d);
+	if (dispatch_closing(d)) {
+		dispatch_reply_closing(req);
 	} else if ((q = cq_queue(d->cq, name, 1)) == NULL) {
 		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
 	} else if (wl == 8 && memcmp(what, "closures", 8) == 0 &&
@@ -750,7 +731,7 @@ fetch_expire(struct parked *w)
 	struct dispatch *d = w->obj;
 	struct cq_closure *c = cq_closure(d->cq, (uint64_t)w->limit);
 
-	free_ctx(w);
+	dispatch_free_ctx(w);
 	if (c == NULL)
 		http_reply_error(w->req, ST_NOT_FOUND,
 		    "closure %" PRId64 " was forgotten", w->limit);
@@ -785,7 +766,7 @@ closure_route(struct http_req *req, const struct route_match *m, void *arg)
 	if (closure_arg(req, m, &id) < 0 ||
 	    park_wait_arg(req, "wait", 0, &wait) < 0)
 		return;
-	lock(d);
+	dispatch_lock(d);
 	if ((c = cq_closure(d->cq, id)) == NULL) {
 		http_reply_error(req, ST_NOT_FOUND, "no closure %" PRIu64, id);
 	} else if (m->nseg == 2) { /* POST .../cancel */
@@ -807,7 +788,7 @@ closure_route(struct http_req *req, const struct route_match *m, void *arg)
 			http_reply_json(req, 200,
 			    json_pack("{s:I}", "forgotten", (json_int_t)id));
 	} else if (c->state == CQ_QUEUED || c->state == CQ_RUNNING) {
-		if (wait == 0 || closing(d)) {
+		if (wait == 0 || dispatch_closing(d)) {
 			http_reply_json(req, 200, value_json(c, 1));
 		} else {
 			struct park_list *l;
@@ -817,8 +798,8 @@ closure_route(struct http_req *req, const struct route_match *m, void *arg)
 				http_reply_error(req, ST_RESOURCE_EXHAUSTED,
 				    "out of memory");
 			} else {
-				struct parked *w =
-				    park(d, req, l, wait, fetch_expire, NULL);
+				struct parked *w = dispatch_park(d, req, l,
+				    wait, fetch_expire, NULL);
 				if (w != NULL) {
 					w->obj = d;
 					w->limit = (int64_t)id;
@@ -871,7 +852,7 @@ closures_route(struct http_req *req, const struct route_match *m, void *arg)
 			return;
 		}
 	}
-	lock(d);
+	dispatch_lock(d);
 	if (qn != NULL && (q = cq_queue(d->cq, qn, 0)) == NULL) {
 		json_decref(x.a);
 		http_reply_error(req, ST_NOT_FOUND, "no queue %s", qn);
@@ -969,7 +950,7 @@ status_route(struct http_req *req, const struct route_match *m, void *arg)
 	struct dispatch *d = arg;
 
 	(void)m;
-	lock(d);
+	dispatch_lock(d);
 	http_reply_json(req, 200, status_json(d));
 	dispatch_unlock(d);
 }
@@ -1004,9 +985,9 @@ resource_route(struct http_req *req, const struct route_match *m, void *arg)
 
 	route_seg(m, 0, name, sizeof(name));
 	if (m->method == ROUTE_PUT) {
-		if ((body = body_json(req)) == NULL)
+		if ((body = dispatch_body(req)) == NULL)
 			return;
-		lock(d);
+		dispatch_lock(d);
 		st = cq_resource_add(d->cq, name, json_object_get(body, "argv"),
 		    msg, sizeof(msg));
 		if (st != ST_OK)
@@ -1018,7 +999,7 @@ resource_route(struct http_req *req, const struct route_match *m, void *arg)
 		json_decref(body);
 		return;
 	}
-	lock(d);
+	dispatch_lock(d);
 	if ((def = cq_resource(d->cq, name)) == NULL) {
 		http_reply_error(req, ST_NOT_FOUND, "no resource %s", name);
 	} else {
@@ -1045,7 +1026,7 @@ resources_route(struct http_req *req, const struct route_match *m, void *arg)
 	json_t *a = json_array();
 
 	(void)m;
-	lock(d);
+	dispatch_lock(d);
 	cq_each_resource(d->cq, res_list_one, a);
 	http_reply_json(req, 200, json_pack("{s:o}", "resources", a));
 	dispatch_unlock(d);
@@ -1092,7 +1073,7 @@ reply_closures(struct dispatch *d, struct http_req *req, struct cq_closure **cs,
 static void
 take_expire(struct parked *w)
 {
-	free_ctx(w);
+	dispatch_free_ctx(w);
 	http_reply(w->req, 200, "application/json", "{\"closures\":[]}", 15);
 }
 
@@ -1116,7 +1097,7 @@ serve_takers(struct dispatch *d)
 		cq_seen(d->cq, x->w, now);
 		park_take(p);
 		reply_closures(d, p->req, cs, n);
-		free_ctx(p);
+		dispatch_free_ctx(p);
 	}
 }
 
@@ -1132,13 +1113,13 @@ take(struct dispatch *d, struct http_req *req, struct cq_worker *w, long max,
 		reply_closures(d, req, cs, n);
 		return;
 	}
-	if ((x = ctx_new(W_TAKE)) == NULL) {
+	if ((x = dispatch_ctx_new(W_TAKE)) == NULL) {
 		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
 	x->w = w;
 	x->max = (size_t)max;
-	park(d, req, &d->takers, wait, take_expire, x);
+	dispatch_park(d, req, &d->takers, wait, take_expire, x);
 }
 
 static void
@@ -1148,8 +1129,8 @@ beat_expire(struct parked *w)
 
 	x->w->hb_parked = 0;
 	cq_seen(NULL, x->w, duration_now_ms());
-	free_ctx(w);
-	http_reply(w->req, 200, "application/json", "{\"stop\":[]}", 11);
+	http_reply_json(w->req, 200, dispatch_beat_json(w->obj, x->w));
+	dispatch_free_ctx(w);
 }
 
 /* The client of a parked heartbeat went away: its worker is gone. */
@@ -1162,7 +1143,7 @@ beat_drop(struct parked *p)
 	x->w->hb_parked = 0;
 	cq_worker_failed(d->cq, x->w, "its connection was lost",
 	    duration_now_ms());
-	free_ctx(p);
+	dispatch_free_ctx(p);
 }
 
 static void
@@ -1174,19 +1155,20 @@ heartbeat(struct dispatch *d, struct http_req *req, struct cq_worker *w,
 	struct parked *p;
 	int64_t cap = cq_config(d->cq)->hb_timeout_ms / 2;
 
-	if (w->nstop > 0 || wait == 0 || w->hb_parked) {
-		http_reply_json(req, 200, stops_json(w));
+	if (w->nstop > 0 || wait == 0 || w->hb_parked ||
+	    ds_worker_changed(d->ds, w->name, 0)) {
+		http_reply_json(req, 200, dispatch_beat_json(d, w));
 		return;
 	}
 	if (wait > cap)
 		wait = cap;
 	if ((l = park_index_list(d->beats, w->name, strlen(w->name))) == NULL ||
-	    (x = ctx_new(W_HEARTBEAT)) == NULL) {
+	    (x = dispatch_ctx_new(W_HEARTBEAT)) == NULL) {
 		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
 	x->w = w;
-	if ((p = park(d, req, l, wait, beat_expire, x)) != NULL) {
+	if ((p = dispatch_park(d, req, l, wait, beat_expire, x)) != NULL) {
 		p->obj = d;
 		p->drop = beat_drop;
 		w->hb_parked = 1;
@@ -1315,18 +1297,18 @@ worker_route(struct http_req *req, const struct route_match *m, void *arg)
 		return;
 	}
 	if (park_wait_arg(req, "wait", 0, &wait) < 0 ||
-	    arg_long(req, "max", 1, 1, TAKE_MAX, &max) < 0 ||
-	    arg_long(req, "take", 0, 0, TAKE_MAX, &slots) < 0)
+	    dispatch_arg_long(req, "max", 1, 1, TAKE_MAX, &max) < 0 ||
+	    dispatch_arg_long(req, "take", 0, 0, TAKE_MAX, &slots) < 0)
 		return;
 	if (m->method == ROUTE_POST &&
 	    (m->nseg == 1 || (wl == 7 && memcmp(what, "results", 7) == 0) ||
-	        m->nseg == 3)) {
-		if ((body = body_json(req)) == NULL)
+	        (wl == 6 && memcmp(what, "splits", 6) == 0) || m->nseg == 3)) {
+		if ((body = dispatch_body(req)) == NULL)
 			return;
 	}
-	lock(d);
-	if (closing(d)) {
-		reply_closing(req);
+	dispatch_lock(d);
+	if (dispatch_closing(d)) {
+		dispatch_reply_closing(req);
 		goto out;
 	}
 	if (m->nseg == 1 && m->method == ROUTE_POST) {
@@ -1342,6 +1324,7 @@ worker_route(struct http_req *req, const struct route_match *m, void *arg)
 			http_reply_error(req, ST_INVALID_ARGUMENT, "%s", msg);
 			goto out;
 		}
+		dispatch_data_register(d, w, body);
 		log_debug("worker %s registered (%ld slots)", name, n);
 		http_reply_json(req, 200,
 		    json_pack("{s:s,s:I,s:I}", "incarnation",
@@ -1367,6 +1350,13 @@ worker_route(struct http_req *req, const struct route_match *m, void *arg)
 	} else if (wl == 9 && memcmp(what, "heartbeat", 9) == 0) {
 		cq_seen(d->cq, w, now);
 		heartbeat(d, req, w, wait);
+	} else if (wl == 6 && memcmp(what, "splits", 6) == 0) {
+		cq_seen(d->cq, w, now);
+		dispatch_data_lease(d, req, w, body, wait);
+	} else if (wl == 5 && memcmp(what, "tasks", 5) == 0 && m->nseg == 3) {
+		char task[32];
+		route_seg(m, 2, task, sizeof(task));
+		dispatch_data_task(d, req, w, task, body);
 	} else if (wl == 4 && memcmp(what, "take", 4) == 0) {
 		cq_seen(d->cq, w, now);
 		take(d, req, w, max, wait);
@@ -1409,7 +1399,7 @@ workers_route(struct http_req *req, const struct route_match *m, void *arg)
 	json_t *a = json_array();
 
 	(void)m;
-	lock(d);
+	dispatch_lock(d);
 	cq_each_worker(d->cq, worker_json, a);
 	http_reply_json(req, 200, json_pack("{s:o}", "workers", a));
 	dispatch_unlock(d);
@@ -1435,6 +1425,7 @@ scan(struct timer *t)
 	        until;
 
 	cq_scan(d->cq, now);
+	ds_scan(d->ds, now, &until);
 	/* Joins give up once no worker has been there long enough. */
 	if (no_workers(d, now, &until))
 		cq_each_queue(d->cq, mark_queue, d);
@@ -1514,6 +1505,8 @@ dispatch_new(const struct dispatch_config *cfg, char *err, size_t errlen)
 	if ((d->fetchers = park_index_new()) == NULL ||
 	    (d->qwait = park_index_new()) == NULL ||
 	    (d->beats = park_index_new()) == NULL ||
+	    (d->leasers = park_index_new()) == NULL ||
+	    (d->ds = ds_new(&cfg->ds, dispatch_data_observe, d)) == NULL ||
 	    (d->cq = cq_new(&cfg->cq, observe, d, now)) == NULL) {
 		snprintf(err, errlen, "out of memory");
 		goto fail;
@@ -1521,7 +1514,7 @@ dispatch_new(const struct dispatch_config *cfg, char *err, size_t errlen)
 	park_set_max_wait(d->park, cfg->max_wait_ms);
 	d->scan.fire = scan;
 	d->watchdog.fire = watchdog;
-	lock(d);
+	dispatch_lock(d);
 	park_set_unlock(d->park, unlock_cb, d);
 	timers_add(park_timers(d->park), &d->scan, now + 100);
 	if (d->cfg.watchdog_ms > 0)
@@ -1544,9 +1537,9 @@ drain(struct park_list *l, void *arg)
 		struct waitctx *x = w->ctx;
 		if (x != NULL && x->kind == W_HEARTBEAT)
 			x->w->hb_parked = 0;
-		free_ctx(w);
+		dispatch_free_ctx(w);
 		park_take(w);
-		reply_closing(w->req);
+		dispatch_reply_closing(w->req);
 	}
 	park_list_release(l);
 }
@@ -1554,11 +1547,12 @@ drain(struct park_list *l, void *arg)
 void
 dispatch_shutdown(struct dispatch *d)
 {
-	lock(d);
+	dispatch_lock(d);
 	atomic_store(&d->closing, 1);
 	park_index_each(d->fetchers, drain, NULL);
 	park_index_each(d->qwait, drain, NULL);
 	park_index_each(d->beats, drain, NULL);
+	park_index_each(d->leasers, drain, NULL);
 	drain(&d->takers, NULL);
 	dispatch_unlock(d);
 }
@@ -1572,8 +1566,11 @@ dispatch_free(struct dispatch *d)
 	park_index_free(d->fetchers);
 	park_index_free(d->qwait);
 	park_index_free(d->beats);
+	park_index_free(d->leasers);
 	cq_free(d->cq);
+	ds_free(d->ds);
 	free(d->events);
+	free(d->dsev);
 	pthread_mutex_destroy(&d->mu);
 	free(d);
 }
@@ -1584,7 +1581,7 @@ metrics(struct buf *b, void *arg)
 	struct dispatch *d = arg;
 	const struct cq_view *v;
 
-	lock(d);
+	dispatch_lock(d);
 	v = cq_view(d->cq);
 	buf_printf(b,
 	    "# HELP muster_dispatch_queued Closures waiting for a worker.\n"
@@ -1670,6 +1667,14 @@ static const struct route routes[] = {
     {"/v1/workers/*/*", ROUTE_POST, worker_route},
     {"/v1/workers/*/*/*", ROUTE_POST, worker_route},
     {"/v1/resources", ROUTE_GET, resources_route},
+    {"/v1/datasets", ROUTE_GET | ROUTE_POST, dispatch_datasets_route},
+    {"/v1/datasets/*", ROUTE_GET, dispatch_datasets_route},
+    {"/v1/datasets/*/splits", ROUTE_GET, dispatch_datasets_route},
+    {"/v1/jobs", ROUTE_GET | ROUTE_POST, dispatch_jobs_route},
+    {"/v1/jobs/*", ROUTE_GET, dispatch_jobs_route},
+    {"/v1/jobs/*/checkpoint", ROUTE_GET, dispatch_jobs_route},
+    {"/v1/clients/*", ROUTE_DELETE, dispatch_clients_route},
+    {"/v1/clients/*/heartbeat", ROUTE_POST, dispatch_clients_route},
     {"/v1/resources/*", ROUTE_GET | ROUTE_PUT, resource_route},
 };
 

@@ -12,11 +12,13 @@
 
 #include "closureq.h"
 #include "daemon.h"
+#include "dataset.h"
 
 struct dispatch;
 
 struct dispatch_config {
 	struct cq_config cq;
+	struct ds_config ds;
 	int64_t worker_recovery_ms; /* 0: 1 h */
 	int64_t watchdog_ms;        /* 0: no watchdog */
 	int64_t max_wait_ms;        /* 0: PARK_WAIT_DEFAULT_MS */

@@ -1,0 +1,230 @@
+/*
+ * dataset.h: dispatchd's datasets, jobs, tasks and job clients, as a state
+ * machine with no network and no clock of its own (the tf.data service
+ * dispatcher's state, for shell readers).
+ *
+ * A dataset is a list of splits and a reader command, registered by
+ * fingerprint. A job is one reading of it in a processing mode; a task is
+ * one worker's part of a job; a job client is one consumer's hold on a
+ * job. In DYNAMIC mode splits are leased to tasks by sequence number
+ * (epoch * splits + position) and consumers report the ranges of each
+ * split's elements they delivered: a seq is done when they cover the
+ * split. A dead worker's unfinished seqs are leased again, with the
+ * ranges already delivered to skip, once every consumer of the job has
+ * said it stopped reading from that worker.
+ *
+ * Not thread-safe: the caller holds one lock and passes the monotonic time
+ * in. What others must hear of goes to the observer, which must not call
+ * back in.
+ */
+#ifndef MUSTER_DATASET_H
+#define MUSTER_DATASET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "splitorder.h"
+#include "status.h"
+
+#define DS_SPLIT_MAX 4096
+#define DS_WANT_MAX 1024
+
+enum ds_mode { DS_OFF, DS_DYNAMIC, DS_FILE, DS_DATA, DS_FILE_OR_DATA, DS_HINT };
+
+struct ds_dataset {
+	uint64_t id;
+	char *name; /* an alias, or NULL */
+	char **splits;
+	size_t nsplits;
+	char *reader;
+	enum framing framing;
+	int reader_skips;
+	char fp[17]; /* fingerprint, hex */
+	struct ds_dataset *next;
+};
+
+struct ds_range {
+	uint64_t a, b; /* [a, b) */
+};
+
+struct ds_task;
+
+/* A leased seq of a DYNAMIC job, until its elements are all delivered. */
+struct ds_lease {
+	uint64_t seq;
+	struct ds_task *task; /* holding it; NULL when waiting to be leased */
+	struct ds_range *r;   /* delivered, sorted, disjoint */
+	size_t nr, capr;
+	int64_t total;                /* elements in the split, -1 unknown */
+	struct ds_lease *prev, *next; /* its task's list, or the job's queue */
+};
+
+struct ds_lease_list {
+	struct ds_lease *head, *tail;
+	size_t count;
+};
+
+enum ds_task_state { DS_TASK_RUNNING, DS_TASK_FINISHED, DS_TASK_FAILED };
+
+struct ds_job;
+
+struct ds_task {
+	uint64_t id;
+	struct ds_job *job;
+	char *worker; /* its name */
+	uint64_t inc; /* the incarnation it belongs to */
+	char *address, *host;
+	long shard; /* static modes: the worker's index; else 0 */
+	enum ds_task_state state;
+	int read_all;        /* the worker read all of it */
+	int pending;         /* round robin: not listed yet */
+	int64_t start_round; /* round robin: listed from this round */
+	struct ds_lease_list leases;
+	uint64_t *acks; /* failed: clients yet to say they stopped reading */
+	size_t nacks;
+	uint64_t *told; /* clients whose heartbeats listed it */
+	size_t ntold, captold;
+	struct ds_task *next; /* in its job */
+};
+
+struct ds_client {
+	uint64_t id;
+	struct ds_job *job;
+	int64_t last_seen;
+	long index;      /* round robin: consumer index */
+	int64_t round;   /* the round it reads next, -1 not said */
+	int64_t blocked; /* it will not read this round or later; -1 none */
+	struct ds_client *next; /* in its job */
+};
+
+struct ds_job {
+	uint64_t id;
+	char *name; /* NULL: anonymous */
+	struct ds_dataset *ds;
+	enum ds_mode mode; /* as asked */
+	enum ds_mode eff;  /* FILE_OR_DATA resolved */
+	long repeat;       /* epochs; 0: for ever */
+	uint64_t seed;
+	long consumers; /* round robin; 0: none */
+	long shards;    /* static modes: the worker list's length */
+	int finished;
+	char *error;
+	struct ds_task *tasks;
+	struct ds_client *clients;
+	size_t nclients;
+	int64_t idle_since; /* no client since then; 0 while it has one */
+	/* DYNAMIC */
+	uint64_t next;              /* the next seq never leased */
+	uint64_t total;             /* seqs in all; UINT64_MAX for ever */
+	uint64_t done;              /* seqs delivered */
+	struct ds_lease_list queue; /* to lease again, first */
+	struct lease_map *leases;   /* seq -> lease, every open one */
+	uint32_t *order;            /* split_order of order_epoch */
+	uint64_t order_epoch;
+	/* round robin: the pending-task protocol */
+	int64_t rr_latest; /* the highest round reported */
+	int64_t rr_target; /* for the first pending task, -1 none */
+	int64_t rr_delta;
+	unsigned char *finished_shards; /* static modes */
+	struct ds_job *link;            /* every job */
+};
+
+struct ds_config {
+	int64_t client_timeout_ms; /* 0: 2 min */
+	int64_t gc_timeout_ms;     /* 0: 5 min */
+	char **static_workers;     /* the static modes' workers, in order */
+	size_t nstatic;
+};
+
+enum ds_event_type {
+	DS_EV_TASKS, /* worker's task list changed */
+	DS_EV_SPLITS /* job has seqs to lease, ended or failed */
+};
+
+struct ds_event {
+	enum ds_event_type type;
+	const char *worker; /* DS_EV_TASKS */
+	uint64_t job;       /* DS_EV_SPLITS */
+};
+
+typedef void (*ds_observer_fn)(const struct ds_event *ev, void *arg);
+
+struct ds;
+
+struct ds *ds_new(const struct ds_config *cfg, ds_observer_fn fn, void *arg);
+void ds_free(struct ds *ds);
+const char *ds_mode_name(enum ds_mode m);
+int ds_mode_parse(const char *s, enum ds_mode *m);
+
+/*
+ * Registers what def describes ({"splits":[...], "reader", "framing",
+ * "reader_skips", "name"}), or finds the dataset with its fingerprint.
+ */
+enum status ds_dataset_register(struct ds *ds, json_t *def,
+    struct ds_dataset **out, int *created, char *msg, size_t msglen);
+/* By id ("3") or name; NULL when none. */
+struct ds_dataset *ds_dataset_find(struct ds *ds, const char *key);
+json_t *ds_dataset_json(const struct ds_dataset *d);
+json_t *ds_datasets_json(struct ds *ds);
+
+/*
+ * GetOrCreateJob and a job client for it, from req ({"dataset", "mode",
+ * "name", "repeat", "seed", "consumers", "consumer_index",
+ * "from_state"}).
+ */
+enum status ds_job_open(struct ds *ds, json_t *req, int64_t now,
+    struct ds_job **job, struct ds_client **client, int *created, char *msg,
+    size_t msglen);
+struct ds_job *ds_job_find(struct ds *ds, const char *key);
+json_t *ds_job_json(const struct ds_job *j);
+json_t *ds_jobs_json(struct ds *ds);
+/* A DYNAMIC job's position, for --from-state. */
+enum status ds_checkpoint(const struct ds_job *j, json_t **out, char *msg,
+    size_t msglen);
+
+struct ds_client *ds_client_find(struct ds *ds, uint64_t id);
+/*
+ * A client's heartbeat (body: "delivered", "lost", "round",
+ * "blocked_round"); *reply gets the answer.
+ */
+enum status ds_client_beat(struct ds *ds, struct ds_client *c, json_t *body,
+    int64_t now, json_t **reply, char *msg, size_t msglen);
+void ds_client_release(struct ds *ds, struct ds_client *c, int64_t now);
+
+/* A worker (that serves data at address) came, or came back. */
+void ds_worker_up(struct ds *ds, const char *name, uint64_t inc,
+    const char *address, const char *host, int64_t now);
+/* Its incarnation inc is gone: its tasks fail. */
+void ds_worker_down(struct ds *ds, const char *name, uint64_t inc, int64_t now);
+/* Whether name serves data, and its task list as the heartbeat says it. */
+int ds_worker_serves(struct ds *ds, const char *name);
+json_t *ds_worker_tasks_json(struct ds *ds, const char *name);
+/* Whether name's task list changed since it was last cleared. */
+int ds_worker_changed(struct ds *ds, const char *name, int clear);
+
+/* Task id of worker name (its incarnation inc); NULL, msg says why. */
+struct ds_task *ds_task_of(struct ds *ds, const char *name, uint64_t inc,
+    uint64_t id, enum status *st, char *msg, size_t msglen);
+/*
+ * Leases up to want seqs to t: *reply gets {"splits":[...], "end"}.
+ * ST_UNAVAILABLE (nothing in *reply) when there is nothing to lease yet
+ * and the job goes on: the caller waits for DS_EV_SPLITS.
+ */
+enum status ds_lease(struct ds *ds, struct ds_task *t, long want,
+    json_t **reply, char *msg, size_t msglen);
+/* The worker read all of t (finished), or t failed with message. */
+enum status ds_task_end(struct ds *ds, struct ds_task *t, int failed,
+    const char *message, int64_t now);
+
+/* Client timeouts and job collection; *next: when to scan again. */
+void ds_scan(struct ds *ds, int64_t now, int64_t *next);
+
+struct ds_view {
+	size_t datasets, jobs, tasks, clients, leased;
+	unsigned long leases, releases, collected;
+};
+void ds_view(struct ds *ds, struct ds_view *v);
+
+#endif

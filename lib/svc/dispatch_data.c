@@ -1,0 +1,409 @@
+/*
+ * dispatch_data.c: dispatchd's datasets, jobs and splits over HTTP, on
+ * the dispatcher's one lock (dispatch_int.h). Consumers open jobs and
+ * heartbeat with what they delivered; workers learn their tasks from
+ * their heartbeats (answered early when the list changes) and lease
+ * splits, waiting parked while there are none yet.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "dispatch_int.h"
+#include "duration.h"
+#include "log.h"
+#include "task.h"
+
+void
+dispatch_data_observe(const struct ds_event *ev, void *arg)
+{
+	struct dispatch *d = arg;
+
+	if (d->ndsev == d->capdsev) {
+		size_t cap = d->capdsev != 0 ? d->capdsev * 2 : 32;
+		struct ds_event *v = realloc(d->dsev, cap * sizeof(*v));
+		if (v == NULL) {
+			log_info("internal: out of memory; an event is lost");
+			return;
+		}
+		d->dsev = v;
+		d->capdsev = cap;
+	}
+	d->dsev[d->ndsev++] = *ev;
+}
+
+json_t *
+dispatch_beat_json(struct dispatch *d, struct cq_worker *w)
+{
+	json_t *o = dispatch_stops_json(w);
+
+	if (o != NULL && ds_worker_serves(d->ds, w->name)) {
+		ds_worker_changed(d->ds, w->name, 1);
+		json_object_set_new(o, "tasks",
+		    ds_worker_tasks_json(d->ds, w->name));
+	}
+	return o;
+}
+
+void
+dispatch_data_register(struct dispatch *d, struct cq_worker *w, json_t *body)
+{
+	const char *addr = json_string_value(json_object_get(body, "address"));
+	const char *host = json_string_value(json_object_get(body, "host"));
+
+	if (addr != NULL && *addr != '\0')
+		ds_worker_up(d->ds, w->name, w->inc, addr, host,
+		    duration_now_ms());
+}
+
+static void
+job_key(uint64_t id, char *buf, size_t size)
+{
+	snprintf(buf, size, "%" PRIu64, id);
+}
+
+/* Answers a parked lease: splits, the end, or why not. 0: still waits. */
+static int
+answer_lease(struct dispatch *d, struct parked *p, int final)
+{
+	struct waitctx *x = p->ctx;
+	struct cq_worker *w = x->w;
+	char msg[512];
+	enum status st;
+	struct ds_task *t =
+	    ds_task_of(d->ds, w->name, x->inc, x->task, &st, msg, sizeof(msg));
+	json_t *reply = NULL;
+
+	if (t == NULL) {
+		/* Its job was collected: nothing more to read. */
+		if (st == ST_NOT_FOUND)
+			http_reply_json(p->req, 200,
+			    json_pack("{s:[],s:b}", "splits", "end", 1));
+		else
+			http_reply_error(p->req, st, "%s", msg);
+		return 1;
+	}
+	st = ds_lease(d->ds, t, x->want, &reply, msg, sizeof(msg));
+	if (st == ST_UNAVAILABLE) {
+		if (!final)
+			return 0;
+		http_reply_json(p->req, 200,
+		    json_pack("{s:[],s:b}", "splits", "end", 0));
+		return 1;
+	}
+	if (st != ST_OK)
+		http_reply_error(p->req, st, "%s", msg);
+	else
+		http_reply_json(p->req, 200, reply);
+	return 1;
+}
+
+static void
+answer_leasers(struct dispatch *d, uint64_t job)
+{
+	char key[24];
+	struct park_list *l;
+
+	job_key(job, key, sizeof(key));
+	if ((l = park_index_find(d->leasers, key, strlen(key))) == NULL)
+		return;
+	park_list_hold(l);
+	for (struct parked *p = l->head, *next; p != NULL; p = next) {
+		next = p->next;
+		if (answer_lease(d, p, 0)) {
+			dispatch_free_ctx(p);
+			park_take(p);
+		}
+	}
+	park_list_release(l);
+}
+
+int
+dispatch_data_events(struct dispatch *d)
+{
+	size_t n = d->ndsev;
+
+	if (n == 0)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		struct ds_event ev = d->dsev[i];
+		struct cq_worker *w;
+		if (ev.type == DS_EV_SPLITS) {
+			answer_leasers(d, ev.job);
+		} else if ((w = cq_worker(d->cq, ev.worker)) != NULL &&
+		    w->hb_parked) {
+			/* Its heartbeat goes back now, with the new list. */
+			struct park_list *l =
+			    park_index_find(d->beats, w->name, strlen(w->name));
+			if (l != NULL && l->head != NULL)
+				dispatch_answer_beat(d, w);
+		}
+	}
+	memmove(d->dsev, d->dsev + n, (d->ndsev - n) * sizeof(*d->dsev));
+	d->ndsev -= n;
+	return 1;
+}
+
+static void
+lease_expire(struct parked *p)
+{
+	answer_lease(p->obj, p, 1);
+	dispatch_free_ctx(p);
+}
+
+void
+dispatch_data_lease(struct dispatch *d, struct http_req *req,
+    struct cq_worker *w, json_t *body, int64_t wait)
+{
+	json_t *jt = json_object_get(body, "task");
+	json_t *jw = json_object_get(body, "want");
+	long want = json_is_integer(jw) ? (long)json_integer_value(jw) : 1;
+	int64_t cap = cq_config(d->cq)->hb_timeout_ms / 2;
+	struct waitctx *x;
+	struct parked *p;
+	struct park_list *l;
+	struct ds_task *t;
+	char msg[512], key[24];
+	enum status st;
+	json_t *reply = NULL;
+
+	if (!json_is_integer(jt) || want < 1 || want > DS_WANT_MAX) {
+		http_reply_error(req, ST_INVALID_ARGUMENT,
+		    "a lease needs a task and want from 1 to %d", DS_WANT_MAX);
+		return;
+	}
+	if ((t = ds_task_of(d->ds, w->name, w->inc,
+	         (uint64_t)json_integer_value(jt), &st, msg, sizeof(msg))) ==
+	    NULL) {
+		http_reply_error(req, st, "%s", msg);
+		return;
+	}
+	st = ds_lease(d->ds, t, want, &reply, msg, sizeof(msg));
+	if (st != ST_UNAVAILABLE || wait == 0) {
+		if (st == ST_UNAVAILABLE)
+			http_reply_json(req, 200,
+			    json_pack("{s:[],s:b}", "splits", "end", 0));
+		else if (st != ST_OK)
+			http_reply_error(req, st, "%s", msg);
+		else
+			http_reply_json(req, 200, reply);
+		return;
+	}
+	if (wait > cap)
+		wait = cap;
+	job_key(t->job->id, key, sizeof(key));
+	if ((l = park_index_list(d->leasers, key, strlen(key))) == NULL ||
+	    (x = dispatch_ctx_new(W_LEASE)) == NULL) {
+		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
+		return;
+	}
+	x->w = w;
+	x->task = t->id;
+	x->inc = w->inc;
+	x->want = want;
+	if ((p = dispatch_park(d, req, l, wait, lease_expire, x)) != NULL)
+		p->obj = d;
+}
+
+void
+dispatch_data_task(struct dispatch *d, struct http_req *req,
+    struct cq_worker *w, const char *task, json_t *body)
+{
+	const char *state = json_string_value(json_object_get(body, "state"));
+	const char *message =
+	    json_string_value(json_object_get(body, "message"));
+	char *end, msg[512];
+	unsigned long long id = strtoull(task, &end, 10);
+	struct ds_task *t;
+	enum status st;
+	int failed;
+
+	if (*task == '\0' || *end != '\0') {
+		http_reply_error(req, ST_INVALID_ARGUMENT,
+		    "%s is not a task id", task);
+		return;
+	}
+	if (state == NULL ||
+	    (strcmp(state, "finished") != 0 && strcmp(state, "failed") != 0)) {
+		http_reply_error(req, ST_INVALID_ARGUMENT,
+		    "state must be finished or failed");
+		return;
+	}
+	if ((t = ds_task_of(d->ds, w->name, w->inc, id, &st, msg,
+	         sizeof(msg))) == NULL) {
+		http_reply_error(req, st, "%s", msg);
+		return;
+	}
+	failed = strcmp(state, "failed") == 0;
+	if (failed)
+		log_info("job %" PRIu64 ": task %" PRIu64 " on %s failed: %s",
+		    t->job->id, t->id, w->name, message != NULL ? message : "");
+	ds_task_end(d->ds, t, failed, message, duration_now_ms());
+	http_reply_json(req, 200, json_pack("{s:b}", "ok", 1));
+}
+
+/* Client-facing routes. */
+
+static void
+splits_text(struct http_req *req, const struct ds_dataset *ds)
+{
+	struct buf b = {0};
+
+	for (size_t i = 0; i < ds->nsplits; i++) {
+		if (buf_puts(&b, ds->splits[i]) < 0 ||
+		    buf_append(&b, "\n", 1) < 0) {
+			buf_free(&b);
+			http_reply_error(req, ST_RESOURCE_EXHAUSTED,
+			    "out of memory");
+			return;
+		}
+	}
+	http_reply(req, 200, "text/plain", b.data, b.len);
+	buf_free(&b);
+}
+
+void
+dispatch_datasets_route(struct http_req *req, const struct route_match *m,
+    void *arg)
+{
+	struct dispatch *d = arg;
+	char key[160], msg[512];
+	struct ds_dataset *ds;
+	json_t *body = NULL;
+	int created;
+	enum status st;
+
+	if (m->method == ROUTE_POST && (body = dispatch_body(req)) == NULL)
+		return;
+	dispatch_lock(d);
+	if (m->nseg == 0 && m->method == ROUTE_POST) {
+		st = ds_dataset_register(d->ds, body, &ds, &created, msg,
+		    sizeof(msg));
+		if (st != ST_OK) {
+			http_reply_error(req, st, "%s", msg);
+		} else {
+			json_t *o = ds_dataset_json(ds);
+			json_object_set_new(o, "created",
+			    json_boolean(created));
+			if (created)
+				log_debug("dataset %" PRIu64
+				          " registered: %zu splits",
+				    ds->id, ds->nsplits);
+			http_reply_json(req, 200, o);
+		}
+	} else if (m->nseg == 0) {
+		http_reply_json(req, 200, ds_datasets_json(d->ds));
+	} else if ((ds = ds_dataset_find(d->ds,
+	                route_seg(m, 0, key, sizeof(key)))) == NULL) {
+		http_reply_error(req, ST_NOT_FOUND, "no dataset %s", key);
+	} else if (strstr(http_req_path(req), "/splits") != NULL) {
+		splits_text(req, ds);
+	} else {
+		http_reply_json(req, 200, ds_dataset_json(ds));
+	}
+	dispatch_unlock(d);
+	json_decref(body);
+}
+
+void
+dispatch_jobs_route(struct http_req *req, const struct route_match *m,
+    void *arg)
+{
+	struct dispatch *d = arg;
+	char key[160], msg[512];
+	struct ds_job *j;
+	struct ds_client *c;
+	json_t *body = NULL, *out;
+	int created;
+	enum status st;
+
+	if (m->method == ROUTE_POST && (body = dispatch_body(req)) == NULL)
+		return;
+	dispatch_lock(d);
+	if (dispatch_closing(d)) {
+		dispatch_reply_closing(req);
+	} else if (m->nseg == 0 && m->method == ROUTE_POST) {
+		st = ds_job_open(d->ds, body, duration_now_ms(), &j, &c,
+		    &created, msg, sizeof(msg));
+		if (st != ST_OK) {
+			http_reply_error(req, st, "%s", msg);
+		} else {
+			if (created)
+				log_debug("job %" PRIu64 " (%s) of dataset "
+				          "%" PRIu64 ", mode %s",
+				    j->id, j->name != NULL ? j->name : "-",
+				    j->ds->id, ds_mode_name(j->mode));
+			http_reply_json(req, 200,
+			    json_pack("{s:I,s:I,s:b,s:o,s:s,s:I,s:I,s:o,s:s}",
+			        "job", (json_int_t)j->id, "client",
+			        (json_int_t)c->id, "created", created, "name",
+			        j->name != NULL ? json_string(j->name) :
+			                          json_null(),
+			        "mode", ds_mode_name(j->mode), "repeat",
+			        (json_int_t)j->repeat, "seed",
+			        (json_int_t)j->seed, "consumers",
+			        j->consumers > 0 ? json_integer(j->consumers) :
+			                           json_null(),
+			        "framing", framing_name(j->ds->framing)));
+		}
+	} else if (m->nseg == 0) {
+		http_reply_json(req, 200, ds_jobs_json(d->ds));
+	} else if ((j = ds_job_find(d->ds,
+	                route_seg(m, 0, key, sizeof(key)))) == NULL) {
+		http_reply_error(req, ST_NOT_FOUND, "no job %s", key);
+	} else if (strstr(http_req_path(req), "/checkpoint") != NULL) {
+		if ((st = ds_checkpoint(j, &out, msg, sizeof(msg))) != ST_OK)
+			http_reply_error(req, st, "%s", msg);
+		else
+			http_reply_json(req, 200, out);
+	} else {
+		http_reply_json(req, 200, ds_job_json(j));
+	}
+	dispatch_unlock(d);
+	json_decref(body);
+}
+
+void
+dispatch_clients_route(struct http_req *req, const struct route_match *m,
+    void *arg)
+{
+	struct dispatch *d = arg;
+	char key[32], msg[512], *end;
+	unsigned long long id;
+	struct ds_client *c;
+	json_t *body = NULL, *reply;
+	int64_t now = duration_now_ms();
+	enum status st;
+
+	route_seg(m, 0, key, sizeof(key));
+	id = strtoull(key, &end, 10);
+	if (*key == '\0' || *end != '\0') {
+		http_reply_error(req, ST_INVALID_ARGUMENT,
+		    "%s is not a client id", key);
+		return;
+	}
+	if (m->method == ROUTE_POST) {
+		size_t len;
+		const char *b = http_req_body(req, &len);
+		/* An empty heartbeat is a heartbeat. */
+		if (b != NULL && len > 0 && (body = dispatch_body(req)) == NULL)
+			return;
+	}
+	dispatch_lock(d);
+	if ((c = ds_client_find(d->ds, id)) == NULL) {
+		http_reply_error(req, ST_NOT_FOUND,
+		    "no job client %s (released, or timed out)", key);
+	} else if (m->method == ROUTE_DELETE) {
+		ds_client_release(d->ds, c, now);
+		http_reply_json(req, 200, json_pack("{s:b}", "released", 1));
+	} else if ((st = ds_client_beat(d->ds, c, body, now, &reply, msg,
+	                sizeof(msg))) != ST_OK) {
+		http_reply_error(req, st, "%s", msg);
+	} else {
+		http_reply_json(req, 200, reply);
+	}
+	dispatch_unlock(d);
+	json_decref(body);
+}
