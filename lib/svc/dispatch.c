@@ -1628,6 +1628,36 @@ metrics(struct buf *b, void *arg)
 	    v->queued, v->inflight, v->closures, v->value_bytes, v->done,
 	    v->failed, v->retried, v->cancelled, v->aborted, v->put_back,
 	    v->stale, v->workers, v->workers_live, v->deaths);
+	{
+		struct ds_view dv;
+		ds_view(d->ds, &dv);
+		buf_printf(b,
+		    "# HELP muster_data_datasets Datasets registered.\n"
+		    "# TYPE muster_data_datasets gauge\n"
+		    "muster_data_datasets %zu\n"
+		    "# HELP muster_data_jobs Jobs not collected.\n"
+		    "# TYPE muster_data_jobs gauge\nmuster_data_jobs %zu\n"
+		    "# HELP muster_data_tasks Tasks of those jobs.\n"
+		    "# TYPE muster_data_tasks gauge\nmuster_data_tasks %zu\n"
+		    "# HELP muster_data_job_clients Consumers holding a job.\n"
+		    "# TYPE muster_data_job_clients gauge\n"
+		    "muster_data_job_clients %zu\n"
+		    "# HELP muster_data_splits_open Splits leased and not yet "
+		    "all delivered.\n# TYPE muster_data_splits_open gauge\n"
+		    "muster_data_splits_open %zu\n"
+		    "# HELP muster_data_leases_total Splits leased.\n"
+		    "# TYPE muster_data_leases_total counter\n"
+		    "muster_data_leases_total %lu\n"
+		    "# HELP muster_data_released_total Splits of dead workers "
+		    "put back to lease again.\n"
+		    "# TYPE muster_data_released_total counter\n"
+		    "muster_data_released_total %lu\n"
+		    "# HELP muster_data_jobs_collected_total Jobs collected.\n"
+		    "# TYPE muster_data_jobs_collected_total counter\n"
+		    "muster_data_jobs_collected_total %lu\n",
+		    dv.datasets, dv.jobs, dv.tasks, dv.clients, dv.leased,
+		    dv.leases, dv.releases, dv.collected);
+	}
 	dispatch_unlock(d);
 }
 
