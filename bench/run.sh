@@ -497,4 +497,9 @@ echo
 echo "Closures: dispatchd, workerloop and dispatchctl against a spawn loop," \
     "xargs, GNU parallel and Dask (bench/dispatch.sh)"
 MUSTER_BIN=$bin "$here/dispatch.sh" || note "dispatch.sh failed"
+
+echo
+echo "Data: get-split, dispatchctl read against cat and raw TCP, a dead" \
+    "worker's splits read again (bench/data.sh)"
+MUSTER_BIN=$bin "$here/data.sh" || note "data.sh failed"
 exit 0
