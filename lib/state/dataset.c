@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
 #include "dataset.h"
 
 /* Open seqs of a job: open addressing, linear probing, no deletes left
@@ -1391,12 +1392,37 @@ split_index(struct ds_job *j, uint64_t seq, uint32_t *index)
 	return 0;
 }
 
+/* s as a JSON string, quoted, onto b. */
+static void
+json_quote(struct buf *b, const char *s)
+{
+	static const char hex[] = "0123456789abcdef";
+	const char *run = s;
+
+	buf_append(b, "\"", 1);
+	for (; *s != '\0'; s++) {
+		unsigned char c = (unsigned char)*s;
+		char e[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+		if (c >= 0x20 && c != '"' && c != '\\')
+			continue;
+		buf_append(b, run, (size_t)(s - run));
+		if (c == '"' || c == '\\') {
+			e[1] = (char)c;
+			buf_append(b, e, 2);
+		} else {
+			buf_append(b, e, 6);
+		}
+		run = s + 1;
+	}
+	buf_append(b, run, (size_t)(s - run));
+	buf_append(b, "\"", 1);
+}
+
 enum status
-ds_lease(struct ds *ds, struct ds_task *t, long want, json_t **reply, char *msg,
-    size_t msglen)
+ds_lease(struct ds *ds, struct ds_task *t, long want, struct buf *out,
+    char *msg, size_t msglen)
 {
 	struct ds_job *j = t->job;
-	json_t *a;
 	long n = 0;
 
 	if (j->error != NULL) {
@@ -1411,12 +1437,12 @@ ds_lease(struct ds *ds, struct ds_task *t, long want, json_t **reply, char *msg,
 		return ST_FAILED_PRECONDITION;
 	}
 	if (j->finished) {
-		*reply = json_pack("{s:[],s:b}", "splits", "end", 1);
+		buf_puts(out, "{\"splits\":[],\"end\":true}");
 		return ST_OK;
 	}
 	if (j->queue.count == 0 && j->next >= j->total)
 		return ST_UNAVAILABLE;
-	a = json_array();
+	buf_puts(out, "{\"splits\":[");
 	while (n < want) {
 		struct ds_lease *l = j->queue.head;
 		uint32_t index;
@@ -1440,17 +1466,20 @@ ds_lease(struct ds *ds, struct ds_task *t, long want, json_t **reply, char *msg,
 		ds->leases++;
 		if (split_index(j, l->seq, &index) < 0)
 			index = 0;
-		json_array_append_new(a,
-		    json_pack("{s:I,s:I,s:I,s:s,s:o}", "seq",
-		        (json_int_t)l->seq, "index", (json_int_t)index, "epoch",
-		        (json_int_t)(l->seq / j->ds->nsplits), "split",
-		        j->ds->splits[index], "skip", ranges_json(l)));
+		buf_printf(out,
+		    "%s{\"seq\":%" PRIu64 ",\"index\":%" PRIu32
+		    ",\"epoch\":%" PRIu64 ",\"split\":",
+		    n > 0 ? "," : "", l->seq, index, l->seq / j->ds->nsplits);
+		json_quote(out, j->ds->splits[index]);
+		buf_puts(out, ",\"skip\":[");
+		for (size_t i = 0; i < l->nr; i++)
+			buf_printf(out, "%s[%" PRIu64 ",%" PRIu64 "]",
+			    i > 0 ? "," : "", l->r[i].a, l->r[i].b);
+		buf_puts(out, "]}");
 		n++;
 	}
-	*reply = json_pack("{s:o,s:b}", "splits", a, "end", 0);
-	(void)msg;
-	(void)msglen;
-	return *reply != NULL ? ST_OK : ST_RESOURCE_EXHAUSTED;
+	buf_puts(out, "],\"end\":false}");
+	return ST_OK;
 }
 
 enum status

@@ -25,6 +25,7 @@
 
 #include <jansson.h>
 
+#include "buf.h"
 #include "splitorder.h"
 #include "status.h"
 
@@ -208,12 +209,12 @@ int ds_worker_changed(struct ds *ds, const char *name, int clear);
 struct ds_task *ds_task_of(struct ds *ds, const char *name, uint64_t inc,
     uint64_t id, enum status *st, char *msg, size_t msglen);
 /*
- * Leases up to want seqs to t: *reply gets {"splits":[...], "end"}.
- * ST_UNAVAILABLE (nothing in *reply) when there is nothing to lease yet
- * and the job goes on: the caller waits for DS_EV_SPLITS.
+ * Leases up to want seqs to t: out gets {"splits":[...], "end"} as JSON
+ * text. ST_UNAVAILABLE (nothing written) when there is nothing to lease
+ * yet and the job goes on: the caller waits for DS_EV_SPLITS.
  */
 enum status ds_lease(struct ds *ds, struct ds_task *t, long want,
-    json_t **reply, char *msg, size_t msglen);
+    struct buf *out, char *msg, size_t msglen);
 /* The worker read all of t (finished), or t failed with message. */
 enum status ds_task_end(struct ds *ds, struct ds_task *t, int failed,
     const char *message, int64_t now);

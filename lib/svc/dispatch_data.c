@@ -64,6 +64,20 @@ job_key(uint64_t id, char *buf, size_t size)
 	snprintf(buf, size, "%" PRIu64, id);
 }
 
+static void
+reply_lease(struct http_req *req, enum status st, struct buf *b,
+    const char *msg)
+{
+	if (st == ST_UNAVAILABLE)
+		http_reply_json(req, 200,
+		    json_pack("{s:[],s:b}", "splits", "end", 0));
+	else if (st != ST_OK)
+		http_reply_error(req, st, "%s", msg);
+	else
+		http_reply(req, 200, "application/json", b->data, b->len);
+	buf_free(b);
+}
+
 /* Answers a parked lease: splits, the end, or why not. 0: still waits. */
 static int
 answer_lease(struct dispatch *d, struct parked *p, int final)
@@ -74,7 +88,7 @@ answer_lease(struct dispatch *d, struct parked *p, int final)
 	enum status st;
 	struct ds_task *t =
 	    ds_task_of(d->ds, w->name, x->inc, x->task, &st, msg, sizeof(msg));
-	json_t *reply = NULL;
+	struct buf b = {0};
 
 	if (t == NULL) {
 		/* Its job was collected: nothing more to read. */
@@ -85,18 +99,10 @@ answer_lease(struct dispatch *d, struct parked *p, int final)
 			http_reply_error(p->req, st, "%s", msg);
 		return 1;
 	}
-	st = ds_lease(d->ds, t, x->want, &reply, msg, sizeof(msg));
-	if (st == ST_UNAVAILABLE) {
-		if (!final)
-			return 0;
-		http_reply_json(p->req, 200,
-		    json_pack("{s:[],s:b}", "splits", "end", 0));
-		return 1;
-	}
-	if (st != ST_OK)
-		http_reply_error(p->req, st, "%s", msg);
-	else
-		http_reply_json(p->req, 200, reply);
+	st = ds_lease(d->ds, t, x->want, &b, msg, sizeof(msg));
+	if (st == ST_UNAVAILABLE && !final)
+		return 0;
+	reply_lease(p->req, st, &b, msg);
 	return 1;
 }
 
@@ -167,7 +173,7 @@ dispatch_data_lease(struct dispatch *d, struct http_req *req,
 	struct ds_task *t;
 	char msg[512], key[24];
 	enum status st;
-	json_t *reply = NULL;
+	struct buf b = {0};
 
 	if (!json_is_integer(jt) || want < 1 || want > DS_WANT_MAX) {
 		http_reply_error(req, ST_INVALID_ARGUMENT,
@@ -180,15 +186,9 @@ dispatch_data_lease(struct dispatch *d, struct http_req *req,
 		http_reply_error(req, st, "%s", msg);
 		return;
 	}
-	st = ds_lease(d->ds, t, want, &reply, msg, sizeof(msg));
+	st = ds_lease(d->ds, t, want, &b, msg, sizeof(msg));
 	if (st != ST_UNAVAILABLE || wait == 0) {
-		if (st == ST_UNAVAILABLE)
-			http_reply_json(req, 200,
-			    json_pack("{s:[],s:b}", "splits", "end", 0));
-		else if (st != ST_OK)
-			http_reply_error(req, st, "%s", msg);
-		else
-			http_reply_json(req, 200, reply);
+		reply_lease(req, st, &b, msg);
 		return;
 	}
 	if (wait > cap)
