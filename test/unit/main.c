@@ -6,6 +6,7 @@
 int unit_failed;
 
 static const struct unit_test *groups[] = {
+    dataset_tests,
     status_tests,
     duration_tests,
     text_tests,
