@@ -1087,6 +1087,34 @@ delivered(struct ds_job *j, uint64_t seq, uint64_t a, uint64_t b, int64_t total)
 	j->done++;
 }
 
+/* What "delivered" lists: [seq, first, end, total] each. */
+static int
+deliveries(struct ds_job *j, json_t *list, char *msg, size_t msglen)
+{
+	json_t *v;
+	size_t i;
+
+	json_array_foreach(list, i, v) {
+		json_t *s = json_array_get(v, 0), *a = json_array_get(v, 1);
+		json_t *b = json_array_get(v, 2), *n = json_array_get(v, 3);
+		if (!json_is_integer(s) || !json_is_integer(a) ||
+		    !json_is_integer(b) || json_integer_value(s) < 0 ||
+		    json_integer_value(a) < 0 ||
+		    json_integer_value(b) < json_integer_value(a)) {
+			snprintf(msg, msglen,
+			    "delivered[%zu] must be [seq, first, end, total]",
+			    i);
+			return -1;
+		}
+		if (j->eff == DS_DYNAMIC)
+			delivered(j, (uint64_t)json_integer_value(s),
+			    (uint64_t)json_integer_value(a),
+			    (uint64_t)json_integer_value(b),
+			    json_is_integer(n) ? json_integer_value(n) : -1);
+	}
+	return 0;
+}
+
 static struct ds_task *
 job_task(struct ds_job *j, uint64_t id)
 {
@@ -1174,24 +1202,8 @@ ds_client_beat(struct ds *ds, struct ds_client *c, json_t *body, int64_t now,
 	size_t i;
 
 	c->last_seen = now;
-	json_array_foreach(json_object_get(body, "delivered"), i, v) {
-		json_t *s = json_array_get(v, 0), *a = json_array_get(v, 1);
-		json_t *b = json_array_get(v, 2), *n = json_array_get(v, 3);
-		if (!json_is_integer(s) || !json_is_integer(a) ||
-		    !json_is_integer(b) || json_integer_value(s) < 0 ||
-		    json_integer_value(a) < 0 ||
-		    json_integer_value(b) < json_integer_value(a)) {
-			snprintf(msg, msglen,
-			    "delivered[%zu] must be [seq, first, end, total]",
-			    i);
-			return ST_INVALID_ARGUMENT;
-		}
-		if (j->eff == DS_DYNAMIC)
-			delivered(j, (uint64_t)json_integer_value(s),
-			    (uint64_t)json_integer_value(a),
-			    (uint64_t)json_integer_value(b),
-			    json_is_integer(n) ? json_integer_value(n) : -1);
-	}
+	if (deliveries(j, json_object_get(body, "delivered"), msg, msglen) < 0)
+		return ST_INVALID_ARGUMENT;
 	json_array_foreach(json_object_get(body, "lost"), i, v) {
 		struct ds_task *t;
 		if (json_is_integer(v) &&
@@ -1479,6 +1491,16 @@ ds_lease(struct ds *ds, struct ds_task *t, long want, struct buf *out,
 		n++;
 	}
 	buf_puts(out, "],\"end\":false}");
+	return ST_OK;
+}
+
+enum status
+ds_task_delivered(struct ds *ds, struct ds_task *t, json_t *list, char *msg,
+    size_t msglen)
+{
+	if (deliveries(t->job, list, msg, msglen) < 0)
+		return ST_INVALID_ARGUMENT;
+	job_check_done(ds, t->job);
 	return ST_OK;
 }
 

@@ -215,6 +215,13 @@ struct ds_task *ds_task_of(struct ds *ds, const char *name, uint64_t inc,
  */
 enum status ds_lease(struct ds *ds, struct ds_task *t, long want,
     struct buf *out, char *msg, size_t msglen);
+/*
+ * The ranges of t's splits its consumers acknowledged (asked for more
+ * after), as [seq, first, end, total] each: what a consumer that died
+ * before reporting had delivered.
+ */
+enum status ds_task_delivered(struct ds *ds, struct ds_task *t, json_t *list,
+    char *msg, size_t msglen);
 /* The worker read all of t (finished), or t failed with message. */
 enum status ds_task_end(struct ds *ds, struct ds_task *t, int failed,
     const char *message, int64_t now);

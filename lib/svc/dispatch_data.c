@@ -225,8 +225,8 @@ dispatch_data_task(struct dispatch *d, struct http_req *req,
 		    "%s is not a task id", task);
 		return;
 	}
-	if (state == NULL ||
-	    (strcmp(state, "finished") != 0 && strcmp(state, "failed") != 0)) {
+	if (state != NULL && strcmp(state, "finished") != 0 &&
+	    strcmp(state, "failed") != 0) {
 		http_reply_error(req, ST_INVALID_ARGUMENT,
 		    "state must be finished or failed");
 		return;
@@ -234,6 +234,16 @@ dispatch_data_task(struct dispatch *d, struct http_req *req,
 	if ((t = ds_task_of(d->ds, w->name, w->inc, id, &st, msg,
 	         sizeof(msg))) == NULL) {
 		http_reply_error(req, st, "%s", msg);
+		return;
+	}
+	if ((st = ds_task_delivered(d->ds, t,
+	         json_object_get(body, "delivered"), msg, sizeof(msg))) !=
+	    ST_OK) {
+		http_reply_error(req, st, "%s", msg);
+		return;
+	}
+	if (state == NULL) {
+		http_reply_json(req, 200, json_pack("{s:b}", "ok", 1));
 		return;
 	}
 	failed = strcmp(state, "failed") == 0;
