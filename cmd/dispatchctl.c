@@ -1,26 +1,33 @@
 /*
  * dispatchctl: dispatchd from the shell: schedule closures (one, or one per
  * line of input), fetch their values, join a queue, cancel, list, and
- * define per-worker resources.
+ * define per-worker resources; register datasets, make their split lists,
+ * read a job's elements to stdout, and checkpoint a job.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <glob.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <jansson.h>
 
 #include "buf.h"
 #include "cli.h"
+#include "dataread.h"
 #include "dispatch_client.h"
 #include "duration.h"
 #include "log.h"
 #include "parse.h"
+#include "sigfd.h"
+#include "splitorder.h"
 #include "task.h"
 #include "text.h"
 
@@ -40,12 +47,25 @@ static const char synopsis[] =
     "  status\n"
     "  resource add NAME -- COMMAND [ARG...]\n"
     "  resource status NAME\n"
-    "  resource ls\n";
+    "  resource ls\n"
+    "  dataset add --splits FILE|- --reader CMD [--framing lines|nul|len32]\n"
+    "          [--reader-skips] [--name NAME]\n"
+    "  dataset ls | dataset show D | dataset splits D\n"
+    "  splits files GLOB...\n"
+    "  splits range START END [STEP]\n"
+    "  splits bytes FILE SIZE\n"
+    "  read D [--job NAME] [--mode MODE] [--repeat N] [--seed S]\n"
+    "       [--consumers N --consumer-index I] [--local] [--host HOST]\n"
+    "       [--from-state FILE] [--refresh DUR] [--max-bytes N] "
+    "[--timeout DUR]\n"
+    "  checkpoint --job NAME\n"
+    "  job ls | job show J\n";
 
 #define BATCH 10000
 
 struct ctl {
 	struct dispatch_client *dc;
+	const char *addr; /* dispatchd's */
 	const char *queue;
 	int json;
 };
@@ -858,6 +878,717 @@ cmd_resource(struct ctl *x, int argc, char **argv)
 	return 0;
 }
 
+/* dataset, job, checkpoint */
+
+/* prefix + percent-encoded name + suffix, for a dataset's or job's path. */
+static char *
+name_path(const char *prefix, const char *name, const char *suffix)
+{
+	struct buf b = {0};
+
+	if (buf_puts(&b, prefix) < 0 ||
+	    text_url_encode(&b, name, strlen(name)) < 0 ||
+	    buf_puts(&b, suffix) < 0) {
+		buf_free(&b);
+		return NULL;
+	}
+	return b.data;
+}
+
+/* GET of a named object's path; 0 with *reply, or the exit code. */
+static int
+get_named(struct ctl *x, const char *prefix, const char *name,
+    const char *suffix, json_t **reply)
+{
+	char *path = name_path(prefix, name, suffix);
+	int rc;
+
+	if (path == NULL)
+		return cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
+	rc = get_json(x, path, reply);
+	free(path);
+	return rc;
+}
+
+/* A JSON value as a person reads it: strings bare, null as "-". */
+static void
+print_value(json_t *v)
+{
+	if (json_is_string(v)) {
+		fputs(json_string_value(v), stdout);
+	} else if (v == NULL || json_is_null(v)) {
+		putchar('-');
+	} else {
+		json_dumpf(v, stdout, JSON_COMPACT | JSON_ENCODE_ANY);
+	}
+}
+
+/* The fields of obj named in keys, one "key: value" a line. */
+static void
+print_fields(json_t *obj, const char *const *keys)
+{
+	for (; *keys != NULL; keys++) {
+		printf("%s: ", *keys);
+		print_value(json_object_get(obj, *keys));
+		putchar('\n');
+	}
+}
+
+/*
+ * A field for a table: strings as they are, integers in decimal (into
+ * buf), anything else "-".
+ */
+static const char *
+field_text(json_t *obj, const char *key, char *buf, size_t len)
+{
+	json_t *v = json_object_get(obj, key);
+
+	if (json_is_string(v))
+		return json_string_value(v);
+	if (json_is_integer(v) && buf != NULL) {
+		snprintf(buf, len, "%" JSON_INTEGER_FORMAT,
+		    json_integer_value(v));
+		return buf;
+	}
+	return "-";
+}
+
+/* Splits the bytes of b into a JSON array of lines; 0, or the exit code. */
+static int
+split_lines(const char *name, struct buf *b, json_t *lines)
+{
+	size_t n = 0, at = 0;
+
+	while (at < b->len) {
+		const char *p = b->data + at,
+		           *nl = memchr(p, '\n', b->len - at);
+		size_t len = nl != NULL ? (size_t)(nl - p) : b->len - at;
+		json_t *s;
+
+		n++;
+		if (memchr(p, '\0', len) != NULL)
+			return cli_fail(ST_INVALID_ARGUMENT,
+			    "--splits %s: line %zu holds a NUL byte", name, n);
+		if ((s = json_stringn(p, len)) == NULL)
+			return cli_fail(ST_INVALID_ARGUMENT,
+			    "--splits %s: line %zu is not UTF-8", name, n);
+		json_array_append_new(lines, s);
+		at += len + 1;
+	}
+	return 0;
+}
+
+static int
+dataset_add(struct ctl *x, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+	    {"splits", required_argument, NULL, 's'},
+	    {"reader", required_argument, NULL, 'r'},
+	    {"framing", required_argument, NULL, 'f'},
+	    {"reader-skips", no_argument, NULL, 'k'},
+	    {"name", required_argument, NULL, 'n'},
+	    {NULL, 0, NULL, 0},
+	};
+	const char *splits = NULL, *reader = NULL, *framing = NULL,
+	           *name = NULL;
+	struct buf b = {0};
+	json_t *body, *reply, *errbody, *lines;
+	enum framing f;
+	enum status st;
+	int c, skips = 0, rc;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+		switch (c) {
+		case 's': splits = optarg; break;
+		case 'r': reader = optarg; break;
+		case 'f': framing = optarg; break;
+		case 'k': skips = 1; break;
+		case 'n': name = optarg; break;
+		default: return cli_std_option(c, synopsis);
+		}
+	}
+	if (optind < argc)
+		return usage("unexpected argument %s", argv[optind]);
+	if (splits == NULL || reader == NULL)
+		return usage("dataset add needs --splits and --reader%s", "");
+	if (framing != NULL && framing_parse(framing, &f) < 0)
+		return usage("--framing %s is not lines, nul or len32",
+		    framing);
+	if (read_stdin_file(splits, &b) < 0) {
+		buf_free(&b);
+		return cli_fail(ST_INVALID_ARGUMENT, "--splits %s: %s", splits,
+		    strerror(errno));
+	}
+	lines = json_array();
+	rc = split_lines(splits, &b, lines);
+	buf_free(&b);
+	if (rc != 0) {
+		json_decref(lines);
+		return rc;
+	}
+	if ((body = json_pack("{s:o,s:s,s:s?,s:b,s:s?}", "splits", lines,
+	         "reader", reader, "framing", framing, "reader_skips", skips,
+	         "name", name)) == NULL)
+		return cli_fail(ST_INVALID_ARGUMENT,
+		    "--reader or --name is not UTF-8");
+	st = dispatch_call_json(x->dc, "POST", "/v1/datasets", body,
+	    duration_now_ms() + 30000, DC_REPEAT, &reply, &errbody, NULL);
+	json_decref(body);
+	if (st != ST_OK)
+		return fail(x, st, errbody);
+	if (x->json) {
+		print_json(reply);
+	} else {
+		print_value(json_object_get(reply, "id"));
+		putchar('\n');
+	}
+	json_decref(reply);
+	return 0;
+}
+
+static int
+cmd_dataset(struct ctl *x, int argc, char **argv)
+{
+	static const char *const fields[] = {"id", "name", "splits", "framing",
+	    "reader_skips", "fingerprint", "reader", NULL};
+	json_t *reply, *v;
+	size_t i;
+	int rc;
+
+	if (argc < 2)
+		return usage("dataset needs add, ls, show or splits%s", "");
+	if (strcmp(argv[1], "add") == 0)
+		return dataset_add(x, argc - 1, argv + 1);
+	if (strcmp(argv[1], "ls") == 0) {
+		if (argc > 2)
+			return usage("unexpected argument %s", argv[2]);
+		if ((rc = get_json(x, "/v1/datasets", &reply)) != 0)
+			return rc;
+		if (x->json) {
+			print_json(reply);
+		} else {
+			printf("%-6s %-16s %8s %-7s %s\n", "ID", "NAME",
+			    "SPLITS", "FRAMING", "READER");
+			json_array_foreach(json_object_get(reply, "datasets"),
+			    i, v) {
+				char a[32], b[32];
+				printf("%-6s %-16s %8s %-7s %s\n",
+				    field_text(v, "id", a, sizeof(a)),
+				    field_text(v, "name", NULL, 0),
+				    field_text(v, "splits", b, sizeof(b)),
+				    field_text(v, "framing", NULL, 0),
+				    field_text(v, "reader", NULL, 0));
+			}
+		}
+		json_decref(reply);
+		return 0;
+	}
+	if (strcmp(argv[1], "show") != 0 && strcmp(argv[1], "splits") != 0)
+		return usage("dataset: unknown verb %s", argv[1]);
+	if (argc != 3)
+		return usage(argc < 3 ? "dataset %s needs a dataset" :
+		                        "dataset %s takes one dataset",
+		    argv[1]);
+	if (strcmp(argv[1], "splits") == 0) {
+		struct buf out = {0};
+		char err[1024];
+		enum status st = dataread_splits(x->addr, argv[2],
+		    duration_now_ms() + 30000, &out, err, sizeof(err));
+		if (st != ST_OK) {
+			buf_free(&out);
+			return cli_fail(st, "%s", err);
+		}
+		rc = out.len > 0 && write_all(out.data, out.len) < 0;
+		buf_free(&out);
+		return rc ?
+		    cli_fail(ST_INTERNAL, "writing: %s", strerror(errno)) :
+		    0;
+	}
+	if ((rc = get_named(x, "/v1/datasets/", argv[2], "", &reply)) != 0)
+		return rc;
+	if (x->json)
+		print_json(reply);
+	else
+		print_fields(reply, fields);
+	json_decref(reply);
+	return 0;
+}
+
+/* A job's state in one word. */
+static const char *
+job_state(json_t *j)
+{
+	if (json_is_string(json_object_get(j, "error")))
+		return "failed";
+	return json_is_true(json_object_get(j, "finished")) ? "finished" :
+	                                                      "running";
+}
+
+static void
+print_job_line(json_t *j)
+{
+	char a[32], b[32], c[32];
+
+	printf("%-6s %-16s %-8s %-12s %7s %s\n",
+	    field_text(j, "id", a, sizeof(a)), field_text(j, "name", NULL, 0),
+	    field_text(j, "dataset", b, sizeof(b)),
+	    field_text(j, "mode", NULL, 0),
+	    field_text(j, "clients", c, sizeof(c)), job_state(j));
+}
+
+static void
+print_job(json_t *j)
+{
+	static const char *const fields[] = {"id", "name", "dataset", "mode",
+	    "repeat", "seed", "consumers", "clients", "finished", "error",
+	    "splits", "done", "leased", "next", NULL};
+	json_t *t;
+	size_t i;
+
+	print_fields(j, fields);
+	printf("tasks:\n");
+	json_array_foreach(json_object_get(j, "tasks"), i, t) {
+		char a[32];
+		printf("  %-6s %-16s %s\n", field_text(t, "id", a, sizeof(a)),
+		    field_text(t, "worker", NULL, 0),
+		    field_text(t, "state", NULL, 0));
+	}
+}
+
+static int
+cmd_job(struct ctl *x, int argc, char **argv)
+{
+	json_t *reply, *j;
+	size_t i;
+	int rc;
+
+	if (argc < 2)
+		return usage("job needs ls or show%s", "");
+	if (strcmp(argv[1], "ls") == 0) {
+		if (argc > 2)
+			return usage("unexpected argument %s", argv[2]);
+		if ((rc = get_json(x, "/v1/jobs", &reply)) != 0)
+			return rc;
+		if (x->json) {
+			print_json(reply);
+		} else {
+			printf("%-6s %-16s %-8s %-12s %7s %s\n", "ID", "NAME",
+			    "DATASET", "MODE", "CLIENTS", "STATE");
+			json_array_foreach(json_object_get(reply, "jobs"), i, j)
+				print_job_line(j);
+		}
+		json_decref(reply);
+		return 0;
+	}
+	if (strcmp(argv[1], "show") != 0)
+		return usage("job: unknown verb %s", argv[1]);
+	if (argc != 3)
+		return usage(argc < 3 ? "job %s needs a job" :
+		                        "job %s takes one job",
+		    argv[1]);
+	if ((rc = get_named(x, "/v1/jobs/", argv[2], "", &reply)) != 0)
+		return rc;
+	if (x->json)
+		print_json(reply);
+	else
+		print_job(reply);
+	json_decref(reply);
+	return 0;
+}
+
+static int
+cmd_checkpoint(struct ctl *x, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+	    {"job", required_argument, NULL, 'j'},
+	    {NULL, 0, NULL, 0},
+	};
+	const char *job = NULL;
+	json_t *reply;
+	int c, rc;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+		if (c != 'j')
+			return cli_std_option(c, synopsis);
+		job = optarg;
+	}
+	if (optind < argc)
+		return usage("unexpected argument %s", argv[optind]);
+	if (job == NULL)
+		return usage("checkpoint needs --job%s", "");
+	if ((rc = get_named(x, "/v1/jobs/", job, "/checkpoint", &reply)) != 0)
+		return rc;
+	print_json(reply);
+	json_decref(reply);
+	return 0;
+}
+
+/* splits: split lists made here, for dataset add */
+
+static int
+cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int
+grow_files(char ***v, size_t n)
+{
+	char **nv = realloc(*v, (n > 0 ? n : 1) * sizeof(**v));
+
+	if (nv == NULL)
+		return -1;
+	*v = nv;
+	return 0;
+}
+
+/* A name that would break a split list (one split a line). */
+static int
+bad_split_name(const char *verb, const char *name)
+{
+	if (strchr(name, '\n') == NULL)
+		return 0;
+	return cli_fail(ST_INVALID_ARGUMENT,
+	    "splits %s: a file name holds a newline", verb);
+}
+
+/*
+ * Globs the patterns into g, keeping regular files only (directories
+ * cannot be read as splits); 0, or the exit code.
+ */
+static int
+glob_files(int argc, char **argv, glob_t *g, char ***files, size_t *n)
+{
+	for (int i = 0; i < argc; i++) {
+		size_t before = g->gl_pathc, found = 0;
+		int e = glob(argv[i], GLOB_NOSORT | (i > 0 ? GLOB_APPEND : 0),
+		    NULL, g);
+		if (e == GLOB_NOSPACE || e == GLOB_ABORTED)
+			return cli_fail(ST_INVALID_ARGUMENT,
+			    "splits files: %s: %s", argv[i],
+			    e == GLOB_NOSPACE ? "out of memory" :
+			                        "a directory cannot be read");
+		if (grow_files(files, *n + (g->gl_pathc - before)) < 0)
+			return cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
+		for (size_t k = before; k < g->gl_pathc; k++) {
+			struct stat sb;
+			if (stat(g->gl_pathv[k], &sb) == 0 &&
+			    S_ISREG(sb.st_mode)) {
+				(*files)[(*n)++] = g->gl_pathv[k];
+				found++;
+			}
+		}
+		if (found == 0)
+			return cli_fail(ST_INVALID_ARGUMENT,
+			    "splits files: %s matches no file", argv[i]);
+	}
+	return 0;
+}
+
+/* Regular files matching each glob, sorted bytewise, each once. */
+static int
+splits_files(int argc, char **argv)
+{
+	glob_t g;
+	char **v = NULL;
+	size_t n = 0;
+	int rc;
+
+	if (argc < 1)
+		return usage("splits files needs a glob%s", "");
+	memset(&g, 0, sizeof(g));
+	if ((rc = glob_files(argc, argv, &g, &v, &n)) == 0) {
+		qsort(v, n, sizeof(*v), cmp_str);
+		for (size_t k = 0; rc == 0 && k < n; k++)
+			rc = bad_split_name("files", v[k]);
+		for (size_t k = 0; rc == 0 && k < n; k++)
+			if (k == 0 || strcmp(v[k], v[k - 1]) != 0)
+				printf("%s\n", v[k]);
+	}
+	free(v);
+	globfree(&g);
+	return rc;
+}
+
+/* "A B" lines over [START, END), STEP apart. */
+static int
+splits_range(int argc, char **argv)
+{
+	int64_t a, end, step = 1;
+
+	if (argc < 2 || argc > 3)
+		return usage("splits range needs START END [STEP]%s", "");
+	if (parse_int64(argv[0], &a) < 0 || a < 0)
+		return usage("splits range: START %s is not a number >= 0",
+		    argv[0]);
+	if (parse_int64(argv[1], &end) < 0 || end < a)
+		return usage("splits range: END %s is not a number >= START",
+		    argv[1]);
+	if (argc == 3 && (parse_int64(argv[2], &step) < 0 || step < 1))
+		return usage("splits range: STEP %s is not a number above zero",
+		    argv[2]);
+	while (a < end) {
+		int64_t b = end - a > step ? a + step : end;
+		printf("%" PRId64 " %" PRId64 "\n", a, b);
+		a = b;
+	}
+	return 0;
+}
+
+/*
+ * The offset just after the first newline at or after at, or size when
+ * none follows; -1 on a read error.
+ */
+static off_t
+after_newline(int fd, off_t at, off_t size)
+{
+	char block[65536];
+
+	while (at < size) {
+		ssize_t n = pread(fd, block, sizeof(block), at);
+		const char *nl;
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -1;
+		if ((nl = memchr(block, '\n', (size_t)n)) != NULL)
+			return at + (nl - block) + 1;
+		at += n;
+	}
+	return size;
+}
+
+/* "OFFSET LENGTH FILE" lines: ranges of SIZE bytes or a little more,
+ * each ending just after a newline (the last at the end of the file). */
+static int
+splits_bytes(int argc, char **argv)
+{
+	struct stat sb;
+	size_t size;
+	off_t off = 0;
+	int fd, rc = 0;
+
+	if (argc != 2)
+		return usage("splits bytes needs FILE SIZE%s", "");
+	if (parse_size(argv[1], &size) < 0 || size == 0 ||
+	    size > (size_t)INT64_MAX)
+		return usage("splits bytes: SIZE %s is not a size above zero "
+		             "(1048576, 64k, 16M, 1G)",
+		    argv[1]);
+	if ((rc = bad_split_name("bytes", argv[0])) != 0)
+		return rc;
+	if ((fd = open(argv[0], O_RDONLY | O_CLOEXEC)) < 0 ||
+	    fstat(fd, &sb) < 0) {
+		rc = cli_fail(ST_INVALID_ARGUMENT, "splits bytes: %s: %s",
+		    argv[0], strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return rc;
+	}
+	if (!S_ISREG(sb.st_mode)) {
+		close(fd);
+		return cli_fail(ST_INVALID_ARGUMENT,
+		    "splits bytes: %s: not a regular file", argv[0]);
+	}
+	while (off < sb.st_size) {
+		off_t end = sb.st_size - off <= (off_t)size ?
+		    sb.st_size :
+		    after_newline(fd, off + (off_t)size - 1, sb.st_size);
+		if (end < 0) {
+			rc = cli_fail(ST_INVALID_ARGUMENT,
+			    "splits bytes: %s: %s", argv[0], strerror(errno));
+			break;
+		}
+		printf("%jd %jd %s\n", (intmax_t)off, (intmax_t)(end - off),
+		    argv[0]);
+		off = end;
+	}
+	close(fd);
+	return rc;
+}
+
+static int
+cmd_splits(int argc, char **argv)
+{
+	int rc;
+
+	if (argc < 2)
+		return usage("splits needs files, range or bytes%s", "");
+	if (strcmp(argv[1], "files") == 0)
+		rc = splits_files(argc - 2, argv + 2);
+	else if (strcmp(argv[1], "range") == 0)
+		rc = splits_range(argc - 2, argv + 2);
+	else if (strcmp(argv[1], "bytes") == 0)
+		rc = splits_bytes(argc - 2, argv + 2);
+	else
+		return usage("splits: unknown verb %s", argv[1]);
+	if (fflush(stdout) != 0 && rc == 0)
+		rc = cli_fail(ST_INTERNAL, "writing: %s", strerror(errno));
+	return rc;
+}
+
+/* read */
+
+static int
+valid_mode(const char *m)
+{
+	static const char *const modes[] = {"off", "dynamic", "file", "data",
+	    "file_or_data", "hint"};
+
+	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++)
+		if (strcmp(m, modes[i]) == 0)
+			return 1;
+	return 0;
+}
+
+/* The options of read into o; 0, or the exit code. */
+static int
+read_opts(int argc, char **argv, struct dataread_opts *o, char *host,
+    size_t hostlen)
+{
+	static const struct option longopts[] = {
+	    {"job", required_argument, NULL, 'j'},
+	    {"mode", required_argument, NULL, 'm'},
+	    {"repeat", required_argument, NULL, 'r'},
+	    {"seed", required_argument, NULL, 's'},
+	    {"consumers", required_argument, NULL, 'c'},
+	    {"consumer-index", required_argument, NULL, 'i'},
+	    {"local", no_argument, NULL, 'l'},
+	    {"host", required_argument, NULL, 'H'},
+	    {"from-state", required_argument, NULL, 'f'},
+	    {"refresh", required_argument, NULL, 'R'},
+	    {"max-bytes", required_argument, NULL, 'b'},
+	    {"timeout", required_argument, NULL, 'T'},
+	    {NULL, 0, NULL, 0},
+	};
+	const char *state = NULL;
+	json_error_t je;
+	int c, local = 0, index = 0;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'j': o->job = optarg; break;
+		case 'm':
+			if (!valid_mode(optarg))
+				return usage("--mode %s is not off, dynamic, "
+				             "file, data, file_or_data or hint",
+				    optarg);
+			o->mode = optarg;
+			break;
+		case 'r':
+			if (cli_number_flag(synopsis, "--repeat", optarg, 0,
+			        LONG_MAX, &o->repeat) != 0)
+				return 2;
+			break;
+		case 's':
+			if (parse_int64(optarg, &o->seed) < 0 || o->seed < 0)
+				return usage("--seed %s is not a number >= 0",
+				    optarg);
+			break;
+		case 'c':
+			if (cli_number_flag(synopsis, "--consumers", optarg, 1,
+			        1000000, &o->consumers) != 0)
+				return 2;
+			break;
+		case 'i':
+			if (cli_number_flag(synopsis, "--consumer-index",
+			        optarg, 0, 999999, &o->consumer_index) != 0)
+				return 2;
+			index = 1;
+			break;
+		case 'l': local = 1; break;
+		case 'H': o->host = optarg; break;
+		case 'f': state = optarg; break;
+		case 'R':
+			if (cli_duration_flag(synopsis, "--refresh", optarg, 1,
+			        &o->refresh_ms) != 0)
+				return 2;
+			break;
+		case 'b':
+			if (parse_size(optarg, &o->max_bytes) < 0 ||
+			    o->max_bytes == 0 ||
+			    o->max_bytes > DATAREAD_MAX_BYTES_LIMIT)
+				return usage("--max-bytes %s is not 1 to 64M",
+				    optarg);
+			break;
+		case 'T':
+			if (cli_duration_flag(synopsis, "--timeout", optarg, 0,
+			        &o->timeout_ms) != 0)
+				return 2;
+			break;
+		default: return cli_std_option(c, synopsis);
+		}
+	}
+	if (optind + 1 != argc)
+		return usage(optind < argc ? "read takes one dataset, not %s" :
+		                             "read needs a dataset%s",
+		    optind < argc ? argv[argc - 1] : "");
+	o->dataset = argv[optind];
+	if ((o->consumers > 0) != index)
+		return usage("--consumers and --consumer-index go "
+		             "together%s",
+		    "");
+	if (o->consumers > 0 && o->consumer_index >= o->consumers)
+		return cli_usage_error(synopsis,
+		    "--consumer-index %ld is not below --consumers %ld",
+		    o->consumer_index, o->consumers);
+	if (o->consumers > 0 && (local || o->host != NULL))
+		return usage("--local and --host read some tasks only; a "
+		             "round-robin read takes every task's turn%s",
+		    "");
+	if (local && o->host == NULL) {
+		if (gethostname(host, hostlen) < 0)
+			return cli_fail(ST_INTERNAL, "gethostname: %s",
+			    strerror(errno));
+		host[hostlen - 1] = '\0';
+		o->host = host;
+	}
+	if (state != NULL &&
+	    (o->from_state = json_load_file(state, 0, &je)) == NULL)
+		return cli_fail(ST_INVALID_ARGUMENT, "--from-state %s: %s",
+		    state, je.text);
+	return 0;
+}
+
+/*
+ * Elements to stdout until the data ends. A signal ends the read inside
+ * dataread, which releases the job client; then the signal ends us as it
+ * would have, so that the shell sees it.
+ */
+static int
+cmd_read(struct ctl *x, int argc, char **argv)
+{
+	static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+	struct dataread_opts o = {.repeat = 1,
+	    .refresh_ms = DATAREAD_REFRESH_DEFAULT,
+	    .max_bytes = DATAREAD_MAX_BYTES_DEFAULT,
+	    .timeout_ms = -1,
+	    .out = 1};
+	char host[256], err[2048];
+	sigset_t blocked;
+	enum status st;
+	int rc, sig;
+
+	if ((rc = read_opts(argc, argv, &o, host, sizeof(host))) != 0)
+		return rc;
+	if ((o.stop_fd = sigfd_open(sigs, sizeof(sigs) / sizeof(sigs[0]),
+	         &blocked)) < 0) {
+		json_decref(o.from_state);
+		return cli_fail(ST_INTERNAL, "signalfd: %s", strerror(errno));
+	}
+	st = dataread_run(x->dc, &o, err, sizeof(err));
+	json_decref(o.from_state);
+	if (st == ST_CANCELLED && (sig = sigfd_read(o.stop_fd)) > 0) {
+		pthread_sigmask(SIG_UNBLOCK, &blocked, NULL);
+		raise(sig);
+	}
+	close(o.stop_fd);
+	return st == ST_OK ? 0 : cli_fail(st, "%s", err);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -896,14 +1627,17 @@ main(int argc, char **argv)
 		             "_-.:)",
 		    x.queue);
 	static const char *verbs[] = {"schedule", "fetch", "join", "done",
-	    "cancel", "forget", "ls", "status", "resource"};
+	    "cancel", "forget", "ls", "status", "resource", "dataset", "read",
+	    "checkpoint", "job", "splits"};
 	int known = 0;
 	for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++)
 		known |= strcmp(verb, verbs[i]) == 0;
 	if (!known)
 		return usage("unknown verb %s", verb);
-	if ((x.dc = dispatch_client_new(cli_dispatch_addr(addr), err,
-	         sizeof(err))) == NULL)
+	if (strcmp(verb, "splits") == 0)
+		return cmd_splits(argc, argv);
+	x.addr = cli_dispatch_addr(addr);
+	if ((x.dc = dispatch_client_new(x.addr, err, sizeof(err))) == NULL)
 		return cli_fail(ST_INVALID_ARGUMENT, "%s", err);
 	if (strcmp(verb, "schedule") == 0)
 		rc = cmd_schedule(&x, argc, argv);
@@ -921,8 +1655,16 @@ main(int argc, char **argv)
 		rc = cmd_ls(&x, argc, argv);
 	else if (strcmp(verb, "status") == 0)
 		rc = cmd_status(&x, argc, argv);
-	else
+	else if (strcmp(verb, "resource") == 0)
 		rc = cmd_resource(&x, argc, argv);
+	else if (strcmp(verb, "dataset") == 0)
+		rc = cmd_dataset(&x, argc, argv);
+	else if (strcmp(verb, "read") == 0)
+		rc = cmd_read(&x, argc, argv);
+	else if (strcmp(verb, "checkpoint") == 0)
+		rc = cmd_checkpoint(&x, argc, argv);
+	else
+		rc = cmd_job(&x, argc, argv);
 	dispatch_client_free(x.dc);
 	return rc;
 }

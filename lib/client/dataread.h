@@ -1,0 +1,66 @@
+/*
+ * dataread.h: the consumer of a dispatchd job, behind `dispatchctl read`.
+ *
+ * It holds a job client (created or joined by name), heartbeats the
+ * ranges it delivered and the tasks it lost, reads each task's elements
+ * from its worker over a connection of its own, and writes their bytes,
+ * already in the dataset's framing, to one file descriptor. Delivered
+ * means written there: a range is reported only after its bytes were
+ * written, and a reply is acknowledged (by the next request) only after
+ * that too, so a dead worker's splits are read again from where this
+ * consumer stopped, and a dead consumer's unacknowledged elements go to
+ * another one.
+ *
+ * Round-robin jobs (consumers > 0) are read a round at a time instead:
+ * round r from the (r mod count)-th task that has started by r.
+ */
+#ifndef MUSTER_DATAREAD_H
+#define MUSTER_DATAREAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "buf.h"
+#include "dispatch_client.h"
+#include "status.h"
+
+#define DATAREAD_MAX_BYTES_DEFAULT (4u << 20)
+#define DATAREAD_MAX_BYTES_LIMIT (64u << 20) /* what a worker allows */
+#define DATAREAD_REFRESH_DEFAULT 200         /* ms between heartbeats */
+
+struct dataread_opts {
+	const char *dataset; /* id or name */
+	const char *job;  /* a job name to share, or NULL: a job of our own */
+	const char *mode; /* NULL: dynamic */
+	long repeat;      /* epochs; 0: for ever */
+	int64_t seed;
+	long consumers; /* round robin among this many; 0: not */
+	long consumer_index;
+	json_t *from_state; /* a checkpoint to start at, or NULL */
+	const char *host;   /* read only tasks of workers on this host; NULL */
+	int64_t refresh_ms;
+	size_t max_bytes;   /* of one reply's elements */
+	int64_t timeout_ms; /* dispatchd unreachable this long: UNAVAILABLE;
+			     * -1: never */
+	int out;            /* where elements go */
+	int stop_fd;        /* readable (a signal): stop; -1: none */
+};
+
+/*
+ * Reads the job to its end. ST_OK at the end of the data, and also when
+ * o->out was closed by its reader (a consumer that has had enough ends
+ * the read, as `head` ends a pipe); ST_CANCELLED when stop_fd became
+ * readable; ST_INTERNAL with the reader's message when a task or the job
+ * failed; otherwise dispatchd's status (ST_NOT_FOUND: the job client was
+ * released or collected). The job client is released on every path.
+ */
+enum status dataread_run(struct dispatch_client *dc,
+    const struct dataread_opts *o, char *err, size_t errlen);
+
+/* The splits of a dataset (id or name), one per line, appended to out. */
+enum status dataread_splits(const char *addr, const char *dataset,
+    int64_t deadline, struct buf *out, char *err, size_t errlen);
+
+#endif
