@@ -5,6 +5,9 @@
  * closure, runs it (a process of its own, or a line to a --serve process),
  * and reports its end together with the request for the next one.
  *
+ * The data tasks its heartbeat replies list run in lib/client/dataserve.c:
+ * a reader per task, and a small HTTP server consumers fetch elements from.
+ *
  * On SIGTERM or SIGINT it stops taking work, stops its closures (TERM, the
  * grace period, KILL), reports them aborted so that they run again at once
  * elsewhere, leaves, and exits 0.
@@ -31,6 +34,7 @@
 
 #include "buf.h"
 #include "cli.h"
+#include "dataserve.h"
 #include "dispatch_client.h"
 #include "duration.h"
 #include "log.h"
@@ -46,7 +50,8 @@ static const char synopsis[] =
     "DUR]\n"
     "                  [--start-delay-max DUR] [--grace DUR] "
     "[--max-output BYTES]\n"
-    "                  [--dir DIR] [--serve COMMAND]\n";
+    "                  [--dir DIR] [--serve COMMAND] [--listen ADDR]\n"
+    "                  [--host NAME] [--buffer BYTES] [--lease N]\n";
 
 #define ERR_TAIL 4096
 #define POLL_MS 30000
@@ -59,6 +64,10 @@ struct opts {
 	size_t max_output;
 	const char *dir;
 	const char *serve;
+	const char *listen;
+	char host[256];
+	size_t buffer;
+	long lease;
 };
 
 /* A resource, as built on this worker in this incarnation. */
@@ -90,6 +99,7 @@ struct worker {
 	struct slot *slots;
 	int hb_cancel[2];
 	char err[512]; /* why registering failed */
+	struct dataserve *ds;
 };
 
 /* One slot: a thread that runs one closure at a time. */
@@ -112,12 +122,15 @@ struct slot {
 
 static struct worker W;
 
-/* Registers (again): a new incarnation, resources to build anew. */
+/* Registers (again): a new incarnation, resources to build anew, and
+ * data tasks to be handed anew. */
 static enum status
 register_worker(struct worker *wk, struct dispatch_client *dc)
 {
 	char path[256];
-	json_t *reply, *body = json_pack("{s:i}", "slots", (int)wk->o.slots);
+	json_t *reply,
+	    *body = json_pack("{s:i,s:s,s:s}", "slots", (int)wk->o.slots,
+	        "address", dataserve_address(wk->ds), "host", wk->o.host);
 	enum status st;
 
 	snprintf(path, sizeof(path), "/v1/workers/%.200s", wk->o.task);
@@ -146,6 +159,7 @@ register_worker(struct worker *wk, struct dispatch_client *dc)
 	pthread_cond_broadcast(&wk->cond);
 	pthread_mutex_unlock(&wk->mu);
 	json_decref(reply);
+	dataserve_incarnation(wk->ds, wk->inc, wk->hb_timeout);
 	log_debug("registered as %s, incarnation %s", wk->o.task, wk->inc);
 	return 0;
 }
@@ -239,6 +253,11 @@ heartbeat_main(void *arg)
 			nap(200);
 			continue;
 		}
+		/* A reply without the list (an older dispatchd's) changes
+		 * nothing. */
+		if (json_is_array(json_object_get(reply, "tasks")))
+			dataserve_tasks(wk->ds,
+			    json_object_get(reply, "tasks"));
 		json_array_foreach(json_object_get(reply, "stop"), i, v) {
 			uint64_t id = (uint64_t)json_integer_value(
 			    json_object_get(v, "id"));
@@ -1183,15 +1202,23 @@ parse_args(int argc, char **argv, struct opts *o)
 	    {"max-output", required_argument, NULL, 'O'},
 	    {"dir", required_argument, NULL, 'D'},
 	    {"serve", required_argument, NULL, 's'},
+	    {"listen", required_argument, NULL, 'L'},
+	    {"host", required_argument, NULL, 'H'},
+	    {"buffer", required_argument, NULL, 'B'},
+	    {"lease", required_argument, NULL, 'l'},
 	    {"verbose", no_argument, NULL, 'v'},
 	    CLI_STD_LONGOPTS,
 	    {NULL, 0, NULL, 0},
 	};
 	const char *addr = NULL;
-	int c, verbose = 0;
+	int c, verbose = 0, port;
 	struct task_name tn;
+	char host[128];
 
 	o->slots = 1;
+	o->listen = "127.0.0.1:0";
+	o->buffer = 64u << 20;
+	o->lease = 16;
 	o->grace = 10000;
 	o->max_output = 1u << 20;
 	o->start_delay_max = 0;
@@ -1234,6 +1261,32 @@ parse_args(int argc, char **argv, struct opts *o)
 				    "--serve needs a command");
 			o->serve = optarg;
 			break;
+		case 'L':
+			if (parse_listen(optarg, host, sizeof(host), &port) < 0)
+				return cli_usage_error(synopsis,
+				    "--listen %s is not HOST:PORT", optarg);
+			o->listen = optarg;
+			break;
+		case 'H':
+			if (*optarg == '\0' ||
+			    strlen(optarg) >= sizeof(o->host))
+				return cli_usage_error(synopsis,
+				    "--host needs a name of up to %zu bytes",
+				    sizeof(o->host) - 1);
+			snprintf(o->host, sizeof(o->host), "%s", optarg);
+			break;
+		case 'B':
+			if (parse_size(optarg, &o->buffer) < 0 ||
+			    o->buffer < (64u << 10))
+				return cli_usage_error(synopsis,
+				    "--buffer %s is not a size of 64k or more",
+				    optarg);
+			break;
+		case 'l':
+			if (cli_number_flag(synopsis, "--lease", optarg, 1,
+			        1024, &o->lease) != 0)
+				return 2;
+			break;
 		case 'v': verbose = 1; break;
 		default: return cli_std_option(c, synopsis);
 		}
@@ -1250,6 +1303,9 @@ parse_args(int argc, char **argv, struct opts *o)
 		return cli_usage_error(synopsis,
 		    "%s is not a task name (JOB:INDEX, like worker:3)",
 		    o->task);
+	if (o->host[0] == '\0' && gethostname(o->host, sizeof(o->host)) < 0)
+		snprintf(o->host, sizeof(o->host), "localhost");
+	o->host[sizeof(o->host) - 1] = '\0';
 	o->addr = cli_dispatch_addr(addr);
 	log_init(argv[0], verbose);
 	return 0;
@@ -1296,6 +1352,13 @@ main(int argc, char **argv)
 	}
 	if ((dc = dispatch_client_new(wk->o.addr, err, sizeof(err))) == NULL)
 		return cli_fail(ST_INVALID_ARGUMENT, "%s", err);
+	/* Listening first: registration advertises the address. */
+	struct dataserve_config dsc = {wk->o.listen, wk->o.host, wk->o.addr,
+	    wk->o.task, wk->o.buffer, wk->o.lease, &wk->blocked};
+	if ((wk->ds = dataserve_start(&dsc, err, sizeof(err))) == NULL) {
+		rc = cli_fail(ST_UNAVAILABLE, "%s", err);
+		goto out;
+	}
 	enum status st = register_worker(wk, dc);
 	if (st != ST_OK) {
 		rc = cli_fail(st, "%s", wk->err);
@@ -1318,6 +1381,10 @@ main(int argc, char **argv)
 		    (s->dc = dispatch_client_new(wk->o.addr, err,
 		         sizeof(err))) == NULL) {
 			rc = cli_fail(ST_INTERNAL, "%s", err);
+			/* The heartbeat hands dataserve tasks until it ends. */
+			atomic_store(&wk->stopping, 1);
+			wake(wk->hb_cancel[1]);
+			pthread_join(hb, NULL);
 			goto out;
 		}
 		dispatch_client_set_cancel(s->dc, s->cancel[0]);
@@ -1325,6 +1392,7 @@ main(int argc, char **argv)
 	}
 	log_info("%s: %ld slot%s, taking closures from %s", wk->o.task,
 	    wk->o.slots, wk->o.slots == 1 ? "" : "s", wk->o.addr);
+	log_debug("serving data on %s", dataserve_address(wk->ds));
 	while (sigwait(&wk->blocked, &sig) == 0 && sig == SIGHUP)
 		;
 	log_info("%s: stopping (%s): its closures go back to the queue",
@@ -1357,6 +1425,8 @@ main(int argc, char **argv)
 	pthread_join(hb, NULL);
 	rc = 0;
 out:
+	/* After the heartbeat, the only thread that hands it tasks. */
+	dataserve_stop(wk->ds);
 	dispatch_client_free(dc);
 	if (wk->made_workdir)
 		nftw(wk->workdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);

@@ -1,0 +1,51 @@
+/*
+ * dataserve.h: a worker's data tasks. dispatchd hands a worker one task
+ * per job it takes part in (the heartbeat reply lists them all, every
+ * time); for each, a thread runs the dataset's reader over the splits the
+ * job's mode gives this worker (or leases them, in DYNAMIC jobs), cuts
+ * the reader's output into chunks of whole elements (datawire.h) and
+ * buffers them, and consumers fetch them over HTTP from a small server of
+ * our own, a thread per connection.
+ *
+ * Elements a consumer fetched stay held until its next request on the same
+ * connection acknowledges them; if the connection closes first they go
+ * back to the front of the queue, so that a consumer's death loses nothing.
+ */
+#ifndef MUSTER_DATASERVE_H
+#define MUSTER_DATASERVE_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+struct dataserve_config {
+	const char *listen;      /* HOST:PORT to serve on; port 0: any */
+	const char *host;        /* advertised when HOST is 0.0.0.0 or :: */
+	const char *dispatcher;  /* dispatchd's address */
+	const char *worker;      /* this worker's name */
+	size_t buffer;           /* bytes buffered per task, at most */
+	long lease;              /* DYNAMIC splits leased ahead, 1 to 1024 */
+	const sigset_t *unblock; /* signals the readers get unblocked */
+};
+
+/* Listens (at once, so that the address can be advertised); NULL and why
+ * in err when it cannot. */
+struct dataserve *dataserve_start(const struct dataserve_config *c, char *err,
+    size_t errlen);
+/* Where it listens, HOST:PORT with the real port. */
+const char *dataserve_address(const struct dataserve *ds);
+/*
+ * A new registration: every task goes (their readers stopped, their
+ * buffers freed), and later ones report as incarnation inc. A lease
+ * request waits up to half of hb_timeout_ms, as dispatchd allows.
+ */
+void dataserve_incarnation(struct dataserve *ds, const char *inc,
+    int64_t hb_timeout_ms);
+/* The task list of a heartbeat reply: new tasks start, missing ones go. */
+void dataserve_tasks(struct dataserve *ds, json_t *tasks);
+/* Stops every reader and connection, and frees ds. */
+void dataserve_stop(struct dataserve *ds);
+
+#endif
