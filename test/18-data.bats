@@ -1,0 +1,269 @@
+#!/usr/bin/env bats
+# Datasets, jobs and splits: dispatchd hands out the work, workerloop runs
+# the reader per split and serves the elements, dispatchctl read prints
+# them. Every mode's visitation, named and round-robin jobs, repetitions,
+# collection, checkpoint and resume, and bad input.
+
+load helper
+
+bats_require_minimum_version 1.5.0
+
+# dataset N LINES [READER]: a dataset of splits 1..N whose reader prints
+# "SPLIT.I" for I in 1..LINES; prints its id.
+dataset() {
+	local reader=${3:-'i=1; while [ $i -le '$2' ]; do echo "$MUSTER_SPLIT.$i"; i=$((i+1)); done'}
+	seq 1 "$1" | dispatchctl dataset add --splits - --reader "$reader"
+}
+
+# expected N LINES [TIMES]: every element of such a dataset, sorted, TIMES
+# times each.
+expected() {
+	local k
+	for ((k = 0; k < ${3:-1}; k++)); do
+		for s in $(seq 1 "$1"); do seq 1 "$2" | sed "s/^/$s./"; done
+	done | sort
+}
+
+@test "a dataset is registered once per definition; names; bad split lists" {
+	start_dispatchd
+	run -0 dataset 3 2
+	id=$output
+	run -0 dataset 3 2
+	[ "$output" = "$id" ]
+	seq 1 3 | dispatchctl dataset add --splits - --reader 'true' --name train
+	run -0 dispatchctl dataset show train
+	[[ $output == *'"splits":3'* || $output == *'splits'*3* ]]
+	# The same name for another definition.
+	run -5 sh -c "seq 1 4 | dispatchctl dataset add --splits - --reader true --name train"
+	[[ $output == *train* ]]
+	: >empty
+	run -3 dispatchctl dataset add --splits empty --reader true
+	[[ $output == *split* ]]
+	run -2 dispatchctl dataset add --splits empty
+	run -1 dispatchctl read nosuch
+	[[ $output == *nosuch* ]]
+}
+
+@test "split helpers: files, numeric ranges, byte ranges on line boundaries" {
+	mkdir d
+	touch d/b.txt d/a.txt d/c.bin
+	run -0 dispatchctl splits files 'd/*.txt'
+	[ "$output" = "$(printf 'd/a.txt\nd/b.txt')" ]
+	run -0 dispatchctl splits range 0 10 4
+	[ "$output" = "$(printf '0 4\n4 8\n8 10')" ]
+	seq 1 1000 >big
+	run -0 dispatchctl splits bytes big 1000
+	# The ranges cover the file, end to end, each after a newline.
+	off=0
+	while read -r o l f; do
+		[ "$o" = "$off" ]
+		[ "$f" = big ]
+		[ "$(tail -c +$((o + l)) big | head -c 1)" = "$(printf '\n')" ] ||
+			[ $((o + l)) = "$(wc -c <big)" ]
+		off=$((o + l))
+	done <<<"$output"
+	[ "$off" = "$(wc -c <big)" ]
+	run -2 dispatchctl splits range 5 x
+}
+
+@test "dynamic: two workers, every element exactly once" {
+	start_dispatchd
+	start_worker a:0
+	start_worker b:0
+	id=$(dataset 20 5)
+	run -0 dispatchctl read "$id"
+	[ "$(sort <<<"$output")" = "$(expected 20 5)" ]
+}
+
+@test "off: every worker reads every element" {
+	start_dispatchd
+	start_worker a:0
+	start_worker b:0
+	id=$(dataset 4 3)
+	dispatchctl read --mode off "$id" >out
+	[ "$(sort out)" = "$(expected 4 3 2)" ]
+}
+
+@test "static modes: file, data, file_or_data and hint shard by worker index" {
+	start_dispatchd --static-workers a:0,b:0
+	start_worker a:0
+	start_worker b:0
+	id=$(dataset 6 4)
+	for mode in file data file_or_data; do
+		dispatchctl read --mode "$mode" "$id" >out.$mode
+		[ "$(sort out.$mode)" = "$(expected 6 4)" ]
+	done
+	# file: whole splits per worker; data: elements dealt out in turn.
+	hint=$(seq 1 6 | dispatchctl dataset add --splits - --reader \
+		'[ $((MUSTER_SPLIT % MUSTER_SHARD_COUNT)) = $MUSTER_SHARD_INDEX ] && echo "$MUSTER_SPLIT.1" || true')
+	dispatchctl read --mode hint "$hint" >out.hint
+	[ "$(sort out.hint)" = "$(expected 6 1)" ]
+	# Without --static-workers a static mode is refused.
+	kill "$DISPATCH_PID"
+	start_dispatchd
+	id=$(dataset 6 4)
+	run -6 dispatchctl read --mode file "$id"
+	[[ $output == *static-workers* ]]
+}
+
+@test "repetitions: --repeat 3 reads every element three times" {
+	start_dispatchd
+	start_worker a:0
+	id=$(dataset 5 2)
+	dispatchctl read --repeat 3 --seed 7 "$id" >out
+	[ "$(sort out)" = "$(expected 5 2 3)" ]
+}
+
+@test "a named job is shared: two consumers split the elements between them" {
+	start_dispatchd
+	start_worker a:0
+	start_worker b:0
+	id=$(dataset 30 4 'for i in 1 2 3 4; do echo "$MUSTER_SPLIT.$i"; sleep 0.01; done')
+	dispatchctl read --job shared "$id" >out1 &
+	p1=$!
+	dispatchctl read --job shared "$id" >out2 &
+	p2=$!
+	BG_PIDS+=("$p1" "$p2")
+	wait_exit "$p1" 120
+	[ "$STATUS" = 0 ]
+	wait_exit "$p2" 120
+	[ "$STATUS" = 0 ]
+	[ "$(sort out1 out2)" = "$(expected 30 4)" ]
+	# The same name with another mode is refused.
+	run -3 dispatchctl read --job shared --mode off "$id"
+	[[ $output == *mode* ]]
+}
+
+@test "a worker that joins mid-job gets a task and serves part of it" {
+	start_dispatchd
+	start_worker a:0 --lease 1
+	id=$(dataset 40 2 'echo "$MUSTER_SPLIT.1 $MUSTER_WORKER"; sleep 0.05; echo "$MUSTER_SPLIT.2 $MUSTER_WORKER"')
+	dispatchctl read "$id" >out &
+	p=$!
+	BG_PIDS+=("$p")
+	wait_grep 'a:0' out
+	start_worker b:0 --lease 1
+	wait_exit "$p" 120
+	[ "$STATUS" = 0 ]
+	[ "$(cut -d' ' -f1 out | sort)" = "$(expected 40 2)" ]
+	grep -q ' b:0$' out
+}
+
+@test "round robin: two consumers read the same worker each round; a worker added mid-job joins at one round for both" {
+	start_dispatchd
+	start_worker a:0
+	id=$(seq 1 60 | dispatchctl dataset add --splits - --reader 'echo "$MUSTER_WORKER $MUSTER_SPLIT"; sleep 0.02')
+	dispatchctl read --job rr --mode off --consumers 2 --consumer-index 0 "$id" >c0 &
+	p0=$!
+	dispatchctl read --job rr --mode off --consumers 2 --consumer-index 1 "$id" >c1 &
+	p1=$!
+	BG_PIDS+=("$p0" "$p1")
+	wait_grep 'a:0 1[0-9]$' c0
+	start_worker b:0
+	wait_exit "$p0" 120
+	[ "$STATUS" = 0 ]
+	wait_exit "$p1" 120
+	[ "$STATUS" = 0 ]
+	# Same rounds, same worker at each round.
+	[ "$(wc -l <c0)" = "$(wc -l <c1)" ]
+	[ "$(cut -d' ' -f1 c0)" = "$(cut -d' ' -f1 c1)" ]
+	grep -q '^b:0 ' c0
+	# Consumer 0 takes the first of each round's two elements.
+	[ "$(paste -d' ' c0 c1 | awk '$1 == $3 && $2 + 0 >= $4 + 0' | wc -l)" = 0 ]
+	# Round-robin reads need a name and a mode other than dynamic.
+	run -3 dispatchctl read --consumers 2 --consumer-index 0 "$id"
+}
+
+@test "--local reads only the worker on this host" {
+	start_dispatchd
+	start_worker a:0 --host here
+	start_worker b:0 --host there
+	id=$(dataset 5 2 'echo "$MUSTER_SPLIT.1 $MUSTER_WORKER"; echo "$MUSTER_SPLIT.2 $MUSTER_WORKER"')
+	dispatchctl read --mode off --local --host here "$id" >out
+	[ "$(cut -d' ' -f1 out | sort)" = "$(expected 5 2)" ]
+	! grep -q 'b:0' out
+}
+
+@test "checkpoint and resume: a job stopped half-way continues where it stopped" {
+	start_dispatchd
+	start_worker a:0
+	id=$(dataset 30 3 'for i in 1 2 3; do echo "$MUSTER_SPLIT.$i"; sleep 0.02; done')
+	dispatchctl read --job ck "$id" >part1 &
+	p=$!
+	BG_PIDS+=("$p")
+	wait_for 30 sh -c '[ $(wc -l <part1) -ge 30 ]'
+	kill -TERM "$p"
+	wait_exit "$p" 30
+	dispatchctl checkpoint --job ck >state
+	jq -e '.next > 0' state
+	dispatchctl read --from-state state "$id" >part2
+	[ "$(sort part1 part2)" = "$(expected 30 3)" ]
+	run -1 dispatchctl checkpoint --job nosuch
+}
+
+@test "an abandoned job is collected after the client and GC timeouts" {
+	start_dispatchd --client-timeout 1s --job-gc-timeout 1s
+	start_worker a:0
+	id=$(dataset 100 1 'sleep 0.2; echo "$MUSTER_SPLIT"')
+	dispatchctl read --job gone "$id" >out &
+	p=$!
+	BG_PIDS+=("$p")
+	wait_file out
+	kill -9 "$p"
+	wait_for 30 sh -c '! dispatchctl job show gone >/dev/null 2>&1'
+	run -1 dispatchctl job show gone
+	# The name is free again.
+	dispatchctl read --job gone --mode off "$id" >/dev/null &
+	p=$!
+	BG_PIDS+=("$p")
+	wait_for 10 sh -c 'dispatchctl job show gone | grep -q off'
+	kill "$p"
+}
+
+@test "a reader that fails or cannot be run fails the read with its message" {
+	start_dispatchd
+	start_worker a:0
+	bad=$(seq 1 3 | dispatchctl dataset add --splits - --reader 'echo "$MUSTER_SPLIT"; [ "$MUSTER_SPLIT" != 2 ] || { echo broken >&2; exit 3; }')
+	run -10 dispatchctl read "$bad"
+	[[ $output == *"status 3"* ]]
+	[[ $output == *broken* ]]
+	missing=$(seq 1 3 | dispatchctl dataset add --splits - --reader 'no-such-reader-xyz')
+	run -10 dispatchctl read "$missing"
+	[[ $output == *127* || $output == *"not found"* ]]
+	# dispatchd and the worker serve on.
+	good=$(dataset 3 1)
+	run -0 dispatchctl read "$good"
+}
+
+@test "a consumer that disappears: the other consumer of the job gets its elements" {
+	start_dispatchd
+	start_worker a:0
+	id=$(dataset 40 2 'echo "$MUSTER_SPLIT.1"; sleep 0.03; echo "$MUSTER_SPLIT.2"')
+	dispatchctl read --job two "$id" >gone &
+	pg=$!
+	dispatchctl read --job two "$id" >kept &
+	pk=$!
+	BG_PIDS+=("$pg" "$pk")
+	wait_file gone
+	kill -9 "$pg"
+	wait_exit "$pk" 120
+	[ "$STATUS" = 0 ]
+	# At least once: nothing lost; what gone wrote may come again.
+	[ "$(sort -u gone kept)" = "$(expected 40 2)" ]
+}
+
+@test "dynamic, worker killed with -9 mid-split: every element exactly once" {
+	start_dispatchd --heartbeat-timeout 30s
+	start_worker a:0 --lease 2
+	pa=$WORKER_PID
+	start_worker b:0 --lease 2
+	id=$(dataset 20 10 'i=1; while [ $i -le 10 ]; do echo "$MUSTER_SPLIT.$i"; i=$((i+1)); sleep 0.01; done')
+	dispatchctl read "$id" >out &
+	p=$!
+	BG_PIDS+=("$p")
+	wait_for 30 sh -c '[ $(wc -l <out) -ge 40 ]'
+	kill -9 "$pa"
+	wait_exit "$p" 120
+	[ "$STATUS" = 0 ]
+	[ "$(sort out)" = "$(expected 20 10)" ]
+}
