@@ -467,7 +467,7 @@ task_make(struct ds *ds, struct ds_job *j, struct ds_worker *w, int pending)
 	struct ds_task *t, **pp;
 	long shard = 0;
 
-	if (j->finished)
+	if (j->finished || !w->live)
 		return;
 	if (is_static(j->mode)) {
 		if ((shard = static_index(ds, w->name)) < 0)

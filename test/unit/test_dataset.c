@@ -245,9 +245,12 @@ named_jobs_and_collection(void)
 	int64_t next;
 
 	add(ds, "{\"splits\":[\"a\"],\"reader\":\"cat\"}");
+	/* A worker that left gets no task in a new job. */
+	ds_worker_up(ds, "w:0", 1, "127.0.0.1:1", "h", 0);
+	ds_worker_down(ds, "w:0", 1, 0);
 	j = open_job(ds, "{\"dataset\":\"1\",\"name\":\"x\",\"mode\":\"off\"}",
 	    &c1, 0);
-	CHECK(j != NULL);
+	CHECK(j != NULL && j->tasks == NULL);
 	CHECK(
 	    open_job(ds, "{\"dataset\":\"1\",\"name\":\"x\",\"mode\":\"off\"}",
 	        &c2, 0) == j);
