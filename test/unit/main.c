@@ -7,6 +7,8 @@ int unit_failed;
 
 static const struct unit_test *groups[] = {
     dataset_tests,
+    journal_tests,
+    crc32c_tests,
     status_tests,
     duration_tests,
     text_tests,
