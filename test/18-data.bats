@@ -267,3 +267,23 @@ expected() {
 	[ "$STATUS" = 0 ]
 	[ "$(sort out)" = "$(expected 20 10)" ]
 }
+
+@test "--local readers of one job on two hosts: a worker killed with -9 loses nothing, and both reads end" {
+	start_dispatchd --heartbeat-timeout 30s
+	start_worker a:0 --host here --lease 2
+	start_worker b:0 --host there --lease 2
+	pb=$WORKER_PID
+	id=$(dataset 30 3 'for i in 1 2 3; do echo "$MUSTER_SPLIT.$i"; sleep 0.01; done')
+	dispatchctl read --job loc --local --host here "$id" >here &
+	p1=$!
+	dispatchctl read --job loc --local --host there "$id" >there &
+	p2=$!
+	BG_PIDS+=("$p1" "$p2")
+	wait_for 30 sh -c '[ $(wc -l <there) -ge 6 ]'
+	kill -9 "$pb"
+	wait_exit "$p1" 120
+	[ "$STATUS" = 0 ]
+	wait_exit "$p2" 120
+	[ "$STATUS" = 0 ]
+	[ "$(sort here there)" = "$(expected 30 3)" ]
+}

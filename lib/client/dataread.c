@@ -1086,10 +1086,16 @@ apply_tasks_locked(struct reader *r, json_t *tasks)
 		const char *host =
 		    json_string_value(json_object_get(v, "host"));
 
-		if (id <= 0 || addr == NULL ||
-		    (r->o->host != NULL &&
-		        (host == NULL || strcmp(host, r->o->host) != 0)))
+		if (id <= 0)
 			continue;
+		if (addr == NULL ||
+		    (r->o->host != NULL &&
+		        (host == NULL || strcmp(host, r->o->host) != 0))) {
+			/* Not read here: dispatchd must not wait for this
+			 * reader to let the task's splits go if it dies. */
+			note_lost_locked(r, id);
+			continue;
+		}
 		for (t = r->tasks; t != NULL && t->id != id; t = t->next)
 			;
 		if (t == NULL && !r->stopping)
@@ -1330,8 +1336,15 @@ job_body(const struct dataread_opts *o)
 		json_object_set_new(body, "consumer_index",
 		    json_integer(o->consumer_index));
 	}
-	if (o->from_state != NULL)
+	if (o->from_state != NULL) {
+		/* A state names seqs of one order of splits: the job goes on
+		 * in that order. */
 		json_object_set(body, "from_state", o->from_state);
+		json_object_set(body, "seed",
+		    json_object_get(o->from_state, "seed"));
+		json_object_set(body, "repeat",
+		    json_object_get(o->from_state, "repeat"));
+	}
 	return body;
 }
 

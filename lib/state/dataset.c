@@ -512,6 +512,7 @@ task_free(struct ds_task *t)
 	}
 	free(t->acks);
 	free(t->told);
+	free(t->skips);
 	free(t->worker);
 	free(t->address);
 	free(t->host);
@@ -637,10 +638,23 @@ client_unlink(struct ds_job *j, struct ds_client *c)
 	j->nclients--;
 }
 
-/* c no longer owes t an answer. */
+/*
+ * client no longer reads t: it owes t's end no answer (a client that says
+ * so of a running task, such as a --local reader skipping another host's
+ * task, is not waited for when t fails).
+ */
+static void ids_add(uint64_t **v, size_t *n, size_t *cap, uint64_t id);
+
 static void
 task_ack(struct ds *ds, struct ds_task *t, uint64_t client)
 {
+	if (t->state != DS_TASK_FAILED)
+		ids_add(&t->skips, &t->nskips, &t->capskips, client);
+	for (size_t i = 0; i < t->ntold; i++)
+		if (t->told[i] == client) {
+			t->told[i] = t->told[--t->ntold];
+			break;
+		}
 	for (size_t i = 0; i < t->nacks; i++)
 		if (t->acks[i] == client) {
 			t->acks[i] = t->acks[--t->nacks];
@@ -744,6 +758,20 @@ job_restore(struct ds_job *j, json_t *st, char *msg, size_t msglen)
 		snprintf(msg, msglen, "from_state needs mode dynamic");
 		return ST_INVALID_ARGUMENT;
 	}
+	if (json_integer_value(json_object_get(st, "seed")) !=
+	        (json_int_t)j->seed ||
+	    json_integer_value(json_object_get(st, "repeat")) !=
+	        (json_int_t)j->repeat) {
+		snprintf(msg, msglen,
+		    "the state is of a job with seed %" JSON_INTEGER_FORMAT
+		    " and repeat %" JSON_INTEGER_FORMAT
+		    ": read it with those (this job: seed %" PRIu64
+		    ", repeat %ld)",
+		    json_integer_value(json_object_get(st, "seed")),
+		    json_integer_value(json_object_get(st, "repeat")), j->seed,
+		    j->repeat);
+		return ST_FAILED_PRECONDITION;
+	}
 	if (fp == NULL || strcmp(fp, j->ds->fp) != 0) {
 		snprintf(msg, msglen,
 		    "the state is of dataset %s, not of dataset %" PRIu64
@@ -778,14 +806,30 @@ job_restore(struct ds_job *j, json_t *st, char *msg, size_t msglen)
 		}
 		l->seq = (uint64_t)json_integer_value(seq);
 		l->total = -1;
-		json_array_foreach(json_object_get(o, "skip"), k, r) {
-			json_int_t a = json_integer_value(json_array_get(r, 0));
-			json_int_t b = json_integer_value(json_array_get(r, 1));
-			if (a >= 0 && b > a)
-				range_add(l, (uint64_t)a, (uint64_t)b);
+		if (map_put(j->leases, l) < 0) {
+			free(l);
+			snprintf(msg, msglen, "out of memory");
+			return ST_RESOURCE_EXHAUSTED;
 		}
-		map_put(j->leases, l);
 		list_push(&j->queue, l, 0);
+		json_array_foreach(json_object_get(o, "skip"), k, r) {
+			json_t *a = json_array_get(r, 0),
+			       *b = json_array_get(r, 1);
+			if (!json_is_integer(a) || !json_is_integer(b) ||
+			    json_integer_value(a) < 0 ||
+			    json_integer_value(b) < json_integer_value(a)) {
+				snprintf(msg, msglen,
+				    "from_state: open[%zu].skip[%zu] must be "
+				    "[first, end]",
+				    i, k);
+				return ST_INVALID_ARGUMENT;
+			}
+			if (range_add(l, (uint64_t)json_integer_value(a),
+			        (uint64_t)json_integer_value(b)) < 0) {
+				snprintf(msg, msglen, "out of memory");
+				return ST_RESOURCE_EXHAUSTED;
+			}
+		}
 	}
 	j->done = j->next - j->queue.count;
 	return ST_OK;
@@ -913,6 +957,14 @@ ds_job_open(struct ds *ds, json_t *req, int64_t now, struct ds_job **job,
 		    j->seed != (uint64_t)seedl ? "seed" :
 		    j->consumers != consumers  ? "consumers" :
 		                                 NULL;
+		if (what == NULL &&
+		    json_object_get(req, "from_state") != NULL &&
+		    !json_is_null(json_object_get(req, "from_state"))) {
+			snprintf(msg, msglen,
+			    "job %s exists: a state starts a new job only",
+			    name);
+			return ST_ALREADY_EXISTS;
+		}
 		if (what != NULL) {
 			snprintf(msg, msglen,
 			    "job %s exists with dataset %" PRIu64
@@ -1124,21 +1176,36 @@ job_task(struct ds_job *j, uint64_t id)
 	return NULL;
 }
 
+static int
+ids_has(const uint64_t *v, size_t n, uint64_t id)
+{
+	for (size_t i = 0; i < n; i++)
+		if (v[i] == id)
+			return 1;
+	return 0;
+}
+
+static void
+ids_add(uint64_t **v, size_t *n, size_t *cap, uint64_t id)
+{
+	if (ids_has(*v, *n, id))
+		return;
+	if (*n == *cap) {
+		size_t c = *cap != 0 ? *cap * 2 : 4;
+		uint64_t *x = realloc(*v, c * sizeof(*x));
+		if (x == NULL)
+			return;
+		*v = x;
+		*cap = c;
+	}
+	(*v)[(*n)++] = id;
+}
+
 static void
 task_told(struct ds_task *t, uint64_t client)
 {
-	for (size_t i = 0; i < t->ntold; i++)
-		if (t->told[i] == client)
-			return;
-	if (t->ntold == t->captold) {
-		size_t cap = t->captold != 0 ? t->captold * 2 : 4;
-		uint64_t *v = realloc(t->told, cap * sizeof(*v));
-		if (v == NULL)
-			return;
-		t->told = v;
-		t->captold = cap;
-	}
-	t->told[t->ntold++] = client;
+	if (!ids_has(t->skips, t->nskips, client))
+		ids_add(&t->told, &t->ntold, &t->captold, client);
 }
 
 /* The first pending task of j, if any. */
@@ -1296,6 +1363,15 @@ ds_worker_down(struct ds *ds, const char *name, uint64_t inc, int64_t now)
 				task_fail(ds, t);
 		}
 	}
+}
+
+void
+ds_worker_forget(struct ds *ds, const char *name, int64_t now)
+{
+	struct ds_worker *w = worker_find(ds, name);
+
+	if (w != NULL && w->live)
+		ds_worker_down(ds, name, w->inc, now);
 }
 
 int

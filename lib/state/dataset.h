@@ -87,6 +87,8 @@ struct ds_task {
 	size_t nacks;
 	uint64_t *told; /* clients whose heartbeats listed it */
 	size_t ntold, captold;
+	uint64_t *skips; /* clients that said they do not read it */
+	size_t nskips, capskips;
 	struct ds_task *next; /* in its job */
 };
 
@@ -199,6 +201,8 @@ void ds_worker_up(struct ds *ds, const char *name, uint64_t inc,
     const char *address, const char *host, int64_t now);
 /* Its incarnation inc is gone: its tasks fail. */
 void ds_worker_down(struct ds *ds, const char *name, uint64_t inc, int64_t now);
+/* name registered again and serves no data now: its tasks fail. */
+void ds_worker_forget(struct ds *ds, const char *name, int64_t now);
 /* Whether name serves data, and its task list as the heartbeat says it. */
 int ds_worker_serves(struct ds *ds, const char *name);
 json_t *ds_worker_tasks_json(struct ds *ds, const char *name);

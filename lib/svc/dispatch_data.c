@@ -56,6 +56,8 @@ dispatch_data_register(struct dispatch *d, struct cq_worker *w, json_t *body)
 	if (addr != NULL && *addr != '\0')
 		ds_worker_up(d->ds, w->name, w->inc, addr, host,
 		    duration_now_ms());
+	else
+		ds_worker_forget(d->ds, w->name, duration_now_ms());
 }
 
 static void
@@ -91,8 +93,10 @@ answer_lease(struct dispatch *d, struct parked *p, int final)
 	struct buf b = {0};
 
 	if (t == NULL) {
+		char key[24];
+		job_key(x->job, key, sizeof(key));
 		/* Its job was collected: nothing more to read. */
-		if (st == ST_NOT_FOUND)
+		if (st == ST_NOT_FOUND && ds_job_find(d->ds, key) == NULL)
 			http_reply_json(p->req, 200,
 			    json_pack("{s:[],s:b}", "splits", "end", 1));
 		else
@@ -201,6 +205,7 @@ dispatch_data_lease(struct dispatch *d, struct http_req *req,
 	}
 	x->w = w;
 	x->task = t->id;
+	x->job = t->job->id;
 	x->inc = w->inc;
 	x->want = want;
 	if ((p = dispatch_park(d, req, l, wait, lease_expire, x)) != NULL)
@@ -256,6 +261,19 @@ dispatch_data_task(struct dispatch *d, struct http_req *req,
 
 /* Client-facing routes. */
 
+/* Whether path ends with the segment s (routes of a fixed last segment). */
+static int
+suffix(const char *path, const char *s)
+{
+	size_t n = strlen(path), k = strlen(s);
+
+	while (n > 1 && path[n - 1] == '/')
+		n--;
+	return n > k && memcmp(path + n - k, s, k) == 0 &&
+	    strncmp(path, "/v1/", 4) == 0 &&
+	    memchr(path + 4, '/', n - k - 4) != NULL;
+}
+
 static void
 splits_text(struct http_req *req, const struct ds_dataset *ds)
 {
@@ -308,7 +326,7 @@ dispatch_datasets_route(struct http_req *req, const struct route_match *m,
 	} else if ((ds = ds_dataset_find(d->ds,
 	                route_seg(m, 0, key, sizeof(key)))) == NULL) {
 		http_reply_error(req, ST_NOT_FOUND, "no dataset %s", key);
-	} else if (strstr(http_req_path(req), "/splits") != NULL) {
+	} else if (m->nseg == 1 && suffix(http_req_path(req), "/splits")) {
 		splits_text(req, ds);
 	} else {
 		http_reply_json(req, 200, ds_dataset_json(ds));
@@ -363,7 +381,7 @@ dispatch_jobs_route(struct http_req *req, const struct route_match *m,
 	} else if ((j = ds_job_find(d->ds,
 	                route_seg(m, 0, key, sizeof(key)))) == NULL) {
 		http_reply_error(req, ST_NOT_FOUND, "no job %s", key);
-	} else if (strstr(http_req_path(req), "/checkpoint") != NULL) {
+	} else if (suffix(http_req_path(req), "/checkpoint")) {
 		if ((st = ds_checkpoint(j, &out, msg, sizeof(msg))) != ST_OK)
 			http_reply_error(req, st, "%s", msg);
 		else

@@ -28,8 +28,9 @@ struct waitctx {
 	size_t max;          /* W_TAKE */
 	struct cq_worker *w; /* W_TAKE, W_HEARTBEAT */
 	struct cq_queue *q;
-	uint64_t task; /* W_LEASE: the task, */
-	uint64_t inc;  /* its worker's incarnation */
+	uint64_t task; /* W_LEASE: the task, its job, */
+	uint64_t job;
+	uint64_t inc; /* its worker's incarnation */
 	long want;
 };
 
