@@ -549,6 +549,7 @@ struct rd {
 	uint64_t seq, e, first; /* the split; the next element; the chunk's */
 	uint32_t count;         /* elements in the open chunk */
 	uint64_t ee;            /* elements of the epoch so far (DATA) */
+	uint64_t lease_id;      /* of the next lease request (from 1) */
 	struct skip *skip;      /* ranges to drop, sorted */
 	size_t nskip, sk;
 	struct buf tail; /* the reader's stderr, its last bytes */
@@ -1329,8 +1330,9 @@ lease(struct rd *rd, json_t *waiting, int *end)
 	struct dataserve *ds = t->ds;
 	size_t have = json_array_size(waiting);
 	int64_t hb = t->hb_timeout, wait = have > 0 ? 0 : hb / 2;
-	json_t *body = json_pack("{s:I,s:I}", "task", (json_int_t)t->id, "want",
-	    (json_int_t)((size_t)ds->c.lease - have));
+	json_t *body = json_pack("{s:I,s:I,s:I}", "task", (json_int_t)t->id,
+	    "want", (json_int_t)((size_t)ds->c.lease - have), "lease",
+	    (json_int_t)rd->lease_id);
 	char path[512], *msg;
 	struct http_resp resp;
 	enum status st;
@@ -1342,8 +1344,8 @@ lease(struct rd *rd, json_t *waiting, int *end)
 	snprintf(path, sizeof(path),
 	    "/v1/workers/%.200s/splits?incarnation=%s&wait=%" PRId64,
 	    ds->worker, t->inc, wait);
-	/* Not sent again by itself: splits leased by a lost reply would be
-	 * held by this task, unread, until it fails. */
+	/* A request whose reply is lost is sent again with the same id
+	 * (below): dispatchd answers it with the same splits. */
 	st = call(rd->cc, "POST", path, body, duration_now_ms() + hb + 5000,
 	    CALL_ONCE, &resp);
 	json_decref(body);
@@ -1356,6 +1358,7 @@ lease(struct rd *rd, json_t *waiting, int *end)
 		json_array_foreach(json_object_get(reply, "splits"), i, v)
 			json_array_append(waiting, v);
 		*end = json_is_true(json_object_get(reply, "end"));
+		rd->lease_id++;
 		json_decref(reply);
 		return 0;
 	}
@@ -1451,7 +1454,7 @@ task_main(void *arg)
 {
 	struct task *t = arg;
 	struct dataserve *ds = t->ds;
-	struct rd rd = {.t = t, .bsize = t->block};
+	struct rd rd = {.t = t, .bsize = t->block, .lease_id = 1};
 	char err[512];
 
 	log_debug("task %" PRIu64 " of job %s: %s, dataset %s", t->id, t->job,

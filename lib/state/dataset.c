@@ -513,6 +513,7 @@ task_free(struct ds_task *t)
 	free(t->acks);
 	free(t->told);
 	free(t->skips);
+	free(t->last);
 	free(t->worker);
 	free(t->address);
 	free(t->host);
@@ -1506,9 +1507,60 @@ json_quote(struct buf *b, const char *s)
 	buf_append(b, "\"", 1);
 }
 
+/* seq was given in reply to the task's last lease request. */
+static void
+last_add(struct ds_task *t, uint64_t seq)
+{
+	if (t->nlast == t->caplast) {
+		size_t cap = t->caplast != 0 ? t->caplast * 2 : 16;
+		uint64_t *v = realloc(t->last, cap * sizeof(*v));
+		if (v == NULL)
+			return;
+		t->last = v;
+		t->caplast = cap;
+	}
+	t->last[t->nlast++] = seq;
+}
+
+/* One leased seq's object onto out. */
+static void
+lease_json(struct ds_job *j, const struct ds_lease *l, int first,
+    struct buf *out)
+{
+	uint32_t index;
+
+	if (split_index(j, l->seq, &index) < 0)
+		index = 0;
+	buf_printf(out,
+	    "%s{\"seq\":%" PRIu64 ",\"index\":%" PRIu32 ",\"epoch\":%" PRIu64
+	    ",\"split\":",
+	    first ? "" : ",", l->seq, index, l->seq / j->ds->nsplits);
+	json_quote(out, j->ds->splits[index]);
+	buf_puts(out, ",\"skip\":[");
+	for (size_t i = 0; i < l->nr; i++)
+		buf_printf(out, "%s[%" PRIu64 ",%" PRIu64 "]", i > 0 ? "," : "",
+		    l->r[i].a, l->r[i].b);
+	buf_puts(out, "]}");
+}
+
+/* The reply to a lease request sent again: its seqs t still holds. */
+static void
+lease_again(struct ds_task *t, struct buf *out)
+{
+	int n = 0;
+
+	buf_puts(out, "{\"splits\":[");
+	for (size_t i = 0; i < t->nlast; i++) {
+		struct ds_lease *l = map_get(t->job->leases, t->last[i]);
+		if (l != NULL && l->task == t)
+			lease_json(t->job, l, n++ == 0, out);
+	}
+	buf_puts(out, "],\"end\":false}");
+}
+
 enum status
-ds_lease(struct ds *ds, struct ds_task *t, long want, struct buf *out,
-    char *msg, size_t msglen)
+ds_lease(struct ds *ds, struct ds_task *t, long want, uint64_t id,
+    struct buf *out, char *msg, size_t msglen)
 {
 	struct ds_job *j = t->job;
 	long n = 0;
@@ -1528,12 +1580,17 @@ ds_lease(struct ds *ds, struct ds_task *t, long want, struct buf *out,
 		buf_puts(out, "{\"splits\":[],\"end\":true}");
 		return ST_OK;
 	}
+	if (id != 0 && id == t->lease_id) {
+		lease_again(t, out);
+		return ST_OK;
+	}
 	if (j->queue.count == 0 && j->next >= j->total)
 		return ST_UNAVAILABLE;
+	t->lease_id = id;
+	t->nlast = 0;
 	buf_puts(out, "{\"splits\":[");
 	while (n < want) {
 		struct ds_lease *l = j->queue.head;
-		uint32_t index;
 		if (l != NULL) {
 			list_unlink(&j->queue, l);
 		} else if (j->next < j->total) {
@@ -1552,18 +1609,9 @@ ds_lease(struct ds *ds, struct ds_task *t, long want, struct buf *out,
 		l->task = t;
 		list_push(&t->leases, l, 0);
 		ds->leases++;
-		if (split_index(j, l->seq, &index) < 0)
-			index = 0;
-		buf_printf(out,
-		    "%s{\"seq\":%" PRIu64 ",\"index\":%" PRIu32
-		    ",\"epoch\":%" PRIu64 ",\"split\":",
-		    n > 0 ? "," : "", l->seq, index, l->seq / j->ds->nsplits);
-		json_quote(out, j->ds->splits[index]);
-		buf_puts(out, ",\"skip\":[");
-		for (size_t i = 0; i < l->nr; i++)
-			buf_printf(out, "%s[%" PRIu64 ",%" PRIu64 "]",
-			    i > 0 ? "," : "", l->r[i].a, l->r[i].b);
-		buf_puts(out, "]}");
+		if (id != 0)
+			last_add(t, l->seq);
+		lease_json(j, l, n == 0, out);
 		n++;
 	}
 	buf_puts(out, "],\"end\":false}");

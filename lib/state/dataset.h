@@ -89,6 +89,9 @@ struct ds_task {
 	size_t ntold, captold;
 	uint64_t *skips; /* clients that said they do not read it */
 	size_t nskips, capskips;
+	uint64_t lease_id; /* its worker's last lease request, */
+	uint64_t *last;    /* and the seqs it was given */
+	size_t nlast, caplast;
 	struct ds_task *next; /* in its job */
 };
 
@@ -215,9 +218,11 @@ struct ds_task *ds_task_of(struct ds *ds, const char *name, uint64_t inc,
 /*
  * Leases up to want seqs to t: out gets {"splits":[...], "end"} as JSON
  * text. ST_UNAVAILABLE (nothing written) when there is nothing to lease
- * yet and the job goes on: the caller waits for DS_EV_SPLITS.
+ * yet and the job goes on: the caller waits for DS_EV_SPLITS. A request
+ * sent again after its reply was lost (the same id, not 0) gets the seqs
+ * of that reply again, those still open.
  */
-enum status ds_lease(struct ds *ds, struct ds_task *t, long want,
+enum status ds_lease(struct ds *ds, struct ds_task *t, long want, uint64_t id,
     struct buf *out, char *msg, size_t msglen);
 /*
  * The ranges of t's splits its consumers acknowledged (asked for more

@@ -103,7 +103,7 @@ answer_lease(struct dispatch *d, struct parked *p, int final)
 			http_reply_error(p->req, st, "%s", msg);
 		return 1;
 	}
-	st = ds_lease(d->ds, t, x->want, &b, msg, sizeof(msg));
+	st = ds_lease(d->ds, t, x->want, x->lease, &b, msg, sizeof(msg));
 	if (st == ST_UNAVAILABLE && !final)
 		return 0;
 	reply_lease(p->req, st, &b, msg);
@@ -169,6 +169,10 @@ dispatch_data_lease(struct dispatch *d, struct http_req *req,
 {
 	json_t *jt = json_object_get(body, "task");
 	json_t *jw = json_object_get(body, "want");
+	json_t *jl = json_object_get(body, "lease");
+	uint64_t id = json_is_integer(jl) && json_integer_value(jl) > 0 ?
+	    (uint64_t)json_integer_value(jl) :
+	    0;
 	long want = json_is_integer(jw) ? (long)json_integer_value(jw) : 1;
 	int64_t cap = cq_config(d->cq)->hb_timeout_ms / 2;
 	struct waitctx *x;
@@ -190,7 +194,7 @@ dispatch_data_lease(struct dispatch *d, struct http_req *req,
 		http_reply_error(req, st, "%s", msg);
 		return;
 	}
-	st = ds_lease(d->ds, t, want, &b, msg, sizeof(msg));
+	st = ds_lease(d->ds, t, want, id, &b, msg, sizeof(msg));
 	if (st != ST_UNAVAILABLE || wait == 0) {
 		reply_lease(req, st, &b, msg);
 		return;
@@ -208,6 +212,7 @@ dispatch_data_lease(struct dispatch *d, struct http_req *req,
 	x->job = t->job->id;
 	x->inc = w->inc;
 	x->want = want;
+	x->lease = id;
 	if ((p = dispatch_park(d, req, l, wait, lease_expire, x)) != NULL)
 		p->obj = d;
 }

@@ -32,6 +32,7 @@ struct waitctx {
 	uint64_t job;
 	uint64_t inc; /* its worker's incarnation */
 	long want;
+	uint64_t lease; /* the worker's id of the request, or 0 */
 };
 
 struct dispatch {

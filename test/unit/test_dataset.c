@@ -116,7 +116,7 @@ lease(struct ds *ds, struct ds_task *t, long want)
 	char msg[256];
 	json_t *j = NULL;
 
-	if (ds_lease(ds, t, want, &b, msg, sizeof(msg)) == ST_OK)
+	if (ds_lease(ds, t, want, 0, &b, msg, sizeof(msg)) == ST_OK)
 		j = json_loadb(b.data, b.len, 0, NULL);
 	buf_free(&b);
 	return j;
@@ -205,6 +205,31 @@ dead_workers_splits_come_back_with_skips(void)
 	    NULL);
 	CHECK(j->done == 3);
 	CHECK(j->finished);
+	ds_free(ds);
+}
+
+/* A lease request sent again after its reply was lost gets that reply. */
+static void
+lease_sent_again(void)
+{
+	struct ds *ds = fresh();
+	struct ds_client *c;
+	struct ds_job *j;
+	struct buf a = {0}, b = {0}, x = {0};
+	char msg[256];
+
+	add(ds, "{\"splits\":[\"a\",\"b\",\"c\",\"d\"],\"reader\":\"cat\"}");
+	ds_worker_up(ds, "w:0", 1, "127.0.0.1:1", "h", 0);
+	j = open_job(ds, "{\"dataset\":\"1\"}", &c, 0);
+	CHECK(ds_lease(ds, j->tasks, 2, 7, &a, msg, sizeof(msg)) == ST_OK);
+	CHECK(ds_lease(ds, j->tasks, 2, 7, &b, msg, sizeof(msg)) == ST_OK);
+	CHECK(a.len == b.len && memcmp(a.data, b.data, a.len) == 0);
+	CHECK(j->next == 2);
+	CHECK(ds_lease(ds, j->tasks, 2, 8, &x, msg, sizeof(msg)) == ST_OK);
+	CHECK(j->next == 4 && strstr(x.data, "\"seq\":2") != NULL);
+	buf_free(&a);
+	buf_free(&b);
+	buf_free(&x);
 	ds_free(ds);
 }
 
@@ -340,6 +365,7 @@ UNIT_TESTS(dataset_tests) = {
         registered_by_fingerprint},
     {"a dead worker's splits are leased again with what to skip",
         dead_workers_splits_come_back_with_skips},
+    {"a lease request sent again gets the same splits", lease_sent_again},
     {"a checkpoint starts a new job where the old one was",
         checkpoint_and_resume},
     {"named jobs are shared; clients time out; idle jobs are collected",
