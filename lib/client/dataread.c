@@ -33,6 +33,7 @@
 #include "dataread.h"
 #include "datawire.h"
 #include "duration.h"
+#include "iov.h"
 #include "log.h"
 
 /* How long a worker holds a request for elements when it has none. */
@@ -269,15 +270,7 @@ write_out(struct reader *r, struct iovec *iov, size_t n)
 			poke(r);
 			return -1;
 		}
-		while (n > 0 && (size_t)w >= iov->iov_len) {
-			w -= (ssize_t)iov->iov_len;
-			iov++;
-			n--;
-		}
-		if (n > 0) {
-			iov->iov_base = (char *)iov->iov_base + w;
-			iov->iov_len -= (size_t)w;
-		}
+		n = iov_advance(&iov, n, (size_t)w);
 	}
 	return 0;
 }

@@ -40,6 +40,7 @@
 #include "dataserve.h"
 #include "datawire.h"
 #include "duration.h"
+#include "iov.h"
 #include "log.h"
 #include "parse.h"
 #include "proc.h"
@@ -1520,15 +1521,7 @@ send_iov(int fd, struct iovec *iov, size_t n)
 				continue;
 			return -1;
 		}
-		while (n > 0 && (size_t)w >= iov->iov_len) {
-			w -= (ssize_t)iov->iov_len;
-			iov++;
-			n--;
-		}
-		if (n > 0) {
-			iov->iov_base = (char *)iov->iov_base + w;
-			iov->iov_len -= (size_t)w;
-		}
+		n = iov_advance(&iov, n, (size_t)w);
 	}
 	return 0;
 }

@@ -17,6 +17,7 @@
 
 #include "duration.h"
 #include "http_client.h"
+#include "iov.h"
 #include "log.h"
 #include "tls.h"
 
@@ -358,15 +359,7 @@ send_all(struct http_client *c, struct iovec *iov, int n, int64_t at)
 			}
 			return F_STALE;
 		}
-		while (n > 0 && (size_t)w >= iov->iov_len) {
-			w -= (ssize_t)iov->iov_len;
-			iov++;
-			n--;
-		}
-		if (n > 0) {
-			iov->iov_base = (char *)iov->iov_base + w;
-			iov->iov_len -= (size_t)w;
-		}
+		n = (int)iov_advance(&iov, (size_t)n, (size_t)w);
 	}
 	return F_NONE;
 }
