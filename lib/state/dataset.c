@@ -432,14 +432,10 @@ worker_find(struct ds *ds, const char *name)
 }
 
 static void
-tasks_changed(struct ds *ds, const char *worker)
+tasks_changed(struct ds *ds, struct ds_worker *w)
 {
-	struct ds_worker *w = worker_find(ds, worker);
-
-	if (w != NULL) {
-		w->changed = 1;
-		emit(ds, DS_EV_TASKS, w->name, 0);
-	}
+	w->changed = 1;
+	emit(ds, DS_EV_TASKS, w->name, 0);
 }
 
 static long
@@ -473,19 +469,11 @@ task_make(struct ds *ds, struct ds_job *j, struct ds_worker *w, int pending)
 		if ((shard = static_index(ds, w->name)) < 0)
 			return;
 	}
-	if ((t = calloc(1, sizeof(*t))) == NULL ||
-	    (t->worker = strdup(w->name)) == NULL ||
-	    (t->address = strdup(w->address)) == NULL ||
-	    (t->host = strdup(w->host)) == NULL) {
-		if (t != NULL) {
-			free(t->worker);
-			free(t->address);
-			free(t);
-		}
+	if ((t = calloc(1, sizeof(*t))) == NULL)
 		return;
-	}
 	t->id = ++ds->next_task;
 	t->job = j;
+	t->w = w;
 	t->inc = w->inc;
 	t->shard = shard;
 	t->state = DS_TASK_RUNNING;
@@ -498,7 +486,7 @@ task_make(struct ds *ds, struct ds_job *j, struct ds_worker *w, int pending)
 		j->rr_delta = 1;
 		j->rr_target = j->rr_latest + j->rr_delta;
 	}
-	tasks_changed(ds, w->name);
+	tasks_changed(ds, w);
 }
 
 static void
@@ -514,9 +502,6 @@ task_free(struct ds_task *t)
 	free(t->told);
 	free(t->skips);
 	free(t->last);
-	free(t->worker);
-	free(t->address);
-	free(t->host);
 	free(t);
 }
 
@@ -575,7 +560,7 @@ task_fail(struct ds *ds, struct ds_task *t)
 				t->acks[n++] = t->told[i];
 		t->nacks = n;
 	}
-	tasks_changed(ds, t->worker);
+	tasks_changed(ds, t->w);
 	task_settle(ds, t);
 	if (j->rr_target >= 0) {
 		/* A pending task that failed: the next one's turn. */
@@ -598,7 +583,7 @@ job_finish(struct ds *ds, struct ds_job *j)
 	j->finished = 1;
 	emit(ds, DS_EV_SPLITS, NULL, j->id);
 	for (struct ds_task *t = j->tasks; t != NULL; t = t->next)
-		tasks_changed(ds, t->worker);
+		tasks_changed(ds, t->w);
 }
 
 static void
@@ -664,7 +649,7 @@ task_ack(struct ds *ds, struct ds_task *t, uint64_t client)
 	task_settle(ds, t);
 }
 
-static void rr_settle(struct ds *ds, struct ds_job *j);
+static void rr_settle(struct ds_job *j);
 
 void
 ds_client_release(struct ds *ds, struct ds_client *c, int64_t now)
@@ -680,7 +665,7 @@ ds_client_release(struct ds *ds, struct ds_client *c, int64_t now)
 	if (j->nclients == 0)
 		j->idle_since = now;
 	free(c);
-	rr_settle(ds, j);
+	rr_settle(j);
 }
 
 static void
@@ -1034,7 +1019,7 @@ ds_job_json(const struct ds_job *j)
 	for (struct ds_task *t = j->tasks; t != NULL; t = t->next)
 		json_array_append_new(tasks,
 		    json_pack("{s:I,s:s,s:s,s:I}", "id", (json_int_t)t->id,
-		        "worker", t->worker, "state", task_state_name(t),
+		        "worker", t->w->name, "state", task_state_name(t),
 		        "leased", (json_int_t)t->leases.count));
 	return json_pack("{s:I,s:o,s:I,s:s,s:I,s:I,s:o,s:I,s:b,s:o,s:I,s:o,"
 	                 "s:I,s:o,s:o}",
@@ -1226,11 +1211,10 @@ rr_pending(struct ds_job *j)
  * is further off by twice the last distance.
  */
 static void
-rr_settle(struct ds *ds, struct ds_job *j)
+rr_settle(struct ds_job *j)
 {
 	struct ds_task *t;
 
-	(void)ds;
 	while ((t = rr_pending(j)) != NULL) {
 		int ready = j->nclients > 0, late = 0;
 		if (j->rr_target < 0) {
@@ -1287,7 +1271,7 @@ ds_client_beat(struct ds *ds, struct ds_client *c, json_t *body, int64_t now,
 				j->rr_latest = c->round;
 		}
 		c->blocked = json_is_integer(b) ? json_integer_value(b) : -1;
-		rr_settle(ds, j);
+		rr_settle(j);
 	}
 	job_check_done(ds, j);
 	tasks = json_array();
@@ -1297,8 +1281,8 @@ ds_client_beat(struct ds *ds, struct ds_client *c, json_t *body, int64_t now,
 		task_told(t, c->id);
 		json_array_append_new(tasks,
 		    json_pack("{s:I,s:s,s:s,s:s,s:I,s:s}", "id",
-		        (json_int_t)t->id, "worker", t->worker, "address",
-		        t->address, "host", t->host, "starting_round",
+		        (json_int_t)t->id, "worker", t->w->name, "address",
+		        t->w->address, "host", t->w->host, "starting_round",
 		        (json_int_t)t->start_round, "state",
 		        task_state_name(t)));
 	}
@@ -1314,7 +1298,7 @@ ds_client_beat(struct ds *ds, struct ds_client *c, json_t *body, int64_t now,
 
 void
 ds_worker_up(struct ds *ds, const char *name, uint64_t inc, const char *address,
-    const char *host, int64_t now)
+    const char *host)
 {
 	struct ds_worker *w = worker_find(ds, name);
 	char *a = strdup(address), *h = strdup(host != NULL ? host : "");
@@ -1330,7 +1314,7 @@ ds_worker_up(struct ds *ds, const char *name, uint64_t inc, const char *address,
 		w->next = ds->workers;
 		ds->workers = w;
 	} else if (w->live) {
-		ds_worker_down(ds, name, w->inc, now);
+		ds_worker_down(ds, name, w->inc);
 	}
 	free(w->address);
 	free(w->host);
@@ -1348,11 +1332,10 @@ oom:
 }
 
 void
-ds_worker_down(struct ds *ds, const char *name, uint64_t inc, int64_t now)
+ds_worker_down(struct ds *ds, const char *name, uint64_t inc)
 {
 	struct ds_worker *w = worker_find(ds, name);
 
-	(void)now;
 	if (w == NULL || !w->live || w->inc != inc)
 		return;
 	w->live = 0;
@@ -1360,19 +1343,19 @@ ds_worker_down(struct ds *ds, const char *name, uint64_t inc, int64_t now)
 		struct ds_task *t, *next;
 		for (t = j->tasks; t != NULL; t = next) {
 			next = t->next; /* task_fail may free t */
-			if (t->inc == inc && strcmp(t->worker, name) == 0)
+			if (t->w == w && t->inc == inc)
 				task_fail(ds, t);
 		}
 	}
 }
 
 void
-ds_worker_forget(struct ds *ds, const char *name, int64_t now)
+ds_worker_forget(struct ds *ds, const char *name)
 {
 	struct ds_worker *w = worker_find(ds, name);
 
 	if (w != NULL && w->live)
-		ds_worker_down(ds, name, w->inc, now);
+		ds_worker_down(ds, name, w->inc);
 }
 
 int
@@ -1405,8 +1388,8 @@ ds_worker_tasks_json(struct ds *ds, const char *name)
 	for (struct ds_job *j = ds->jobs; j != NULL; j = j->link)
 		for (struct ds_task *t = j->tasks; t != NULL; t = t->next) {
 			char id[24];
-			if (t->state == DS_TASK_FAILED || t->inc != w->inc ||
-			    strcmp(t->worker, name) != 0)
+			if (t->state == DS_TASK_FAILED || t->w != w ||
+			    t->inc != w->inc)
 				continue;
 			snprintf(id, sizeof(id), "%" PRIu64, j->ds->id);
 			json_array_append_new(a,
@@ -1438,7 +1421,7 @@ ds_task_of(struct ds *ds, const char *name, uint64_t inc, uint64_t id,
 		struct ds_task *t = job_task(j, id);
 		if (t == NULL)
 			continue;
-		if (strcmp(t->worker, name) != 0) {
+		if (strcmp(t->w->name, name) != 0) {
 			snprintf(msg, msglen, "task %" PRIu64 " is not %s's",
 			    id, name);
 			*st = ST_NOT_FOUND;
@@ -1629,12 +1612,10 @@ ds_task_delivered(struct ds *ds, struct ds_task *t, json_t *list, char *msg,
 }
 
 enum status
-ds_task_end(struct ds *ds, struct ds_task *t, int failed, const char *message,
-    int64_t now)
+ds_task_end(struct ds *ds, struct ds_task *t, int failed, const char *message)
 {
 	struct ds_job *j = t->job;
 
-	(void)now;
 	if (failed) {
 		if (j->error == NULL)
 			j->error = strdup(message != NULL && *message != '\0' ?
@@ -1662,7 +1643,7 @@ job_collect(struct ds *ds, struct ds_job *j)
 
 	job_finish(ds, j);
 	for (struct ds_task *t = j->tasks; t != NULL; t = t->next)
-		tasks_changed(ds, t->worker);
+		tasks_changed(ds, t->w);
 	emit(ds, DS_EV_SPLITS, NULL, j->id);
 	for (pp = &ds->jobs; *pp != j; pp = &(*pp)->link)
 		;
@@ -1672,14 +1653,13 @@ job_collect(struct ds *ds, struct ds_job *j)
 }
 
 void
-ds_scan(struct ds *ds, int64_t now, int64_t *next)
+ds_scan(struct ds *ds, int64_t now)
 {
 	int64_t ct =
 	    ds->cfg.client_timeout_ms > 0 ? ds->cfg.client_timeout_ms : 120000;
 	int64_t gt = ds->cfg.gc_timeout_ms > 0 ? ds->cfg.gc_timeout_ms : 300000;
 	struct ds_job *j, *jn;
 
-	*next = now + 1000;
 	for (j = ds->jobs; j != NULL; j = jn) {
 		struct ds_client *c, *cn;
 		jn = j->link;

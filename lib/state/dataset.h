@@ -51,6 +51,7 @@ struct ds_range {
 };
 
 struct ds_task;
+struct ds_worker;
 
 /* A leased seq of a DYNAMIC job, until its elements are all delivered. */
 struct ds_lease {
@@ -74,10 +75,9 @@ struct ds_job;
 struct ds_task {
 	uint64_t id;
 	struct ds_job *job;
-	char *worker; /* its name */
-	uint64_t inc; /* the incarnation it belongs to */
-	char *address, *host;
-	long shard; /* static modes: the worker's index; else 0 */
+	struct ds_worker *w; /* its worker (name, address, host) */
+	uint64_t inc;        /* the incarnation it belongs to */
+	long shard;          /* static modes: the worker's index; else 0 */
 	enum ds_task_state state;
 	int read_all;        /* the worker read all of it */
 	int pending;         /* round robin: not listed yet */
@@ -201,11 +201,11 @@ void ds_client_release(struct ds *ds, struct ds_client *c, int64_t now);
 
 /* A worker (that serves data at address) came, or came back. */
 void ds_worker_up(struct ds *ds, const char *name, uint64_t inc,
-    const char *address, const char *host, int64_t now);
+    const char *address, const char *host);
 /* Its incarnation inc is gone: its tasks fail. */
-void ds_worker_down(struct ds *ds, const char *name, uint64_t inc, int64_t now);
+void ds_worker_down(struct ds *ds, const char *name, uint64_t inc);
 /* name registered again and serves no data now: its tasks fail. */
-void ds_worker_forget(struct ds *ds, const char *name, int64_t now);
+void ds_worker_forget(struct ds *ds, const char *name);
 /* Whether name serves data, and its task list as the heartbeat says it. */
 int ds_worker_serves(struct ds *ds, const char *name);
 json_t *ds_worker_tasks_json(struct ds *ds, const char *name);
@@ -233,10 +233,10 @@ enum status ds_task_delivered(struct ds *ds, struct ds_task *t, json_t *list,
     char *msg, size_t msglen);
 /* The worker read all of t (finished), or t failed with message. */
 enum status ds_task_end(struct ds *ds, struct ds_task *t, int failed,
-    const char *message, int64_t now);
+    const char *message);
 
-/* Client timeouts and job collection; *next: when to scan again. */
-void ds_scan(struct ds *ds, int64_t now, int64_t *next);
+/* Client timeouts and job collection. */
+void ds_scan(struct ds *ds, int64_t now);
 
 struct ds_view {
 	size_t datasets, jobs, tasks, clients, leased;

@@ -314,7 +314,7 @@ dispatch_unlock(struct dispatch *d)
 				 * side dropped the old incarnation then. */
 				if (!ev.w->live)
 					ds_worker_down(d->ds, ev.w->name,
-					    ev.w->inc, duration_now_ms());
+					    ev.w->inc);
 				answer_beat(d, ev.w, 1);
 				answer_takers_of(d, ev.w);
 				break;
@@ -1425,7 +1425,7 @@ scan(struct timer *t)
 	        until;
 
 	cq_scan(d->cq, now);
-	ds_scan(d->ds, now, &until);
+	ds_scan(d->ds, now);
 	/* Joins give up once no worker has been there long enough. */
 	if (no_workers(d, now, &until))
 		cq_each_queue(d->cq, mark_queue, d);

@@ -54,10 +54,9 @@ dispatch_data_register(struct dispatch *d, struct cq_worker *w, json_t *body)
 	const char *host = json_string_value(json_object_get(body, "host"));
 
 	if (addr != NULL && *addr != '\0')
-		ds_worker_up(d->ds, w->name, w->inc, addr, host,
-		    duration_now_ms());
+		ds_worker_up(d->ds, w->name, w->inc, addr, host);
 	else
-		ds_worker_forget(d->ds, w->name, duration_now_ms());
+		ds_worker_forget(d->ds, w->name);
 }
 
 static void
@@ -260,7 +259,7 @@ dispatch_data_task(struct dispatch *d, struct http_req *req,
 	if (failed)
 		log_info("job %" PRIu64 ": task %" PRIu64 " on %s failed: %s",
 		    t->job->id, t->id, w->name, message != NULL ? message : "");
-	ds_task_end(d->ds, t, failed, message, duration_now_ms());
+	ds_task_end(d->ds, t, failed, message);
 	http_reply_json(req, 200, json_pack("{s:b}", "ok", 1));
 }
 

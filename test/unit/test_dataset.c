@@ -149,7 +149,7 @@ dead_workers_splits_come_back_with_skips(void)
 	char msg[256];
 
 	add(ds, "{\"splits\":[\"a\",\"b\",\"c\"],\"reader\":\"cat\"}");
-	ds_worker_up(ds, "w:0", 1, "127.0.0.1:1", "h", 0);
+	ds_worker_up(ds, "w:0", 1, "127.0.0.1:1", "h");
 	j = open_job(ds, "{\"dataset\":\"1\",\"mode\":\"dynamic\"}", &c, 0);
 	CHECK(j != NULL && j->tasks != NULL);
 	beat(ds, c, "{}", 0, NULL); /* c is told of the task */
@@ -161,7 +161,7 @@ dead_workers_splits_come_back_with_skips(void)
 	/* Elements 0-2 and 5-6 of seq 0 went out, in two pieces each. */
 	beat(ds, c, "{\"delivered\":[[0,0,2,-1],[0,5,7,-1],[0,2,3,-1]]}", 1,
 	    NULL);
-	ds_worker_up(ds, "w:0", 2, "127.0.0.1:2", "h", 2); /* came back */
+	ds_worker_up(ds, "w:0", 2, "127.0.0.1:2", "h"); /* came back */
 	t2 = NULL;
 	for (struct ds_task *t = j->tasks; t != NULL; t = t->next)
 		if (t->inc == 2)
@@ -219,7 +219,7 @@ lease_sent_again(void)
 	char msg[256];
 
 	add(ds, "{\"splits\":[\"a\",\"b\",\"c\",\"d\"],\"reader\":\"cat\"}");
-	ds_worker_up(ds, "w:0", 1, "127.0.0.1:1", "h", 0);
+	ds_worker_up(ds, "w:0", 1, "127.0.0.1:1", "h");
 	j = open_job(ds, "{\"dataset\":\"1\"}", &c, 0);
 	CHECK(ds_lease(ds, j->tasks, 2, 7, &a, msg, sizeof(msg)) == ST_OK);
 	CHECK(ds_lease(ds, j->tasks, 2, 7, &b, msg, sizeof(msg)) == ST_OK);
@@ -244,7 +244,7 @@ checkpoint_and_resume(void)
 	int created;
 
 	add(ds, "{\"splits\":[\"a\",\"b\",\"c\",\"d\"],\"reader\":\"cat\"}");
-	ds_worker_up(ds, "w:0", 1, "127.0.0.1:1", "h", 0);
+	ds_worker_up(ds, "w:0", 1, "127.0.0.1:1", "h");
 	j = open_job(ds, "{\"dataset\":\"1\",\"name\":\"ck\",\"seed\":9}", &c,
 	    0);
 	json_decref(lease(ds, j->tasks, 3));
@@ -267,12 +267,11 @@ named_jobs_and_collection(void)
 	struct ds *ds = fresh();
 	struct ds_client *c1, *c2, *c3;
 	struct ds_job *j;
-	int64_t next;
 
 	add(ds, "{\"splits\":[\"a\"],\"reader\":\"cat\"}");
 	/* A worker that left gets no task in a new job. */
-	ds_worker_up(ds, "w:0", 1, "127.0.0.1:1", "h", 0);
-	ds_worker_down(ds, "w:0", 1, 0);
+	ds_worker_up(ds, "w:0", 1, "127.0.0.1:1", "h");
+	ds_worker_down(ds, "w:0", 1);
 	j = open_job(ds, "{\"dataset\":\"1\",\"name\":\"x\",\"mode\":\"off\"}",
 	    &c1, 0);
 	CHECK(j != NULL && j->tasks == NULL);
@@ -283,13 +282,13 @@ named_jobs_and_collection(void)
 	    open_job(ds, "{\"dataset\":\"1\",\"name\":\"x\"}", &c3, 0) == NULL);
 	CHECK(j->nclients == 2);
 	/* Clients time out at 1 s; the job goes 2 s later. */
-	ds_scan(ds, 500, &next);
+	ds_scan(ds, 500);
 	CHECK(ds_job_find(ds, "x") == j && j->nclients == 2);
-	ds_scan(ds, 1000, &next);
+	ds_scan(ds, 1000);
 	CHECK(ds_job_find(ds, "x") == j && j->nclients == 0);
-	ds_scan(ds, 2999, &next);
+	ds_scan(ds, 2999);
 	CHECK(ds_job_find(ds, "x") != NULL);
-	ds_scan(ds, 3000, &next);
+	ds_scan(ds, 3000);
 	CHECK(ds_job_find(ds, "x") == NULL);
 	ds_free(ds);
 }
@@ -313,7 +312,7 @@ pending_task_protocol(void)
 	json_t *r;
 
 	add(ds, "{\"splits\":[\"a\"],\"reader\":\"cat\"}");
-	ds_worker_up(ds, "w:0", 1, "127.0.0.1:1", "h", 0);
+	ds_worker_up(ds, "w:0", 1, "127.0.0.1:1", "h");
 	j = open_job(ds,
 	    "{\"dataset\":\"1\",\"name\":\"rr\",\"mode\":\"off\","
 	    "\"consumers\":2,\"consumer_index\":0}",
@@ -327,7 +326,7 @@ pending_task_protocol(void)
 	beat(ds, c1, "{\"round\":50}", 1, NULL);
 	beat(ds, c2, "{\"round\":50}", 1, NULL);
 	/* 2. A worker joins: its task is pending, target 51. */
-	ds_worker_up(ds, "w:1", 1, "127.0.0.1:2", "h", 2);
+	ds_worker_up(ds, "w:1", 1, "127.0.0.1:2", "h");
 	t = j->tasks->next;
 	CHECK(t != NULL && t->pending);
 	/* 3. Consumer 1 is told to block round 51. */
