@@ -177,18 +177,39 @@ grow(void *vp, size_t *cap, size_t need, size_t size)
 /* Stops the read with st and its message (the first failure wins). */
 static void fail_locked(struct reader *r, enum status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The same, taking r->mu. */
+static void fail(struct reader *r, enum status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void
+vfail_locked(struct reader *r, enum status st, const char *fmt, va_list ap)
+{
+	if (r->fail != ST_OK)
+		return;
+	r->fail = st;
+	vsnprintf(r->failmsg, sizeof(r->failmsg), fmt, ap);
+}
 
 static void
 fail_locked(struct reader *r, enum status st, const char *fmt, ...)
 {
 	va_list ap;
 
-	if (r->fail != ST_OK)
-		return;
-	r->fail = st;
 	va_start(ap, fmt);
-	vsnprintf(r->failmsg, sizeof(r->failmsg), fmt, ap);
+	vfail_locked(r, st, fmt, ap);
 	va_end(ap);
+}
+
+static void
+fail(struct reader *r, enum status st, const char *fmt, ...)
+{
+	va_list ap;
+
+	pthread_mutex_lock(&r->mu);
+	va_start(ap, fmt);
+	vfail_locked(r, st, fmt, ap);
+	va_end(ap);
+	pthread_mutex_unlock(&r->mu);
 }
 
 /* Asks the heartbeat loop to look around now. */
@@ -603,18 +624,14 @@ task_parse(struct task *t, const struct reply *rp)
 		if (h.type != CHUNK_DATA) {
 			if (h.type == CHUNK_END)
 				return STEP_END;
-			pthread_mutex_lock(&r->mu);
-			fail_locked(r, ST_INTERNAL, "%.*s", (int)h.len, p);
-			pthread_mutex_unlock(&r->mu);
+			fail(r, ST_INTERNAL, "%.*s", (int)h.len, p);
 			return STEP_FAIL;
 		}
 		if (grow(&t->cur, &t->capcur, t->ncur + 1, sizeof(*t->cur)) <
 		        0 ||
 		    grow(&t->iov, &t->capiov, t->niov + 1, sizeof(*t->iov)) <
 		        0) {
-			pthread_mutex_lock(&r->mu);
-			fail_locked(r, ST_RESOURCE_EXHAUSTED, "out of memory");
-			pthread_mutex_unlock(&r->mu);
+			fail(r, ST_RESOURCE_EXHAUSTED, "out of memory");
 			return STEP_FAIL;
 		}
 		t->cur[t->ncur] = (struct chunk_id){h.seq, h.first, h.count,
@@ -624,11 +641,9 @@ task_parse(struct task *t, const struct reply *rp)
 			    (struct iovec){(void *)p, (size_t)h.len};
 	}
 	if (rc < 0) {
-		pthread_mutex_lock(&r->mu);
-		fail_locked(r, ST_INTERNAL,
+		fail(r, ST_INTERNAL,
 		    "task %" PRId64 ": worker %s sent a malformed reply", t->id,
 		    t->addr);
-		pthread_mutex_unlock(&r->mu);
 		return STEP_FAIL;
 	}
 	return STEP_AGAIN;
@@ -748,9 +763,7 @@ task_step(struct task *t, int *fd)
 		}
 		task_set_fd(t, *fd);
 		if (expect_again(t) < 0) {
-			pthread_mutex_lock(&r->mu);
-			fail_locked(r, ST_RESOURCE_EXHAUSTED, "out of memory");
-			pthread_mutex_unlock(&r->mu);
+			fail(r, ST_RESOURCE_EXHAUSTED, "out of memory");
 			return STEP_FAIL;
 		}
 	}
@@ -918,9 +931,7 @@ rr_take(struct reader *r, const struct rr_task *t, const struct reply *rp)
 		if (h.type == CHUNK_END)
 			return STEP_END;
 		if (h.type == CHUNK_ERROR) {
-			pthread_mutex_lock(&r->mu);
-			fail_locked(r, ST_INTERNAL, "%.*s", (int)h.len, p);
-			pthread_mutex_unlock(&r->mu);
+			fail(r, ST_INTERNAL, "%.*s", (int)h.len, p);
 			return STEP_FAIL;
 		}
 		iov = (struct iovec){(void *)p, (size_t)h.len};
@@ -931,11 +942,9 @@ rr_take(struct reader *r, const struct rr_task *t, const struct reply *rp)
 			return STEP_FAIL;
 	}
 	if (rc < 0) {
-		pthread_mutex_lock(&r->mu);
-		fail_locked(r, ST_INTERNAL,
+		fail(r, ST_INTERNAL,
 		    "task %" PRId64 ": worker %s sent a malformed reply", t->id,
 		    t->addr);
-		pthread_mutex_unlock(&r->mu);
 		return STEP_FAIL;
 	}
 	return STEP_AGAIN;
