@@ -1753,6 +1753,35 @@ take_chunks(struct conn *c, struct task *t, size_t max)
 	t->held += c->nheld;
 }
 
+/* t has ended (called holding t->mu): 1, and *error its failure. */
+static int
+ended(struct task *t, char **error)
+{
+	*error = t->error != NULL ? strdup(t->error) : NULL;
+	return 1;
+}
+
+/*
+ * The reply to a wait on task id: it is not served any more (gone), it
+ * ended (with error, which this frees), or chunks (NULL: none in time).
+ */
+static int
+send_outcome(struct conn *c, uint64_t id, int gone, int end, char *error,
+    struct chunk *chunks, int keep)
+{
+	int rc;
+
+	if (gone)
+		rc = send_error(c, ST_NOT_FOUND, keep,
+		    "task %" PRIu64 " is not served here any more", id);
+	else if (end)
+		rc = send_end(c, error, keep);
+	else
+		rc = send_chunks(c, chunks, keep);
+	free(error);
+	return rc;
+}
+
 /* GET /v1/tasks/T/elements?max=BYTES&wait=MS */
 static int
 serve_elements(struct conn *c, uint64_t id, const char *q, int keep)
@@ -1795,9 +1824,7 @@ serve_elements(struct conn *c, uint64_t id, const char *q, int keep)
 		/* The end only once nothing is held either: held chunks
 		 * come back if their connection closes. */
 		if (t->state != T_RUNNING && t->held == 0) {
-			end = 1;
-			if (t->error != NULL)
-				error = strdup(t->error);
+			end = ended(t, &error);
 			break;
 		}
 		if (duration_now_ms() >= until)
@@ -1805,16 +1832,7 @@ serve_elements(struct conn *c, uint64_t id, const char *q, int keep)
 		cond_wait_until(&t->more, &t->mu, until);
 	}
 	pthread_mutex_unlock(&t->mu);
-	if (gone) {
-		task_unref(t);
-		return send_error(c, ST_NOT_FOUND, keep,
-		    "task %" PRIu64 " is not served here any more", id);
-	}
-	if (end)
-		rc = send_end(c, error, keep);
-	else
-		rc = send_chunks(c, c->held, keep);
-	free(error);
+	rc = send_outcome(c, id, gone, end, error, c->held, keep);
 	if (c->held != NULL)
 		c->ht = t;
 	else
@@ -1945,9 +1963,7 @@ serve_round(struct conn *c, uint64_t id, uint64_t r, const char *q, int keep)
 		/* The task ended before the round filled: every consumer
 		 * sees the end at the same round. */
 		if (t->state != T_RUNNING && t->head == NULL) {
-			end = 1;
-			if (t->error != NULL)
-				error = strdup(t->error);
+			end = ended(t, &error);
 			break;
 		}
 		if (duration_now_ms() >= until)
@@ -1955,14 +1971,8 @@ serve_round(struct conn *c, uint64_t id, uint64_t r, const char *q, int keep)
 		cond_wait_until(&t->more, &t->mu, until);
 	}
 	pthread_mutex_unlock(&t->mu);
-	if (gone)
-		rc = send_error(c, ST_NOT_FOUND, keep,
-		    "task %" PRIu64 " is not served here any more", id);
-	else if (end)
-		rc = send_end(c, error, keep);
-	else
-		rc = send_chunks(c, one.blk != NULL ? &one : NULL, keep);
-	free(error);
+	rc = send_outcome(c, id, gone, end, error,
+	    one.blk != NULL ? &one : NULL, keep);
 	if (one.blk != NULL) {
 		pthread_mutex_lock(&t->mu);
 		block_put(t, one.blk);
