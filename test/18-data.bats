@@ -287,3 +287,74 @@ expected() {
 	[ "$STATUS" = 0 ]
 	[ "$(sort here there)" = "$(expected 30 3)" ]
 }
+
+@test "framings: NUL-terminated and len32 elements arrive whole; a last one without its NUL gets one" {
+	start_dispatchd
+	start_worker a:0
+	nul=$(seq 1 3 | dispatchctl dataset add --splits - --framing nul \
+		--reader 'printf "%s-x\0%s-y" "$MUSTER_SPLIT" "$MUSTER_SPLIT"')
+	dispatchctl read "$nul" >nul.out
+	[ "$(tr '\0' '\n' <nul.out | sort)" = "$(printf '%s\n' 1-x 1-y 2-x 2-y 3-x 3-y)" ]
+	[ "$(tr -cd '\0' <nul.out | wc -c)" = 6 ]
+	# len32: a 4-byte big-endian length, then the bytes (here with a
+	# newline inside, which is not a boundary).
+	len=$(seq 1 2 | dispatchctl dataset add --splits - --framing len32 \
+		--reader 'printf "\000\000\000\004a\nb$MUSTER_SPLIT"')
+	dispatchctl read "$len" >len.out
+	[ "$(wc -c <len.out)" = 16 ]
+	[ "$(od -An -c len.out | tr -s ' ' | tr -d '\n')" = "$(printf '\000\000\000\004a\nb1\000\000\000\004a\nb2' | od -An -c | tr -s ' ' | tr -d '\n')" ]
+	# A len32 reader that stops inside an element fails the read.
+	cut=$(echo 1 | dispatchctl dataset add --splits - --framing len32 \
+		--reader 'printf "\000\000\000\011abc"')
+	run -10 dispatchctl read "$cut"
+	[[ $output == *len32* ]]
+}
+
+@test "an element larger than the worker's --buffer arrives whole" {
+	start_dispatchd
+	start_worker a:0 --buffer 64k
+	id=$(seq 1 2 | dispatchctl dataset add --splits - \
+		--reader 'head -c 1000000 /dev/zero | tr "\0" "$MUSTER_SPLIT"; echo')
+	dispatchctl read "$id" >out
+	[ "$(wc -l <out)" = 2 ]
+	[ "$(wc -c <out)" = 2000002 ]
+	[ "$(sort -u out | wc -l)" = 2 ]
+}
+
+@test "--reader-skips: a split read again starts at MUSTER_SPLIT_SKIP; every element once" {
+	start_dispatchd --heartbeat-timeout 30s
+	start_worker a:0 --lease 1
+	pa=$WORKER_PID
+	# The reader seeks: it begins at element MUSTER_SPLIT_SKIP, and says
+	# so when that is not 0.
+	id=$(echo 1 | dispatchctl dataset add --splits - --reader-skips --reader \
+		"[ \$MUSTER_SPLIT_SKIP = 0 ] || echo \$MUSTER_SPLIT_SKIP >>$BATS_TEST_TMPDIR/skips
+		i=\$((MUSTER_SPLIT_SKIP + 1)); while [ \$i -le 20 ]; do echo \"1.\$i\"; i=\$((i+1)); sleep 0.05; done")
+	dispatchctl read "$id" >out &
+	p=$!
+	BG_PIDS+=("$p")
+	wait_grep '^1\.3$' out
+	start_worker b:0 --lease 1
+	kill -9 "$pa"
+	wait_exit "$p" 120
+	[ "$STATUS" = 0 ]
+	[ "$(sort out)" = "$(expected 1 20)" ]
+	[ "$(cat "$BATS_TEST_TMPDIR/skips")" -ge 3 ]
+}
+
+@test "dataset ls and splits, workerloop --listen, and the data metrics" {
+	start_dispatchd
+	port=$(free_port)
+	start_worker a:0 --listen "127.0.0.1:$port"
+	[ "$(curl -s -m 5 "http://127.0.0.1:$port/healthz")" = ok ]
+	seq 1 3 | dispatchctl dataset add --splits - --reader 'echo "$MUSTER_SPLIT"' --name three
+	run -0 dispatchctl dataset ls
+	[[ $output == *three* ]]
+	run -0 dispatchctl dataset splits three
+	[ "$output" = "$(seq 1 3)" ]
+	[ "$(dispatchctl read three | sort)" = "$(seq 1 3)" ]
+	metrics=$(curl -s -m 5 "http://$MUSTER_DISPATCHER/metrics")
+	grep -qx 'muster_data_datasets 1' <<<"$metrics"
+	grep -qx 'muster_data_leases_total 3' <<<"$metrics"
+	grep -q '^muster_data_jobs 1$' <<<"$metrics"
+}
