@@ -14,6 +14,7 @@
 #include "cli.h"
 #include "daemon.h"
 #include "http_server.h"
+#include "journal.h"
 #include "log.h"
 #include "park.h"
 #include "parse.h"
@@ -96,6 +97,21 @@ daemon_option(struct daemon_options *o, int c, const char *arg,
 	case 0x108: o->tls_cert = arg; return 1;
 	case 0x109: o->tls_key = arg; return 1;
 	case 0x10a: o->tls_client_ca = arg; return 1;
+	case 0x10b:
+		if (arg[0] == '\0') {
+			cli_usage_error(synopsis, "--state-dir is empty");
+			return -1;
+		}
+		o->state_dir = arg;
+		return 1;
+	case 0x10c:
+		if ((o->fsync = journal_fsync_parse(arg)) < 0) {
+			cli_usage_error(synopsis,
+			    "--fsync %s is not one of always, batch, none",
+			    arg);
+			return -1;
+		}
+		return 1;
 	case 'v': o->verbose++; return 1;
 	case 'n': o->check = 1; return 1;
 	default: return 0;
@@ -435,6 +451,14 @@ gone(struct http_req *req, void *arg)
 	d->svc->gone(req, d->svc->arg);
 }
 
+static uint64_t
+gate(void *arg)
+{
+	struct daemon *d = arg;
+
+	return d->svc->gate(d->svc->arg);
+}
+
 int
 daemon_run(const struct daemon_options *o, const struct daemon_service *svc)
 {
@@ -451,7 +475,8 @@ daemon_run(const struct daemon_options *o, const struct daemon_service *svc)
 	    .tls_trust = o->tls_client_ca_pem,
 	    .handler = handle,
 	    .arg = &d,
-	    .gone = svc->gone != NULL ? gone : NULL};
+	    .gone = svc->gone != NULL ? gone : NULL,
+	    .gate = svc->gate != NULL ? gate : NULL};
 	char err[512];
 	sigset_t set;
 	int sig;

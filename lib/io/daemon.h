@@ -35,6 +35,8 @@ struct daemon_service {
 	void (*started)(struct http_server *srv, void *arg);
 	/* A parked request's client went away: http_server_config.gone. */
 	void (*gone)(struct http_req *req, void *arg);
+	/* With a journal: http_server_config.gate; else NULL. */
+	uint64_t (*gate)(void *arg);
 };
 
 /* The options every daemon takes, with their defaults. */
@@ -56,6 +58,8 @@ struct daemon_options {
 	char *tls_cert_pem, *tls_key_pem, *tls_client_ca_pem;
 	char token[TOKEN_MAX + 1]; /* read by daemon_options_check */
 	size_t token_len;          /* 0: no token */
+	const char *state_dir;     /* the journal's directory; NULL: none */
+	int fsync;                 /* enum journal_fsync */
 	int verbose;
 	int check;     /* -n: check the options, exit */
 	char host[64]; /* from listen */
@@ -77,6 +81,8 @@ struct daemon_options {
 	{"tls-cert", required_argument, NULL, 0x108}, \
 	{"tls-key", required_argument, NULL, 0x109}, \
 	{"tls-client-ca", required_argument, NULL, 0x10a}, \
+	{"state-dir", required_argument, NULL, 0x10b}, \
+	{"fsync", required_argument, NULL, 0x10c}, \
 	{"verbose", no_argument, NULL, 'v'}, \
 	{"check", no_argument, NULL, 'n'}, \
 	CLI_STD_LONGOPTS

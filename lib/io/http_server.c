@@ -98,6 +98,12 @@ struct http_server {
 	} linger[LINGER_MAX];
 	int nlinger;
 	int64_t refused_logged, timed_out_logged; /* counts already said */
+
+	/* Replies held until the journal has their changes (cfg.gate). */
+	pthread_mutex_t gmu; /* guards what follows */
+	struct http_req *gated;
+	uint64_t durable, failed; /* every change up to these */
+	int failed_err;
 	int64_t refused_said_at, timed_out_said_at;
 };
 
@@ -139,6 +145,11 @@ struct http_req {
 	unsigned char in_handler;
 	unsigned char parked;
 	unsigned char held;
+	/* With a gate: the change its reply waits for (0: not waited yet). */
+	uint64_t gate_seq;
+	struct http_req *gate_next; /* on srv->gated */
+	int wrote;                  /* it made a change */
+	int gate_err; /* its change failed (errno), or its append did */
 };
 
 /*
@@ -737,11 +748,122 @@ http_reply_error_json(struct http_req *req, enum status st, json_t *extra,
 	va_end(ap);
 }
 
+/* The request whose handler runs on this thread, for http_note_write. */
+static _Thread_local struct http_req *running_req;
+
+void
+http_note_write(uint64_t seq)
+{
+	struct http_req *req = running_req;
+
+	if (req == NULL)
+		return;
+	if (seq == 0)
+		req->gate_err = errno != 0 ? errno : EIO;
+	else
+		req->wrote = 1;
+}
+
+/* Replaces req's reply with the error its failed change calls for. */
+static void
+reply_not_durable(struct http_req *req)
+{
+	int e = req->gate_err;
+	int full = e == ENOSPC || e == EDQUOT || e == EFBIG;
+
+	if (req->shared != NULL) {
+		http_shared_release(req->shared);
+		req->shared = NULL;
+	}
+	if (req->resp != NULL) {
+		MHD_destroy_response(req->resp);
+		req->resp = NULL;
+	}
+	http_reply_error(req, full ? ST_RESOURCE_EXHAUSTED : ST_INTERNAL,
+	    "the change could not be written to the state directory (%s): "
+	    "its outcome is unknown, and changes are refused until it can "
+	    "be written again",
+	    strerror(e));
+}
+
+/*
+ * Whether req's reply must wait for the journal: it then waits on
+ * srv->gated, its connection suspended, for http_server_durable.
+ */
+static int
+gate_holds(struct http_req *req)
+{
+	struct http_server *srv = req->srv;
+	uint64_t seq;
+	int held = 0;
+
+	if (srv->cfg.gate == NULL)
+		return 0;
+	if (req->gate_seq != 0 || req->gate_err != 0) {
+		/* Released: or refused at once. */
+		if (req->gate_err != 0 && (req->wrote || req->gate_seq == 0))
+			reply_not_durable(req);
+		return 0;
+	}
+	if ((seq = srv->cfg.gate(srv->cfg.arg)) == 0)
+		return 0;
+	pthread_mutex_lock(&srv->gmu);
+	if (seq > srv->durable) {
+		if (seq <= srv->failed) {
+			req->gate_err = srv->failed_err;
+		} else {
+			req->gate_seq = seq;
+			req->gate_next = srv->gated;
+			srv->gated = req;
+			held = 1;
+		}
+	}
+	pthread_mutex_unlock(&srv->gmu);
+	if (held)
+		MHD_suspend_connection(req->conn);
+	else if (req->gate_err != 0 && req->wrote)
+		reply_not_durable(req);
+	return held;
+}
+
+void
+http_server_durable(struct http_server *srv, uint64_t seq, int err)
+{
+	struct http_req **pp, *req, *go = NULL;
+
+	pthread_mutex_lock(&srv->gmu);
+	if (err == 0) {
+		if (seq > srv->durable)
+			srv->durable = seq;
+	} else if (seq > srv->failed) {
+		srv->failed = seq;
+		srv->failed_err = err;
+	}
+	for (pp = &srv->gated; (req = *pp) != NULL;) {
+		if (req->gate_seq <= seq) {
+			*pp = req->gate_next;
+			if (err != 0)
+				req->gate_err = err;
+			req->gate_next = go;
+			go = req;
+		} else {
+			pp = &req->gate_next;
+		}
+	}
+	pthread_mutex_unlock(&srv->gmu);
+	while ((req = go) != NULL) {
+		go = req->gate_next;
+		MHD_resume_connection(req->conn);
+	}
+}
+
 static enum MHD_Result
 send_reply(struct http_req *req)
 {
 	enum MHD_Result ret;
 
+	if (gate_holds(req))
+		return MHD_YES;
 	if (req->shared != NULL) {
 		ret = MHD_queue_response(req->conn, req->shared->code,
 		    req->shared->mhd);
@@ -982,7 +1104,9 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url,
 		return MHD_NO;
 	}
 	req->in_handler = 1;
+	running_req = req;
 	run_handler(srv, req);
+	running_req = NULL;
 	if (req->in_handler == 2) /* parked: its waker owns it now */
 		return MHD_YES;
 	req->in_handler = 0;
@@ -1315,6 +1439,7 @@ http_server_start(const struct http_server_config *cfg, char *err,
 	if (srv->max_inflight < cfg->max_body)
 		srv->max_inflight = cfg->max_body;
 	pthread_mutex_init(&srv->cmu, NULL);
+	pthread_mutex_init(&srv->gmu, NULL);
 	srv->door_ep = srv->door_wake = -1;
 	if (door_start(srv) < 0) {
 		snprintf(err, errlen, "cannot start a thread: %m");
@@ -1375,6 +1500,7 @@ http_server_stop(struct http_server *srv)
 	door_stop(srv);
 	free(srv->byfd);
 	pthread_mutex_destroy(&srv->cmu);
+	pthread_mutex_destroy(&srv->gmu);
 	free(srv);
 }
 

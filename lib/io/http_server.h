@@ -11,6 +11,7 @@
 #define MUSTER_HTTP_SERVER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
 
@@ -48,6 +49,14 @@ struct http_server_config {
 	 * or do nothing if it was answered meanwhile. NULL: not watched.
 	 */
 	void (*gone)(struct http_req *req, void *arg);
+	/*
+	 * With a journal: the sequence number of the newest change made so
+	 * far (0: none). A reply goes out only once every change up to the
+	 * number read as it is about to go is durable (http_server_durable),
+	 * so that no client hears of a change, its own or another's, that
+	 * a crash could still lose. NULL: replies go at once.
+	 */
+	uint64_t (*gate)(void *arg);
 };
 
 struct http_server *http_server_start(const struct http_server_config *cfg,
@@ -134,6 +143,22 @@ void http_park(struct http_req *req);
  */
 void http_req_hold(struct http_req *req);
 void http_req_release(struct http_req *req);
+
+/*
+ * The journal's word: every change up to seq is durable (err 0), or could
+ * not be made durable (err an errno value). Releases the replies held for
+ * them; a reply to a request that made such a change (http_note_write)
+ * becomes an error: RESOURCE_EXHAUSTED for a full disk, else INTERNAL,
+ * saying that the outcome is unknown. Any thread, no lock held.
+ */
+void http_server_durable(struct http_server *srv, uint64_t seq, int err);
+
+/*
+ * From a handler's thread while it runs: the request made change seq, or
+ * (seq 0) tried to and the journal refused it (errno as the journal set
+ * it); its reply then becomes an error. Does nothing on other threads.
+ */
+void http_note_write(uint64_t seq);
 
 /* Request counters, for /metrics. */
 unsigned long http_server_requests(const struct http_server *srv);

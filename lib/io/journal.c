@@ -313,7 +313,10 @@ journal_open(const char *dir, enum journal_fsync mode, char *err, size_t errlen)
 		return NULL;
 	}
 	if (lock_dir(j, err, errlen) == -1) {
+		int e = errno;
+
 		free_journal(j);
+		errno = e; /* EWOULDBLOCK: another holds it */
 		return NULL;
 	}
 	return j;
@@ -603,12 +606,16 @@ journal_error(struct journal *j, char *buf, size_t len)
 {
 	const char *s = NULL;
 
+	int e;
+
 	pthread_mutex_lock(&j->mu);
-	if (j->err != 0) {
+	if ((e = j->err) != 0) {
 		snprintf(buf, len, "%s", j->error);
 		s = buf;
 	}
 	pthread_mutex_unlock(&j->mu);
+	if (s != NULL)
+		errno = e;
 	return s;
 }
 

@@ -36,7 +36,8 @@ int journal_fsync_parse(const char *s);
 
 /*
  * Makes dir if missing and locks it. NULL with err filled when it cannot,
- * or when another process (or another journal_open) holds the lock.
+ * or when another process (or another journal_open) holds the lock
+ * (errno EWOULDBLOCK).
  */
 struct journal *journal_open(const char *dir, enum journal_fsync mode,
     char *err, size_t errlen);
@@ -92,7 +93,8 @@ int journal_wait(struct journal *j, uint64_t seq);
  */
 void journal_retry(struct journal *j);
 
-/* Why appends fail, copied into buf; NULL when they do not. */
+/* Why appends fail, copied into buf (errno set to the failure's); NULL
+ * when they do not. */
 const char *journal_error(struct journal *j, char *buf, size_t len);
 
 /* Bytes on disk in the journal and in the snapshot, to decide compaction. */
