@@ -6,6 +6,7 @@
 #include "barrier.h"
 #include "buf.h"
 #include "log.h"
+#include "rec.h"
 #include "strmap.h"
 
 struct barriers {
@@ -621,4 +622,67 @@ barriers_reset(struct barriers *bs, enum status st, const char *msg)
 	bs->ended = bs->ended_last = NULL;
 	barrier_free(bs->shutdown);
 	bs->shutdown = NULL;
+}
+
+int
+barrier_record(const struct barrier *b, size_t ntasks, struct buf *out)
+{
+	int rc = 0;
+
+	rc |= rec_str(out, b->id);
+	rc |= rec_u32(out, (uint32_t)b->result);
+	rc |= rec_str(out, b->message);
+	rc |= rec_bytes(out, b->at, ntasks);
+	return rc != 0 ? -1 : 0;
+}
+
+int
+barriers_restore(struct barriers *bs, struct rec_reader *r, char *err,
+    size_t errlen)
+{
+	size_t ntasks = registry_view(bs->reg)->ntasks, n;
+	char *id = rec_get_str(r);
+	enum status result = (enum status)rec_get_u32(r);
+	char *msg = rec_get_str(r);
+	const unsigned char *at = rec_get_bytes(r, &n);
+	struct barrier *b;
+	int rc = -1;
+
+	if (r->bad || n != ntasks || result >= ST_COUNT || id[0] == '\0') {
+		snprintf(err, errlen, "a barrier's record is damaged");
+		goto out;
+	}
+	if ((b = barriers_find(bs, id)) == NULL) {
+		if (!room_for_one(bs, err, errlen))
+			goto out;
+		if ((b = make_named(bs, id, 0)) == NULL) {
+			snprintf(err, errlen, "out of memory");
+			goto out;
+		}
+	}
+	b->members = 0;
+	for (size_t i = 0; i < ntasks; i++) {
+		b->at[i] = at[i] <= BAR_ARRIVED ? at[i] : BAR_MEMBER;
+		b->members += b->at[i] != BAR_NOT_MEMBER;
+	}
+	if (b->state == BAR_PENDING) {
+		complete(bs, b, result, msg);
+	} else {
+		b->state = result == ST_OK ? BAR_PASSED : BAR_FAILED;
+		b->result = result;
+		free(b->message);
+		b->message = msg;
+		msg = NULL;
+	}
+	rc = 0;
+out:
+	free(id);
+	free(msg);
+	return rc;
+}
+
+struct barrier *
+barriers_ended(struct barriers *bs)
+{
+	return bs->ended;
 }

@@ -142,4 +142,19 @@ void barriers_abort(struct barriers *bs, enum status st, const char *msg);
 char *barrier_names(struct barriers *bs, const struct barrier *b, int arrived,
     size_t max);
 
+/*
+ * What a restart keeps of barriers: the ended ones of the epoch, each as
+ * barrier_record writes it (id, result, message, who belonged and who
+ * arrived); barriers_restore makes one ended barrier from a record (0, or
+ * -1 with err filled). barriers_ended: the ended ones, oldest first,
+ * through next. Pending barriers are not kept: their waiters are gone
+ * with the connections, and arrive again.
+ */
+struct buf;
+struct rec_reader;
+int barrier_record(const struct barrier *b, size_t ntasks, struct buf *out);
+int barriers_restore(struct barriers *bs, struct rec_reader *r, char *err,
+    size_t errlen);
+struct barrier *barriers_ended(struct barriers *bs);
+
 #endif

@@ -7,6 +7,7 @@
 #include "blob.h"
 #include "keypath.h"
 #include "kvstore.h"
+#include "rec.h"
 #include "skiplist.h"
 #include "strmap.h"
 #include "text.h"
@@ -26,6 +27,8 @@ struct kvstore {
 	size_t hist_bytes;
 	int64_t floor;  /* changes at or before this may be gone */
 	int64_t origin; /* the revision the store started at */
+	kv_journal_fn journal;
+	void *journal_arg;
 };
 
 static void
@@ -327,6 +330,8 @@ set_value(struct kvstore *kv, const char *key, size_t klen, struct blob *val,
 		e->create_rev = e->mod_rev;
 	if (rev != NULL)
 		*rev = kv->rev;
+	if (kv->journal != NULL)
+		kv->journal(kv->rev, key, klen, val, kv->journal_arg);
 	record(kv, fresh ? KV_EV_PUT : KV_EV_UPDATE, key, klen, val);
 	notify(kv, kv->rev);
 	return ST_OK;
@@ -566,6 +571,8 @@ kv_delete(struct kvstore *kv, const char *key, size_t klen, int64_t *rev)
 		return 0;
 	}
 	++kv->rev;
+	if (kv->journal != NULL)
+		kv->journal(kv->rev, key, klen, NULL, kv->journal_arg);
 	for (size_t i = 0; i <= n; i++) {
 		const struct kv_entry *x = i < n ? v[i] : self;
 		struct kv_entry *e;
@@ -620,4 +627,200 @@ kv_changes(const struct kvstore *kv, const char *prefix, size_t plen,
 			break;
 	}
 	return ST_OK;
+}
+
+void
+kv_set_journal(struct kvstore *kv, kv_journal_fn fn, void *arg)
+{
+	kv->journal = fn;
+	kv->journal_arg = arg;
+}
+
+int
+kv_replay(struct kvstore *kv, int64_t rev, const char *key, size_t klen,
+    struct blob *val, char *err, size_t errlen)
+{
+	struct kv_limits lim = kv->lim;
+	int64_t got = 0;
+	enum status st = ST_OK;
+
+	if (rev <= kv->rev) {
+		snprintf(err, errlen,
+		    "a change at revision %" PRId64
+		    " follows revision %" PRId64,
+		    rev, kv->rev);
+		return -1;
+	}
+	/* What was taken is kept, whatever the limits are now. */
+	kv->lim.max_keys = kv->lim.max_bytes = kv->lim.max_value = SIZE_MAX;
+	kv->rev = rev - 1;
+	if (val != NULL)
+		st = set_value(kv, key, klen, val,
+		    strmap_get(kv->map, key, klen), &got, err, errlen);
+	else if (kv_delete(kv, key, klen, &got) == 0)
+		snprintf(err, errlen,
+		    "a delete of %.*s at revision %" PRId64
+		    " finds nothing to delete",
+		    (int)(klen > 200 ? 200 : klen), key, rev);
+	kv->lim = lim;
+	if (st != ST_OK || got != rev) {
+		kv->rev = rev;
+		return -1;
+	}
+	return 0;
+}
+
+int
+kv_snapshot(const struct kvstore *kv, struct buf *out)
+{
+	const struct kv_entry **v = NULL;
+	struct kv_dir_page all = {0};
+	size_t n;
+	int more, rc = 0;
+
+	n = kv_dir(kv, "", 0, &all, &v, &more);
+	if (n == (size_t)-1)
+		return -1;
+	rc |= rec_u64(out, (uint64_t)kv->origin);
+	rc |= rec_u64(out, (uint64_t)kv->rev);
+	rc |= rec_u64(out, (uint64_t)kv->floor);
+	rc |= rec_u64(out, n);
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		rc |= rec_bytes(out, v[i]->key, v[i]->klen);
+		rc |= rec_bytes(out, v[i]->value, v[i]->vlen);
+		rc |= rec_u64(out, (uint64_t)v[i]->create_rev);
+		rc |= rec_u64(out, (uint64_t)v[i]->mod_rev);
+	}
+	free(v);
+	rc |= rec_u64(out, kv->len - kv->first);
+	for (size_t i = kv->first; i < kv->len && rc == 0; i++) {
+		const struct kv_event *ev = &kv->events[i];
+
+		rc |= rec_u64(out, (uint64_t)ev->rev);
+		rc |= rec_u8(out, (uint8_t)ev->type);
+		rc |= rec_bytes(out, ev->key, ev->klen);
+		rc |= rec_bytes(out, ev->value != NULL ? ev->value : "",
+		    ev->vlen);
+	}
+	return rc != 0 ? -1 : 0;
+}
+
+/* Appends a restored event to the history, which has room. */
+static int
+restore_event(struct kvstore *kv, int64_t rev, int type, const char *key,
+    size_t klen, struct blob *val)
+{
+	struct kv_event ev = {.rev = rev, .type = type, .klen = klen};
+
+	if (kv->len == kv->cap) {
+		size_t cap = kv->cap != 0 ? kv->cap * 2 : 256;
+		struct kv_event *p = realloc(kv->events, cap * sizeof(*p));
+
+		if (p == NULL)
+			return -1;
+		kv->events = p;
+		kv->cap = cap;
+	}
+	if ((ev.key = malloc(klen + 1)) == NULL)
+		return -1;
+	memcpy(ev.key, key, klen);
+	ev.key[klen] = '\0';
+	if (type != KV_EV_DELETE) {
+		ev.val = blob_ref(val);
+		ev.value = val->data;
+		ev.vlen = val->len;
+	}
+	kv->events[kv->len++] = ev;
+	kv->hist_bytes += klen + ev.vlen;
+	return 0;
+}
+
+int
+kv_restore(struct kvstore *kv, struct rec_reader *r, char *err, size_t errlen)
+{
+	int64_t origin = (int64_t)rec_get_u64(r), rev = (int64_t)rec_get_u64(r);
+	int64_t floor = (int64_t)rec_get_u64(r);
+	uint64_t n = rec_get_u64(r), nev;
+	struct kv_limits lim = kv->lim;
+	const char *what = "a key";
+
+	if (strmap_count(kv->map) != 0 || kv->len != 0) {
+		snprintf(err, errlen, "the store is not empty");
+		return -1;
+	}
+	kv->lim.max_keys = kv->lim.max_bytes = kv->lim.max_value = SIZE_MAX;
+	for (uint64_t i = 0; i < n && !r->bad; i++) {
+		size_t klen, vlen;
+		const char *key = rec_get_bytes(r, &klen);
+		const char *v = rec_get_bytes(r, &vlen);
+		int64_t create = (int64_t)rec_get_u64(r);
+		int64_t mod = (int64_t)rec_get_u64(r);
+		struct blob *b;
+		char e2[256];
+		struct kv_entry *e;
+
+		if (r->bad)
+			break;
+		if (create > mod || mod > rev ||
+		    strmap_get(kv->map, key, klen) != NULL ||
+		    memchr(key, '\0', klen) != NULL) {
+			r->bad = 1;
+			break;
+		}
+		if ((b = blob_new(v, vlen)) == NULL)
+			goto nomem;
+		kv->rev = mod - 1;
+		if (set_value(kv, key, klen, b, NULL, NULL, e2, sizeof(e2)) !=
+		    ST_OK) {
+			blob_unref(b);
+			goto nomem;
+		}
+		blob_unref(b);
+		e = strmap_get(kv->map, key, klen);
+		e->create_rev = create;
+	}
+	/* set_value recorded each key as a change: the history is the
+	 * snapshot's, read next. */
+	while (kv->first < kv->len)
+		drop_oldest(kv);
+	kv->first = kv->len = 0;
+	kv->hist_bytes = 0;
+	what = "a change";
+	nev = r->bad ? 0 : rec_get_u64(r);
+	for (uint64_t i = 0; i < nev && !r->bad; i++) {
+		int64_t erev = (int64_t)rec_get_u64(r);
+		int type = rec_get_u8(r);
+		size_t klen, vlen;
+		const char *key = rec_get_bytes(r, &klen);
+		const char *v = rec_get_bytes(r, &vlen);
+		struct blob *b = NULL;
+
+		if (r->bad || type > KV_EV_DELETE || erev > rev ||
+		    erev <= floor ||
+		    (kv->len > 0 && erev < kv->events[kv->len - 1].rev)) {
+			r->bad = 1;
+			break;
+		}
+		if (type != KV_EV_DELETE && (b = blob_new(v, vlen)) == NULL)
+			goto nomem;
+		if (restore_event(kv, erev, type, key, klen, b) < 0) {
+			blob_unref(b);
+			goto nomem;
+		}
+		blob_unref(b);
+	}
+	kv->lim = lim;
+	if (r->bad || floor > rev || origin > floor) {
+		snprintf(err, errlen, "%s of the key-value store is damaged",
+		    what);
+		return -1;
+	}
+	kv->origin = origin;
+	kv->rev = rev;
+	kv->floor = floor;
+	return 0;
+nomem:
+	kv->lim = lim;
+	snprintf(err, errlen, "out of memory");
+	return -1;
 }

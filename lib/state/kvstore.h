@@ -156,4 +156,33 @@ enum status kv_changes(const struct kvstore *kv, const char *prefix,
     size_t plen, int64_t since, int (*fn)(const struct kv_event *ev, void *arg),
     void *arg, char *err, size_t errlen);
 
+/*
+ * The journal's side. fn hears each change as it is made, before any
+ * observer: a put of val at key, or (val NULL) the delete of key and all
+ * below it, at revision rev. Replaying those in order on the state they
+ * were made on makes the same state.
+ */
+struct rec_reader;
+typedef void (*kv_journal_fn)(int64_t rev, const char *key, size_t klen,
+    struct blob *val, void *arg);
+void kv_set_journal(struct kvstore *kv, kv_journal_fn fn, void *arg);
+
+/*
+ * Makes a journaled change again, limits aside: 0, or -1 with err filled
+ * when it does not follow from the state (a revision not after the
+ * current one, a delete of nothing).
+ */
+int kv_replay(struct kvstore *kv, int64_t rev, const char *key, size_t klen,
+    struct blob *val, char *err, size_t errlen);
+
+/*
+ * The whole store, its revisions and its history of changes (for watches
+ * that resume), appended to out; kv_restore reads it back into an empty
+ * store. 0, or -1 (out of memory; for kv_restore also damaged data, err
+ * filled).
+ */
+int kv_snapshot(const struct kvstore *kv, struct buf *out);
+int kv_restore(struct kvstore *kv, struct rec_reader *r, char *err,
+    size_t errlen);
+
 #endif

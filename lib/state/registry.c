@@ -6,6 +6,7 @@
 #include "buf.h"
 #include "duration.h"
 #include "log.h"
+#include "rec.h"
 #include "registry.h"
 #include "strmap.h"
 
@@ -517,4 +518,105 @@ registry_settle(struct registry *r)
 	r->used = 0;
 	r->v.epoch++;
 	emit(r, REG_EPOCH, NULL, 0);
+}
+
+int
+registry_snapshot(const struct registry *r, struct buf *out)
+{
+	int rc = 0;
+
+	rc |= rec_u64(out, r->v.service);
+	rc |= rec_u64(out, (uint64_t)r->v.epoch);
+	rc |= rec_u8(out, (uint8_t)r->used);
+	rc |= rec_u64(out, r->v.ntasks);
+	for (size_t i = 0; i < r->v.ntasks; i++) {
+		const struct reg_task *t = &r->tasks[i];
+
+		rc |= rec_u8(out, (uint8_t)t->state);
+		rc |= rec_u64(out, t->incarnation);
+		rc |= rec_u32(out, (uint32_t)t->err);
+		rc |= rec_str(out, t->errmsg);
+		rc |= rec_u8(out,
+		    (uint8_t)(t->err_reported | t->err_active << 1));
+		rc |= rec_u64(out, (uint64_t)t->left_epoch);
+		rc |= rec_u64(out, (uint64_t)t->err_epoch);
+	}
+	return rc != 0 ? -1 : 0;
+}
+
+int
+registry_restore(struct registry *r, struct rec_reader *rd, int64_t now,
+    char *err, size_t errlen)
+{
+	uint64_t service = rec_get_u64(rd), epoch = rec_get_u64(rd);
+	int used = rec_get_u8(rd);
+	uint64_t n = rec_get_u64(rd);
+	struct reg_task *v = NULL;
+
+	if (rd->bad || n != r->v.ntasks) {
+		snprintf(err, errlen,
+		    rd->bad ?
+		        "the task registry's state is damaged" :
+		        "the state directory holds %llu tasks; the cluster "
+		        "given has %zu: a state directory belongs to one "
+		        "cluster",
+		    (unsigned long long)n, r->v.ntasks);
+		return -1;
+	}
+	/* Read whole before any of it is taken. */
+	if (n > 0 && (v = calloc(n, sizeof(*v))) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	for (size_t i = 0; i < n && !rd->bad; i++) {
+		int flags;
+
+		v[i].state = rec_get_u8(rd);
+		v[i].incarnation = rec_get_u64(rd);
+		v[i].err = (enum status)rec_get_u32(rd);
+		v[i].errmsg = rec_get_str(rd);
+		flags = rec_get_u8(rd);
+		v[i].err_reported = flags & 1;
+		v[i].err_active = flags >> 1 & 1;
+		v[i].left_epoch = (long)rec_get_u64(rd);
+		v[i].err_epoch = (long)rec_get_u64(rd);
+		if (v[i].state > REG_ERROR || v[i].err >= ST_COUNT)
+			rd->bad = 1;
+	}
+	if (rd->bad) {
+		for (size_t i = 0; i < n; i++)
+			free(v[i].errmsg);
+		free(v);
+		snprintf(err, errlen, "the task registry's state is damaged");
+		return -1;
+	}
+	r->v.service = service;
+	r->v.epoch = (long)epoch;
+	r->used = used != 0;
+	r->v.nconnected = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct reg_task *t = &r->tasks[i];
+
+		t->state = v[i].state;
+		t->incarnation = v[i].incarnation;
+		t->err = v[i].err;
+		free(t->errmsg);
+		t->errmsg = v[i].errmsg != NULL && v[i].errmsg[0] != '\0' ?
+		    v[i].errmsg :
+		    NULL;
+		if (t->errmsg == NULL)
+			free(v[i].errmsg);
+		t->err_reported = v[i].err_reported;
+		t->err_active = v[i].err_active;
+		t->left_epoch = v[i].left_epoch;
+		t->err_epoch = v[i].err_epoch;
+		/* Heard from now: it has a heartbeat timeout to be heard. */
+		t->last_heartbeat = now;
+		if (t->state == REG_CONNECTED)
+			r->v.nconnected++;
+	}
+	free(v);
+	r->all_deadline = 0;
+	find_failed(r);
+	return 0;
 }

@@ -163,4 +163,18 @@ void registry_settle(struct registry *r);
 /* The names of tasks not connected, up to max, "a, b and 3 more". */
 char *registry_missing(struct registry *r, size_t max);
 
+/*
+ * What a restart keeps: the service incarnation, the epoch, and each
+ * task's state, incarnation and errors, appended to out. registry_restore
+ * reads it back (over whatever is there; tasks connected then count as
+ * heard from at now, so that one that does not come back within the
+ * heartbeat timeout fails as usual). 0, or -1 (out of memory; damaged
+ * data or another cluster, err filled).
+ */
+struct buf;
+struct rec_reader;
+int registry_snapshot(const struct registry *r, struct buf *out);
+int registry_restore(struct registry *r, struct rec_reader *rd, int64_t now,
+    char *err, size_t errlen);
+
 #endif
