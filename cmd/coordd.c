@@ -23,7 +23,8 @@ static const char synopsis[] =
     "              [--max-connections N] [--max-inflight-bytes BYTES]\n"
     "              [--request-timeout DUR] [--max-wait DUR]\n"
     "              [--token-file FILE] [--insecure]\n"
-    "              [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n";
+    "              [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n"
+    "              [--state-dir DIR [--fsync always|batch|none]]\n";
 
 /* --recoverable JOB[,JOB...]: every job must be one of --cluster's. */
 static int
@@ -159,6 +160,7 @@ main(int argc, char **argv)
 	struct daemon_service svc;
 	struct coord *co;
 	char err[512];
+	enum status st;
 	int rc;
 
 	log_init(argv[0], 0);
@@ -172,6 +174,12 @@ main(int argc, char **argv)
 	}
 	if ((co = coord_new(&cc, err, sizeof(err))) == NULL)
 		return cli_fail(ST_INTERNAL, "%s", err);
+	if (d.state_dir != NULL &&
+	    (st = coord_journal_open(co, d.state_dir, d.fsync, err,
+	         sizeof(err))) != ST_OK) {
+		coord_free(co);
+		return cli_fail(st, "%s", err);
+	}
 	coord_service(co, &svc);
 	rc = daemon_run(&d, &svc);
 	coord_free(co);

@@ -40,6 +40,7 @@ coord_unlock(struct coord *co)
 			break;
 	}
 	coord_barriers_arm(co);
+	coord_journal_settle(co);
 	park_unlock(co->park);
 }
 
@@ -61,6 +62,7 @@ observe(const struct reg_event *ev, void *arg)
 {
 	struct coord *co = arg;
 
+	co->ctl_dirty = 1;
 	if (co->nevents == co->capevents) {
 		size_t cap = co->capevents != 0 ? co->capevents * 2 : 16;
 		struct reg_event *v = realloc(co->events, cap * sizeof(*v));
@@ -91,6 +93,12 @@ coord_answer_all(struct park_list *l, enum status st, const char *msg,
 	sh = http_shared_json(st == ST_OK ? 200 : status_http(st), obj);
 	park_answer_all(l, sh);
 	http_shared_release(sh);
+}
+
+int
+coord_refuse(struct coord *co, struct http_req *req)
+{
+	return co->commit != NULL && commit_refuse(co->commit, req);
 }
 
 void
@@ -192,6 +200,8 @@ coord_shutdown(struct coord *co)
 	park_index_each(co->watchers, drain, NULL);
 	coord_tasks_shutdown(co);
 	coord_unlock(co);
+	if (co->commit != NULL)
+		commit_detach(co->commit);
 }
 
 void
@@ -213,8 +223,13 @@ coord_free(struct coord *co)
 	free(co->heard);
 	free(co->secret);
 	free(co->shutdown_said);
+	if (co->commit != NULL && commit_free(co->commit) < 0)
+		log_info("some changes could not be written to the state "
+		         "directory before exit");
 	kv_free(co->kv);
 	free(co->events);
+	buf_free(&co->ctl_last);
+	buf_free(&co->jrec);
 	pthread_mutex_destroy(&co->mu);
 	free(co);
 }
@@ -292,6 +307,16 @@ started_cb(struct http_server *srv, void *arg)
 	struct coord *co = arg;
 
 	atomic_store(&co->srv, srv);
+	if (co->commit != NULL)
+		commit_attach(co->commit, srv);
+}
+
+static uint64_t
+gate_cb(void *arg)
+{
+	struct coord *co = arg;
+
+	return commit_gate(co->commit);
 }
 
 static void
@@ -353,4 +378,5 @@ coord_service(struct coord *co, struct daemon_service *svc)
 	svc->shutdown = shutdown_cb;
 	svc->started = started_cb;
 	svc->gone = gone_cb;
+	svc->gate = co->commit != NULL ? gate_cb : NULL;
 }

@@ -9,6 +9,7 @@
 #include <stddef.h>
 
 #include "daemon.h"
+#include "journal.h"
 #include "keypath.h"
 #include "kvstore.h"
 #include "registry.h"
@@ -42,5 +43,14 @@ void coord_service(struct coord *co, struct daemon_service *svc);
  */
 void coord_shutdown(struct coord *co);
 void coord_free(struct coord *co);
+
+/*
+ * Reads the state directory dir back (made if missing; one coordd at a
+ * time) and journals every change from then on; before coord_service.
+ * ST_OK, or the error (FAILED_PRECONDITION: another process has it;
+ * INTERNAL: it cannot be read, or is damaged) with err filled.
+ */
+enum status coord_journal_open(struct coord *co, const char *dir,
+    enum journal_fsync mode, char *err, size_t errlen);
 
 #endif

@@ -42,6 +42,7 @@ coord_barrier_ended(struct barrier *b, void *arg)
 	struct park_list *l = b->udata;
 	struct coord *co = arg;
 
+	coord_journal_barrier(co, b);
 	/*
 	 * Those who went through the shutdown barrier are disconnected now,
 	 * and the run may end with them (barriers forgotten): what it came
@@ -427,6 +428,8 @@ coord_barrier_route(struct http_req *req, const struct route_match *m,
 		    "barriers need a cluster: coordd runs without --cluster");
 		return;
 	}
+	if (coord_refuse(co, req))
+		return; /* the state directory cannot be written */
 	if (m->method == ROUTE_POST)
 		wait_route(co, req, id);
 	else

@@ -17,6 +17,8 @@
 #include <stdint.h>
 
 #include "barrier.h"
+#include "buf.h"
+#include "commit.h"
 #include "coord.h"
 #include "http_server.h"
 #include "kvstore.h"
@@ -68,6 +70,15 @@ struct coord {
 		size_t len; /* 0: none */
 	} * secret;
 	int authenticated; /* coordd has a token: tasks need secrets */
+	/* The state directory (NULL: none); see coord_journal.c. */
+	struct commit *commit;
+	int jlive;           /* changes are journaled (replay is over) */
+	int jfresh;          /* replay has seen no key-value state yet */
+	int ctl_dirty;       /* the tasks may differ from ctl_last */
+	struct buf ctl_last; /* the last 'T' record */
+	struct buf jrec;     /* the record being made */
+	uint64_t jcount, jnext_check;
+	char jerr[256];
 	/* Per task: the shutdown barrier's answer, once it went through. */
 	struct coord_said {
 		int set;
@@ -86,6 +97,17 @@ int coord_task_proven(struct coord *co, struct http_req *req,
 
 /* Notes that task t was heard from now (under the lock). */
 void coord_heard(struct coord *co, const struct reg_task *t);
+
+/*
+ * The state directory. coord_journal_open reads it back (before serving)
+ * and journals every change after; coord_journal_settle, at the end of
+ * each locked section, writes the tasks' state when it changed and
+ * compacts; coord_journal_barrier records an ended barrier.
+ */
+void coord_journal_settle(struct coord *co);
+void coord_journal_barrier(struct coord *co, const struct barrier *b);
+/* While the state directory cannot be written: refuses req, 1. */
+int coord_refuse(struct coord *co, struct http_req *req);
 
 void coord_lock(struct coord *co);
 void coord_unlock(struct coord *co);

@@ -491,6 +491,8 @@ coord_kv_route(struct coord *co, struct http_req *req, const char *rest)
 			kv_dir_route(co, req, &key);
 		else
 			kv_get_route(co, req, &key);
+	} else if (coord_refuse(co, req)) {
+		/* answered: the state directory cannot be written */
 	} else if (strcmp(method, "PUT") == 0) {
 		kv_put_route(co, req, &key);
 	} else if (strcmp(method, "DELETE") == 0) {

@@ -693,7 +693,10 @@ coord_task_route(struct http_req *req, const struct route_match *m, void *arg)
 		http_reply_json(req, 200, task_json(t, duration_now_ms()));
 	} else if (coord_closing(co)) {
 		coord_reply_closing(req);
+	} else if (strcmp(verb, "heartbeat") != 0 && coord_refuse(co, req)) {
+		/* answered: the state directory cannot be written */
 	} else if (strcmp(verb, "register") == 0) {
+		co->ctl_dirty = 1; /* its secret */
 		do_register(co, req, t);
 	} else if (!coord_task_proven(co, req, t, strcmp(verb, "reset") == 0)) {
 		/* answered */

@@ -1,0 +1,306 @@
+/*
+ * coord_journal.c: what coordd keeps in its state directory, and how it
+ * reads it back.
+ *
+ * Records, each a byte for its kind and then its fields (rec.h):
+ *   'K' a key-value change: revision, key, 1 and the value or 0 (a delete
+ *       of the key and all below it);
+ *   'T' the tasks: the registry (service incarnation, epoch, each task's
+ *       state, incarnation and errors) and each task's secret; written at
+ *       the end of a locked section when it differs from the last one;
+ *   'B' a barrier of the epoch that ended (its id, result and members).
+ * The snapshot: the store (keys, revisions, the history watches resume
+ * from), the tasks as in 'T', and the ended barriers.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord_int.h"
+#include "duration.h"
+#include "log.h"
+#include "rec.h"
+
+#define SNAPSHOT_VERSION 1
+/* Compacts when the journal is past this and twice the snapshot. */
+#define COMPACT_MIN_BYTES (64u << 20)
+
+/* Appends the record in co->jrec, if the journal is on. */
+static void
+append(struct coord *co)
+{
+	if (co->commit != NULL && co->jlive &&
+	    commit_append(co->commit, co->jrec.data, co->jrec.len) != 0)
+		co->jcount++;
+}
+
+static void
+kv_changed(int64_t rev, const char *key, size_t klen, struct blob *val,
+    void *arg)
+{
+	struct coord *co = arg;
+	struct buf *b = &co->jrec;
+	int rc = 0;
+
+	buf_reset(b);
+	rc |= rec_u8(b, 'K');
+	rc |= rec_u64(b, (uint64_t)rev);
+	rc |= rec_bytes(b, key, klen);
+	rc |= rec_u8(b, val != NULL);
+	if (val != NULL)
+		rc |= rec_bytes(b, val->data, val->len);
+	if (rc != 0) {
+		errno = ENOMEM;
+		http_note_write(0);
+		return;
+	}
+	append(co);
+}
+
+static int
+write_tasks(struct coord *co, struct buf *b)
+{
+	int rc = registry_snapshot(co->reg, b);
+
+	for (size_t i = 0; i < co->rv->ntasks; i++)
+		rc |= rec_bytes(b, co->secret[i].v, co->secret[i].len);
+	return rc;
+}
+
+static int
+read_tasks(struct coord *co, struct rec_reader *r, char *err, size_t errlen)
+{
+	long epoch = co->rv->epoch;
+
+	if (registry_restore(co->reg, r, duration_now_ms(), err, errlen) < 0)
+		return -1;
+	/* A new epoch forgot the barriers of the last. */
+	if (co->rv->epoch != epoch)
+		barriers_reset(co->bars, ST_ABORTED, "the cluster was reset");
+	for (size_t i = 0; i < co->rv->ntasks; i++) {
+		size_t n;
+		const char *s = rec_get_bytes(r, &n);
+
+		if (s == NULL || n > COORD_SECRET_MAX) {
+			snprintf(err, errlen, "a task's secret is damaged");
+			return -1;
+		}
+		memcpy(co->secret[i].v, s, n);
+		co->secret[i].v[n] = '\0';
+		co->secret[i].len = n;
+	}
+	return 0;
+}
+
+void
+coord_journal_barrier(struct coord *co, const struct barrier *b)
+{
+	if (co->commit == NULL || !co->jlive || b->shutdown)
+		return;
+	buf_reset(&co->jrec);
+	if (rec_u8(&co->jrec, 'B') < 0 ||
+	    barrier_record(b, co->rv->ntasks, &co->jrec) < 0) {
+		log_info("internal: out of memory; barrier %s is not journaled",
+		    b->id);
+		return;
+	}
+	append(co);
+}
+
+static int
+write_snapshot(struct buf *out, void *arg)
+{
+	struct coord *co = arg;
+	uint64_t n = 0;
+	int rc = 0;
+
+	rc |= rec_u32(out, SNAPSHOT_VERSION);
+	rc |= kv_snapshot(co->kv, out);
+	rc |= write_tasks(co, out);
+	for (struct barrier *b = barriers_ended(co->bars); b != NULL;
+	     b = b->next)
+		n++;
+	rc |= rec_u64(out, n);
+	for (struct barrier *b = barriers_ended(co->bars); b != NULL && rc == 0;
+	     b = b->next)
+		rc |= barrier_record(b, co->rv->ntasks, out);
+	return rc != 0 ? -1 : 0;
+}
+
+void
+coord_journal_settle(struct coord *co)
+{
+	uint64_t jb, sb;
+
+	if (co->commit == NULL || !co->jlive)
+		return;
+	if (co->ctl_dirty) {
+		co->ctl_dirty = 0;
+		buf_reset(&co->jrec);
+		if (rec_u8(&co->jrec, 'T') < 0 ||
+		    write_tasks(co, &co->jrec) < 0)
+			log_info("internal: out of memory; the tasks' state "
+			         "is not journaled");
+		else if (co->jrec.len != co->ctl_last.len ||
+		    memcmp(co->jrec.data, co->ctl_last.data, co->jrec.len) !=
+		        0) {
+			buf_reset(&co->ctl_last);
+			if (buf_append(&co->ctl_last, co->jrec.data,
+			        co->jrec.len) < 0)
+				buf_reset(&co->ctl_last);
+			append(co);
+		}
+	}
+	/* Looking at the sizes takes the journal's lock: now and then. */
+	if (co->jcount < co->jnext_check)
+		return;
+	co->jnext_check = co->jcount + 4096;
+	journal_size(commit_journal(co->commit), &jb, &sb);
+	if (jb > COMPACT_MIN_BYTES && jb > 2 * sb) {
+		int64_t t0 = duration_now_ms();
+
+		if (journal_compact(commit_journal(co->commit), write_snapshot,
+		        co) < 0)
+			log_info("compaction not started: %m");
+		else
+			log_debug("compaction: snapshot of %zu keys taken in "
+			          "%" PRId64 " ms",
+			    kv_count(co->kv), duration_now_ms() - t0);
+	}
+}
+
+static int
+read_snapshot(const void *p, size_t len, void *arg)
+{
+	struct coord *co = arg;
+	struct rec_reader r;
+	uint64_t n;
+
+	rec_reader_init(&r, p, len);
+	co->jfresh = 0;
+	if (rec_get_u32(&r) != SNAPSHOT_VERSION) {
+		snprintf(co->jerr, sizeof(co->jerr),
+		    "the snapshot is of an unknown version");
+		return -1;
+	}
+	if (kv_restore(co->kv, &r, co->jerr, sizeof(co->jerr)) < 0 ||
+	    read_tasks(co, &r, co->jerr, sizeof(co->jerr)) < 0)
+		return -1;
+	n = rec_get_u64(&r);
+	for (uint64_t i = 0; i < n; i++)
+		if (barriers_restore(co->bars, &r, co->jerr, sizeof(co->jerr)) <
+		    0)
+			return -1;
+	if (rec_end(&r) < 0) {
+		snprintf(co->jerr, sizeof(co->jerr), "the snapshot is damaged");
+		return -1;
+	}
+	return 0;
+}
+
+static int
+read_record(uint64_t seq, const void *p, size_t len, void *arg)
+{
+	struct coord *co = arg;
+	struct rec_reader r;
+	int kind;
+
+	(void)seq;
+	rec_reader_init(&r, p, len);
+	kind = rec_get_u8(&r);
+	if (kind == 'K') {
+		int64_t rev = (int64_t)rec_get_u64(&r);
+
+		/* A journal without a snapshot: revisions go on from its
+		 * first record's. */
+		if (co->jfresh && !r.bad && rev > 0) {
+			kv_set_origin(co->kv, rev - 1);
+			co->jfresh = 0;
+		}
+		{
+			size_t klen, vlen = 0;
+			const char *key = rec_get_bytes(&r, &klen);
+			int has = rec_get_u8(&r);
+			const char *v = has ? rec_get_bytes(&r, &vlen) : NULL;
+			struct blob *b = NULL;
+			int rc;
+
+			if (rec_end(&r) < 0 || has > 1 ||
+			    memchr(key, '\0', klen) != NULL)
+				goto bad;
+			if (has && (b = blob_new(v, vlen)) == NULL) {
+				snprintf(co->jerr, sizeof(co->jerr),
+				    "out of memory");
+				return -1;
+			}
+			rc = kv_replay(co->kv, rev, key, klen, b, co->jerr,
+			    sizeof(co->jerr));
+			blob_unref(b);
+			return rc;
+		}
+	}
+	if (kind == 'T') {
+		if (read_tasks(co, &r, co->jerr, sizeof(co->jerr)) < 0)
+			return -1;
+		if (rec_end(&r) < 0)
+			goto bad;
+		buf_reset(&co->ctl_last);
+		return buf_append(&co->ctl_last, p, len);
+	}
+	if (kind == 'B') {
+		if (barriers_restore(co->bars, &r, co->jerr, sizeof(co->jerr)) <
+		    0)
+			return -1;
+		if (rec_end(&r) < 0)
+			goto bad;
+		return 0;
+	}
+bad:
+	snprintf(co->jerr, sizeof(co->jerr), "a record of kind %d is damaged",
+	    kind);
+	return -1;
+}
+
+enum status
+coord_journal_open(struct coord *co, const char *dir, enum journal_fsync mode,
+    char *err, size_t errlen)
+{
+	struct journal *j = journal_open(dir, mode, err, errlen);
+	int64_t t0 = duration_now_ms();
+	char e[512];
+
+	if (j == NULL)
+		return errno == EWOULDBLOCK ? ST_FAILED_PRECONDITION :
+		                              ST_INTERNAL;
+	coord_lock(co);
+	co->jfresh = 1;
+	if (journal_replay(j, read_snapshot, read_record, co, e, sizeof(e)) <
+	    0) {
+		coord_unlock(co);
+		if (co->jerr[0] != '\0')
+			snprintf(err, errlen, "%s: %s", e, co->jerr);
+		else
+			snprintf(err, errlen, "%s", e);
+		journal_close(j);
+		return ST_INTERNAL;
+	}
+	if (journal_note(j)[0] != '\0')
+		log_info("%s", journal_note(j));
+	if ((co->commit = commit_new(j, "coordd")) == NULL) {
+		coord_unlock(co);
+		journal_close(j);
+		snprintf(err, errlen, "out of memory");
+		return ST_RESOURCE_EXHAUSTED;
+	}
+	co->jlive = 1;
+	co->ctl_dirty = 1;
+	kv_set_journal(co->kv, kv_changed, co);
+	log_info("state directory %s: %zu keys at revision %" PRId64
+	         ", epoch %ld, %zu ended barriers, read in %" PRId64 " ms",
+	    dir, kv_count(co->kv), kv_revision(co->kv), co->rv->epoch,
+	    barriers_count(co->bars), duration_now_ms() - t0);
+	coord_unlock(co);
+	return ST_OK;
+}
