@@ -24,7 +24,8 @@ static const char synopsis[] =
     "              [--request-timeout DUR] [--max-wait DUR]\n"
     "              [--token-file FILE] [--insecure]\n"
     "              [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n"
-    "              [--state-dir DIR [--fsync always|batch|none]]\n";
+    "              [--state-dir DIR [--fsync always|batch|none]\n"
+    "               [--journal-max-bytes BYTES]]\n";
 
 /* --recoverable JOB[,JOB...]: every job must be one of --cluster's. */
 static int
@@ -175,8 +176,8 @@ main(int argc, char **argv)
 	if ((co = coord_new(&cc, err, sizeof(err))) == NULL)
 		return cli_fail(ST_INTERNAL, "%s", err);
 	if (d.state_dir != NULL &&
-	    (st = coord_journal_open(co, d.state_dir, d.fsync, err,
-	         sizeof(err))) != ST_OK) {
+	    (st = coord_journal_open(co, d.state_dir, d.fsync, d.journal_max,
+	         err, sizeof(err))) != ST_OK) {
 		coord_free(co);
 		return cli_fail(st, "%s", err);
 	}

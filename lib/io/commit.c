@@ -14,7 +14,8 @@ struct commit {
 	pthread_mutex_t mu;    /* guards srv */
 	struct http_server *srv;
 	int detached;
-	int failing; /* told of a failure, not yet of a success (mu) */
+	int failing;      /* told of a failure, not yet of a success (mu) */
+	uint64_t durable; /* the newest durable record (mu) */
 };
 
 static void
@@ -30,6 +31,8 @@ durable(uint64_t seq, int err, void *arg)
 	else if (err == 0 && c->failing)
 		log_info("%s: the state directory is written again", c->daemon);
 	c->failing = err != 0;
+	if (err == 0 && seq > c->durable)
+		c->durable = seq;
 	if (c->srv != NULL && !c->detached)
 		http_server_durable(c->srv, seq, err);
 	pthread_mutex_unlock(&c->mu);
@@ -73,6 +76,9 @@ commit_attach(struct commit *c, struct http_server *srv)
 {
 	pthread_mutex_lock(&c->mu);
 	c->srv = srv;
+	/* What became durable before the server was there. */
+	if (c->durable > 0)
+		http_server_durable(srv, c->durable, 0);
 	pthread_mutex_unlock(&c->mu);
 }
 

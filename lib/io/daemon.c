@@ -104,6 +104,16 @@ daemon_option(struct daemon_options *o, int c, const char *arg,
 		}
 		o->state_dir = arg;
 		return 1;
+	case 0x10d:
+		if (parse_size(arg, &o->journal_max) < 0 ||
+		    o->journal_max < 4096) {
+			cli_usage_error(synopsis,
+			    "--journal-max-bytes %s is not a size of 4K or "
+			    "more (like 64M)",
+			    arg);
+			return -1;
+		}
+		return 1;
 	case 0x10c:
 		if ((o->fsync = journal_fsync_parse(arg)) < 0) {
 			cli_usage_error(synopsis,

@@ -60,6 +60,7 @@ struct daemon_options {
 	size_t token_len;          /* 0: no token */
 	const char *state_dir;     /* the journal's directory; NULL: none */
 	int fsync;                 /* enum journal_fsync */
+	size_t journal_max;        /* compact past this; 0: 64 MiB */
 	int verbose;
 	int check;     /* -n: check the options, exit */
 	char host[64]; /* from listen */
@@ -83,6 +84,7 @@ struct daemon_options {
 	{"tls-client-ca", required_argument, NULL, 0x10a}, \
 	{"state-dir", required_argument, NULL, 0x10b}, \
 	{"fsync", required_argument, NULL, 0x10c}, \
+	{"journal-max-bytes", required_argument, NULL, 0x10d}, \
 	{"verbose", no_argument, NULL, 'v'}, \
 	{"check", no_argument, NULL, 'n'}, \
 	CLI_STD_LONGOPTS

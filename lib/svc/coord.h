@@ -46,11 +46,13 @@ void coord_free(struct coord *co);
 
 /*
  * Reads the state directory dir back (made if missing; one coordd at a
- * time) and journals every change from then on; before coord_service.
+ * time) and journals every change from then on, compacting the journal
+ * into a snapshot once it is over max_bytes (0: 64 MiB) and twice the
+ * snapshot; before coord_service.
  * ST_OK, or the error (FAILED_PRECONDITION: another process has it;
  * INTERNAL: it cannot be read, or is damaged) with err filled.
  */
 enum status coord_journal_open(struct coord *co, const char *dir,
-    enum journal_fsync mode, char *err, size_t errlen);
+    enum journal_fsync mode, size_t max_bytes, char *err, size_t errlen);
 
 #endif

@@ -78,6 +78,7 @@ struct coord {
 	struct buf ctl_last; /* the last 'T' record */
 	struct buf jrec;     /* the record being made */
 	uint64_t jcount, jnext_check;
+	size_t jmax; /* compact past this many bytes of journal */
 	char jerr[256];
 	/* Per task: the shutdown barrier's answer, once it went through. */
 	struct coord_said {

@@ -25,7 +25,7 @@
 
 #define SNAPSHOT_VERSION 1
 /* Compacts when the journal is past this and twice the snapshot. */
-#define COMPACT_MIN_BYTES (64u << 20)
+#define COMPACT_DEFAULT_BYTES (64u << 20)
 
 /* Appends the record in co->jrec, if the journal is on. */
 static void
@@ -156,9 +156,9 @@ coord_journal_settle(struct coord *co)
 	/* Looking at the sizes takes the journal's lock: now and then. */
 	if (co->jcount < co->jnext_check)
 		return;
-	co->jnext_check = co->jcount + 4096;
+	co->jnext_check = co->jcount + (co->jmax < (1u << 20) ? 16 : 4096);
 	journal_size(commit_journal(co->commit), &jb, &sb);
-	if (jb > COMPACT_MIN_BYTES && jb > 2 * sb) {
+	if (jb > co->jmax && jb > 2 * sb) {
 		int64_t t0 = duration_now_ms();
 
 		if (journal_compact(commit_journal(co->commit), write_snapshot,
@@ -265,7 +265,7 @@ bad:
 
 enum status
 coord_journal_open(struct coord *co, const char *dir, enum journal_fsync mode,
-    char *err, size_t errlen)
+    size_t max_bytes, char *err, size_t errlen)
 {
 	struct journal *j = journal_open(dir, mode, err, errlen);
 	int64_t t0 = duration_now_ms();
@@ -296,6 +296,7 @@ coord_journal_open(struct coord *co, const char *dir, enum journal_fsync mode,
 	}
 	co->jlive = 1;
 	co->ctl_dirty = 1;
+	co->jmax = max_bytes > 0 ? max_bytes : COMPACT_DEFAULT_BYTES;
 	kv_set_journal(co->kv, kv_changed, co);
 	log_info("state directory %s: %zu keys at revision %" PRId64
 	         ", epoch %ld, %zu ended barriers, read in %" PRId64 " ms",
