@@ -59,7 +59,8 @@ enum {
 	R_GRANT,
 	R_OPEN,
 	R_LEASE,
-	R_DONE
+	R_DONE,
+	R_END /* a snapshot's last: how many records came before */
 };
 
 static void jr_dataset(struct ds *ds, const struct ds_dataset *d);
@@ -1839,13 +1840,14 @@ ds_free(struct ds *ds)
  * moves rather than states, so that position is never copied whole: a
  * grant (the seqs a task was given, as runs: each one is the job's next
  * seq or waits in its queue) and a task's end (its leases go to the front
- * of the queue, as task_settle does). A snapshot is a version and the
- * records that make the state from nothing, each after its length.
+ * of the queue, as task_settle does). A snapshot is a version, the
+ * records that make the state from nothing, each after its length, and
+ * an end that counts them.
  */
 
 #define DS_SNAP_VERSION 1
 #define DS_NAME_MAX 4096
-#define DS_TEXT_MAX (1 << 20)
+#define DS_TEXT_MAX SIZE_MAX /* bounded by the record itself */
 
 void
 ds_set_journal(struct ds *ds, ds_journal_fn fn, void *arg)
@@ -2193,7 +2195,7 @@ ds_snapshot(struct ds *ds, struct buf *out)
 	struct rec_out o = {out, 0}, r;
 	struct buf tmp = {0};
 	void **wv, **dv, **jv;
-	size_t nw, nd, nj;
+	size_t nw, nd, nj, nrec;
 
 	wv = reversed(ds->workers, offsetof(struct ds_worker, next), &nw);
 	dv = reversed(ds->datasets, offsetof(struct ds_dataset, next), &nd);
@@ -2224,6 +2226,17 @@ ds_snapshot(struct ds *ds, struct buf *out)
 	}
 	for (size_t i = 0; i < nj && !o.err; i++)
 		snap_job(&o, &tmp, jv[i]);
+	/* Cut short at a record's end, it would load: say where it ends. */
+	nrec = 1 + nw + nd;
+	for (size_t i = 0; i < nj; i++) {
+		const struct ds_job *j = jv[i];
+		nrec += 1 + j->nclients + j->leases->count;
+		for (struct ds_task *t = j->tasks; t != NULL; t = t->next)
+			nrec++;
+	}
+	snap_begin(&r, &tmp, R_END);
+	rec_put_u(&r, nrec);
+	snap_end(&o, &r);
 done:
 	free(wv);
 	free(dv);
@@ -2393,7 +2406,7 @@ apply_dsname(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
 static int
 apply_worker(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
 {
-	char *name = rec_get_s(in, DS_NAME_MAX);
+	char *name = rec_get_s(in, DS_TEXT_MAX);
 	uint64_t inc = rec_get_u(in);
 	char *addr = rec_get_s(in, DS_TEXT_MAX);
 	char *host = rec_get_s(in, DS_TEXT_MAX);
@@ -2459,9 +2472,8 @@ apply_job(struct ds *ds, struct rec_in *in, int64_t now, char *err,
 	                               eff != mode) ||
 	    repeat > (1UL << 30) || consumers > 4096 || seed > INT64_MAX ||
 	    (int)hasfs != is_static((enum ds_mode)mode) ||
-	    (hasfs ? fs == NULL || shards == 0 : shards != 0) || latest < -1 ||
-	    target < -1 || delta < 0 || d == NULL || id == 0 ||
-	    (name != NULL && !name_ok(name)))
+	    (hasfs ? fs == NULL || shards == 0 : shards != 0) || d == NULL ||
+	    id == 0 || (name != NULL && !name_ok(name)))
 		goto fail;
 	if ((j = job_by_id(ds, id)) != NULL) {
 		if (j->ds != d || j->mode != (enum ds_mode)mode ||
@@ -2559,8 +2571,7 @@ apply_task(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
 {
 	uint64_t jid = rec_get_u(in), id = rec_get_u(in);
 	size_t wlen;
-	const char *wname = rec_get_sv(in, DS_NAME_MAX, &wlen);
-	char wn[DS_NAME_MAX + 1];
+	const char *wname = rec_get_sv(in, DS_TEXT_MAX, &wlen);
 	uint64_t inc = rec_get_u(in);
 	int64_t shard = rec_get_i(in);
 	uint64_t state = rec_get_u(in), read_all = rec_get_u(in);
@@ -2576,11 +2587,10 @@ apply_task(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
 	for (int i = 0; i < 4; i++)
 		if (get_ids(in, &v[i], &n[i]) < 0)
 			break;
-	if (wname != NULL) {
-		memcpy(wn, wname, wlen);
-		wn[wlen] = '\0';
-		w = worker_find(ds, wn);
-	}
+	for (w = ds->workers; wname != NULL && w != NULL; w = w->next)
+		if (strlen(w->name) == wlen &&
+		    memcmp(w->name, wname, wlen) == 0)
+			break;
 	if (ended_badly(in) || j == NULL || w == NULL || id == 0 || shard < 0 ||
 	    shard > INT32_MAX || state > DS_TASK_FAILED || read_all > 1 ||
 	    pending > 1)
@@ -2913,14 +2923,25 @@ ds_restore(struct ds *ds, const void *p, size_t len, int64_t now, char *err,
 	if ((version = rec_get_u(&in)) != DS_SNAP_VERSION || in.err)
 		return bad(err, errlen, "snapshot: version %" PRIu64 ", not %d",
 		    version, DS_SNAP_VERSION);
-	while (rec_left(&in) > 0) {
+	for (;;) {
 		uint64_t rlen = rec_get_u(&in);
 		const void *rec = rlen <= rec_left(&in) ?
 		    rec_get_bytes(&in, (size_t)rlen) :
 		    NULL;
+		struct rec_in r;
 		if (rec == NULL)
 			return bad(err, errlen,
-			    "snapshot: record %zu is cut short", n);
+			    "snapshot: cut short at record %zu", n);
+		rec_in_init(&r, rec, (size_t)rlen);
+		if (rec_get_u(&r) == R_END) {
+			if (rec_get_u(&r) != n || ended_badly(&r) ||
+			    rec_left(&in) != 0)
+				return bad(err, errlen,
+				    "snapshot: its end does not match its %zu "
+				    "records",
+				    n);
+			break;
+		}
 		if (ds_apply(ds, rec, (size_t)rlen, now, e, sizeof(e)) < 0)
 			return bad(err, errlen, "snapshot: record %zu: %s", n,
 			    e);

@@ -353,6 +353,11 @@ step(struct run *r)
 		add(r->ds,
 		    "{\"splits\":[\"x\",\"y\"],\"reader\":\"cat\","
 		    "\"name\":\"small\"}");
+		if (rnd(2)) /* a name for a dataset that had none */
+			add(r->ds,
+			    "{\"splits\":[\"a\",\"b\",\"c\",\"d\","
+			    "\"e\"],\"reader\":\"cat\",\"name\":"
+			    "\"five\"}");
 		if (rnd(2))
 			add(r->ds,
 			    "{\"splits\":[\"x\",\"y\",\"z\"],"
@@ -418,6 +423,19 @@ replay_gives_the_same_state(void)
 	    log.n, end.len, v.jobs, v.tasks, v.clients, v.leased, v.leases,
 	    v.releases, v.collected);
 	CHECK(v.leases > 100 && v.releases > 0 && v.collected > 0);
+	/* Every kind of record but the snapshot's counters (types 2 to 14,
+	 * their first byte) was made. */
+	{
+		size_t kinds[16] = {0};
+		for (size_t i = 0; i < log.n; i++)
+			kinds[*(unsigned char *)log.v[i].p & 15]++;
+		printf("# records by type:");
+		for (int k = 1; k < 15; k++)
+			printf(" %zu", kinds[k]);
+		printf("\n");
+		for (int k = 2; k < 15; k++)
+			CHECK(kinds[k] > 0);
+	}
 	/* From nothing, every record. */
 	{
 		struct ds *ds = fresh();
