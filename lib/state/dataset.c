@@ -694,7 +694,7 @@ static void ids_add(uint64_t **v, size_t *n, size_t *cap, uint64_t id);
 static void
 task_ack(struct ds *ds, struct ds_task *t, uint64_t client)
 {
-	size_t n = t->nskips + t->ntold + t->nacks;
+	size_t skips = t->nskips, told = t->ntold, acks = t->nacks;
 
 	if (t->state != DS_TASK_FAILED)
 		ids_add(&t->skips, &t->nskips, &t->capskips, client);
@@ -708,7 +708,7 @@ task_ack(struct ds *ds, struct ds_task *t, uint64_t client)
 			t->acks[i] = t->acks[--t->nacks];
 			break;
 		}
-	if (t->nskips + t->ntold + t->nacks != n)
+	if (t->nskips != skips || t->ntold != told || t->nacks != acks)
 		jr_task(ds, t);
 	task_settle(ds, t);
 }

@@ -138,6 +138,15 @@ same(const struct buf *a, const struct buf *b, const char *what)
 		i++;
 	printf("# %s: snapshots of %zu and %zu bytes differ at %zu\n", what,
 	    a->len, b->len, i);
+	if (getenv("DSJOURNAL_DUMP") != NULL) {
+		/* Both, to read side by side. */
+		FILE *f = fopen("/tmp/dsjournal.a", "w");
+		fwrite(a->data, 1, a->len, f);
+		fclose(f);
+		f = fopen("/tmp/dsjournal.b", "w");
+		fwrite(b->data, 1, b->len, f);
+		fclose(f);
+	}
 	return 0;
 }
 
@@ -404,7 +413,7 @@ run(struct run *r, struct log *log, struct point *pt, size_t steps)
 }
 
 static void
-replay_gives_the_same_state(void)
+replay_seed(uint64_t seed, size_t steps, int quiet)
 {
 	struct point pt[NSNAP];
 	struct log log = {0};
@@ -413,19 +422,19 @@ replay_gives_the_same_state(void)
 	struct run r;
 	char err[256];
 
-	rng = 0x9e3779b97f4a7c15ULL;
-	run(&r, &log, pt, 6000);
+	rng = seed;
+	run(&r, &log, pt, steps);
 	end = snap(r.ds);
 	ds_view(r.ds, &v);
-	printf("# %zu records, snapshot of %zu bytes; %zu jobs, %zu tasks, "
-	       "%zu clients, %zu leased, %lu leases, %lu releases, %lu "
-	       "collected\n",
-	    log.n, end.len, v.jobs, v.tasks, v.clients, v.leased, v.leases,
-	    v.releases, v.collected);
-	CHECK(v.leases > 100 && v.releases > 0 && v.collected > 0);
 	/* Every kind of record but the snapshot's counters (types 2 to 14,
 	 * their first byte) was made. */
-	{
+	if (!quiet) {
+		printf("# %zu records, snapshot of %zu bytes; %zu jobs, %zu "
+		       "tasks, %zu clients, %zu leased, %lu leases, %lu "
+		       "releases, %lu collected\n",
+		    log.n, end.len, v.jobs, v.tasks, v.clients, v.leased,
+		    v.leases, v.releases, v.collected);
+		CHECK(v.leases > 100 && v.releases > 0 && v.collected > 0);
 		size_t kinds[16] = {0};
 		for (size_t i = 0; i < log.n; i++)
 			kinds[*(unsigned char *)log.v[i].p & 15]++;
@@ -481,6 +490,21 @@ replay_gives_the_same_state(void)
 	buf_free(&end);
 	log_free(&log);
 	ds_free(r.ds);
+}
+
+static void
+replay_gives_the_same_state(void)
+{
+	static const uint64_t seeds[] = {0x9e3779b97f4a7c15ULL, 1, 77, 4242,
+	    0xdeadbeef};
+
+	const char *more = getenv("DSJOURNAL_SEEDS"); /* a longer search */
+
+	for (size_t i = 0; i < sizeof(seeds) / sizeof(seeds[0]); i++)
+		replay_seed(seeds[i], i == 0 ? 6000 : 3000 + 1000 * i, 0);
+	for (long i = 0; more != NULL && i < atol(more) && !unit_failed; i++)
+		replay_seed(1000003 * (uint64_t)(i + 1), 2000 + 300 * (i % 20),
+		    1);
 }
 
 /* Bad data: truncated, mutated, garbage. */
@@ -546,6 +570,14 @@ bad_data_fails_with_a_message(void)
 		/* And the right records, now and then, to move on. */
 		ds_apply(ds, log.v[rnd(log.n)].p, log.v[rnd(log.n)].n, 0, err,
 		    sizeof(err));
+	}
+	/* Whatever the accepted ones made, the state goes on working. */
+	{
+		struct run m = {.ds = ds, .now = 0};
+		for (uint64_t i = 0; i < 64; i++)
+			m.jobs[m.njobs++] = i + 1;
+		for (int i = 0; i < 2000; i++)
+			step(&m);
 	}
 	ds_free(ds);
 	printf("# %d of 600 mutated records refused, %d cut short\n", failed,
