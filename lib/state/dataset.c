@@ -2947,7 +2947,12 @@ ds_restore(struct ds *ds, const void *p, size_t len, int64_t now, char *err,
 			    e);
 		n++;
 	}
-	for (struct ds_job *j = ds->jobs; j != NULL; j = j->link)
+	for (struct ds_dataset *d = ds->datasets; d != NULL; d = d->next)
+		if (d->id > ds->next_dataset)
+			return bad(err, errlen,
+			    "snapshot: dataset %" PRIu64 " above its counter",
+			    d->id);
+	for (struct ds_job *j = ds->jobs; j != NULL; j = j->link) {
 		if (j->eff == DS_DYNAMIC &&
 		    j->done + j->leases->count != j->next)
 			return bad(err, errlen,
@@ -2955,5 +2960,23 @@ ds_restore(struct ds *ds, const void *p, size_t len, int64_t now, char *err,
 			    " seqs done and %zu open, but %" PRIu64
 			    " leased in all",
 			    j->id, j->done, j->leases->count, j->next);
+		/* Ids are never given twice. */
+		if (j->id > ds->next_job)
+			return bad(err, errlen,
+			    "snapshot: job %" PRIu64 " above its counter",
+			    j->id);
+		for (struct ds_task *t = j->tasks; t != NULL; t = t->next)
+			if (t->id > ds->next_task)
+				return bad(err, errlen,
+				    "snapshot: task %" PRIu64
+				    " above its counter",
+				    t->id);
+		for (struct ds_client *c = j->clients; c != NULL; c = c->next)
+			if (c->id > ds->next_client)
+				return bad(err, errlen,
+				    "snapshot: client %" PRIu64
+				    " above its counter",
+				    c->id);
+	}
 	return 0;
 }
