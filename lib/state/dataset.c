@@ -1449,6 +1449,15 @@ ds_worker_forget(struct ds *ds, const char *name)
 		ds_worker_down(ds, name, w->inc);
 }
 
+void
+ds_worker_each(struct ds *ds,
+    void (*fn)(const char *name, uint64_t inc, void *arg), void *arg)
+{
+	for (struct ds_worker *w = ds->workers; w != NULL; w = w->next)
+		if (w->live)
+			fn(w->name, w->inc, arg);
+}
+
 int
 ds_worker_serves(struct ds *ds, const char *name)
 {
@@ -1854,6 +1863,13 @@ ds_set_journal(struct ds *ds, ds_journal_fn fn, void *arg)
 {
 	ds->jfn = fn;
 	ds->jarg = arg;
+	ds->jlost = 0;
+}
+
+unsigned long
+ds_journal_lost(struct ds *ds)
+{
+	return ds->jlost;
 }
 
 static void

@@ -206,6 +206,12 @@ void ds_worker_up(struct ds *ds, const char *name, uint64_t inc,
 void ds_worker_down(struct ds *ds, const char *name, uint64_t inc);
 /* name registered again and serves no data now: its tasks fail. */
 void ds_worker_forget(struct ds *ds, const char *name);
+/*
+ * Each worker that serves data (as registered, or as restored: the caller
+ * downs those that do not come back). fn must not call back in.
+ */
+void ds_worker_each(struct ds *ds,
+    void (*fn)(const char *name, uint64_t inc, void *arg), void *arg);
 /* Whether name serves data, and its task list as the heartbeat says it. */
 int ds_worker_serves(struct ds *ds, const char *name);
 json_t *ds_worker_tasks_json(struct ds *ds, const char *name);
@@ -261,6 +267,12 @@ void ds_view(struct ds *ds, struct ds_view *v);
  */
 typedef void (*ds_journal_fn)(const void *rec, size_t len, void *arg);
 void ds_set_journal(struct ds *ds, ds_journal_fn fn, void *arg);
+/*
+ * How many records were lost since ds_set_journal, for want of memory to
+ * make them: when it grows, the journal misses a change, and only a
+ * snapshot makes it whole again.
+ */
+unsigned long ds_journal_lost(struct ds *ds);
 /* The whole durable state appended to out. 0 or -1 (ENOMEM). */
 int ds_snapshot(struct ds *ds, struct buf *out);
 /*
