@@ -2,12 +2,15 @@
  * dataset.c: datasets, jobs, tasks, job clients and split leases.
  */
 #include <inttypes.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "buf.h"
 #include "dataset.h"
+#include "rec.h"
 
 /* Open seqs of a job: open addressing, linear probing, no deletes left
  * behind (backward shift). */
@@ -34,7 +37,45 @@ struct ds {
 	struct ds_worker *workers;
 	uint64_t next_dataset, next_job, next_task, next_client;
 	unsigned long leases, releases, collected;
+	ds_journal_fn jfn;
+	void *jarg;
+	struct buf jbuf;     /* the record being made */
+	int applying;        /* replaying: no events, no records */
+	unsigned long jlost; /* records memory ran out for */
 };
+
+/* The journal's records (see "Journal" below). */
+enum {
+	R_COUNTERS = 1,
+	R_DATASET,
+	R_DSNAME,
+	R_WORKER,
+	R_JOB,
+	R_JOB_GONE,
+	R_TASK,
+	R_TASK_GONE,
+	R_CLIENT,
+	R_CLIENT_GONE,
+	R_GRANT,
+	R_OPEN,
+	R_LEASE,
+	R_DONE,
+	R_END /* a snapshot's last: how many records came before */
+};
+
+static void jr_dataset(struct ds *ds, const struct ds_dataset *d);
+static void jr_dsname(struct ds *ds, const struct ds_dataset *d);
+static void jr_worker(struct ds *ds, const struct ds_worker *w);
+static void jr_job(struct ds *ds, const struct ds_job *j);
+static void jr_open(struct ds *ds, const struct ds_job *j,
+    const struct ds_lease *l);
+static void jr_task(struct ds *ds, const struct ds_task *t);
+static void jr_client(struct ds *ds, const struct ds_client *c);
+static void jr_gone(struct ds *ds, int type, uint64_t a, uint64_t b);
+static void jr_lease(struct ds *ds, const struct ds_job *j,
+    const struct ds_lease *l);
+static void jr_grant(struct ds *ds, const struct ds_task *t,
+    const uint64_t *seqs, size_t n);
 
 static const char *const mode_names[] = {"off", "dynamic", "file", "data",
     "file_or_data", "hint"};
@@ -70,7 +111,8 @@ emit(struct ds *ds, enum ds_event_type type, const char *worker, uint64_t job)
 {
 	struct ds_event ev = {type, worker, job};
 
-	ds->fn(&ev, ds->arg);
+	if (!ds->applying)
+		ds->fn(&ev, ds->arg);
 }
 
 /* The lease map. */
@@ -252,6 +294,17 @@ fnv(uint64_t h, const void *p, size_t n)
 	return h;
 }
 
+/* A fingerprint's start: what the splits are read with. */
+static uint64_t
+fp_head(const char *reader, enum framing framing, int skips)
+{
+	uint64_t h = 0xcbf29ce484222325ULL;
+
+	h = fnv(h, reader, strlen(reader) + 1);
+	h = fnv(h, framing_name(framing), strlen(framing_name(framing)) + 1);
+	return fnv(h, skips ? "s" : "-", 1);
+}
+
 static int
 name_ok(const char *s)
 {
@@ -305,7 +358,7 @@ ds_dataset_register(struct ds *ds, json_t *def, struct ds_dataset **out,
 	int skips = json_is_true(json_object_get(def, "reader_skips"));
 	enum framing framing = FRAME_LINES;
 	struct ds_dataset *d, *byname = NULL;
-	uint64_t h = 0xcbf29ce484222325ULL;
+	uint64_t h;
 	size_t i;
 
 	*created = 0;
@@ -333,9 +386,7 @@ ds_dataset_register(struct ds *ds, json_t *def, struct ds_dataset **out,
 		    name);
 		return ST_INVALID_ARGUMENT;
 	}
-	h = fnv(h, reader, strlen(reader) + 1);
-	h = fnv(h, framing_name(framing), strlen(framing_name(framing)) + 1);
-	h = fnv(h, skips ? "s" : "-", 1);
+	h = fp_head(reader, framing, skips);
 	json_array_foreach(splits, i, v) {
 		const char *s = json_string_value(v);
 		size_t n = json_is_string(v) ? json_string_length(v) : 0;
@@ -364,8 +415,9 @@ ds_dataset_register(struct ds *ds, json_t *def, struct ds_dataset **out,
 		return ST_ALREADY_EXISTS;
 	}
 	if (d != NULL) {
-		if (name != NULL && d->name == NULL)
-			d->name = strdup(name);
+		if (name != NULL && d->name == NULL &&
+		    (d->name = strdup(name)) != NULL)
+			jr_dsname(ds, d);
 		*out = d;
 		return ST_OK;
 	}
@@ -387,6 +439,7 @@ ds_dataset_register(struct ds *ds, json_t *def, struct ds_dataset **out,
 	d->id = ++ds->next_dataset;
 	d->next = ds->datasets;
 	ds->datasets = d;
+	jr_dataset(ds, d);
 	*out = d;
 	*created = 1;
 	return ST_OK;
@@ -482,9 +535,11 @@ task_make(struct ds *ds, struct ds_job *j, struct ds_worker *w, int pending)
 	for (pp = &j->tasks; *pp != NULL; pp = &(*pp)->next)
 		;
 	*pp = t;
+	jr_task(ds, t);
 	if (t->pending && j->rr_target < 0) {
 		j->rr_delta = 1;
 		j->rr_target = j->rr_latest + j->rr_delta;
+		jr_job(ds, j);
 	}
 	tasks_changed(ds, w);
 }
@@ -531,6 +586,7 @@ task_settle(struct ds *ds, struct ds_task *t)
 
 	if (t->state != DS_TASK_FAILED || t->nacks > 0)
 		return;
+	jr_gone(ds, R_TASK_GONE, t->job->id, t->id);
 	task_release_leases(ds, t);
 	for (pp = &t->job->tasks; *pp != t; pp = &(*pp)->next)
 		;
@@ -560,6 +616,7 @@ task_fail(struct ds *ds, struct ds_task *t)
 				t->acks[n++] = t->told[i];
 		t->nacks = n;
 	}
+	jr_task(ds, t);
 	tasks_changed(ds, t->w);
 	task_settle(ds, t);
 	if (j->rr_target >= 0) {
@@ -567,8 +624,10 @@ task_fail(struct ds *ds, struct ds_task *t)
 		int any = 0;
 		for (struct ds_task *u = j->tasks; u != NULL; u = u->next)
 			any |= u->pending && u->state == DS_TASK_RUNNING;
-		if (!any)
+		if (!any) {
 			j->rr_target = -1;
+			jr_job(ds, j);
+		}
 	}
 	job_check_done(ds, j);
 }
@@ -581,6 +640,7 @@ job_finish(struct ds *ds, struct ds_job *j)
 	if (j->finished)
 		return;
 	j->finished = 1;
+	jr_job(ds, j);
 	emit(ds, DS_EV_SPLITS, NULL, j->id);
 	for (struct ds_task *t = j->tasks; t != NULL; t = t->next)
 		tasks_changed(ds, t->w);
@@ -634,6 +694,8 @@ static void ids_add(uint64_t **v, size_t *n, size_t *cap, uint64_t id);
 static void
 task_ack(struct ds *ds, struct ds_task *t, uint64_t client)
 {
+	size_t skips = t->nskips, told = t->ntold, acks = t->nacks;
+
 	if (t->state != DS_TASK_FAILED)
 		ids_add(&t->skips, &t->nskips, &t->capskips, client);
 	for (size_t i = 0; i < t->ntold; i++)
@@ -646,10 +708,12 @@ task_ack(struct ds *ds, struct ds_task *t, uint64_t client)
 			t->acks[i] = t->acks[--t->nacks];
 			break;
 		}
+	if (t->nskips != skips || t->ntold != told || t->nacks != acks)
+		jr_task(ds, t);
 	task_settle(ds, t);
 }
 
-static void rr_settle(struct ds_job *j);
+static void rr_settle(struct ds *ds, struct ds_job *j);
 
 void
 ds_client_release(struct ds *ds, struct ds_client *c, int64_t now)
@@ -657,6 +721,7 @@ ds_client_release(struct ds *ds, struct ds_client *c, int64_t now)
 	struct ds_job *j = c->job;
 	struct ds_task *t, *next;
 
+	jr_gone(ds, R_CLIENT_GONE, c->id, 0);
 	client_unlink(j, c);
 	for (t = j->tasks; t != NULL; t = next) {
 		next = t->next;
@@ -665,7 +730,7 @@ ds_client_release(struct ds *ds, struct ds_client *c, int64_t now)
 	if (j->nclients == 0)
 		j->idle_since = now;
 	free(c);
-	rr_settle(j);
+	rr_settle(ds, j);
 }
 
 static void
@@ -967,6 +1032,9 @@ ds_job_open(struct ds *ds, json_t *req, int64_t now, struct ds_job **job,
 		j->link = ds->jobs;
 		ds->jobs = j;
 		*created = 1;
+		jr_job(ds, j);
+		for (struct ds_lease *l = j->queue.head; l != NULL; l = l->next)
+			jr_open(ds, j, l);
 		for (struct ds_worker *w = ds->workers; w != NULL; w = w->next)
 			task_make(ds, j, w, 0);
 	}
@@ -984,6 +1052,7 @@ ds_job_open(struct ds *ds, json_t *req, int64_t now, struct ds_job **job,
 	j->clients = c;
 	j->nclients++;
 	j->idle_since = 0;
+	jr_client(ds, c);
 	*job = j;
 	*client = c;
 	return ST_OK;
@@ -1107,7 +1176,8 @@ ds_client_find(struct ds *ds, uint64_t id)
 
 /* Records that elements [a, b) of seq were delivered (total: -1 or all). */
 static void
-delivered(struct ds_job *j, uint64_t seq, uint64_t a, uint64_t b, int64_t total)
+delivered(struct ds *ds, struct ds_job *j, uint64_t seq, uint64_t a, uint64_t b,
+    int64_t total)
 {
 	struct ds_lease *l = map_get(j->leases, seq);
 
@@ -1117,8 +1187,11 @@ delivered(struct ds_job *j, uint64_t seq, uint64_t a, uint64_t b, int64_t total)
 		return;
 	if (total >= 0)
 		l->total = total;
-	if (!lease_complete(l))
+	if (!lease_complete(l)) {
+		jr_lease(ds, j, l);
 		return;
+	}
+	jr_gone(ds, R_DONE, j->id, seq);
 	list_unlink(l->task != NULL ? &l->task->leases : &j->queue, l);
 	map_del(j->leases, seq);
 	lease_free(l);
@@ -1127,7 +1200,8 @@ delivered(struct ds_job *j, uint64_t seq, uint64_t a, uint64_t b, int64_t total)
 
 /* What "delivered" lists: [seq, first, end, total] each. */
 static int
-deliveries(struct ds_job *j, json_t *list, char *msg, size_t msglen)
+deliveries(struct ds *ds, struct ds_job *j, json_t *list, char *msg,
+    size_t msglen)
 {
 	json_t *v;
 	size_t i;
@@ -1145,7 +1219,7 @@ deliveries(struct ds_job *j, json_t *list, char *msg, size_t msglen)
 			return -1;
 		}
 		if (j->eff == DS_DYNAMIC)
-			delivered(j, (uint64_t)json_integer_value(s),
+			delivered(ds, j, (uint64_t)json_integer_value(s),
 			    (uint64_t)json_integer_value(a),
 			    (uint64_t)json_integer_value(b),
 			    json_is_integer(n) ? json_integer_value(n) : -1);
@@ -1188,10 +1262,14 @@ ids_add(uint64_t **v, size_t *n, size_t *cap, uint64_t id)
 }
 
 static void
-task_told(struct ds_task *t, uint64_t client)
+task_told(struct ds *ds, struct ds_task *t, uint64_t client)
 {
+	size_t n = t->ntold;
+
 	if (!ids_has(t->skips, t->nskips, client))
 		ids_add(&t->told, &t->ntold, &t->captold, client);
+	if (t->ntold != n)
+		jr_task(ds, t);
 }
 
 /* The first pending task of j, if any. */
@@ -1211,8 +1289,9 @@ rr_pending(struct ds_job *j)
  * is further off by twice the last distance.
  */
 static void
-rr_settle(struct ds_job *j)
+rr_settle(struct ds *ds, struct ds_job *j)
 {
+	int64_t target = j->rr_target, delta = j->rr_delta;
 	struct ds_task *t;
 
 	while ((t = rr_pending(j)) != NULL) {
@@ -1234,15 +1313,19 @@ rr_settle(struct ds_job *j)
 		if (late) {
 			j->rr_delta *= 2;
 			j->rr_target = j->rr_latest + j->rr_delta;
-			return;
+			break;
 		}
 		if (!ready)
-			return;
+			break;
 		t->pending = 0;
 		t->start_round = j->rr_target;
 		j->rr_target = -1;
+		jr_task(ds, t);
 	}
-	j->rr_target = -1;
+	if (t == NULL)
+		j->rr_target = -1;
+	if (j->rr_target != target || j->rr_delta != delta)
+		jr_job(ds, j);
 }
 
 enum status
@@ -1254,7 +1337,8 @@ ds_client_beat(struct ds *ds, struct ds_client *c, json_t *body, int64_t now,
 	size_t i;
 
 	c->last_seen = now;
-	if (deliveries(j, json_object_get(body, "delivered"), msg, msglen) < 0)
+	if (deliveries(ds, j, json_object_get(body, "delivered"), msg, msglen) <
+	    0)
 		return ST_INVALID_ARGUMENT;
 	json_array_foreach(json_object_get(body, "lost"), i, v) {
 		struct ds_task *t;
@@ -1265,20 +1349,25 @@ ds_client_beat(struct ds *ds, struct ds_client *c, json_t *body, int64_t now,
 	if (j->consumers > 0) {
 		json_t *r = json_object_get(body, "round");
 		json_t *b = json_object_get(body, "blocked_round");
+		int64_t round = c->round, blocked = c->blocked;
 		if (json_is_integer(r)) {
 			c->round = json_integer_value(r);
-			if (c->round > j->rr_latest)
+			if (c->round > j->rr_latest) {
 				j->rr_latest = c->round;
+				jr_job(ds, j);
+			}
 		}
 		c->blocked = json_is_integer(b) ? json_integer_value(b) : -1;
-		rr_settle(j);
+		if (c->round != round || c->blocked != blocked)
+			jr_client(ds, c);
+		rr_settle(ds, j);
 	}
 	job_check_done(ds, j);
 	tasks = json_array();
 	for (struct ds_task *t = j->tasks; t != NULL; t = t->next) {
 		if (t->state == DS_TASK_FAILED || t->pending)
 			continue;
-		task_told(t, c->id);
+		task_told(ds, t, c->id);
 		json_array_append_new(tasks,
 		    json_pack("{s:I,s:s,s:s,s:s,s:I,s:s}", "id",
 		        (json_int_t)t->id, "worker", t->w->name, "address",
@@ -1323,6 +1412,7 @@ ds_worker_up(struct ds *ds, const char *name, uint64_t inc, const char *address,
 	w->inc = inc;
 	w->live = 1;
 	w->changed = 1;
+	jr_worker(ds, w);
 	for (struct ds_job *j = ds->jobs; j != NULL; j = j->link)
 		task_make(ds, j, w, 1);
 	return;
@@ -1339,6 +1429,7 @@ ds_worker_down(struct ds *ds, const char *name, uint64_t inc)
 	if (w == NULL || !w->live || w->inc != inc)
 		return;
 	w->live = 0;
+	jr_worker(ds, w);
 	for (struct ds_job *j = ds->jobs; j != NULL; j = j->link) {
 		struct ds_task *t, *next;
 		for (t = j->tasks; t != NULL; t = next) {
@@ -1356,6 +1447,15 @@ ds_worker_forget(struct ds *ds, const char *name)
 
 	if (w != NULL && w->live)
 		ds_worker_down(ds, name, w->inc);
+}
+
+void
+ds_worker_each(struct ds *ds,
+    void (*fn)(const char *name, uint64_t inc, void *arg), void *arg)
+{
+	for (struct ds_worker *w = ds->workers; w != NULL; w = w->next)
+		if (w->live)
+			fn(w->name, w->inc, arg);
 }
 
 int
@@ -1546,8 +1646,11 @@ ds_lease(struct ds *ds, struct ds_task *t, long want, uint64_t id,
     struct buf *out, char *msg, size_t msglen)
 {
 	struct ds_job *j = t->job;
+	uint64_t seqs[DS_WANT_MAX];
 	long n = 0;
 
+	if (want > DS_WANT_MAX)
+		want = DS_WANT_MAX;
 	if (j->error != NULL) {
 		snprintf(msg, msglen, "job %" PRIu64 " failed: %s", j->id,
 		    j->error);
@@ -1594,9 +1697,11 @@ ds_lease(struct ds *ds, struct ds_task *t, long want, uint64_t id,
 		ds->leases++;
 		if (id != 0)
 			last_add(t, l->seq);
+		seqs[n] = l->seq;
 		lease_json(j, l, n == 0, out);
 		n++;
 	}
+	jr_grant(ds, t, seqs, (size_t)n);
 	buf_puts(out, "],\"end\":false}");
 	return ST_OK;
 }
@@ -1605,7 +1710,7 @@ enum status
 ds_task_delivered(struct ds *ds, struct ds_task *t, json_t *list, char *msg,
     size_t msglen)
 {
-	if (deliveries(t->job, list, msg, msglen) < 0)
+	if (deliveries(ds, t->job, list, msg, msglen) < 0)
 		return ST_INVALID_ARGUMENT;
 	job_check_done(ds, t->job);
 	return ST_OK;
@@ -1617,10 +1722,11 @@ ds_task_end(struct ds *ds, struct ds_task *t, int failed, const char *message)
 	struct ds_job *j = t->job;
 
 	if (failed) {
-		if (j->error == NULL)
-			j->error = strdup(message != NULL && *message != '\0' ?
-			        message :
-			        "a reader failed");
+		if (j->error == NULL &&
+		    (j->error = strdup(message != NULL && *message != '\0' ?
+		             message :
+		             "a reader failed")) != NULL)
+			jr_job(ds, j);
 		emit(ds, DS_EV_SPLITS, NULL, j->id);
 		return ST_OK;
 	}
@@ -1628,8 +1734,11 @@ ds_task_end(struct ds *ds, struct ds_task *t, int failed, const char *message)
 		return ST_OK;
 	t->state = DS_TASK_FINISHED;
 	t->read_all = 1;
-	if (j->finished_shards != NULL && t->shard < j->shards)
+	jr_task(ds, t);
+	if (j->finished_shards != NULL && t->shard < j->shards) {
 		j->finished_shards[t->shard] = 1;
+		jr_job(ds, j);
+	}
 	job_check_done(ds, j);
 	return ST_OK;
 }
@@ -1649,6 +1758,7 @@ job_collect(struct ds *ds, struct ds_job *j)
 		;
 	*pp = j->link;
 	ds->collected++;
+	jr_gone(ds, R_JOB_GONE, j->id, 0);
 	job_free(j);
 }
 
@@ -1727,5 +1837,1162 @@ ds_free(struct ds *ds)
 		free(w->host);
 		free(w);
 	}
+	buf_free(&ds->jbuf);
 	free(ds);
+}
+
+/*
+ * Journal. Each record is a varint type and its fields (rec.h), and says
+ * the new state of one thing: a dataset, worker, job, task or client in
+ * whole (applied by creating or overwriting it), a lease's delivered
+ * ranges, or that a lease, task, client or job is gone. Two records are
+ * moves rather than states, so that position is never copied whole: a
+ * grant (the seqs a task was given, as runs: each one is the job's next
+ * seq or waits in its queue) and a task's end (its leases go to the front
+ * of the queue, as task_settle does). A snapshot is a version, the
+ * records that make the state from nothing, each after its length, and
+ * an end that counts them.
+ */
+
+#define DS_SNAP_VERSION 1
+#define DS_NAME_MAX 4096
+#define DS_TEXT_MAX SIZE_MAX /* bounded by the record itself */
+
+void
+ds_set_journal(struct ds *ds, ds_journal_fn fn, void *arg)
+{
+	ds->jfn = fn;
+	ds->jarg = arg;
+	ds->jlost = 0;
+}
+
+unsigned long
+ds_journal_lost(struct ds *ds)
+{
+	return ds->jlost;
+}
+
+static void
+enc_dataset(struct rec_out *o, const struct ds_dataset *d)
+{
+	rec_put_u(o, d->id);
+	rec_put_s(o, d->name);
+	rec_put_s(o, d->reader);
+	rec_put_u(o, (uint64_t)d->framing);
+	rec_put_u(o, (uint64_t)d->reader_skips);
+	rec_put_s(o, d->fp);
+	rec_put_u(o, d->nsplits);
+	for (size_t i = 0; i < d->nsplits; i++)
+		rec_put_s(o, d->splits[i]);
+}
+
+static void
+enc_worker(struct rec_out *o, const struct ds_worker *w)
+{
+	rec_put_s(o, w->name);
+	rec_put_u(o, w->inc);
+	rec_put_s(o, w->address);
+	rec_put_s(o, w->host);
+	rec_put_u(o, (uint64_t)w->live);
+}
+
+static void
+enc_job(struct rec_out *o, const struct ds_job *j)
+{
+	rec_put_u(o, j->id);
+	rec_put_s(o, j->name);
+	rec_put_u(o, j->ds->id);
+	rec_put_u(o, (uint64_t)j->mode);
+	rec_put_u(o, (uint64_t)j->eff);
+	rec_put_u(o, (uint64_t)j->repeat);
+	rec_put_u(o, j->seed);
+	rec_put_u(o, (uint64_t)j->consumers);
+	rec_put_u(o, (uint64_t)j->shards);
+	rec_put_u(o, (uint64_t)j->finished);
+	rec_put_s(o, j->error);
+	rec_put_u(o, j->next);
+	rec_put_u(o, j->done);
+	rec_put_i(o, j->rr_latest);
+	rec_put_i(o, j->rr_target);
+	rec_put_i(o, j->rr_delta);
+	rec_put_u(o, j->finished_shards != NULL);
+	if (j->finished_shards != NULL)
+		rec_put_bytes(o, j->finished_shards, (size_t)j->shards);
+}
+
+static void
+enc_ids(struct rec_out *o, const uint64_t *v, size_t n)
+{
+	rec_put_u(o, n);
+	for (size_t i = 0; i < n; i++)
+		rec_put_u(o, v[i]);
+}
+
+static void
+enc_task(struct rec_out *o, const struct ds_task *t)
+{
+	rec_put_u(o, t->job->id);
+	rec_put_u(o, t->id);
+	rec_put_s(o, t->w->name);
+	rec_put_u(o, t->inc);
+	rec_put_i(o, t->shard);
+	rec_put_u(o, (uint64_t)t->state);
+	rec_put_u(o, (uint64_t)t->read_all);
+	rec_put_u(o, (uint64_t)t->pending);
+	rec_put_i(o, t->start_round);
+	rec_put_u(o, t->lease_id);
+	enc_ids(o, t->acks, t->nacks);
+	enc_ids(o, t->told, t->ntold);
+	enc_ids(o, t->skips, t->nskips);
+	enc_ids(o, t->last, t->nlast);
+}
+
+static void
+enc_client(struct rec_out *o, const struct ds_client *c)
+{
+	rec_put_u(o, c->id);
+	rec_put_u(o, c->job->id);
+	rec_put_i(o, c->index);
+	rec_put_i(o, c->round);
+	rec_put_i(o, c->blocked);
+}
+
+/* A lease's delivered state: total and ranges. */
+static void
+enc_ranges(struct rec_out *o, const struct ds_lease *l)
+{
+	rec_put_i(o, l->total);
+	rec_put_u(o, l->nr);
+	for (size_t i = 0; i < l->nr; i++) {
+		rec_put_u(o, l->r[i].a);
+		rec_put_u(o, l->r[i].b);
+	}
+}
+
+static void
+enc_open(struct rec_out *o, const struct ds_job *j, const struct ds_lease *l)
+{
+	rec_put_u(o, j->id);
+	rec_put_u(o, l->seq);
+	rec_put_u(o, l->task != NULL ? l->task->id : 0);
+	enc_ranges(o, l);
+}
+
+/* A record begins in ds->jbuf when there is a journal to hear it. */
+static int
+jr_begin(struct ds *ds, struct rec_out *o, int type)
+{
+	if (ds->jfn == NULL || ds->applying)
+		return 0;
+	buf_reset(&ds->jbuf);
+	o->b = &ds->jbuf;
+	o->err = 0;
+	rec_put_u(o, (uint64_t)type);
+	return 1;
+}
+
+static void
+jr_end(struct ds *ds, struct rec_out *o)
+{
+	if (o->err)
+		ds->jlost++;
+	else
+		ds->jfn(o->b->data, o->b->len, ds->jarg);
+}
+
+static void
+jr_dataset(struct ds *ds, const struct ds_dataset *d)
+{
+	struct rec_out o;
+
+	if (!jr_begin(ds, &o, R_DATASET))
+		return;
+	enc_dataset(&o, d);
+	jr_end(ds, &o);
+}
+
+static void
+jr_dsname(struct ds *ds, const struct ds_dataset *d)
+{
+	struct rec_out o;
+
+	if (!jr_begin(ds, &o, R_DSNAME))
+		return;
+	rec_put_u(&o, d->id);
+	rec_put_s(&o, d->name);
+	jr_end(ds, &o);
+}
+
+static void
+jr_worker(struct ds *ds, const struct ds_worker *w)
+{
+	struct rec_out o;
+
+	if (!jr_begin(ds, &o, R_WORKER))
+		return;
+	enc_worker(&o, w);
+	jr_end(ds, &o);
+}
+
+static void
+jr_job(struct ds *ds, const struct ds_job *j)
+{
+	struct rec_out o;
+
+	if (!jr_begin(ds, &o, R_JOB))
+		return;
+	enc_job(&o, j);
+	jr_end(ds, &o);
+}
+
+static void
+jr_open(struct ds *ds, const struct ds_job *j, const struct ds_lease *l)
+{
+	struct rec_out o;
+
+	if (!jr_begin(ds, &o, R_OPEN))
+		return;
+	enc_open(&o, j, l);
+	jr_end(ds, &o);
+}
+
+static void
+jr_task(struct ds *ds, const struct ds_task *t)
+{
+	struct rec_out o;
+
+	if (!jr_begin(ds, &o, R_TASK))
+		return;
+	enc_task(&o, t);
+	jr_end(ds, &o);
+}
+
+static void
+jr_client(struct ds *ds, const struct ds_client *c)
+{
+	struct rec_out o;
+
+	if (!jr_begin(ds, &o, R_CLIENT))
+		return;
+	enc_client(&o, c);
+	jr_end(ds, &o);
+}
+
+/* R_JOB_GONE job, R_TASK_GONE job task, R_CLIENT_GONE client, R_DONE job
+ * seq. */
+static void
+jr_gone(struct ds *ds, int type, uint64_t a, uint64_t b)
+{
+	struct rec_out o;
+
+	if (!jr_begin(ds, &o, type))
+		return;
+	rec_put_u(&o, a);
+	if (type == R_TASK_GONE || type == R_DONE)
+		rec_put_u(&o, b);
+	jr_end(ds, &o);
+}
+
+static void
+jr_lease(struct ds *ds, const struct ds_job *j, const struct ds_lease *l)
+{
+	struct rec_out o;
+
+	if (!jr_begin(ds, &o, R_LEASE))
+		return;
+	rec_put_u(&o, j->id);
+	rec_put_u(&o, l->seq);
+	enc_ranges(&o, l);
+	jr_end(ds, &o);
+}
+
+static void
+jr_grant(struct ds *ds, const struct ds_task *t, const uint64_t *seqs, size_t n)
+{
+	struct rec_out o;
+	size_t runs = 0;
+
+	if (!jr_begin(ds, &o, R_GRANT))
+		return;
+	rec_put_u(&o, t->job->id);
+	rec_put_u(&o, t->id);
+	rec_put_u(&o, t->lease_id);
+	for (size_t i = 0; i < n; i++)
+		runs += i == 0 || seqs[i] != seqs[i - 1] + 1;
+	rec_put_u(&o, runs);
+	for (size_t i = 0, k; i < n; i = k) {
+		for (k = i + 1; k < n && seqs[k] == seqs[k - 1] + 1; k++)
+			;
+		rec_put_u(&o, seqs[i]);
+		rec_put_u(&o, k - i);
+	}
+	jr_end(ds, &o);
+}
+
+/* Snapshots. */
+
+static void
+snap_begin(struct rec_out *r, struct buf *tmp, int type)
+{
+	buf_reset(tmp);
+	r->b = tmp;
+	r->err = 0;
+	rec_put_u(r, (uint64_t)type);
+}
+
+static void
+snap_end(struct rec_out *o, const struct rec_out *r)
+{
+	o->err |= r->err;
+	rec_put_u(o, r->b->len);
+	rec_put_bytes(o, r->b->data, r->b->len);
+}
+
+/* The items of a list linked through next at offset off, last first. */
+static void **
+reversed(void *head, size_t off, size_t *n)
+{
+	void **v;
+	size_t k = 0;
+
+	for (char *p = head; p != NULL; p = *(char **)(p + off))
+		k++;
+	if ((v = malloc((k + 1) * sizeof(*v))) == NULL)
+		return NULL;
+	*n = k;
+	for (char *p = head; p != NULL; p = *(char **)(p + off))
+		v[--k] = p;
+	return v;
+}
+
+static void
+snap_job(struct rec_out *o, struct buf *tmp, const struct ds_job *j)
+{
+	struct rec_out r;
+	void **cv;
+	size_t n;
+
+	snap_begin(&r, tmp, R_JOB);
+	enc_job(&r, j);
+	snap_end(o, &r);
+	for (struct ds_task *t = j->tasks; t != NULL; t = t->next) {
+		snap_begin(&r, tmp, R_TASK);
+		enc_task(&r, t);
+		snap_end(o, &r);
+	}
+	for (struct ds_task *t = j->tasks; t != NULL; t = t->next)
+		for (struct ds_lease *l = t->leases.head; l != NULL;
+		     l = l->next) {
+			snap_begin(&r, tmp, R_OPEN);
+			enc_open(&r, j, l);
+			snap_end(o, &r);
+		}
+	for (struct ds_lease *l = j->queue.head; l != NULL; l = l->next) {
+		snap_begin(&r, tmp, R_OPEN);
+		enc_open(&r, j, l);
+		snap_end(o, &r);
+	}
+	if ((cv = reversed(j->clients, offsetof(struct ds_client, next), &n)) ==
+	    NULL) {
+		o->err = 1;
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		snap_begin(&r, tmp, R_CLIENT);
+		enc_client(&r, cv[i]);
+		snap_end(o, &r);
+	}
+	free(cv);
+}
+
+int
+ds_snapshot(struct ds *ds, struct buf *out)
+{
+	struct rec_out o = {out, 0}, r;
+	struct buf tmp = {0};
+	void **wv, **dv, **jv;
+	size_t nw, nd, nj, nrec;
+
+	wv = reversed(ds->workers, offsetof(struct ds_worker, next), &nw);
+	dv = reversed(ds->datasets, offsetof(struct ds_dataset, next), &nd);
+	jv = reversed(ds->jobs, offsetof(struct ds_job, link), &nj);
+	if (wv == NULL || dv == NULL || jv == NULL) {
+		o.err = 1;
+		goto done;
+	}
+	rec_put_u(&o, DS_SNAP_VERSION);
+	snap_begin(&r, &tmp, R_COUNTERS);
+	rec_put_u(&r, ds->next_dataset);
+	rec_put_u(&r, ds->next_job);
+	rec_put_u(&r, ds->next_task);
+	rec_put_u(&r, ds->next_client);
+	rec_put_u(&r, ds->leases);
+	rec_put_u(&r, ds->releases);
+	rec_put_u(&r, ds->collected);
+	snap_end(&o, &r);
+	for (size_t i = 0; i < nw; i++) {
+		snap_begin(&r, &tmp, R_WORKER);
+		enc_worker(&r, wv[i]);
+		snap_end(&o, &r);
+	}
+	for (size_t i = 0; i < nd; i++) {
+		snap_begin(&r, &tmp, R_DATASET);
+		enc_dataset(&r, dv[i]);
+		snap_end(&o, &r);
+	}
+	for (size_t i = 0; i < nj && !o.err; i++)
+		snap_job(&o, &tmp, jv[i]);
+	/* Cut short at a record's end, it would load: say where it ends. */
+	nrec = 1 + nw + nd;
+	for (size_t i = 0; i < nj; i++) {
+		const struct ds_job *j = jv[i];
+		nrec += 1 + j->nclients + j->leases->count;
+		for (struct ds_task *t = j->tasks; t != NULL; t = t->next)
+			nrec++;
+	}
+	snap_begin(&r, &tmp, R_END);
+	rec_put_u(&r, nrec);
+	snap_end(&o, &r);
+done:
+	free(wv);
+	free(dv);
+	free(jv);
+	buf_free(&tmp);
+	return o.err ? -1 : 0;
+}
+
+/* Replay. */
+
+static int bad(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int
+bad(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+/* Whether the record was cut short, bad, or goes on past its fields. */
+static int
+ended_badly(const struct rec_in *in)
+{
+	return in->err || in->p != in->end;
+}
+
+static struct ds_job *
+job_by_id(struct ds *ds, uint64_t id)
+{
+	for (struct ds_job *j = ds->jobs; j != NULL; j = j->link)
+		if (j->id == id)
+			return j;
+	return NULL;
+}
+
+static struct ds_dataset *
+dataset_by_id(struct ds *ds, uint64_t id)
+{
+	for (struct ds_dataset *d = ds->datasets; d != NULL; d = d->next)
+		if (d->id == id)
+			return d;
+	return NULL;
+}
+
+static int
+apply_counters(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
+{
+	uint64_t v[7];
+
+	for (int i = 0; i < 7; i++)
+		v[i] = rec_get_u(in);
+	if (ended_badly(in))
+		return bad(err, errlen, "counters: a bad record");
+	ds->next_dataset = v[0];
+	ds->next_job = v[1];
+	ds->next_task = v[2];
+	ds->next_client = v[3];
+	ds->leases = (unsigned long)v[4];
+	ds->releases = (unsigned long)v[5];
+	ds->collected = (unsigned long)v[6];
+	return 0;
+}
+
+static int
+apply_dataset(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
+{
+	uint64_t id = rec_get_u(in);
+	char *name = rec_get_s(in, DS_NAME_MAX);
+	char *reader = rec_get_s(in, DS_TEXT_MAX);
+	uint64_t framing = rec_get_u(in), skips = rec_get_u(in), n, h;
+	size_t fplen;
+	const char *fp = rec_get_sv(in, 16, &fplen);
+	struct ds_dataset *d = NULL;
+	char fpx[17];
+	int r = -1;
+
+	n = rec_get_u(in);
+	if (in->err || n == 0 || n > UINT32_MAX || n > rec_left(in) / 2 ||
+	    reader == NULL || *reader == '\0' || framing > FRAME_LEN32 ||
+	    skips > 1 || fp == NULL || fplen != 16) {
+		bad(err, errlen, "dataset: a bad record");
+		goto out;
+	}
+	if (id == 0 || dataset_by_id(ds, id) != NULL ||
+	    (name != NULL &&
+	        (!name_ok(name) || ds_dataset_find(ds, name) != NULL))) {
+		bad(err, errlen, "dataset %" PRIu64 ": its id or name is taken",
+		    id);
+		goto out;
+	}
+	if ((d = calloc(1, sizeof(*d))) == NULL ||
+	    (d->splits = calloc((size_t)n, sizeof(char *))) == NULL) {
+		bad(err, errlen, "out of memory");
+		goto out;
+	}
+	h = fp_head(reader, (enum framing)framing, (int)skips);
+	for (uint64_t i = 0; i < n; i++) {
+		size_t len;
+		const char *s = rec_get_sv(in, DS_SPLIT_MAX, &len);
+		char *c;
+		if (s == NULL || len == 0 || memchr(s, '\n', len) != NULL) {
+			bad(err, errlen,
+			    "dataset %" PRIu64 ": split %" PRIu64 " is bad", id,
+			    i);
+			goto out;
+		}
+		if ((c = malloc(len + 1)) == NULL) {
+			bad(err, errlen, "out of memory");
+			goto out;
+		}
+		memcpy(c, s, len);
+		c[len] = '\0';
+		d->splits[d->nsplits++] = c;
+		h = fnv(h, c, len + 1);
+	}
+	snprintf(fpx, sizeof(fpx), "%016" PRIx64, h);
+	if (ended_badly(in) || memcmp(fpx, fp, 16) != 0) {
+		bad(err, errlen,
+		    "dataset %" PRIu64 ": a bad record, or splits that do not "
+		    "match its fingerprint",
+		    id);
+		goto out;
+	}
+	d->id = id;
+	d->name = name;
+	d->reader = reader;
+	name = reader = NULL;
+	d->framing = (enum framing)framing;
+	d->reader_skips = (int)skips;
+	memcpy(d->fp, fpx, sizeof(fpx));
+	d->next = ds->datasets;
+	ds->datasets = d;
+	if (id > ds->next_dataset)
+		ds->next_dataset = id;
+	d = NULL;
+	r = 0;
+out:
+	free(name);
+	free(reader);
+	if (d != NULL)
+		dataset_free(d);
+	return r;
+}
+
+static int
+apply_dsname(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
+{
+	uint64_t id = rec_get_u(in);
+	char *name = rec_get_s(in, DS_NAME_MAX);
+	struct ds_dataset *d = dataset_by_id(ds, id);
+
+	if (ended_badly(in) || name == NULL || d == NULL || d->name != NULL ||
+	    !name_ok(name) || ds_dataset_find(ds, name) != NULL) {
+		free(name);
+		return bad(err, errlen,
+		    "dataset %" PRIu64 ": a name it cannot take", id);
+	}
+	d->name = name;
+	return 0;
+}
+
+static int
+apply_worker(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
+{
+	char *name = rec_get_s(in, DS_TEXT_MAX);
+	uint64_t inc = rec_get_u(in);
+	char *addr = rec_get_s(in, DS_TEXT_MAX);
+	char *host = rec_get_s(in, DS_TEXT_MAX);
+	uint64_t live = rec_get_u(in);
+	struct ds_worker *w;
+
+	if (ended_badly(in) || name == NULL || *name == '\0' || addr == NULL ||
+	    host == NULL || live > 1)
+		goto fail;
+	if ((w = worker_find(ds, name)) == NULL) {
+		if ((w = calloc(1, sizeof(*w))) == NULL)
+			goto fail;
+		w->name = name;
+		w->next = ds->workers;
+		ds->workers = w;
+	} else {
+		free(name);
+	}
+	free(w->address);
+	free(w->host);
+	w->address = addr;
+	w->host = host;
+	w->inc = inc;
+	w->live = (int)live;
+	w->changed = 1;
+	return 0;
+fail:
+	free(name);
+	free(addr);
+	free(host);
+	return bad(err, errlen, "worker: a bad record");
+}
+
+static int
+same_name(const char *a, const char *b)
+{
+	return a == NULL ? b == NULL : b != NULL && strcmp(a, b) == 0;
+}
+
+static int
+apply_job(struct ds *ds, struct rec_in *in, int64_t now, char *err,
+    size_t errlen)
+{
+	uint64_t id = rec_get_u(in);
+	char *name = rec_get_s(in, DS_NAME_MAX);
+	uint64_t dsid = rec_get_u(in), mode = rec_get_u(in);
+	uint64_t eff = rec_get_u(in), repeat = rec_get_u(in);
+	uint64_t seed = rec_get_u(in), consumers = rec_get_u(in);
+	uint64_t shards = rec_get_u(in), finished = rec_get_u(in);
+	char *error = rec_get_s(in, DS_TEXT_MAX);
+	uint64_t next = rec_get_u(in), done = rec_get_u(in);
+	int64_t latest = rec_get_i(in), target = rec_get_i(in);
+	int64_t delta = rec_get_i(in);
+	uint64_t hasfs = rec_get_u(in);
+	const unsigned char *fs = NULL;
+	struct ds_dataset *d = dataset_by_id(ds, dsid);
+	struct ds_job *j;
+
+	if (!in->err && hasfs == 1 && shards <= rec_left(in))
+		fs = rec_get_bytes(in, (size_t)shards);
+	if (ended_badly(in) || mode > DS_HINT || hasfs > 1 || finished > 1 ||
+	    (mode == DS_FILE_OR_DATA ? eff != DS_FILE && eff != DS_DATA :
+	                               eff != mode) ||
+	    repeat > (1UL << 30) || consumers > 4096 || seed > INT64_MAX ||
+	    (int)hasfs != is_static((enum ds_mode)mode) ||
+	    (hasfs ? fs == NULL || shards == 0 : shards != 0) || d == NULL ||
+	    id == 0 || (name != NULL && !name_ok(name)))
+		goto fail;
+	if ((j = job_by_id(ds, id)) != NULL) {
+		if (j->ds != d || j->mode != (enum ds_mode)mode ||
+		    j->eff != (enum ds_mode)eff || j->repeat != (long)repeat ||
+		    j->seed != seed || j->consumers != (long)consumers ||
+		    j->shards != (long)shards || !same_name(j->name, name))
+			goto fail;
+		free(name);
+	} else {
+		uint64_t total =
+		    repeat == 0 ? UINT64_MAX : repeat * (uint64_t)d->nsplits;
+		if ((name != NULL && ds_job_find(ds, name) != NULL) ||
+		    next > total || done > next)
+			goto fail;
+		if ((j = calloc(1, sizeof(*j))) == NULL ||
+		    (j->leases = calloc(1, sizeof(*j->leases))) == NULL ||
+		    (hasfs &&
+		        (j->finished_shards = calloc((size_t)shards, 1)) ==
+		            NULL)) {
+			if (j != NULL)
+				job_free(j);
+			goto fail;
+		}
+		j->id = id;
+		j->name = name;
+		j->ds = d;
+		j->mode = (enum ds_mode)mode;
+		j->eff = (enum ds_mode)eff;
+		j->repeat = (long)repeat;
+		j->seed = seed;
+		j->consumers = (long)consumers;
+		j->shards = (long)shards;
+		j->total = total;
+		j->next = next;
+		j->done = done;
+		j->idle_since = now;
+		j->link = ds->jobs;
+		ds->jobs = j;
+		if (id > ds->next_job)
+			ds->next_job = id;
+	}
+	j->finished = (int)finished;
+	free(j->error);
+	j->error = error;
+	j->rr_latest = latest;
+	j->rr_target = target;
+	j->rr_delta = delta;
+	if (fs != NULL)
+		memcpy(j->finished_shards, fs, (size_t)shards);
+	return 0;
+fail:
+	free(name);
+	free(error);
+	return bad(err, errlen, "job %" PRIu64 ": a bad record", id);
+}
+
+static int
+apply_job_gone(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
+{
+	uint64_t id = rec_get_u(in);
+	struct ds_job *j = job_by_id(ds, id), **pp;
+
+	if (ended_badly(in) || j == NULL)
+		return bad(err, errlen, "job %" PRIu64 " to collect: none", id);
+	for (pp = &ds->jobs; *pp != j; pp = &(*pp)->link)
+		;
+	*pp = j->link;
+	ds->collected++;
+	job_free(j);
+	return 0;
+}
+
+/* A list of ids, *v allocated (NULL when empty). */
+static int
+get_ids(struct rec_in *in, uint64_t **v, size_t *n)
+{
+	uint64_t k = rec_get_u(in);
+
+	*v = NULL;
+	*n = 0;
+	if (in->err || k > rec_left(in))
+		return in->err = 1, -1;
+	if (k == 0)
+		return 0;
+	if ((*v = malloc((size_t)k * sizeof(**v))) == NULL)
+		return in->err = 1, -1;
+	for (uint64_t i = 0; i < k; i++)
+		(*v)[i] = rec_get_u(in);
+	*n = (size_t)k;
+	return in->err ? -1 : 0;
+}
+
+static int
+apply_task(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
+{
+	uint64_t jid = rec_get_u(in), id = rec_get_u(in);
+	size_t wlen;
+	const char *wname = rec_get_sv(in, DS_TEXT_MAX, &wlen);
+	uint64_t inc = rec_get_u(in);
+	int64_t shard = rec_get_i(in);
+	uint64_t state = rec_get_u(in), read_all = rec_get_u(in);
+	uint64_t pending = rec_get_u(in);
+	int64_t start = rec_get_i(in);
+	uint64_t lease_id = rec_get_u(in);
+	uint64_t *v[4] = {NULL, NULL, NULL, NULL};
+	size_t n[4] = {0, 0, 0, 0};
+	struct ds_job *j = job_by_id(ds, jid);
+	struct ds_worker *w = NULL;
+	struct ds_task *t;
+
+	for (int i = 0; i < 4; i++)
+		if (get_ids(in, &v[i], &n[i]) < 0)
+			break;
+	for (w = ds->workers; wname != NULL && w != NULL; w = w->next)
+		if (strlen(w->name) == wlen &&
+		    memcmp(w->name, wname, wlen) == 0)
+			break;
+	if (ended_badly(in) || j == NULL || w == NULL || id == 0 || shard < 0 ||
+	    shard > INT32_MAX || state > DS_TASK_FAILED || read_all > 1 ||
+	    pending > 1)
+		goto fail;
+	if ((t = job_task(j, id)) == NULL) {
+		struct ds_task **pp;
+		for (struct ds_job *k = ds->jobs; k != NULL; k = k->link)
+			if (job_task(k, id) != NULL)
+				goto fail;
+		if ((t = calloc(1, sizeof(*t))) == NULL)
+			goto fail;
+		t->id = id;
+		t->job = j;
+		for (pp = &j->tasks; *pp != NULL; pp = &(*pp)->next)
+			;
+		*pp = t;
+		if (id > ds->next_task)
+			ds->next_task = id;
+	}
+	t->w = w;
+	t->inc = inc;
+	t->shard = (long)shard;
+	t->state = (enum ds_task_state)state;
+	t->read_all = (int)read_all;
+	t->pending = (int)pending;
+	t->start_round = start;
+	t->lease_id = lease_id;
+	free(t->acks);
+	free(t->told);
+	free(t->skips);
+	free(t->last);
+	t->acks = v[0];
+	t->nacks = n[0];
+	t->told = v[1];
+	t->ntold = t->captold = n[1];
+	t->skips = v[2];
+	t->nskips = t->capskips = n[2];
+	t->last = v[3];
+	t->nlast = t->caplast = n[3];
+	w->changed = 1;
+	return 0;
+fail:
+	for (int i = 0; i < 4; i++)
+		free(v[i]);
+	return bad(err, errlen,
+	    "task %" PRIu64 " of job %" PRIu64 ": a bad record", id, jid);
+}
+
+static int
+apply_task_gone(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
+{
+	uint64_t jid = rec_get_u(in), id = rec_get_u(in);
+	struct ds_job *j = job_by_id(ds, jid);
+	struct ds_task *t = j != NULL ? job_task(j, id) : NULL, **pp;
+
+	if (ended_badly(in) || t == NULL)
+		return bad(err, errlen,
+		    "task %" PRIu64 " of job %" PRIu64 " to end: none", id,
+		    jid);
+	task_release_leases(ds, t);
+	for (pp = &j->tasks; *pp != t; pp = &(*pp)->next)
+		;
+	*pp = t->next;
+	task_free(t);
+	return 0;
+}
+
+static int
+apply_client(struct ds *ds, struct rec_in *in, int64_t now, char *err,
+    size_t errlen)
+{
+	uint64_t id = rec_get_u(in), jid = rec_get_u(in);
+	int64_t index = rec_get_i(in), round = rec_get_i(in);
+	int64_t blocked = rec_get_i(in);
+	struct ds_job *j = job_by_id(ds, jid);
+	struct ds_client *c = ds_client_find(ds, id);
+
+	if (ended_badly(in) || j == NULL || id == 0 || index < 0 ||
+	    index > 4095 || (c != NULL && c->job != j))
+		return bad(err, errlen,
+		    "client %" PRIu64 " of job %" PRIu64 ": a bad record", id,
+		    jid);
+	if (c == NULL) {
+		if ((c = calloc(1, sizeof(*c))) == NULL)
+			return bad(err, errlen, "out of memory");
+		c->id = id;
+		c->job = j;
+		c->next = j->clients;
+		j->clients = c;
+		j->nclients++;
+		j->idle_since = 0;
+		if (id > ds->next_client)
+			ds->next_client = id;
+	}
+	c->last_seen = now;
+	c->index = (long)index;
+	c->round = round;
+	c->blocked = blocked;
+	return 0;
+}
+
+static int
+apply_client_gone(struct ds *ds, struct rec_in *in, int64_t now, char *err,
+    size_t errlen)
+{
+	uint64_t id = rec_get_u(in);
+	struct ds_client *c = ds_client_find(ds, id);
+	struct ds_job *j;
+
+	if (ended_badly(in) || c == NULL)
+		return bad(err, errlen, "client %" PRIu64 " to release: none",
+		    id);
+	j = c->job;
+	client_unlink(j, c);
+	if (j->nclients == 0)
+		j->idle_since = now;
+	free(c);
+	return 0;
+}
+
+/* The open lease seq of dynamic job jid, for the records that name one. */
+static struct ds_lease *
+lease_of(struct ds *ds, uint64_t jid, uint64_t seq, struct ds_job **jp)
+{
+	struct ds_job *j = job_by_id(ds, jid);
+
+	*jp = j;
+	if (j == NULL || j->eff != DS_DYNAMIC)
+		return NULL;
+	return map_get(j->leases, seq);
+}
+
+/* A lease's total and ranges, as enc_ranges wrote them. */
+static int
+get_ranges(struct rec_in *in, struct ds_lease *l)
+{
+	int64_t total = rec_get_i(in);
+	uint64_t n = rec_get_u(in);
+
+	if (in->err || total < -1 || n > rec_left(in) / 2)
+		return in->err = 1, -1;
+	l->nr = 0;
+	l->total = total;
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t a = rec_get_u(in), b = rec_get_u(in);
+		if (in->err || a >= b || range_add(l, a, b) < 0)
+			return in->err = 1, -1;
+	}
+	return 0;
+}
+
+static int
+apply_open(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
+{
+	uint64_t jid = rec_get_u(in), seq = rec_get_u(in);
+	uint64_t tid = rec_get_u(in);
+	struct ds_job *j;
+	struct ds_lease *l = lease_of(ds, jid, seq, &j);
+	struct ds_task *t = NULL;
+
+	if (in->err || j == NULL || j->eff != DS_DYNAMIC || l != NULL ||
+	    seq >= j->next || (tid != 0 && (t = job_task(j, tid)) == NULL))
+		goto fail;
+	if ((l = calloc(1, sizeof(*l))) == NULL)
+		goto fail;
+	l->seq = seq;
+	if (get_ranges(in, l) < 0 || ended_badly(in) ||
+	    map_put(j->leases, l) < 0) {
+		lease_free(l);
+		goto fail;
+	}
+	l->task = t;
+	list_push(t != NULL ? &t->leases : &j->queue, l, 0);
+	return 0;
+fail:
+	return bad(err, errlen,
+	    "open seq %" PRIu64 " of job %" PRIu64 ": a bad record", seq, jid);
+}
+
+static int
+apply_lease(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
+{
+	uint64_t jid = rec_get_u(in), seq = rec_get_u(in);
+	struct ds_job *j;
+	struct ds_lease *l = lease_of(ds, jid, seq, &j), x = {0};
+
+	/* Read into x first: a bad record leaves l as it was. */
+	if (in->err || l == NULL || get_ranges(in, &x) < 0 || ended_badly(in)) {
+		free(x.r);
+		return bad(err, errlen,
+		    "delivered of seq %" PRIu64 " of job %" PRIu64
+		    ": a bad record, or no such lease",
+		    seq, jid);
+	}
+	free(l->r);
+	l->r = x.r;
+	l->nr = x.nr;
+	l->capr = x.capr;
+	l->total = x.total;
+	return 0;
+}
+
+static int
+apply_done(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
+{
+	uint64_t jid = rec_get_u(in), seq = rec_get_u(in);
+	struct ds_job *j;
+	struct ds_lease *l = lease_of(ds, jid, seq, &j);
+
+	if (ended_badly(in) || l == NULL)
+		return bad(err, errlen,
+		    "seq %" PRIu64 " of job %" PRIu64 " done: not open", seq,
+		    jid);
+	list_unlink(l->task != NULL ? &l->task->leases : &j->queue, l);
+	map_del(j->leases, seq);
+	lease_free(l);
+	j->done++;
+	return 0;
+}
+
+static int
+apply_grant(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
+{
+	uint64_t jid = rec_get_u(in), tid = rec_get_u(in);
+	uint64_t id = rec_get_u(in), runs = rec_get_u(in), n = 0;
+	uint64_t rv[2 * DS_WANT_MAX];
+	struct ds_job *j = job_by_id(ds, jid);
+	struct ds_task *t = j != NULL ? job_task(j, tid) : NULL;
+
+	if (in->err || runs > DS_WANT_MAX || t == NULL || j->eff != DS_DYNAMIC)
+		goto fail;
+	for (uint64_t i = 0; i < runs; i++) {
+		rv[2 * i] = rec_get_u(in);
+		rv[2 * i + 1] = rec_get_u(in);
+		if (rv[2 * i + 1] > DS_WANT_MAX - n ||
+		    rv[2 * i] > UINT64_MAX - rv[2 * i + 1])
+			goto fail;
+		n += rv[2 * i + 1];
+	}
+	if (ended_badly(in))
+		goto fail;
+	t->lease_id = id;
+	t->nlast = 0;
+	for (uint64_t i = 0; i < runs; i++)
+		for (uint64_t s = rv[2 * i]; s < rv[2 * i] + rv[2 * i + 1];
+		     s++) {
+			struct ds_lease *l = map_get(j->leases, s);
+			if (l != NULL) {
+				if (l->task != NULL)
+					goto fail;
+				list_unlink(&j->queue, l);
+			} else if (s == j->next && j->next < j->total) {
+				if ((l = calloc(1, sizeof(*l))) == NULL)
+					goto fail;
+				l->seq = s;
+				l->total = -1;
+				if (map_put(j->leases, l) < 0) {
+					free(l);
+					goto fail;
+				}
+				j->next++;
+			} else {
+				goto fail;
+			}
+			l->task = t;
+			list_push(&t->leases, l, 0);
+			ds->leases++;
+			if (id != 0)
+				last_add(t, s);
+		}
+	return 0;
+fail:
+	return bad(err, errlen,
+	    "grant to task %" PRIu64 " of job %" PRIu64
+	    ": a bad record, or seqs neither next nor waiting",
+	    tid, jid);
+}
+
+static int
+apply_one(struct ds *ds, struct rec_in *in, int64_t now, char *err,
+    size_t errlen)
+{
+	uint64_t type = rec_get_u(in);
+
+	switch (in->err ? 0 : type) {
+	case R_COUNTERS: return apply_counters(ds, in, err, errlen);
+	case R_DATASET: return apply_dataset(ds, in, err, errlen);
+	case R_DSNAME: return apply_dsname(ds, in, err, errlen);
+	case R_WORKER: return apply_worker(ds, in, err, errlen);
+	case R_JOB: return apply_job(ds, in, now, err, errlen);
+	case R_JOB_GONE: return apply_job_gone(ds, in, err, errlen);
+	case R_TASK: return apply_task(ds, in, err, errlen);
+	case R_TASK_GONE: return apply_task_gone(ds, in, err, errlen);
+	case R_CLIENT: return apply_client(ds, in, now, err, errlen);
+	case R_CLIENT_GONE: return apply_client_gone(ds, in, now, err, errlen);
+	case R_GRANT: return apply_grant(ds, in, err, errlen);
+	case R_OPEN: return apply_open(ds, in, err, errlen);
+	case R_LEASE: return apply_lease(ds, in, err, errlen);
+	case R_DONE: return apply_done(ds, in, err, errlen);
+	default: return bad(err, errlen, "a record of no known type");
+	}
+}
+
+int
+ds_apply(struct ds *ds, const void *rec, size_t len, int64_t now, char *err,
+    size_t errlen)
+{
+	struct rec_in in;
+	int r;
+
+	rec_in_init(&in, rec, len);
+	ds->applying = 1;
+	r = apply_one(ds, &in, now, err, errlen);
+	ds->applying = 0;
+	return r;
+}
+
+int
+ds_restore(struct ds *ds, const void *p, size_t len, int64_t now, char *err,
+    size_t errlen)
+{
+	struct rec_in in;
+	uint64_t version;
+	size_t n = 0;
+	char e[256];
+
+	if (ds->datasets != NULL || ds->jobs != NULL || ds->workers != NULL)
+		return bad(err, errlen, "a snapshot loads into an empty state");
+	rec_in_init(&in, p, len);
+	if ((version = rec_get_u(&in)) != DS_SNAP_VERSION || in.err)
+		return bad(err, errlen, "snapshot: version %" PRIu64 ", not %d",
+		    version, DS_SNAP_VERSION);
+	for (;;) {
+		uint64_t rlen = rec_get_u(&in);
+		const void *rec = rlen <= rec_left(&in) ?
+		    rec_get_bytes(&in, (size_t)rlen) :
+		    NULL;
+		struct rec_in r;
+		if (rec == NULL)
+			return bad(err, errlen,
+			    "snapshot: cut short at record %zu", n);
+		rec_in_init(&r, rec, (size_t)rlen);
+		if (rec_get_u(&r) == R_END) {
+			if (rec_get_u(&r) != n || ended_badly(&r) ||
+			    rec_left(&in) != 0)
+				return bad(err, errlen,
+				    "snapshot: its end does not match its %zu "
+				    "records",
+				    n);
+			break;
+		}
+		if (ds_apply(ds, rec, (size_t)rlen, now, e, sizeof(e)) < 0)
+			return bad(err, errlen, "snapshot: record %zu: %s", n,
+			    e);
+		n++;
+	}
+	for (struct ds_dataset *d = ds->datasets; d != NULL; d = d->next)
+		if (d->id > ds->next_dataset)
+			return bad(err, errlen,
+			    "snapshot: dataset %" PRIu64 " above its counter",
+			    d->id);
+	for (struct ds_job *j = ds->jobs; j != NULL; j = j->link) {
+		if (j->eff == DS_DYNAMIC &&
+		    j->done + j->leases->count != j->next)
+			return bad(err, errlen,
+			    "snapshot: job %" PRIu64 " has %" PRIu64
+			    " seqs done and %zu open, but %" PRIu64
+			    " leased in all",
+			    j->id, j->done, j->leases->count, j->next);
+		/* Ids are never given twice. */
+		if (j->id > ds->next_job)
+			return bad(err, errlen,
+			    "snapshot: job %" PRIu64 " above its counter",
+			    j->id);
+		for (struct ds_task *t = j->tasks; t != NULL; t = t->next)
+			if (t->id > ds->next_task)
+				return bad(err, errlen,
+				    "snapshot: task %" PRIu64
+				    " above its counter",
+				    t->id);
+		for (struct ds_client *c = j->clients; c != NULL; c = c->next)
+			if (c->id > ds->next_client)
+				return bad(err, errlen,
+				    "snapshot: client %" PRIu64
+				    " above its counter",
+				    c->id);
+	}
+	return 0;
 }

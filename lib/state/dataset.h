@@ -206,6 +206,12 @@ void ds_worker_up(struct ds *ds, const char *name, uint64_t inc,
 void ds_worker_down(struct ds *ds, const char *name, uint64_t inc);
 /* name registered again and serves no data now: its tasks fail. */
 void ds_worker_forget(struct ds *ds, const char *name);
+/*
+ * Each worker that serves data (as registered, or as restored: the caller
+ * downs those that do not come back). fn must not call back in.
+ */
+void ds_worker_each(struct ds *ds,
+    void (*fn)(const char *name, uint64_t inc, void *arg), void *arg);
 /* Whether name serves data, and its task list as the heartbeat says it. */
 int ds_worker_serves(struct ds *ds, const char *name);
 json_t *ds_worker_tasks_json(struct ds *ds, const char *name);
@@ -216,7 +222,7 @@ int ds_worker_changed(struct ds *ds, const char *name, int clear);
 struct ds_task *ds_task_of(struct ds *ds, const char *name, uint64_t inc,
     uint64_t id, enum status *st, char *msg, size_t msglen);
 /*
- * Leases up to want seqs to t: out gets {"splits":[...], "end"} as JSON
+ * Leases up to want (at most DS_WANT_MAX) seqs to t: out gets {"splits":[...], "end"} as JSON
  * text. ST_UNAVAILABLE (nothing written) when there is nothing to lease
  * yet and the job goes on: the caller waits for DS_EV_SPLITS. A request
  * sent again after its reply was lost (the same id, not 0) gets the seqs
@@ -243,5 +249,41 @@ struct ds_view {
 	unsigned long leases, releases, collected;
 };
 void ds_view(struct ds *ds, struct ds_view *v);
+
+/*
+ * The state on disk (--state-dir). Durable are the datasets, the workers'
+ * registrations, the jobs with their position (next seq, open leases and
+ * their delivered ranges, the last lease request of each task), tasks,
+ * job clients and the ids; liveness is not: a restored client was last
+ * seen at now and an idle job is idle since now, so that those that do not
+ * come back time out as usual. A worker's tasks are restored as they were:
+ * the caller times out the workers that do not come back (ds_worker_down).
+ */
+
+/*
+ * Called with each durable change as one record (at most a few hundred
+ * bytes, but for a dataset's definition), in the order made, under the
+ * caller's lock. Cannot refuse.
+ */
+typedef void (*ds_journal_fn)(const void *rec, size_t len, void *arg);
+void ds_set_journal(struct ds *ds, ds_journal_fn fn, void *arg);
+/*
+ * How many records were lost since ds_set_journal, for want of memory to
+ * make them: when it grows, the journal misses a change, and only a
+ * snapshot makes it whole again.
+ */
+unsigned long ds_journal_lost(struct ds *ds);
+/* The whole durable state appended to out. 0 or -1 (ENOMEM). */
+int ds_snapshot(struct ds *ds, struct buf *out);
+/*
+ * Loads a snapshot into an empty ds (ds_new, same config). 0, or -1 with
+ * err filled: bad data never crashes, and a ds that failed to load holds
+ * part of it, to be freed.
+ */
+int ds_restore(struct ds *ds, const void *p, size_t len, int64_t now, char *err,
+    size_t errlen);
+/* Applies one record in replay. 0, or -1 with err filled. */
+int ds_apply(struct ds *ds, const void *rec, size_t len, int64_t now, char *err,
+    size_t errlen);
 
 #endif
