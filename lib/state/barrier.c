@@ -627,28 +627,29 @@ barriers_reset(struct barriers *bs, enum status st, const char *msg)
 int
 barrier_record(const struct barrier *b, size_t ntasks, struct buf *out)
 {
-	int rc = 0;
+	struct rec_out o = {.b = out};
 
-	rc |= rec_str(out, b->id);
-	rc |= rec_u32(out, (uint32_t)b->result);
-	rc |= rec_str(out, b->message);
-	rc |= rec_bytes(out, b->at, ntasks);
-	return rc != 0 ? -1 : 0;
+	rec_put_s(&o, b->id);
+	rec_put_u(&o, (uint64_t)b->result);
+	rec_put_s(&o, b->message);
+	rec_put_blob(&o, b->at, ntasks);
+	return o.err ? -1 : 0;
 }
 
 int
-barriers_restore(struct barriers *bs, struct rec_reader *r, char *err,
+barriers_restore(struct barriers *bs, struct rec_in *r, char *err,
     size_t errlen)
 {
 	size_t ntasks = registry_view(bs->reg)->ntasks, n;
-	char *id = rec_get_str(r);
-	enum status result = (enum status)rec_get_u32(r);
-	char *msg = rec_get_str(r);
-	const unsigned char *at = rec_get_bytes(r, &n);
+	char *id = rec_get_s(r, 256);
+	uint64_t result = rec_get_u(r);
+	char *msg = rec_get_s(r, 1 << 20);
+	const unsigned char *at = rec_get_blob(r, ntasks, &n);
 	struct barrier *b;
 	int rc = -1;
 
-	if (r->bad || n != ntasks || result >= ST_COUNT || id[0] == '\0') {
+	if (r->err || id == NULL || n != ntasks || result >= ST_COUNT ||
+	    id[0] == '\0') {
 		snprintf(err, errlen, "a barrier's record is damaged");
 		goto out;
 	}
@@ -666,10 +667,10 @@ barriers_restore(struct barriers *bs, struct rec_reader *r, char *err,
 		b->members += b->at[i] != BAR_NOT_MEMBER;
 	}
 	if (b->state == BAR_PENDING) {
-		complete(bs, b, result, msg);
+		complete(bs, b, (enum status)result, msg);
 	} else {
 		b->state = result == ST_OK ? BAR_PASSED : BAR_FAILED;
-		b->result = result;
+		b->result = (enum status)result;
 		free(b->message);
 		b->message = msg;
 		msg = NULL;

@@ -151,9 +151,9 @@ char *barrier_names(struct barriers *bs, const struct barrier *b, int arrived,
  * with the connections, and arrive again.
  */
 struct buf;
-struct rec_reader;
+struct rec_in;
 int barrier_record(const struct barrier *b, size_t ntasks, struct buf *out);
-int barriers_restore(struct barriers *bs, struct rec_reader *r, char *err,
+int barriers_restore(struct barriers *bs, struct rec_in *r, char *err,
     size_t errlen);
 struct barrier *barriers_ended(struct barriers *bs);
 

@@ -675,34 +675,34 @@ kv_snapshot(const struct kvstore *kv, struct buf *out)
 {
 	const struct kv_entry **v = NULL;
 	struct kv_dir_page all = {0};
+	struct rec_out o = {.b = out};
 	size_t n;
-	int more, rc = 0;
+	int more;
 
 	n = kv_dir(kv, "", 0, &all, &v, &more);
 	if (n == (size_t)-1)
 		return -1;
-	rc |= rec_u64(out, (uint64_t)kv->origin);
-	rc |= rec_u64(out, (uint64_t)kv->rev);
-	rc |= rec_u64(out, (uint64_t)kv->floor);
-	rc |= rec_u64(out, n);
-	for (size_t i = 0; i < n && rc == 0; i++) {
-		rc |= rec_bytes(out, v[i]->key, v[i]->klen);
-		rc |= rec_bytes(out, v[i]->value, v[i]->vlen);
-		rc |= rec_u64(out, (uint64_t)v[i]->create_rev);
-		rc |= rec_u64(out, (uint64_t)v[i]->mod_rev);
+	rec_put_i(&o, kv->origin);
+	rec_put_i(&o, kv->rev);
+	rec_put_i(&o, kv->floor);
+	rec_put_u(&o, n);
+	for (size_t i = 0; i < n && !o.err; i++) {
+		rec_put_blob(&o, v[i]->key, v[i]->klen);
+		rec_put_blob(&o, v[i]->value, v[i]->vlen);
+		rec_put_i(&o, v[i]->create_rev);
+		rec_put_i(&o, v[i]->mod_rev);
 	}
 	free(v);
-	rc |= rec_u64(out, kv->len - kv->first);
-	for (size_t i = kv->first; i < kv->len && rc == 0; i++) {
+	rec_put_u(&o, kv->len - kv->first);
+	for (size_t i = kv->first; i < kv->len && !o.err; i++) {
 		const struct kv_event *ev = &kv->events[i];
 
-		rc |= rec_u64(out, (uint64_t)ev->rev);
-		rc |= rec_u8(out, (uint8_t)ev->type);
-		rc |= rec_bytes(out, ev->key, ev->klen);
-		rc |= rec_bytes(out, ev->value != NULL ? ev->value : "",
-		    ev->vlen);
+		rec_put_i(&o, ev->rev);
+		rec_put_u(&o, (uint64_t)ev->type);
+		rec_put_blob(&o, ev->key, ev->klen);
+		rec_put_blob(&o, ev->value != NULL ? ev->value : "", ev->vlen);
 	}
-	return rc != 0 ? -1 : 0;
+	return o.err ? -1 : 0;
 }
 
 /* Appends a restored event to the history, which has room. */
@@ -736,11 +736,11 @@ restore_event(struct kvstore *kv, int64_t rev, int type, const char *key,
 }
 
 int
-kv_restore(struct kvstore *kv, struct rec_reader *r, char *err, size_t errlen)
+kv_restore(struct kvstore *kv, struct rec_in *r, char *err, size_t errlen)
 {
-	int64_t origin = (int64_t)rec_get_u64(r), rev = (int64_t)rec_get_u64(r);
-	int64_t floor = (int64_t)rec_get_u64(r);
-	uint64_t n = rec_get_u64(r), nev;
+	int64_t origin = rec_get_i(r), rev = rec_get_i(r);
+	int64_t floor = rec_get_i(r);
+	uint64_t n = rec_get_u(r), nev;
 	struct kv_limits lim = kv->lim;
 	const char *what = "a key";
 
@@ -749,22 +749,22 @@ kv_restore(struct kvstore *kv, struct rec_reader *r, char *err, size_t errlen)
 		return -1;
 	}
 	kv->lim.max_keys = kv->lim.max_bytes = kv->lim.max_value = SIZE_MAX;
-	for (uint64_t i = 0; i < n && !r->bad; i++) {
+	for (uint64_t i = 0; i < n && !r->err; i++) {
 		size_t klen, vlen;
-		const char *key = rec_get_bytes(r, &klen);
-		const char *v = rec_get_bytes(r, &vlen);
-		int64_t create = (int64_t)rec_get_u64(r);
-		int64_t mod = (int64_t)rec_get_u64(r);
+		const char *key = rec_get_blob(r, kv->lim.max_key, &klen);
+		const char *v = rec_get_blob(r, SIZE_MAX, &vlen);
+		int64_t create = rec_get_i(r);
+		int64_t mod = rec_get_i(r);
 		struct blob *b;
 		char e2[256];
 		struct kv_entry *e;
 
-		if (r->bad)
+		if (r->err)
 			break;
 		if (create > mod || mod > rev ||
 		    strmap_get(kv->map, key, klen) != NULL ||
 		    memchr(key, '\0', klen) != NULL) {
-			r->bad = 1;
+			r->err = 1;
 			break;
 		}
 		if ((b = blob_new(v, vlen)) == NULL)
@@ -786,31 +786,31 @@ kv_restore(struct kvstore *kv, struct rec_reader *r, char *err, size_t errlen)
 	kv->first = kv->len = 0;
 	kv->hist_bytes = 0;
 	what = "a change";
-	nev = r->bad ? 0 : rec_get_u64(r);
-	for (uint64_t i = 0; i < nev && !r->bad; i++) {
-		int64_t erev = (int64_t)rec_get_u64(r);
-		int type = rec_get_u8(r);
+	nev = r->err ? 0 : rec_get_u(r);
+	for (uint64_t i = 0; i < nev && !r->err; i++) {
+		int64_t erev = rec_get_i(r);
+		uint64_t type = rec_get_u(r);
 		size_t klen, vlen;
-		const char *key = rec_get_bytes(r, &klen);
-		const char *v = rec_get_bytes(r, &vlen);
+		const char *key = rec_get_blob(r, kv->lim.max_key, &klen);
+		const char *v = rec_get_blob(r, SIZE_MAX, &vlen);
 		struct blob *b = NULL;
 
-		if (r->bad || type > KV_EV_DELETE || erev > rev ||
+		if (r->err || type > KV_EV_DELETE || erev > rev ||
 		    erev <= floor ||
 		    (kv->len > 0 && erev < kv->events[kv->len - 1].rev)) {
-			r->bad = 1;
+			r->err = 1;
 			break;
 		}
 		if (type != KV_EV_DELETE && (b = blob_new(v, vlen)) == NULL)
 			goto nomem;
-		if (restore_event(kv, erev, type, key, klen, b) < 0) {
+		if (restore_event(kv, erev, (int)type, key, klen, b) < 0) {
 			blob_unref(b);
 			goto nomem;
 		}
 		blob_unref(b);
 	}
 	kv->lim = lim;
-	if (r->bad || floor > rev || origin > floor) {
+	if (r->err || floor > rev || origin > floor) {
 		snprintf(err, errlen, "%s of the key-value store is damaged",
 		    what);
 		return -1;

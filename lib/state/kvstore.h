@@ -162,7 +162,7 @@ enum status kv_changes(const struct kvstore *kv, const char *prefix,
  * below it, at revision rev. Replaying those in order on the state they
  * were made on makes the same state.
  */
-struct rec_reader;
+struct rec_in;
 typedef void (*kv_journal_fn)(int64_t rev, const char *key, size_t klen,
     struct blob *val, void *arg);
 void kv_set_journal(struct kvstore *kv, kv_journal_fn fn, void *arg);
@@ -182,7 +182,6 @@ int kv_replay(struct kvstore *kv, int64_t rev, const char *key, size_t klen,
  * filled).
  */
 int kv_snapshot(const struct kvstore *kv, struct buf *out);
-int kv_restore(struct kvstore *kv, struct rec_reader *r, char *err,
-    size_t errlen);
+int kv_restore(struct kvstore *kv, struct rec_in *r, char *err, size_t errlen);
 
 #endif

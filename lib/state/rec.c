@@ -142,3 +142,26 @@ rec_get_s(struct rec_in *in, size_t max)
 	c[n] = '\0';
 	return c;
 }
+
+void
+rec_put_blob(struct rec_out *o, const void *p, size_t n)
+{
+	rec_put_u(o, n);
+	rec_put_bytes(o, p, n);
+}
+
+const void *
+rec_get_blob(struct rec_in *in, size_t max, size_t *n)
+{
+	uint64_t len = rec_get_u(in);
+	const void *p;
+
+	*n = 0;
+	if (in->err || len > max || len > rec_left(in)) {
+		in->err = 1;
+		return NULL;
+	}
+	if ((p = rec_get_bytes(in, (size_t)len)) != NULL)
+		*n = (size_t)len;
+	return p;
+}

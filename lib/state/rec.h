@@ -41,6 +41,12 @@ const char *rec_get_sv(struct rec_in *in, size_t max, size_t *n);
 char *rec_get_s(struct rec_in *in, size_t max);
 /* n raw bytes in place; NULL on error. */
 const void *rec_get_bytes(struct rec_in *in, size_t n);
+/*
+ * Bytes of any kind (NULs too): a varint of their length and them.
+ * rec_get_blob: in place, at most max of them; NULL on error (n = 0).
+ */
+void rec_put_blob(struct rec_out *o, const void *p, size_t n);
+const void *rec_get_blob(struct rec_in *in, size_t max, size_t *n);
 /* Bytes left: a bound on how many items a count may announce. */
 size_t rec_left(const struct rec_in *in);
 

@@ -523,39 +523,39 @@ registry_settle(struct registry *r)
 int
 registry_snapshot(const struct registry *r, struct buf *out)
 {
-	int rc = 0;
+	struct rec_out o = {.b = out};
 
-	rc |= rec_u64(out, r->v.service);
-	rc |= rec_u64(out, (uint64_t)r->v.epoch);
-	rc |= rec_u8(out, (uint8_t)r->used);
-	rc |= rec_u64(out, r->v.ntasks);
+	rec_put_u(&o, r->v.service);
+	rec_put_i(&o, r->v.epoch);
+	rec_put_u(&o, (uint64_t)r->used);
+	rec_put_u(&o, r->v.ntasks);
 	for (size_t i = 0; i < r->v.ntasks; i++) {
 		const struct reg_task *t = &r->tasks[i];
 
-		rc |= rec_u8(out, (uint8_t)t->state);
-		rc |= rec_u64(out, t->incarnation);
-		rc |= rec_u32(out, (uint32_t)t->err);
-		rc |= rec_str(out, t->errmsg);
-		rc |= rec_u8(out,
-		    (uint8_t)(t->err_reported | t->err_active << 1));
-		rc |= rec_u64(out, (uint64_t)t->left_epoch);
-		rc |= rec_u64(out, (uint64_t)t->err_epoch);
+		rec_put_u(&o, (uint64_t)t->state);
+		rec_put_u(&o, t->incarnation);
+		rec_put_u(&o, (uint64_t)t->err);
+		rec_put_s(&o, t->errmsg);
+		rec_put_u(&o, (uint64_t)(t->err_reported | t->err_active << 1));
+		rec_put_i(&o, t->left_epoch);
+		rec_put_i(&o, t->err_epoch);
 	}
-	return rc != 0 ? -1 : 0;
+	return o.err ? -1 : 0;
 }
 
 int
-registry_restore(struct registry *r, struct rec_reader *rd, int64_t now,
-    char *err, size_t errlen)
+registry_restore(struct registry *r, struct rec_in *rd, int64_t now, char *err,
+    size_t errlen)
 {
-	uint64_t service = rec_get_u64(rd), epoch = rec_get_u64(rd);
-	int used = rec_get_u8(rd);
-	uint64_t n = rec_get_u64(rd);
+	uint64_t service = rec_get_u(rd);
+	int64_t epoch = rec_get_i(rd);
+	uint64_t used = rec_get_u(rd);
+	uint64_t n = rec_get_u(rd);
 	struct reg_task *v = NULL;
 
-	if (rd->bad || n != r->v.ntasks) {
+	if (rd->err || n != r->v.ntasks) {
 		snprintf(err, errlen,
-		    rd->bad ?
+		    rd->err ?
 		        "the task registry's state is damaged" :
 		        "the state directory holds %llu tasks; the cluster "
 		        "given has %zu: a state directory belongs to one "
@@ -568,22 +568,23 @@ registry_restore(struct registry *r, struct rec_reader *rd, int64_t now,
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
-	for (size_t i = 0; i < n && !rd->bad; i++) {
-		int flags;
+	for (size_t i = 0; i < n && !rd->err; i++) {
+		uint64_t state = rec_get_u(rd), code, flags;
 
-		v[i].state = rec_get_u8(rd);
-		v[i].incarnation = rec_get_u64(rd);
-		v[i].err = (enum status)rec_get_u32(rd);
-		v[i].errmsg = rec_get_str(rd);
-		flags = rec_get_u8(rd);
-		v[i].err_reported = flags & 1;
-		v[i].err_active = flags >> 1 & 1;
-		v[i].left_epoch = (long)rec_get_u64(rd);
-		v[i].err_epoch = (long)rec_get_u64(rd);
-		if (v[i].state > REG_ERROR || v[i].err >= ST_COUNT)
-			rd->bad = 1;
+		v[i].incarnation = rec_get_u(rd);
+		code = rec_get_u(rd);
+		v[i].errmsg = rec_get_s(rd, 1 << 20);
+		flags = rec_get_u(rd);
+		v[i].left_epoch = (long)rec_get_i(rd);
+		v[i].err_epoch = (long)rec_get_i(rd);
+		if (state > REG_ERROR || code >= ST_COUNT || flags > 3)
+			rd->err = 1;
+		v[i].state = (enum reg_state)state;
+		v[i].err = (enum status)code;
+		v[i].err_reported = (int)(flags & 1);
+		v[i].err_active = (int)(flags >> 1 & 1);
 	}
-	if (rd->bad) {
+	if (rd->err || used > 1 || epoch < 0) {
 		for (size_t i = 0; i < n; i++)
 			free(v[i].errmsg);
 		free(v);
@@ -592,7 +593,7 @@ registry_restore(struct registry *r, struct rec_reader *rd, int64_t now,
 	}
 	r->v.service = service;
 	r->v.epoch = (long)epoch;
-	r->used = used != 0;
+	r->used = (int)used;
 	r->v.nconnected = 0;
 	for (size_t i = 0; i < n; i++) {
 		struct reg_task *t = &r->tasks[i];
@@ -601,11 +602,7 @@ registry_restore(struct registry *r, struct rec_reader *rd, int64_t now,
 		t->incarnation = v[i].incarnation;
 		t->err = v[i].err;
 		free(t->errmsg);
-		t->errmsg = v[i].errmsg != NULL && v[i].errmsg[0] != '\0' ?
-		    v[i].errmsg :
-		    NULL;
-		if (t->errmsg == NULL)
-			free(v[i].errmsg);
+		t->errmsg = v[i].errmsg;
 		t->err_reported = v[i].err_reported;
 		t->err_active = v[i].err_active;
 		t->left_epoch = v[i].left_epoch;

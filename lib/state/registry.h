@@ -172,9 +172,9 @@ char *registry_missing(struct registry *r, size_t max);
  * data or another cluster, err filled).
  */
 struct buf;
-struct rec_reader;
+struct rec_in;
 int registry_snapshot(const struct registry *r, struct buf *out);
-int registry_restore(struct registry *r, struct rec_reader *rd, int64_t now,
+int registry_restore(struct registry *r, struct rec_in *rd, int64_t now,
     char *err, size_t errlen);
 
 #endif

@@ -41,17 +41,16 @@ kv_changed(int64_t rev, const char *key, size_t klen, struct blob *val,
     void *arg)
 {
 	struct coord *co = arg;
-	struct buf *b = &co->jrec;
-	int rc = 0;
+	struct rec_out o = {.b = &co->jrec};
 
-	buf_reset(b);
-	rc |= rec_u8(b, 'K');
-	rc |= rec_u64(b, (uint64_t)rev);
-	rc |= rec_bytes(b, key, klen);
-	rc |= rec_u8(b, val != NULL);
+	buf_reset(&co->jrec);
+	rec_put_u(&o, 'K');
+	rec_put_i(&o, rev);
+	rec_put_blob(&o, key, klen);
+	rec_put_u(&o, val != NULL);
 	if (val != NULL)
-		rc |= rec_bytes(b, val->data, val->len);
-	if (rc != 0) {
+		rec_put_blob(&o, val->data, val->len);
+	if (o.err) {
 		errno = ENOMEM;
 		http_note_write(0);
 		return;
@@ -62,15 +61,17 @@ kv_changed(int64_t rev, const char *key, size_t klen, struct blob *val,
 static int
 write_tasks(struct coord *co, struct buf *b)
 {
-	int rc = registry_snapshot(co->reg, b);
+	struct rec_out o = {.b = b};
 
+	if (registry_snapshot(co->reg, b) < 0)
+		return -1;
 	for (size_t i = 0; i < co->rv->ntasks; i++)
-		rc |= rec_bytes(b, co->secret[i].v, co->secret[i].len);
-	return rc;
+		rec_put_blob(&o, co->secret[i].v, co->secret[i].len);
+	return o.err ? -1 : 0;
 }
 
 static int
-read_tasks(struct coord *co, struct rec_reader *r, char *err, size_t errlen)
+read_tasks(struct coord *co, struct rec_in *r, char *err, size_t errlen)
 {
 	long epoch = co->rv->epoch;
 
@@ -81,9 +82,9 @@ read_tasks(struct coord *co, struct rec_reader *r, char *err, size_t errlen)
 		barriers_reset(co->bars, ST_ABORTED, "the cluster was reset");
 	for (size_t i = 0; i < co->rv->ntasks; i++) {
 		size_t n;
-		const char *s = rec_get_bytes(r, &n);
+		const char *s = rec_get_blob(r, COORD_SECRET_MAX, &n);
 
-		if (s == NULL || n > COORD_SECRET_MAX) {
+		if (s == NULL) {
 			snprintf(err, errlen, "a task's secret is damaged");
 			return -1;
 		}
@@ -99,9 +100,11 @@ coord_journal_barrier(struct coord *co, const struct barrier *b)
 {
 	if (co->commit == NULL || !co->jlive || b->shutdown)
 		return;
+	struct rec_out o = {.b = &co->jrec};
+
 	buf_reset(&co->jrec);
-	if (rec_u8(&co->jrec, 'B') < 0 ||
-	    barrier_record(b, co->rv->ntasks, &co->jrec) < 0) {
+	rec_put_u(&o, 'B');
+	if (o.err || barrier_record(b, co->rv->ntasks, &co->jrec) < 0) {
 		log_info("internal: out of memory; barrier %s is not journaled",
 		    b->id);
 		return;
@@ -113,16 +116,19 @@ static int
 write_snapshot(struct buf *out, void *arg)
 {
 	struct coord *co = arg;
+	struct rec_out o = {.b = out};
 	uint64_t n = 0;
 	int rc = 0;
 
-	rc |= rec_u32(out, SNAPSHOT_VERSION);
+	rec_put_u(&o, SNAPSHOT_VERSION);
+	rc |= o.err ? -1 : 0;
 	rc |= kv_snapshot(co->kv, out);
 	rc |= write_tasks(co, out);
 	for (struct barrier *b = barriers_ended(co->bars); b != NULL;
 	     b = b->next)
 		n++;
-	rc |= rec_u64(out, n);
+	rec_put_u(&o, n);
+	rc |= o.err ? -1 : 0;
 	for (struct barrier *b = barriers_ended(co->bars); b != NULL && rc == 0;
 	     b = b->next)
 		rc |= barrier_record(b, co->rv->ntasks, out);
@@ -138,9 +144,11 @@ coord_journal_settle(struct coord *co)
 		return;
 	if (co->ctl_dirty) {
 		co->ctl_dirty = 0;
+		struct rec_out o = {.b = &co->jrec};
+
 		buf_reset(&co->jrec);
-		if (rec_u8(&co->jrec, 'T') < 0 ||
-		    write_tasks(co, &co->jrec) < 0)
+		rec_put_u(&o, 'T');
+		if (o.err || write_tasks(co, &co->jrec) < 0)
 			log_info("internal: out of memory; the tasks' state "
 			         "is not journaled");
 		else if (co->jrec.len != co->ctl_last.len ||
@@ -175,12 +183,12 @@ static int
 read_snapshot(const void *p, size_t len, void *arg)
 {
 	struct coord *co = arg;
-	struct rec_reader r;
+	struct rec_in r;
 	uint64_t n;
 
-	rec_reader_init(&r, p, len);
+	rec_in_init(&r, p, len);
 	co->jfresh = 0;
-	if (rec_get_u32(&r) != SNAPSHOT_VERSION) {
+	if (rec_get_u(&r) != SNAPSHOT_VERSION) {
 		snprintf(co->jerr, sizeof(co->jerr),
 		    "the snapshot is of an unknown version");
 		return -1;
@@ -188,12 +196,12 @@ read_snapshot(const void *p, size_t len, void *arg)
 	if (kv_restore(co->kv, &r, co->jerr, sizeof(co->jerr)) < 0 ||
 	    read_tasks(co, &r, co->jerr, sizeof(co->jerr)) < 0)
 		return -1;
-	n = rec_get_u64(&r);
-	for (uint64_t i = 0; i < n; i++)
+	n = rec_get_u(&r);
+	for (uint64_t i = 0; i < n && !r.err; i++)
 		if (barriers_restore(co->bars, &r, co->jerr, sizeof(co->jerr)) <
 		    0)
 			return -1;
-	if (rec_end(&r) < 0) {
+	if (r.err || rec_left(&r) != 0) {
 		snprintf(co->jerr, sizeof(co->jerr), "the snapshot is damaged");
 		return -1;
 	}
@@ -204,47 +212,43 @@ static int
 read_record(uint64_t seq, const void *p, size_t len, void *arg)
 {
 	struct coord *co = arg;
-	struct rec_reader r;
-	int kind;
+	struct rec_in r;
+	uint64_t kind;
 
 	(void)seq;
-	rec_reader_init(&r, p, len);
-	kind = rec_get_u8(&r);
+	rec_in_init(&r, p, len);
+	kind = rec_get_u(&r);
 	if (kind == 'K') {
-		int64_t rev = (int64_t)rec_get_u64(&r);
+		int64_t rev = rec_get_i(&r);
+		size_t klen, vlen = 0;
+		const char *key = rec_get_blob(&r, SIZE_MAX, &klen);
+		uint64_t has = rec_get_u(&r);
+		const char *v = has ? rec_get_blob(&r, SIZE_MAX, &vlen) : NULL;
+		struct blob *val = NULL;
+		int rc;
 
+		if (r.err || rec_left(&r) != 0 || has > 1 || rev <= 0 ||
+		    memchr(key, '\0', klen) != NULL)
+			goto bad;
 		/* A journal without a snapshot: revisions go on from its
 		 * first record's. */
-		if (co->jfresh && !r.bad && rev > 0) {
+		if (co->jfresh) {
 			kv_set_origin(co->kv, rev - 1);
 			co->jfresh = 0;
 		}
-		{
-			size_t klen, vlen = 0;
-			const char *key = rec_get_bytes(&r, &klen);
-			int has = rec_get_u8(&r);
-			const char *v = has ? rec_get_bytes(&r, &vlen) : NULL;
-			struct blob *b = NULL;
-			int rc;
-
-			if (rec_end(&r) < 0 || has > 1 ||
-			    memchr(key, '\0', klen) != NULL)
-				goto bad;
-			if (has && (b = blob_new(v, vlen)) == NULL) {
-				snprintf(co->jerr, sizeof(co->jerr),
-				    "out of memory");
-				return -1;
-			}
-			rc = kv_replay(co->kv, rev, key, klen, b, co->jerr,
-			    sizeof(co->jerr));
-			blob_unref(b);
-			return rc;
+		if (has && (val = blob_new(v, vlen)) == NULL) {
+			snprintf(co->jerr, sizeof(co->jerr), "out of memory");
+			return -1;
 		}
+		rc = kv_replay(co->kv, rev, key, klen, val, co->jerr,
+		    sizeof(co->jerr));
+		blob_unref(val);
+		return rc;
 	}
 	if (kind == 'T') {
 		if (read_tasks(co, &r, co->jerr, sizeof(co->jerr)) < 0)
 			return -1;
-		if (rec_end(&r) < 0)
+		if (rec_left(&r) != 0)
 			goto bad;
 		buf_reset(&co->ctl_last);
 		return buf_append(&co->ctl_last, p, len);
@@ -253,13 +257,13 @@ read_record(uint64_t seq, const void *p, size_t len, void *arg)
 		if (barriers_restore(co->bars, &r, co->jerr, sizeof(co->jerr)) <
 		    0)
 			return -1;
-		if (rec_end(&r) < 0)
+		if (rec_left(&r) != 0)
 			goto bad;
 		return 0;
 	}
 bad:
-	snprintf(co->jerr, sizeof(co->jerr), "a record of kind %d is damaged",
-	    kind);
+	snprintf(co->jerr, sizeof(co->jerr), "a record of kind %llu is damaged",
+	    (unsigned long long)kind);
 	return -1;
 }
 
