@@ -519,7 +519,8 @@ put_back(struct cq *cq, struct cq_closure *c, int front, int64_t now)
 	}
 	c->state = CQ_QUEUED;
 	jmark_c(cq, c, 1);
-	c->jfront = (unsigned char)front;
+	if (c->jdirty)
+		c->jfront = (unsigned char)front;
 	pend_push(pending_for(cq, c), c, front);
 	c->q->queued++;
 	cq->v.queued++;
@@ -1022,6 +1023,7 @@ cq_register(struct cq *cq, const char *name, long slots, int64_t now, char *msg,
 	}
 	if ((w = worker_get(cq, name, 1)) == NULL || w->resources == NULL) {
 		say(msg, msglen, "out of memory");
+		jflush(cq);
 		return NULL;
 	}
 	if (w->live)

@@ -269,13 +269,15 @@ int64_t cq_no_worker_since(const struct cq *cq);
 
 /*
  * The journal. Every durable change (closures, queues and their keys and
- * errors, workers, their resources' states and stop lists, resources)
- * reaches fn as one record per call that made it, under the caller's lock,
+ * errors, workers, their resources' states and stop lists, resources, the
+ * counters but stale) reaches fn as one record per call that made it,
+ * cq_take_stops and cq_resource_state included, under the caller's lock,
  * in the order made. A record says what each object it names now is, not
  * what happened to it, so a record that never got written leaves only an
  * older state of those objects. fn cannot refuse; it is called with NULL
  * and 0 when memory for a record ran out (the journal is then behind).
- * Set it after cq_restore and cq_apply: they write no records.
+ * Set it after cq_restore and cq_apply: they write no records. Times,
+ * parked heartbeats and the stale counter are not kept.
  */
 typedef void (*cq_journal_fn)(const void *rec, size_t len, void *arg);
 void cq_set_journal(struct cq *cq, cq_journal_fn fn, void *arg);
