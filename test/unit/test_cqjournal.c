@@ -12,6 +12,7 @@
 
 #include "buf.h"
 #include "closureq.h"
+#include "strmap.h"
 #include "task.h"
 #include "unit.h"
 
@@ -275,9 +276,30 @@ same_view(struct cq *a, struct cq *b)
 	    x->value_bytes == y->value_bytes;
 }
 
+/* Each key of a's closures names the same closure in b's queue. */
+struct keys {
+	struct cq *b;
+	int same;
+};
+
+static void
+same_key(struct cq_closure *c, void *arg)
+{
+	struct keys *k = arg;
+	struct cq_queue *q = cq_queue(k->b, c->q->name, 0);
+	uint64_t *id;
+
+	if (c->key == NULL)
+		return;
+	id = q != NULL ? strmap_get(q->keys, c->key, strlen(c->key)) : NULL;
+	if (id == NULL || *id != c->id)
+		k->same = 0;
+}
+
 static int
 same_state(struct cq *a, struct cq *b)
 {
+	struct keys k = {b, 1};
 	struct buf x = {0}, y = {0};
 	int same;
 
@@ -289,9 +311,12 @@ same_state(struct cq *a, struct cq *b)
 		if ((p == NULL) != (q == NULL))
 			same = 0;
 		else if (p != NULL &&
-		    (p->queued != q->queued || p->inflight != q->inflight))
+		    (p->queued != q->queued || p->inflight != q->inflight ||
+		        strmap_count(p->keys) != strmap_count(q->keys)))
 			same = 0;
 	}
+	cq_each_closure(a, NULL, same_key, &k);
+	same = same && k.same;
 	buf_free(&x);
 	buf_free(&y);
 	return same && same_view(a, b);
