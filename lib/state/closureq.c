@@ -2201,6 +2201,8 @@ nomem:
 	return j_nomem(d);
 }
 
+static void apply_forget(struct cq *cq, uint64_t id);
+
 /* A new closure from x, in no list yet; NULL (d says why) when it cannot. */
 static struct cq_closure *
 j_closure_new(struct cq *cq, struct jclosure *x, int64_t now, struct dec *d)
@@ -2208,6 +2210,7 @@ j_closure_new(struct cq *cq, struct jclosure *x, int64_t now, struct dec *d)
 	char nm[CQ_NAME_MAX + 1];
 	struct cq_queue *q;
 	struct cq_closure *c;
+	uint64_t *old;
 	int nomem = 0;
 
 	if (cq_closure(cq, x->id) != NULL) {
@@ -2239,11 +2242,11 @@ j_closure_new(struct cq *cq, struct jclosure *x, int64_t now, struct dec *d)
 	c->nretry_exit = x->nretry;
 	c->max_retries = x->max_retries;
 	c->enqueued = now;
+	/* A key is free again once its closure is forgotten: it was. */
 	if (!nomem && c->key != NULL &&
-	    strmap_get(q->keys, c->key, strlen(c->key)) != NULL) {
-		dbad(d, "closure %" PRIu64 "'s key is another's", x->id);
-		closure_free(cq, c);
-		return NULL;
+	    (old = strmap_get(q->keys, c->key, strlen(c->key))) != NULL) {
+		apply_forget(cq, *old);
+		free(strmap_del(q->keys, c->key, strlen(c->key)));
 	}
 	if (!nomem && c->key != NULL) {
 		uint64_t *v = malloc(sizeof(*v));
@@ -2282,9 +2285,7 @@ apply_closure(struct cq *cq, struct jclosure *x, int64_t now, struct dec *d)
 			return -1;
 		fresh = 1;
 	} else if ((c = cq_closure(cq, x->id)) == NULL) {
-		if (x->id < cq->nid)
-			return 0; /* forgotten since */
-		return dbad(d, "closure %" PRIu64 " is unknown", x->id);
+		return 0; /* forgotten since, or its first record never came */
 	}
 	if (x->state == CQ_RUNNING &&
 	    (w = worker_get(cq, span_name(&x->worker, nm), 1)) == NULL)
@@ -2323,11 +2324,11 @@ apply_queue(struct cq *cq, struct jqueue *x, struct dec *d)
 
 	if (q == NULL)
 		return j_nomem(d);
-	if (x->error != 0 &&
-	    ((e = cq_closure(cq, x->error)) == NULL || e->q != q))
+	/* Gone (its own record never came): the error is lost with it. */
+	if (x->error != 0 && (e = cq_closure(cq, x->error)) != NULL &&
+	    e->q != q)
 		return dbad(d,
-		    "queue %s's error, closure %" PRIu64
-		    ", is not one of its closures",
+		    "queue %s's error, closure %" PRIu64 ", is another queue's",
 		    nm, x->error);
 	q->error = e;
 	q->scheduled = x->scheduled;

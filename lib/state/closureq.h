@@ -298,8 +298,11 @@ int cq_restore(struct cq *cq, const void *p, size_t len, int64_t now, char *err,
     size_t errlen);
 /*
  * Applies one record, as cq_restore does a snapshot. A record that does
- * not decode changes nothing; one that does not fit the state is applied
- * in part. 0, or -1 with err filled.
+ * not decode changes nothing. One written after a record that never got
+ * written still applies: a closure the state does not hold is skipped,
+ * a queue's error that is gone is dropped, closures left running on a
+ * worker that is down go back to the queue. One that does not fit the
+ * state otherwise is applied in part. 0, or -1 with err filled.
  */
 int cq_apply(struct cq *cq, const void *rec, size_t len, int64_t now, char *err,
     size_t errlen);
