@@ -2173,7 +2173,8 @@ apply_worker(struct cq *cq, struct jworker *x, int64_t now, struct dec *d)
 	for (uint64_t i = 0; i < x->nstop; i++)
 		get_stop(&x->stops, &stop[i], &at[i]);
 	free(w->why);
-	if ((w->why = span_dup(&x->why, &nomem)), nomem)
+	w->why = span_dup(&x->why, &nomem);
+	if (nomem)
 		goto nomem;
 	strmap_free(w->resources, resource_state_free);
 	w->resources = m;
@@ -2230,14 +2231,13 @@ j_closure_new(struct cq *cq, struct jclosure *x, int64_t now, struct dec *d)
 	c->on = span_dup(&x->on, &nomem);
 	c->key = span_dup(&x->key, &nomem);
 	if (x->nneeds > 0 &&
-	    (c->needs = calloc(x->nneeds + 1, sizeof(char *))) != NULL)
-		for (uint64_t i = 0; i < x->nneeds; i++) {
-			struct span s;
-			get_span(&x->needs, &s, SPAN_NAME, 1, "a need");
-			c->needs[i] = span_dup(&s, &nomem);
-		}
-	else if (x->nneeds > 0)
+	    (c->needs = calloc(x->nneeds + 1, sizeof(char *))) == NULL)
 		nomem = 1;
+	for (uint64_t i = 0; c->needs != NULL && i < x->nneeds; i++) {
+		struct span s;
+		get_span(&x->needs, &s, SPAN_NAME, 1, "a need");
+		c->needs[i] = span_dup(&s, &nomem);
+	}
 	memcpy(c->retry_exit, x->retry, sizeof(c->retry_exit));
 	c->nretry_exit = x->nretry;
 	c->max_retries = x->max_retries;
