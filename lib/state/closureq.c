@@ -3,6 +3,7 @@
  */
 #include <ctype.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +20,8 @@ struct cq {
 	struct cq_config cfg;
 	struct cq_view v;
 	struct cq_closure **byid;  /* index id; NULL once forgotten */
-	size_t nid, capid;         /* ids used so far + 1, room */
+	uint64_t nid;              /* the next closure's id */
+	size_t nbyid, capid;       /* byid's entries, room */
 	struct cq_pending pending; /* closures any worker may run */
 	struct strmap *queues;     /* name -> struct cq_queue */
 	struct strmap *workers;    /* name -> struct cq_worker */
@@ -28,6 +30,14 @@ struct cq {
 	int64_t no_worker_since;
 	cq_observer_fn observe;
 	void *arg;
+	/* The journal: what changed in this call, in order. */
+	cq_journal_fn jfn;
+	void *jarg;
+	int replaying; /* cq_restore, cq_apply: no events, no records */
+	struct cq_closure *jc, *jctail;
+	struct cq_queue *jq, *jqtail;
+	struct cq_worker *jw, *jwtail;
+	struct buf jbuf;
 };
 
 static void
@@ -36,8 +46,65 @@ emit(struct cq *cq, enum cq_event_type type, struct cq_closure *c,
 {
 	struct cq_event ev = {type, c, q, w};
 
-	cq->observe(&ev, cq->arg);
+	if (!cq->replaying)
+		cq->observe(&ev, cq->arg);
 }
+
+/*
+ * Notes that an object changed, for the record the call writes at its end
+ * (jflush). Costs a NULL check without a journal. A closure's jdirty is 2
+ * when it is new (the record carries its spec).
+ */
+static void
+jmark_c(struct cq *cq, struct cq_closure *c, int how)
+{
+	if (cq->jfn == NULL || cq->replaying)
+		return;
+	if (c->jdirty == 0) {
+		c->jnext = NULL;
+		if (cq->jctail != NULL)
+			cq->jctail->jnext = c;
+		else
+			cq->jc = c;
+		cq->jctail = c;
+	}
+	if (how > c->jdirty)
+		c->jdirty = (unsigned char)how;
+}
+
+static void
+jmark_q(struct cq *cq, struct cq_queue *q)
+{
+	if (cq->jfn == NULL || cq->replaying || q->jdirty)
+		return;
+	q->jdirty = 1;
+	q->jnext = NULL;
+	if (cq->jqtail != NULL)
+		cq->jqtail->jnext = q;
+	else
+		cq->jq = q;
+	cq->jqtail = q;
+}
+
+/* Also while replaying: what a record touched is checked after it. */
+static void
+jmark_w(struct cq *cq, struct cq_worker *w)
+{
+	if ((cq->jfn == NULL && !cq->replaying) || w->jdirty)
+		return;
+	w->jdirty = 1;
+	w->jnext = NULL;
+	if (cq->jwtail != NULL)
+		cq->jwtail->jnext = w;
+	else
+		cq->jw = w;
+	cq->jwtail = w;
+}
+
+static void jflush(struct cq *cq);
+static void jitem(struct cq *cq, const struct buf *item);
+static int jforget_item(struct buf *b, uint64_t id);
+static int jresource_item(struct buf *b, const char *name, const char *json);
 
 static void say(char *msg, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -218,6 +285,7 @@ cq_new(const struct cq_config *cfg, cq_observer_fn fn, void *arg, int64_t now)
 	cq->observe = fn;
 	cq->arg = arg;
 	cq->nid = 1;
+	cq->nbyid = 1;
 	cq->last_end = now;
 	cq->no_worker_since = now;
 	if ((cq->queues = strmap_new()) == NULL ||
@@ -234,10 +302,11 @@ cq_free(struct cq *cq)
 {
 	if (cq == NULL)
 		return;
-	for (size_t i = 1; i < cq->nid; i++)
+	for (size_t i = 1; i < cq->nbyid; i++)
 		if (cq->byid[i] != NULL)
 			closure_free(cq, cq->byid[i]);
 	free(cq->byid);
+	buf_free(&cq->jbuf);
 	strmap_free(cq->queues, queue_free);
 	strmap_free(cq->workers, worker_free);
 	strmap_free(cq->resources, free);
@@ -283,6 +352,8 @@ cq_queue(struct cq *cq, const char *name, int create)
 			queue_free(q);
 		return NULL;
 	}
+	jmark_q(cq, q);
+	jflush(cq);
 	return q;
 }
 
@@ -341,7 +412,9 @@ worker_get(struct cq *cq, const char *name, int create)
 	}
 	if (task_parse(name, &tn) == 0)
 		w->index = tn.index;
+	w->cq = cq;
 	cq->v.workers++;
+	jmark_w(cq, w);
 	return w;
 }
 
@@ -393,6 +466,8 @@ end(struct cq *cq, struct cq_closure *c, enum cq_state st, int64_t now)
 	c->state = st;
 	c->ended = now;
 	cq->last_end = now;
+	jmark_c(cq, c, 1);
+	jmark_q(cq, c->q);
 	switch (st) {
 	case CQ_READY: cq->v.done++; break;
 	case CQ_ABORTED: cq->v.aborted++; break;
@@ -412,6 +487,8 @@ static void
 fail(struct cq *cq, struct cq_closure *c)
 {
 	c->failed = 1;
+	jmark_c(cq, c, 1);
+	jmark_q(cq, c->q);
 	cq->v.failed++;
 	c->q->failed++;
 	if (c->q->error == NULL)
@@ -441,6 +518,9 @@ put_back(struct cq *cq, struct cq_closure *c, int front, int64_t now)
 		return;
 	}
 	c->state = CQ_QUEUED;
+	jmark_c(cq, c, 1);
+	if (c->jdirty)
+		c->jfront = (unsigned char)front;
 	pend_push(pending_for(cq, c), c, front);
 	c->q->queued++;
 	cq->v.queued++;
@@ -448,17 +528,22 @@ put_back(struct cq *cq, struct cq_closure *c, int front, int64_t now)
 	emit(cq, CQ_EV_WORK, NULL, NULL, NULL);
 }
 
+/* Makes byid[id] an entry (NULL until set). */
 static int
-byid_grow(struct cq *cq)
+byid_grow(struct cq *cq, uint64_t id)
 {
-	if (cq->nid < cq->capid)
-		return 0;
-	size_t cap = cq->capid != 0 ? cq->capid * 2 : 1024;
-	struct cq_closure **v = realloc(cq->byid, cap * sizeof(*v));
-	if (v == NULL)
-		return -1;
-	cq->byid = v;
-	cq->capid = cap;
+	if (id >= cq->capid) {
+		size_t cap = cq->capid != 0 ? cq->capid : 1024;
+		while (cap <= id)
+			cap *= 2;
+		struct cq_closure **v = realloc(cq->byid, cap * sizeof(*v));
+		if (v == NULL)
+			return -1;
+		cq->byid = v;
+		cq->capid = cap;
+	}
+	for (; cq->nbyid <= id; cq->nbyid++)
+		cq->byid[cq->nbyid] = NULL;
 	return 0;
 }
 
@@ -663,7 +748,7 @@ cq_enqueue(struct cq *cq, struct cq_queue *q, struct cq_closure *c, int64_t now,
 		closure_free(cq, c);
 		return ST_OK;
 	}
-	if (byid_grow(cq) < 0)
+	if (byid_grow(cq, cq->nid) < 0)
 		goto nomem;
 	if (c->key != NULL) {
 		uint64_t *v = malloc(sizeof(*v));
@@ -679,6 +764,8 @@ cq_enqueue(struct cq *cq, struct cq_queue *q, struct cq_closure *c, int64_t now,
 	c->q = q;
 	c->state = CQ_QUEUED;
 	c->enqueued = now;
+	jmark_c(cq, c, 2);
+	jmark_q(cq, q);
 	pend_push(pending_for(cq, c), c, 0);
 	q->queued++;
 	q->scheduled++;
@@ -686,6 +773,7 @@ cq_enqueue(struct cq *cq, struct cq_queue *q, struct cq_closure *c, int64_t now,
 	cq->v.closures++;
 	*id = c->id;
 	emit(cq, CQ_EV_WORK, NULL, NULL, NULL);
+	jflush(cq);
 	return ST_OK;
 nomem:
 	closure_free(cq, c);
@@ -696,7 +784,7 @@ nomem:
 struct cq_closure *
 cq_closure(struct cq *cq, uint64_t id)
 {
-	return id > 0 && id < cq->nid ? cq->byid[id] : NULL;
+	return id > 0 && id < cq->nbyid ? cq->byid[id] : NULL;
 }
 
 static void
@@ -745,13 +833,16 @@ cq_take_error(struct cq *cq, struct cq_queue *q, int64_t now, int *wait)
 	cancel_list(cq, &cq->pending, q, now);
 	strmap_each(cq->workers, cancel_worker_list, &x);
 	q->error = NULL;
+	jmark_q(cq, q);
 	emit(cq, CQ_EV_QUEUE, NULL, q, NULL);
+	jflush(cq);
 	return e;
 }
 
 static void
 stop_add(struct cq_worker *w, uint64_t id, long attempt)
 {
+	jmark_w(w->cq, w);
 	if (w->nstop == w->capstop) {
 		size_t cap = w->capstop != 0 ? w->capstop * 2 : 8;
 		uint64_t *ids = realloc(w->stop, cap * sizeof(*ids));
@@ -778,6 +869,10 @@ cq_take_stops(struct cq_worker *w, uint64_t **ids, long **attempts)
 	w->stop = NULL;
 	w->stop_attempt = NULL;
 	w->nstop = w->capstop = 0;
+	if (n > 0) {
+		jmark_w(w->cq, w);
+		jflush(w->cq);
+	}
 	return n;
 }
 
@@ -801,6 +896,7 @@ cq_cancel(struct cq *cq, struct cq_closure *c, int64_t now)
 	default: return ST_FAILED_PRECONDITION;
 	}
 	emit(cq, CQ_EV_QUEUE, NULL, q, NULL);
+	jflush(cq);
 	return ST_OK;
 }
 
@@ -815,6 +911,14 @@ cq_forget(struct cq *cq, struct cq_closure *c)
 		free(strmap_del(c->q->keys, c->key, strlen(c->key)));
 	cq->byid[c->id] = NULL;
 	cq->v.closures--;
+	if (cq->jfn != NULL) {
+		struct buf item = {0};
+		if (jforget_item(&item, c->id) == 0)
+			jitem(cq, &item);
+		else
+			cq->jfn(NULL, 0, cq->jarg);
+		buf_free(&item);
+	}
 	closure_free(cq, c);
 	return ST_OK;
 }
@@ -823,7 +927,7 @@ void
 cq_each_closure(struct cq *cq, struct cq_queue *q,
     void (*fn)(struct cq_closure *c, void *arg), void *arg)
 {
-	for (size_t i = 1; i < cq->nid; i++) {
+	for (size_t i = 1; i < cq->nbyid; i++) {
 		struct cq_closure *c = cq->byid[i];
 		if (c != NULL && (q == NULL || c->q == q))
 			fn(c, arg);
@@ -851,6 +955,7 @@ worker_down(struct cq *cq, struct cq_worker *w, const char *why, int death,
 
 	if (!w->live)
 		return;
+	jmark_w(cq, w);
 	w->live = 0;
 	w->hb_parked = 0;
 	live_changed(cq, -1, now);
@@ -863,6 +968,7 @@ worker_down(struct cq *cq, struct cq_worker *w, const char *why, int death,
 	while ((c = w->run_head) != NULL) {
 		struct cq_queue *q = c->q;
 		run_unlink(c);
+		jmark_c(cq, c, 1);
 		if (death && ++c->deaths >= cq->cfg.max_deaths) {
 			char m[512];
 			q->inflight--;
@@ -895,12 +1001,14 @@ cq_worker_failed(struct cq *cq, struct cq_worker *w, const char *why,
     int64_t now)
 {
 	worker_down(cq, w, why, 1, now);
+	jflush(cq);
 }
 
 void
 cq_worker_leave(struct cq *cq, struct cq_worker *w, int64_t now)
 {
 	worker_down(cq, w, "left", 0, now);
+	jflush(cq);
 }
 
 struct cq_worker *
@@ -915,6 +1023,7 @@ cq_register(struct cq *cq, const char *name, long slots, int64_t now, char *msg,
 	}
 	if ((w = worker_get(cq, name, 1)) == NULL || w->resources == NULL) {
 		say(msg, msglen, "out of memory");
+		jflush(cq);
 		return NULL;
 	}
 	if (w->live)
@@ -927,7 +1036,9 @@ cq_register(struct cq *cq, const char *name, long slots, int64_t now, char *msg,
 	w->last_seen = now;
 	w->incarnations++;
 	live_changed(cq, 1, now);
+	jmark_w(cq, w);
 	emit(cq, CQ_EV_WORK, NULL, NULL, w);
+	jflush(cq);
 	return w;
 }
 
@@ -989,6 +1100,7 @@ start(struct cq *cq, struct cq_worker *w, struct cq_closure *c, int64_t now)
 	c->q->inflight++;
 	cq->v.inflight++;
 	c->state = CQ_RUNNING;
+	jmark_c(cq, c, 1);
 	c->attempts++;
 	c->worker = w;
 	c->started = now;
@@ -1030,6 +1142,7 @@ cq_take(struct cq *cq, struct cq_worker *w, size_t max, int64_t now,
 		return 0;
 	n = take_from(cq, w, &w->pinned, max, now, out);
 	n += take_from(cq, w, &cq->pending, max - n, now, out + n);
+	jflush(cq);
 	return n;
 }
 
@@ -1061,11 +1174,13 @@ cq_report(struct cq *cq, struct cq_worker *w, uint64_t id, long attempt,
 	}
 	q = c->q;
 	run_unlink(c);
+	jmark_c(cq, c, 1);
 	if (aborted) {
 		put_back(cq, c, 1, now);
 	} else if (retryable(c, res)) {
 		c->retries++;
 		q->retried++;
+		jmark_q(cq, q);
 		cq->v.retried++;
 		put_back(cq, c, 0, now);
 	} else {
@@ -1081,6 +1196,7 @@ cq_report(struct cq *cq, struct cq_worker *w, uint64_t id, long attempt,
 		end(cq, c, CQ_READY, now);
 	}
 	emit(cq, CQ_EV_QUEUE, NULL, q, NULL);
+	jflush(cq);
 	return ST_OK;
 }
 
@@ -1126,6 +1242,7 @@ cq_scan(struct cq *cq, int64_t now)
 		worker_down(cq, x.late[i], why, 1, now);
 	}
 	free(x.late);
+	jflush(cq);
 }
 
 void
@@ -1145,6 +1262,8 @@ cq_resource_state(struct cq_worker *w, const char *name, int state,
 	s->state = state;
 	free(s->message);
 	s->message = message != NULL ? strdup(message) : NULL;
+	jmark_w(w->cq, w);
+	jflush(w->cq);
 }
 
 enum status
@@ -1191,6 +1310,14 @@ cq_resource_add(struct cq *cq, const char *name, json_t *argv, char *msg,
 		say(msg, msglen, "out of memory");
 		return ST_RESOURCE_EXHAUSTED;
 	}
+	if (cq->jfn != NULL) {
+		struct buf item = {0};
+		if (jresource_item(&item, name, text) == 0)
+			jitem(cq, &item);
+		else
+			cq->jfn(NULL, 0, cq->jarg);
+		buf_free(&item);
+	}
 	return ST_OK;
 }
 
@@ -1222,4 +1349,1197 @@ cq_each_resource(struct cq *cq,
 	struct each_res e = {fn, arg};
 
 	strmap_each(cq->resources, each_res, &e);
+}
+
+/*
+ * The journal's bytes. A record is "CQR" and a version byte, a snapshot
+ * "CQS" and one; then items, each a tag byte and its fields: unsigned
+ * numbers as LEB128 varints, signed ones zigzagged first, strings and
+ * bytes as a varint of their length + 1 (0: NULL) and the bytes.
+ *
+ *	W worker: name index inc live slots incarnations deaths why,
+ *	  n x (resource state message), n x (stop id, attempt)
+ *	N closure, new: id queue spec on key, n x need, n x retry code,
+ *	  max_retries, then what S has after its id
+ *	S closure, now: id state front retries attempts deaths worker
+ *	  last_worker failed exited code out truncated err message
+ *	Q queue: name scheduled done failed cancelled retried error
+ *	F forgotten closure: id
+ *	R resource: name json
+ *	V counters: next-id done failed retried cancelled aborted deaths
+ *	  put_back
+ *
+ * A record holds W items, then N and S in the order the closures changed
+ * (a closure's place in its list follows from it), then Q, F or R, and V
+ * last. A snapshot holds V, R, W, then every closure as N (ended ones by
+ * id, then each list in order), then Q: names sorted, so that one state
+ * gives one snapshot.
+ */
+#define J_VERSION 1
+#define J_ID_MAX ((uint64_t)1 << 40)
+#define J_ID_STEP ((uint64_t)1 << 20) /* ids one record may add */
+
+struct enc {
+	struct buf *b;
+	int err;
+};
+
+static void
+put_raw(struct enc *e, const void *p, size_t n)
+{
+	if (!e->err && buf_append(e->b, p, n) < 0)
+		e->err = 1;
+}
+
+static void
+put_u(struct enc *e, uint64_t v)
+{
+	unsigned char t[10];
+	size_t n = 0;
+
+	do {
+		t[n] = v & 0x7f;
+		v >>= 7;
+		if (v != 0)
+			t[n] |= 0x80;
+		n++;
+	} while (v != 0);
+	put_raw(e, t, n);
+}
+
+static void
+put_s(struct enc *e, int64_t v)
+{
+	put_u(e, ((uint64_t)v << 1) ^ (v < 0 ? UINT64_MAX : 0));
+}
+
+static void
+put_bytes(struct enc *e, const char *p, size_t n)
+{
+	if (p == NULL) {
+		put_u(e, 0);
+		return;
+	}
+	put_u(e, (uint64_t)n + 1);
+	put_raw(e, p, n);
+}
+
+static void
+put_str(struct enc *e, const char *s)
+{
+	put_bytes(e, s, s != NULL ? strlen(s) : 0);
+}
+
+static void
+put_tag(struct enc *e, char tag)
+{
+	put_raw(e, &tag, 1);
+}
+
+/* A strmap's entries, sorted by key. */
+struct kv {
+	const char *k;
+	size_t kl;
+	void *v;
+};
+
+struct kvs {
+	struct kv *a;
+	size_t n, cap;
+	int err;
+};
+
+static void
+kvs_add(const char *k, size_t kl, void *v, void *arg)
+{
+	struct kvs *s = arg;
+
+	if (s->n == s->cap) {
+		size_t cap = s->cap != 0 ? s->cap * 2 : 16;
+		struct kv *a = realloc(s->a, cap * sizeof(*a));
+		if (a == NULL) {
+			s->err = 1;
+			return;
+		}
+		s->a = a;
+		s->cap = cap;
+	}
+	s->a[s->n++] = (struct kv){k, kl, v};
+}
+
+static int
+kv_cmp(const void *pa, const void *pb)
+{
+	const struct kv *a = pa, *b = pb;
+	int r = memcmp(a->k, b->k, a->kl < b->kl ? a->kl : b->kl);
+
+	if (r != 0)
+		return r;
+	return a->kl < b->kl ? -1 : a->kl > b->kl;
+}
+
+static int
+sorted(const struct strmap *m, struct kvs *s)
+{
+	strmap_each(m, kvs_add, s);
+	if (s->err)
+		return -1;
+	if (s->n > 1)
+		qsort(s->a, s->n, sizeof(*s->a), kv_cmp);
+	return 0;
+}
+
+static void
+enc_worker(struct enc *e, const struct cq_worker *w)
+{
+	struct kvs rs = {0};
+
+	put_tag(e, 'W');
+	put_str(e, w->name);
+	put_s(e, w->index);
+	put_u(e, w->inc);
+	put_u(e, (uint64_t)w->live);
+	put_s(e, w->slots);
+	put_u(e, w->incarnations);
+	put_u(e, w->deaths);
+	put_str(e, w->why);
+	if (w->resources != NULL && sorted(w->resources, &rs) < 0)
+		e->err = 1;
+	put_u(e, rs.n);
+	for (size_t i = 0; i < rs.n; i++) {
+		const struct cq_resource_state *s = rs.a[i].v;
+		put_bytes(e, rs.a[i].k, rs.a[i].kl);
+		put_u(e, (uint64_t)s->state);
+		put_str(e, s->message);
+	}
+	free(rs.a);
+	put_u(e, w->nstop);
+	for (size_t i = 0; i < w->nstop; i++) {
+		put_u(e, w->stop[i]);
+		put_s(e, w->stop_attempt[i]);
+	}
+}
+
+static void
+enc_closure(struct enc *e, const struct cq_closure *c, int full, int front)
+{
+	put_tag(e, full ? 'N' : 'S');
+	put_u(e, c->id);
+	if (full) {
+		size_t n = 0;
+		put_str(e, c->q->name);
+		put_bytes(e, c->spec, c->speclen);
+		put_str(e, c->on);
+		put_str(e, c->key);
+		while (c->needs != NULL && c->needs[n] != NULL)
+			n++;
+		put_u(e, n);
+		for (size_t i = 0; i < n; i++)
+			put_str(e, c->needs[i]);
+		put_u(e, c->nretry_exit);
+		for (size_t i = 0; i < c->nretry_exit; i++)
+			put_s(e, c->retry_exit[i]);
+		put_s(e, c->max_retries);
+	}
+	put_u(e, (uint64_t)c->state);
+	put_u(e, (uint64_t)front);
+	put_s(e, c->retries);
+	put_s(e, c->attempts);
+	put_s(e, c->deaths);
+	put_str(e, c->worker != NULL ? c->worker->name : NULL);
+	put_str(e, c->last_worker);
+	put_u(e, (uint64_t)c->failed);
+	put_u(e, (uint64_t)c->res.exited);
+	put_s(e, c->res.code);
+	put_bytes(e, c->res.out, c->res.outlen);
+	put_u(e, (uint64_t)c->res.truncated);
+	put_bytes(e, c->res.err, c->res.errlen);
+	put_str(e, c->res.message);
+}
+
+static void
+enc_queue(struct enc *e, const struct cq_queue *q)
+{
+	put_tag(e, 'Q');
+	put_str(e, q->name);
+	put_u(e, q->scheduled);
+	put_u(e, q->done);
+	put_u(e, q->failed);
+	put_u(e, q->cancelled);
+	put_u(e, q->retried);
+	put_u(e, q->error != NULL ? q->error->id : 0);
+}
+
+static void
+enc_counts(struct enc *e, const struct cq *cq)
+{
+	put_tag(e, 'V');
+	put_u(e, cq->nid);
+	put_u(e, cq->v.done);
+	put_u(e, cq->v.failed);
+	put_u(e, cq->v.retried);
+	put_u(e, cq->v.cancelled);
+	put_u(e, cq->v.aborted);
+	put_u(e, cq->v.deaths);
+	put_u(e, cq->v.put_back);
+}
+
+static void
+jsend(struct cq *cq, const struct enc *e)
+{
+	if (e->err)
+		cq->jfn(NULL, 0, cq->jarg);
+	else
+		cq->jfn(cq->jbuf.data, cq->jbuf.len, cq->jarg);
+}
+
+/* Writes what the call changed as one record, if anything. */
+static void
+jflush(struct cq *cq)
+{
+	struct enc e = {&cq->jbuf, 0};
+
+	if (cq->jfn == NULL || cq->replaying ||
+	    (cq->jc == NULL && cq->jq == NULL && cq->jw == NULL))
+		return;
+	buf_reset(&cq->jbuf);
+	put_raw(&e, "CQR\1", 4);
+	for (struct cq_worker *w = cq->jw; w != NULL; w = w->jnext) {
+		enc_worker(&e, w);
+		w->jdirty = 0;
+	}
+	for (struct cq_closure *c = cq->jc; c != NULL; c = c->jnext) {
+		enc_closure(&e, c, c->jdirty == 2, c->jfront);
+		c->jdirty = c->jfront = 0;
+	}
+	for (struct cq_queue *q = cq->jq; q != NULL; q = q->jnext) {
+		enc_queue(&e, q);
+		q->jdirty = 0;
+	}
+	cq->jw = cq->jwtail = NULL;
+	cq->jc = cq->jctail = NULL;
+	cq->jq = cq->jqtail = NULL;
+	enc_counts(&e, cq);
+	jsend(cq, &e);
+}
+
+/* Writes item (a forget, a resource) as a record of its own. */
+static void
+jitem(struct cq *cq, const struct buf *item)
+{
+	struct enc e = {&cq->jbuf, 0};
+
+	jflush(cq);
+	buf_reset(&cq->jbuf);
+	put_raw(&e, "CQR\1", 4);
+	put_raw(&e, item->data, item->len);
+	enc_counts(&e, cq);
+	jsend(cq, &e);
+}
+
+static int
+jforget_item(struct buf *b, uint64_t id)
+{
+	struct enc e = {b, 0};
+
+	put_tag(&e, 'F');
+	put_u(&e, id);
+	return e.err ? -1 : 0;
+}
+
+static int
+jresource_item(struct buf *b, const char *name, const char *json)
+{
+	struct enc e = {b, 0};
+
+	put_tag(&e, 'R');
+	put_str(&e, name);
+	put_str(&e, json);
+	return e.err ? -1 : 0;
+}
+
+void
+cq_set_journal(struct cq *cq, cq_journal_fn fn, void *arg)
+{
+	cq->jfn = fn;
+	cq->jarg = arg;
+}
+
+/* A worker's running closures, oldest first (as taking them pushed them). */
+static void
+enc_running(struct enc *e, const struct cq_worker *w, struct cq_closure ***tmp,
+    size_t *cap)
+{
+	size_t n = 0;
+
+	if (w->running > *cap) {
+		struct cq_closure **t = realloc(*tmp, w->running * sizeof(*t));
+		if (t == NULL) {
+			e->err = 1;
+			return;
+		}
+		*tmp = t;
+		*cap = w->running;
+	}
+	for (struct cq_closure *c = w->run_head; c != NULL && n < *cap;
+	     c = c->next)
+		(*tmp)[n++] = c;
+	while (n > 0)
+		enc_closure(e, (*tmp)[--n], 1, 0);
+}
+
+int
+cq_snapshot(struct cq *cq, struct buf *out)
+{
+	struct enc e = {out, 0};
+	struct kvs ws = {0}, qs = {0}, rs = {0};
+	struct cq_closure **tmp = NULL;
+	size_t cap = 0;
+
+	if (sorted(cq->workers, &ws) < 0 || sorted(cq->queues, &qs) < 0 ||
+	    sorted(cq->resources, &rs) < 0) {
+		e.err = 1;
+		goto out;
+	}
+	put_raw(&e, "CQS\1", 4);
+	enc_counts(&e, cq);
+	for (size_t i = 0; i < rs.n; i++) {
+		put_tag(&e, 'R');
+		put_bytes(&e, rs.a[i].k, rs.a[i].kl);
+		put_str(&e, rs.a[i].v);
+	}
+	for (size_t i = 0; i < ws.n; i++)
+		enc_worker(&e, ws.a[i].v);
+	for (size_t i = 1; i < cq->nbyid; i++) {
+		struct cq_closure *c = cq->byid[i];
+		if (c != NULL && c->state != CQ_QUEUED &&
+		    c->state != CQ_RUNNING)
+			enc_closure(&e, c, 1, 0);
+	}
+	for (struct cq_closure *c = cq->pending.head; c != NULL; c = c->next)
+		enc_closure(&e, c, 1, 0);
+	for (size_t i = 0; i < ws.n; i++) {
+		struct cq_worker *w = ws.a[i].v;
+		for (struct cq_closure *c = w->pinned.head; c != NULL;
+		     c = c->next)
+			enc_closure(&e, c, 1, 0);
+		enc_running(&e, w, &tmp, &cap);
+	}
+	for (size_t i = 0; i < qs.n; i++)
+		enc_queue(&e, qs.a[i].v);
+out:
+	free(tmp);
+	free(ws.a);
+	free(qs.a);
+	free(rs.a);
+	return e.err ? -1 : 0;
+}
+
+/* Reading: every field checked against the bytes left. */
+
+struct dec {
+	const unsigned char *p, *end, *start;
+	char *err;
+	size_t errlen;
+};
+
+static int dbad(struct dec *d, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static int
+dbad(struct dec *d, const char *fmt, ...)
+{
+	char m[256];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(m, sizeof(m), fmt, ap);
+	va_end(ap);
+	say(d->err, d->errlen, "at byte %zu: %s", (size_t)(d->p - d->start), m);
+	return -1;
+}
+
+static int
+get_u(struct dec *d, uint64_t *v)
+{
+	uint64_t x = 0;
+
+	for (unsigned sh = 0;; sh += 7) {
+		if (d->p == d->end)
+			return dbad(d, "cut short");
+		unsigned char b = *d->p++;
+		if (sh == 63 && b > 1)
+			return dbad(d, "a number too large");
+		x |= (uint64_t)(b & 0x7f) << sh;
+		if ((b & 0x80) == 0)
+			break;
+	}
+	*v = x;
+	return 0;
+}
+
+static int
+get_max(struct dec *d, uint64_t *v, uint64_t max, const char *what)
+{
+	if (get_u(d, v) < 0)
+		return -1;
+	if (*v > max)
+		return dbad(d, "%s %" PRIu64 " is out of range", what, *v);
+	return 0;
+}
+
+static int
+get_int(struct dec *d, int64_t *v, int64_t min, int64_t max, const char *what)
+{
+	uint64_t u;
+
+	if (get_u(d, &u) < 0)
+		return -1;
+	*v = (int64_t)(u >> 1) ^ -(int64_t)(u & 1);
+	if (*v < min || *v > max)
+		return dbad(d, "%s %" PRId64 " is out of range", what, *v);
+	return 0;
+}
+
+static int
+get_long(struct dec *d, long *v, long min, long max, const char *what)
+{
+	int64_t x;
+
+	if (get_int(d, &x, min, max, what) < 0)
+		return -1;
+	*v = (long)x;
+	return 0;
+}
+
+static int
+get_ulong(struct dec *d, unsigned long *v)
+{
+	uint64_t x;
+
+	if (get_max(d, &x, ULONG_MAX, "a counter") < 0)
+		return -1;
+	*v = (unsigned long)x;
+	return 0;
+}
+
+static int
+get_flag(struct dec *d, int *v)
+{
+	uint64_t x;
+
+	if (get_max(d, &x, 1, "a flag") < 0)
+		return -1;
+	*v = (int)x;
+	return 0;
+}
+
+/* Bytes in place; set is 0 for NULL. */
+struct span {
+	const char *p;
+	size_t n;
+	int set;
+};
+
+enum { SPAN_BYTES, SPAN_TEXT, SPAN_NAME };
+
+static int
+get_span(struct dec *d, struct span *s, int kind, int need, const char *what)
+{
+	uint64_t n;
+
+	if (get_u(d, &n) < 0)
+		return -1;
+	s->set = n != 0;
+	s->n = n != 0 ? (size_t)(n - 1) : 0;
+	s->p = (const char *)d->p;
+	if (n != 0 && n - 1 > (uint64_t)(d->end - d->p))
+		return dbad(d, "%s is cut short", what);
+	d->p += s->n;
+	if (!s->set) {
+		if (need)
+			return dbad(d, "%s is missing", what);
+		return 0;
+	}
+	if (kind != SPAN_BYTES && memchr(s->p, '\0', s->n) != NULL)
+		return dbad(d, "%s holds a NUL", what);
+	if (kind == SPAN_NAME) {
+		char nm[CQ_NAME_MAX + 1];
+		if (s->n > CQ_NAME_MAX)
+			return dbad(d, "%s is too long", what);
+		memcpy(nm, s->p, s->n);
+		nm[s->n] = '\0';
+		if (!cq_name_valid(nm))
+			return dbad(d, "%s is not a name", what);
+	}
+	return 0;
+}
+
+/* A name span (checked) as a C string in nm. */
+static const char *
+span_name(const struct span *s, char nm[CQ_NAME_MAX + 1])
+{
+	memcpy(nm, s->p, s->n);
+	nm[s->n] = '\0';
+	return nm;
+}
+
+static char *
+span_dup(const struct span *s, int *nomem)
+{
+	char *p;
+
+	if (!s->set)
+		return NULL;
+	if ((p = malloc(s->n + 1)) == NULL) {
+		*nomem = 1;
+		return NULL;
+	}
+	memcpy(p, s->p, s->n);
+	p[s->n] = '\0';
+	return p;
+}
+
+/* A count of items of at least one byte each. */
+static int
+get_count(struct dec *d, uint64_t *n, uint64_t max, const char *what)
+{
+	if (get_max(d, n, max, what) < 0)
+		return -1;
+	if (*n > (uint64_t)(d->end - d->p))
+		return dbad(d, "%s: more than there are bytes", what);
+	return 0;
+}
+
+struct jworker {
+	struct span name, why;
+	long index, slots;
+	uint64_t inc, nres, nstop;
+	int live;
+	unsigned long incarnations, deaths;
+	struct dec res, stops; /* where the lists begin */
+};
+
+static int
+get_resource_state(struct dec *d, struct span *name, uint64_t *state,
+    struct span *msg)
+{
+	if (get_span(d, name, SPAN_NAME, 1, "a resource's name") < 0 ||
+	    get_max(d, state, CQ_RES_FAILED, "a resource's state") < 0 ||
+	    get_span(d, msg, SPAN_TEXT, 0, "a resource's message") < 0)
+		return -1;
+	return 0;
+}
+
+static int
+get_stop(struct dec *d, uint64_t *id, long *attempt)
+{
+	if (get_max(d, id, J_ID_MAX, "a stop's closure") < 0 ||
+	    get_long(d, attempt, 0, LONG_MAX, "a stop's attempt") < 0)
+		return -1;
+	return 0;
+}
+
+static int
+dec_worker(struct dec *d, struct jworker *x)
+{
+	struct span s;
+	uint64_t u;
+	long l;
+
+	if (get_span(d, &x->name, SPAN_NAME, 1, "a worker's name") < 0 ||
+	    get_long(d, &x->index, LONG_MIN, LONG_MAX, "an index") < 0 ||
+	    get_u(d, &x->inc) < 0 || get_flag(d, &x->live) < 0 ||
+	    get_long(d, &x->slots, 0, LONG_MAX, "slots") < 0 ||
+	    get_ulong(d, &x->incarnations) < 0 ||
+	    get_ulong(d, &x->deaths) < 0 ||
+	    get_span(d, &x->why, SPAN_TEXT, 0, "why") < 0 ||
+	    get_count(d, &x->nres, UINT64_MAX, "resources") < 0)
+		return -1;
+	x->res = *d;
+	for (uint64_t i = 0; i < x->nres; i++)
+		if (get_resource_state(d, &s, &u, &s) < 0)
+			return -1;
+	if (get_count(d, &x->nstop, UINT64_MAX, "stops") < 0)
+		return -1;
+	x->stops = *d;
+	for (uint64_t i = 0; i < x->nstop; i++)
+		if (get_stop(d, &u, &l) < 0)
+			return -1;
+	return 0;
+}
+
+struct jclosure {
+	uint64_t id;
+	int full;
+	struct span queue, spec, on, key;
+	uint64_t nneeds;
+	struct dec needs;
+	size_t nretry;
+	int retry[CQ_MAX_RETRY_CODES];
+	long max_retries;
+	uint64_t state;
+	int front, failed, exited, truncated;
+	long retries, attempts, deaths;
+	struct span worker, last_worker, out, err, message;
+	int code;
+};
+
+static int
+dec_spec(struct dec *d, struct jclosure *x)
+{
+	struct span s;
+	uint64_t n;
+
+	if (get_span(d, &x->queue, SPAN_NAME, 1, "a closure's queue") < 0 ||
+	    get_span(d, &x->spec, SPAN_TEXT, 1, "a closure's spec") < 0 ||
+	    get_span(d, &x->on, SPAN_NAME, 0, "on") < 0 ||
+	    get_span(d, &x->key, SPAN_TEXT, 0, "a key") < 0 ||
+	    get_count(d, &x->nneeds, 64, "needs") < 0)
+		return -1;
+	x->needs = *d;
+	for (uint64_t i = 0; i < x->nneeds; i++)
+		if (get_span(d, &s, SPAN_NAME, 1, "a need") < 0)
+			return -1;
+	if (get_max(d, &n, CQ_MAX_RETRY_CODES, "retry codes") < 0)
+		return -1;
+	x->nretry = (size_t)n;
+	for (size_t i = 0; i < x->nretry; i++) {
+		int64_t v;
+		if (get_int(d, &v, 1, 255, "a retry code") < 0)
+			return -1;
+		x->retry[i] = (int)v;
+	}
+	return get_long(d, &x->max_retries, 0, LONG_MAX, "max_retries");
+}
+
+static int
+dec_closure(struct dec *d, struct jclosure *x, int full)
+{
+	int64_t code;
+
+	x->full = full;
+	if (get_max(d, &x->id, J_ID_MAX, "a closure id") < 0)
+		return -1;
+	if (x->id == 0)
+		return dbad(d, "closure id 0");
+	if (full && dec_spec(d, x) < 0)
+		return -1;
+	if (get_max(d, &x->state, CQ_CANCELLED, "a state") < 0 ||
+	    get_flag(d, &x->front) < 0 ||
+	    get_long(d, &x->retries, 0, LONG_MAX, "retries") < 0 ||
+	    get_long(d, &x->attempts, 0, LONG_MAX, "attempts") < 0 ||
+	    get_long(d, &x->deaths, 0, LONG_MAX, "deaths") < 0 ||
+	    get_span(d, &x->worker, SPAN_NAME, 0, "a worker") < 0 ||
+	    get_span(d, &x->last_worker, SPAN_NAME, 0, "the last worker") < 0 ||
+	    get_flag(d, &x->failed) < 0 || get_flag(d, &x->exited) < 0 ||
+	    get_int(d, &code, INT_MIN, INT_MAX, "a code") < 0 ||
+	    get_span(d, &x->out, SPAN_BYTES, 0, "stdout") < 0 ||
+	    get_flag(d, &x->truncated) < 0 ||
+	    get_span(d, &x->err, SPAN_BYTES, 0, "stderr") < 0 ||
+	    get_span(d, &x->message, SPAN_TEXT, 0, "a message") < 0)
+		return -1;
+	x->code = (int)code;
+	if ((x->state == CQ_RUNNING) != x->worker.set)
+		return dbad(d, "closure %" PRIu64 " %s a worker", x->id,
+		    x->worker.set ? "does not run, yet names" : "runs without");
+	return 0;
+}
+
+struct jqueue {
+	struct span name;
+	unsigned long scheduled, done, failed, cancelled, retried;
+	uint64_t error;
+};
+
+static int
+dec_queue(struct dec *d, struct jqueue *x)
+{
+	if (get_span(d, &x->name, SPAN_NAME, 1, "a queue's name") < 0 ||
+	    get_ulong(d, &x->scheduled) < 0 || get_ulong(d, &x->done) < 0 ||
+	    get_ulong(d, &x->failed) < 0 || get_ulong(d, &x->cancelled) < 0 ||
+	    get_ulong(d, &x->retried) < 0 ||
+	    get_max(d, &x->error, J_ID_MAX, "a queue's error") < 0)
+		return -1;
+	return 0;
+}
+
+struct jcounts {
+	uint64_t nid;
+	unsigned long done, failed, retried, cancelled, aborted, deaths,
+	    put_back;
+};
+
+static int
+dec_counts(struct dec *d, struct jcounts *x)
+{
+	if (get_max(d, &x->nid, J_ID_MAX, "the next id") < 0 ||
+	    get_ulong(d, &x->done) < 0 || get_ulong(d, &x->failed) < 0 ||
+	    get_ulong(d, &x->retried) < 0 || get_ulong(d, &x->cancelled) < 0 ||
+	    get_ulong(d, &x->aborted) < 0 || get_ulong(d, &x->deaths) < 0 ||
+	    get_ulong(d, &x->put_back) < 0)
+		return -1;
+	if (x->nid == 0)
+		return dbad(d, "the next id is 0");
+	return 0;
+}
+
+/* Applying: closures move between lists as their state says. */
+
+static void
+j_detach(struct cq *cq, struct cq_closure *c)
+{
+	if (c->state == CQ_QUEUED && c->list != NULL) {
+		pend_unlink(c);
+		c->q->queued--;
+		cq->v.queued--;
+	} else if (c->state == CQ_RUNNING && c->worker != NULL) {
+		run_unlink(c);
+		c->q->inflight--;
+		cq->v.inflight--;
+	}
+}
+
+static void
+j_attach(struct cq *cq, struct cq_closure *c, enum cq_state st, int front,
+    struct cq_worker *w, int64_t now)
+{
+	c->state = st;
+	switch (st) {
+	case CQ_QUEUED:
+		pend_push(pending_for(cq, c), c, front);
+		c->q->queued++;
+		cq->v.queued++;
+		break;
+	case CQ_RUNNING:
+		c->worker = w;
+		c->started = now;
+		c->prev = NULL;
+		c->next = w->run_head;
+		if (w->run_head != NULL)
+			w->run_head->prev = c;
+		w->run_head = c;
+		w->running++;
+		c->q->inflight++;
+		cq->v.inflight++;
+		break;
+	default:
+		c->ended = now;
+		cq->last_end = now;
+		break;
+	}
+}
+
+static int
+j_nomem(struct dec *d)
+{
+	return dbad(d, "out of memory");
+}
+
+static int
+apply_worker(struct cq *cq, struct jworker *x, int64_t now, struct dec *d)
+{
+	char nm[CQ_NAME_MAX + 1];
+	struct cq_worker *w = worker_get(cq, span_name(&x->name, nm), 1);
+	struct strmap *m = strmap_new();
+	uint64_t *stop = NULL;
+	long *at = NULL;
+	int nomem = 0;
+
+	if (w == NULL || m == NULL)
+		goto nomem;
+	for (uint64_t i = 0; i < x->nres; i++) {
+		struct span name, msg;
+		uint64_t state;
+		struct cq_resource_state *s;
+		get_resource_state(&x->res, &name, &state, &msg);
+		if (strmap_get(m, name.p, name.n) != NULL) {
+			strmap_free(m, resource_state_free);
+			return dbad(d, "worker %s has a resource twice", nm);
+		}
+		if ((s = calloc(1, sizeof(*s))) == NULL)
+			goto nomem;
+		s->state = (int)state;
+		s->message = span_dup(&msg, &nomem);
+		if (nomem || strmap_put(m, name.p, name.n, s) < 0) {
+			resource_state_free(s);
+			goto nomem;
+		}
+	}
+	if (x->nstop > 0 &&
+	    ((stop = malloc(x->nstop * sizeof(*stop))) == NULL ||
+	        (at = malloc(x->nstop * sizeof(*at))) == NULL))
+		goto nomem;
+	for (uint64_t i = 0; i < x->nstop; i++)
+		get_stop(&x->stops, &stop[i], &at[i]);
+	free(w->why);
+	w->why = span_dup(&x->why, &nomem);
+	if (nomem)
+		goto nomem;
+	strmap_free(w->resources, resource_state_free);
+	w->resources = m;
+	free(w->stop);
+	free(w->stop_attempt);
+	w->stop = stop;
+	w->stop_attempt = at;
+	w->nstop = w->capstop = (size_t)x->nstop;
+	if (x->live != w->live)
+		live_changed(cq, x->live ? 1 : -1, now);
+	w->live = x->live;
+	w->index = x->index;
+	w->inc = x->inc;
+	w->slots = x->slots;
+	w->incarnations = x->incarnations;
+	w->deaths = x->deaths;
+	w->last_seen = now;
+	w->hb_parked = 0;
+	jmark_w(cq, w);
+	return 0;
+nomem:
+	strmap_free(m, resource_state_free);
+	free(stop);
+	free(at);
+	return j_nomem(d);
+}
+
+static void apply_forget(struct cq *cq, uint64_t id);
+
+/* A new closure from x, in no list yet; NULL (d says why) when it cannot. */
+static struct cq_closure *
+j_closure_new(struct cq *cq, struct jclosure *x, int64_t now, struct dec *d)
+{
+	char nm[CQ_NAME_MAX + 1];
+	struct cq_queue *q;
+	struct cq_closure *c;
+	uint64_t *old;
+	int nomem = 0;
+
+	if (cq_closure(cq, x->id) != NULL) {
+		dbad(d, "closure %" PRIu64 " exists", x->id);
+		return NULL;
+	}
+	if ((q = cq_queue(cq, span_name(&x->queue, nm), 1)) == NULL ||
+	    (c = calloc(1, sizeof(*c))) == NULL) {
+		j_nomem(d);
+		return NULL;
+	}
+	c->id = x->id;
+	c->q = q;
+	c->state = CQ_CANCELLED; /* in no list */
+	c->spec = span_dup(&x->spec, &nomem);
+	c->speclen = x->spec.n;
+	c->on = span_dup(&x->on, &nomem);
+	c->key = span_dup(&x->key, &nomem);
+	if (x->nneeds > 0 &&
+	    (c->needs = calloc(x->nneeds + 1, sizeof(char *))) == NULL)
+		nomem = 1;
+	for (uint64_t i = 0; c->needs != NULL && i < x->nneeds; i++) {
+		struct span s;
+		get_span(&x->needs, &s, SPAN_NAME, 1, "a need");
+		c->needs[i] = span_dup(&s, &nomem);
+	}
+	memcpy(c->retry_exit, x->retry, sizeof(c->retry_exit));
+	c->nretry_exit = x->nretry;
+	c->max_retries = x->max_retries;
+	c->enqueued = now;
+	/* A key is free again once its closure is forgotten: it was. */
+	if (!nomem && c->key != NULL &&
+	    (old = strmap_get(q->keys, c->key, strlen(c->key))) != NULL) {
+		apply_forget(cq, *old);
+		free(strmap_del(q->keys, c->key, strlen(c->key)));
+	}
+	if (!nomem && c->key != NULL) {
+		uint64_t *v = malloc(sizeof(*v));
+		if (v == NULL ||
+		    strmap_put(q->keys, c->key, strlen(c->key), v) < 0) {
+			free(v);
+			nomem = 1;
+		} else {
+			*v = c->id;
+		}
+	}
+	if (nomem || byid_grow(cq, x->id) < 0) {
+		if (!nomem && c->key != NULL)
+			free(strmap_del(q->keys, c->key, strlen(c->key)));
+		closure_free(cq, c);
+		j_nomem(d);
+		return NULL;
+	}
+	cq->byid[x->id] = c;
+	cq->v.closures++;
+	if (x->id >= cq->nid)
+		cq->nid = x->id + 1;
+	return c;
+}
+
+static int
+apply_closure(struct cq *cq, struct jclosure *x, int64_t now, struct dec *d)
+{
+	char nm[CQ_NAME_MAX + 1];
+	struct cq_closure *c;
+	struct cq_worker *w = NULL;
+	int fresh = 0, nomem = 0;
+
+	if (x->full) {
+		if ((c = j_closure_new(cq, x, now, d)) == NULL)
+			return -1;
+		fresh = 1;
+	} else if ((c = cq_closure(cq, x->id)) == NULL) {
+		return 0; /* forgotten since, or its first record never came */
+	}
+	if (x->state == CQ_RUNNING &&
+	    (w = worker_get(cq, span_name(&x->worker, nm), 1)) == NULL)
+		return j_nomem(d);
+	if (fresh || c->state != (enum cq_state)x->state || c->worker != w) {
+		j_detach(cq, c);
+		j_attach(cq, c, (enum cq_state)x->state, x->front, w, now);
+	}
+	if (w != NULL)
+		jmark_w(cq, w); /* checked after the record: is it live? */
+	c->retries = x->retries;
+	c->attempts = x->attempts;
+	c->deaths = x->deaths;
+	c->failed = x->failed;
+	free(c->last_worker);
+	c->last_worker = span_dup(&x->last_worker, &nomem);
+	result_clear(cq, &c->res);
+	c->res.exited = x->exited;
+	c->res.code = x->code;
+	c->res.truncated = x->truncated;
+	c->res.out = span_dup(&x->out, &nomem);
+	c->res.outlen = c->res.out != NULL ? x->out.n : 0;
+	c->res.err = span_dup(&x->err, &nomem);
+	c->res.errlen = c->res.err != NULL ? x->err.n : 0;
+	c->res.message = span_dup(&x->message, &nomem);
+	cq->v.value_bytes += c->res.outlen + c->res.errlen;
+	return nomem ? j_nomem(d) : 0;
+}
+
+static int
+apply_queue(struct cq *cq, struct jqueue *x, struct dec *d)
+{
+	char nm[CQ_NAME_MAX + 1];
+	struct cq_queue *q = cq_queue(cq, span_name(&x->name, nm), 1);
+	struct cq_closure *e = NULL;
+
+	if (q == NULL)
+		return j_nomem(d);
+	/* Gone (its own record never came): the error is lost with it. */
+	if (x->error != 0 && (e = cq_closure(cq, x->error)) != NULL &&
+	    e->q != q)
+		return dbad(d,
+		    "queue %s's error, closure %" PRIu64 ", is another queue's",
+		    nm, x->error);
+	q->error = e;
+	q->scheduled = x->scheduled;
+	q->done = x->done;
+	q->failed = x->failed;
+	q->cancelled = x->cancelled;
+	q->retried = x->retried;
+	return 0;
+}
+
+static int
+apply_counts(struct cq *cq, struct jcounts *x, struct dec *d)
+{
+	if (x->nid < cq->nbyid)
+		return dbad(d, "the next id %" PRIu64 " is one in use", x->nid);
+	cq->nid = x->nid;
+	cq->v.done = x->done;
+	cq->v.failed = x->failed;
+	cq->v.retried = x->retried;
+	cq->v.cancelled = x->cancelled;
+	cq->v.aborted = x->aborted;
+	cq->v.deaths = x->deaths;
+	cq->v.put_back = x->put_back;
+	return 0;
+}
+
+static void
+apply_forget(struct cq *cq, uint64_t id)
+{
+	struct cq_closure *c = cq_closure(cq, id);
+
+	if (c == NULL)
+		return;
+	j_detach(cq, c);
+	if (c->q->error == c)
+		c->q->error = NULL;
+	if (c->key != NULL)
+		free(strmap_del(c->q->keys, c->key, strlen(c->key)));
+	cq->byid[id] = NULL;
+	cq->v.closures--;
+	closure_free(cq, c);
+}
+
+static int
+apply_resource(struct cq *cq, struct span *name, struct span *json,
+    struct dec *d)
+{
+	char nm[CQ_NAME_MAX + 1];
+	json_t *o = json_loadb(json->p, json->n, 0, NULL);
+	int ok = json_is_object(o);
+	char *text, *old;
+	int nomem = 0;
+
+	json_decref(o);
+	if (!ok)
+		return dbad(d, "resource %s is not JSON", span_name(name, nm));
+	if ((text = span_dup(json, &nomem)) == NULL)
+		return j_nomem(d);
+	old = strmap_get(cq->resources, name->p, name->n);
+	if (strmap_put(cq->resources, name->p, name->n, text) < 0) {
+		free(text);
+		return j_nomem(d);
+	}
+	free(old);
+	return 0;
+}
+
+/*
+ * Closures left running on a worker that is not live (a record of their
+ * own never came) go back to the front of the queue, as on its death.
+ */
+static void
+j_settle(struct cq *cq)
+{
+	struct cq_worker *w, *next;
+
+	for (w = cq->jw; w != NULL; w = next) {
+		next = w->jnext;
+		w->jdirty = 0;
+		while (!w->live && w->run_head != NULL) {
+			struct cq_closure *c = w->run_head;
+			j_detach(cq, c);
+			j_attach(cq, c, CQ_QUEUED, 1, NULL, 0);
+		}
+	}
+	cq->jw = cq->jwtail = NULL;
+}
+
+union jitem {
+	struct jworker w;
+	struct jclosure c;
+	struct jqueue q;
+	struct jcounts v;
+};
+
+/* One item at d; applied unless dry. */
+static int
+j_item(struct cq *cq, struct dec *d, int dry, int64_t now, uint64_t *maxid,
+    uint64_t *nid)
+{
+	union jitem x;
+	struct span name, json;
+	uint64_t id;
+	char tag = (char)*d->p++;
+
+	switch (tag) {
+	case 'W':
+		if (dec_worker(d, &x.w) < 0)
+			return -1;
+		return dry ? 0 : apply_worker(cq, &x.w, now, d);
+	case 'N':
+	case 'S':
+		if (dec_closure(d, &x.c, tag == 'N') < 0)
+			return -1;
+		if (tag == 'N' && x.c.id > *maxid)
+			*maxid = x.c.id;
+		return dry ? 0 : apply_closure(cq, &x.c, now, d);
+	case 'Q':
+		if (dec_queue(d, &x.q) < 0)
+			return -1;
+		return dry ? 0 : apply_queue(cq, &x.q, d);
+	case 'F':
+		if (get_max(d, &id, J_ID_MAX, "a closure id") < 0)
+			return -1;
+		if (!dry)
+			apply_forget(cq, id);
+		return 0;
+	case 'R':
+		if (get_span(d, &name, SPAN_NAME, 1, "a resource's name") < 0 ||
+		    get_span(d, &json, SPAN_TEXT, 1, "a resource") < 0)
+			return -1;
+		return dry ? 0 : apply_resource(cq, &name, &json, d);
+	case 'V':
+		if (dec_counts(d, &x.v) < 0)
+			return -1;
+		if (*nid != 0)
+			return dbad(d, "counters twice");
+		*nid = x.v.nid;
+		return dry ? 0 : apply_counts(cq, &x.v, d);
+	default: d->p--; return dbad(d, "no item is tagged 0x%02x", tag);
+	}
+}
+
+/*
+ * Reads p: checks it all when dry, else applies it. Closures may not
+ * reach past the next id the counters give, nor a record take more than
+ * J_ID_STEP ids at once.
+ */
+static int
+j_items(struct cq *cq, const void *p, size_t len, const char *magic, int dry,
+    int64_t now, char *err, size_t errlen)
+{
+	struct dec d = {p, (const unsigned char *)p + len, p, err, errlen};
+	uint64_t maxid = 0, nid = 0;
+
+	if (len < 4 || memcmp(p, magic, 3) != 0)
+		return dbad(&d, "not a %s",
+		    magic[2] == 'S' ? "closure queue snapshot" :
+		                      "closure queue record");
+	if (d.p[3] != J_VERSION)
+		return dbad(&d, "version %u, not %d", d.p[3], J_VERSION);
+	d.p += 4;
+	while (d.p < d.end)
+		if (j_item(cq, &d, dry, now, &maxid, &nid) < 0)
+			return -1;
+	if (!dry)
+		return 0;
+	if (nid == 0)
+		return dbad(&d, "no counters");
+	if (maxid >= nid)
+		return dbad(&d, "closure %" PRIu64 " is past the next id",
+		    maxid);
+	if (magic[2] == 'R' && nid > cq->nid + J_ID_STEP)
+		return dbad(&d, "the next id leaps to %" PRIu64, nid);
+	return 0;
+}
+
+int
+cq_apply(struct cq *cq, const void *rec, size_t len, int64_t now, char *err,
+    size_t errlen)
+{
+	int rc;
+
+	if (j_items(cq, rec, len, "CQR", 1, now, err, errlen) < 0)
+		return -1;
+	cq->replaying = 1;
+	rc = j_items(cq, rec, len, "CQR", 0, now, err, errlen);
+	j_settle(cq);
+	cq->replaying = 0;
+	return rc;
+}
+
+int
+cq_restore(struct cq *cq, const void *p, size_t len, int64_t now, char *err,
+    size_t errlen)
+{
+	int rc;
+
+	if (cq->nbyid != 1 || cq->nid != 1 || strmap_count(cq->queues) != 0 ||
+	    strmap_count(cq->workers) != 0 ||
+	    strmap_count(cq->resources) != 0) {
+		say(err, errlen, "a snapshot loads into an empty queue only");
+		return -1;
+	}
+	if (j_items(cq, p, len, "CQS", 1, now, err, errlen) < 0)
+		return -1;
+	cq->replaying = 1;
+	rc = j_items(cq, p, len, "CQS", 0, now, err, errlen);
+	j_settle(cq);
+	cq->replaying = 0;
+	cq->last_end = now;
+	cq->no_worker_since = now;
+	return rc;
 }

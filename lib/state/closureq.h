@@ -28,6 +28,7 @@
 
 #include <jansson.h>
 
+#include "buf.h"
 #include "status.h"
 
 enum cq_state { CQ_QUEUED, CQ_RUNNING, CQ_READY, CQ_ABORTED, CQ_CANCELLED };
@@ -73,6 +74,8 @@ struct cq_closure {
 	int64_t enqueued, started, ended; /* monotonic ms */
 	struct cq_closure *prev, *next;   /* pending or running list */
 	struct cq_pending *list;          /* the pending list it is on */
+	struct cq_closure *jnext;         /* changed since the last record */
+	unsigned char jdirty, jfront;
 };
 
 /* A list of closures waiting to run (all workers', or one's pinned). */
@@ -87,6 +90,8 @@ struct cq_queue {
 	struct cq_closure *error; /* the first error, not yet reported */
 	struct strmap *keys;      /* idempotency key -> closure id */
 	unsigned long scheduled, done, failed, cancelled, retried;
+	struct cq_queue *jnext; /* changed since the last record */
+	int jdirty;
 };
 
 struct cq_resource_state {
@@ -113,6 +118,9 @@ struct cq_worker {
 	struct strmap *resources; /* name -> struct cq_resource_state */
 	unsigned long incarnations, deaths;
 	char *why; /* why it last failed */
+	struct cq *cq;
+	struct cq_worker *jnext; /* changed since the last record */
+	int jdirty;
 };
 
 struct cq_config {
@@ -258,5 +266,45 @@ void cq_each_resource(struct cq *cq,
 int64_t cq_last_end(const struct cq *cq);
 /* The monotonic ms since when no worker has been live; 0 when one is. */
 int64_t cq_no_worker_since(const struct cq *cq);
+
+/*
+ * The journal. Every durable change (closures, queues and their keys and
+ * errors, workers, their resources' states and stop lists, resources, the
+ * counters but stale) reaches fn as one record per call that made it,
+ * cq_take_stops and cq_resource_state included, under the caller's lock,
+ * in the order made. A record says what each object it names now is, not
+ * what happened to it, so a record that never got written leaves only an
+ * older state of those objects. fn cannot refuse; it is called with NULL
+ * and 0 when memory for a record ran out (the journal is then behind).
+ * Set it after cq_restore and cq_apply: they write no records. Times,
+ * parked heartbeats and the stale counter are not kept.
+ */
+typedef void (*cq_journal_fn)(const void *rec, size_t len, void *arg);
+void cq_set_journal(struct cq *cq, cq_journal_fn fn, void *arg);
+/*
+ * The whole durable state, appended to out; the same state gives the same
+ * bytes. 0, or -1 when memory runs out.
+ */
+int cq_snapshot(struct cq *cq, struct buf *out);
+/*
+ * Loads a snapshot into an empty cq (new, of the same config), without
+ * telling the observer. Monotonic times do not survive a restart: every
+ * time becomes now, so a live worker has a heartbeat timeout from now to
+ * be heard from, after which cq_scan fails it and its closures run again.
+ * 0, or -1 with err filled when p is not a snapshot or not a consistent
+ * one (cq is then partly loaded: free it).
+ */
+int cq_restore(struct cq *cq, const void *p, size_t len, int64_t now, char *err,
+    size_t errlen);
+/*
+ * Applies one record, as cq_restore does a snapshot. A record that does
+ * not decode changes nothing. One written after a record that never got
+ * written still applies: a closure the state does not hold is skipped,
+ * a queue's error that is gone is dropped, closures left running on a
+ * worker that is down go back to the queue. One that does not fit the
+ * state otherwise is applied in part. 0, or -1 with err filled.
+ */
+int cq_apply(struct cq *cq, const void *rec, size_t len, int64_t now, char *err,
+    size_t errlen);
 
 #endif

@@ -23,6 +23,7 @@ static const struct unit_test *groups[] = {
     notice_tests,
     syncpoint_tests,
     state_tests,
+    cqjournal_tests,
 };
 
 int
