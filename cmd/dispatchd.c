@@ -29,7 +29,9 @@ static const char synopsis[] =
     "                 [--request-timeout DUR] [--max-wait DUR]\n"
     "                 [--token-file FILE] [--insecure]\n"
     "                 [--tls-cert FILE --tls-key FILE [--tls-client-ca "
-    "FILE]]\n";
+    "FILE]]\n"
+    "                 [--state-dir DIR [--fsync always|batch|none]\n"
+    "                  [--journal-max-bytes BYTES]]\n";
 
 /*
  * The workers of the static sharding modes, in shard order, as workers
@@ -175,6 +177,7 @@ main(int argc, char **argv)
 	struct daemon_service svc;
 	struct dispatch *ds;
 	char err[512];
+	enum status st;
 	int rc;
 
 	log_init(argv[0], 0);
@@ -188,6 +191,12 @@ main(int argc, char **argv)
 	}
 	if ((ds = dispatch_new(&dc, err, sizeof(err))) == NULL)
 		return cli_fail(ST_INTERNAL, "%s", err);
+	if (d.state_dir != NULL &&
+	    (st = dispatch_journal_open(ds, d.state_dir, d.fsync, d.journal_max,
+	         err, sizeof(err))) != ST_OK) {
+		dispatch_free(ds);
+		return cli_fail(st, "%s", err);
+	}
 	dispatch_service(ds, &svc);
 	rc = daemon_run(&d, &svc);
 	dispatch_free(ds);

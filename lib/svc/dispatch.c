@@ -330,6 +330,7 @@ dispatch_unlock(struct dispatch *d)
 			serve_takers(d);
 		}
 	}
+	dispatch_journal_settle(d);
 	park_unlock(d->park);
 }
 
@@ -703,6 +704,8 @@ queue_route(struct http_req *req, const struct route_match *m, void *arg)
 		    "%s is not a queue name (letters, digits, _-.:)", name);
 		return;
 	}
+	if (m->method == ROUTE_POST && dispatch_refuse(d, req))
+		return; /* the state directory cannot be written */
 	dispatch_lock(d);
 	if (dispatch_closing(d)) {
 		dispatch_reply_closing(req);
@@ -766,6 +769,8 @@ closure_route(struct http_req *req, const struct route_match *m, void *arg)
 	if (closure_arg(req, m, &id) < 0 ||
 	    park_wait_arg(req, "wait", 0, &wait) < 0)
 		return;
+	if (m->method != ROUTE_GET && dispatch_refuse(d, req))
+		return; /* the state directory cannot be written */
 	dispatch_lock(d);
 	if ((c = cq_closure(d->cq, id)) == NULL) {
 		http_reply_error(req, ST_NOT_FOUND, "no closure %" PRIu64, id);
@@ -985,7 +990,8 @@ resource_route(struct http_req *req, const struct route_match *m, void *arg)
 
 	route_seg(m, 0, name, sizeof(name));
 	if (m->method == ROUTE_PUT) {
-		if ((body = dispatch_body(req)) == NULL)
+		if (dispatch_refuse(d, req) ||
+		    (body = dispatch_body(req)) == NULL)
 			return;
 		dispatch_lock(d);
 		st = cq_resource_add(d->cq, name, json_object_get(body, "argv"),
@@ -1300,6 +1306,12 @@ worker_route(struct http_req *req, const struct route_match *m, void *arg)
 	    dispatch_arg_long(req, "max", 1, 1, TAKE_MAX, &max) < 0 ||
 	    dispatch_arg_long(req, "take", 0, 0, TAKE_MAX, &slots) < 0)
 		return;
+	/* Heartbeats and progress reports go on: the rest is refused while
+	 * the state directory cannot be written. */
+	if (!(wl == 9 && memcmp(what, "heartbeat", 9) == 0) &&
+	    !(wl == 5 && memcmp(what, "tasks", 5) == 0) &&
+	    dispatch_refuse(d, req))
+		return;
 	if (m->method == ROUTE_POST &&
 	    (m->nseg == 1 || (wl == 7 && memcmp(what, "results", 7) == 0) ||
 	        (wl == 6 && memcmp(what, "splits", 6) == 0) || m->nseg == 3)) {
@@ -1555,6 +1567,8 @@ dispatch_shutdown(struct dispatch *d)
 	park_index_each(d->leasers, drain, NULL);
 	drain(&d->takers, NULL);
 	dispatch_unlock(d);
+	if (d->commit != NULL)
+		commit_detach(d->commit);
 }
 
 void
@@ -1567,6 +1581,10 @@ dispatch_free(struct dispatch *d)
 	park_index_free(d->qwait);
 	park_index_free(d->beats);
 	park_index_free(d->leasers);
+	if (d->commit != NULL && commit_free(d->commit) < 0)
+		log_info("some changes could not be written to the state "
+		         "directory before exit");
+	buf_free(&d->jrec);
 	cq_free(d->cq);
 	ds_free(d->ds);
 	free(d->events);
@@ -1686,6 +1704,23 @@ gone_cb(struct http_req *req, void *arg)
 	park_gone(d->park, req);
 }
 
+static void
+started_cb(struct http_server *srv, void *arg)
+{
+	struct dispatch *d = arg;
+
+	if (d->commit != NULL)
+		commit_attach(d->commit, srv);
+}
+
+static uint64_t
+gate_cb(void *arg)
+{
+	struct dispatch *d = arg;
+
+	return commit_gate(d->commit);
+}
+
 static const struct route routes[] = {
     {"/v1/queues/*/*", ROUTE_GET | ROUTE_POST, queue_route},
     {"/v1/closures", ROUTE_GET, closures_route},
@@ -1720,4 +1755,6 @@ dispatch_service(struct dispatch *d, struct daemon_service *svc)
 	svc->health = health;
 	svc->shutdown = shutdown_cb;
 	svc->gone = gone_cb;
+	svc->started = started_cb;
+	svc->gate = d->commit != NULL ? gate_cb : NULL;
 }

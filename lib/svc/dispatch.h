@@ -13,6 +13,7 @@
 #include "closureq.h"
 #include "daemon.h"
 #include "dataset.h"
+#include "journal.h"
 
 struct dispatch;
 
@@ -31,5 +32,15 @@ void dispatch_service(struct dispatch *d, struct daemon_service *svc);
 /* Answers everything parked with UNAVAILABLE and Retry-After. */
 void dispatch_shutdown(struct dispatch *d);
 void dispatch_free(struct dispatch *d);
+
+/*
+ * Reads the state directory dir back (made if missing; one dispatchd at a
+ * time) and journals every change from then on, compacting past max_bytes
+ * (0: 64 MiB); before dispatch_service. ST_OK, or the error
+ * (FAILED_PRECONDITION: another process has it; INTERNAL: it cannot be
+ * read, or is damaged) with err filled.
+ */
+enum status dispatch_journal_open(struct dispatch *d, const char *dir,
+    enum journal_fsync mode, size_t max_bytes, char *err, size_t errlen);
 
 #endif

@@ -307,7 +307,8 @@ dispatch_datasets_route(struct http_req *req, const struct route_match *m,
 	int created;
 	enum status st;
 
-	if (m->method == ROUTE_POST && (body = dispatch_body(req)) == NULL)
+	if (m->method == ROUTE_POST &&
+	    (dispatch_refuse(d, req) || (body = dispatch_body(req)) == NULL))
 		return;
 	dispatch_lock(d);
 	if (m->nseg == 0 && m->method == ROUTE_POST) {
@@ -351,7 +352,8 @@ dispatch_jobs_route(struct http_req *req, const struct route_match *m,
 	int created;
 	enum status st;
 
-	if (m->method == ROUTE_POST && (body = dispatch_body(req)) == NULL)
+	if (m->method == ROUTE_POST &&
+	    (dispatch_refuse(d, req) || (body = dispatch_body(req)) == NULL))
 		return;
 	dispatch_lock(d);
 	if (dispatch_closing(d)) {
@@ -416,6 +418,8 @@ dispatch_clients_route(struct http_req *req, const struct route_match *m,
 		    "%s is not a client id", key);
 		return;
 	}
+	if (m->method == ROUTE_DELETE && dispatch_refuse(d, req))
+		return; /* the state directory cannot be written */
 	if (m->method == ROUTE_POST) {
 		size_t len;
 		const char *b = http_req_body(req, &len);

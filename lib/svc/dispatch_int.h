@@ -9,6 +9,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "buf.h"
+#include "commit.h"
 #include "dataset.h"
 #include "dispatch.h"
 #include "http_server.h"
@@ -55,7 +57,19 @@ struct dispatch {
 	struct timer scan, watchdog;
 	int stall_logged;
 	atomic_int closing;
+	/* The state directory (NULL: none); see dispatch_journal.c. */
+	struct commit *commit;
+	int jlive;       /* changes are journaled (replay is over) */
+	struct buf jrec; /* the record being made */
+	uint64_t jcount, jnext_check;
+	size_t jmax; /* compact past this many bytes of journal */
+	char jerr[256];
 };
+
+/* Compacts the journal when it is due; at the end of a locked section. */
+void dispatch_journal_settle(struct dispatch *d);
+/* While the state directory cannot be written: refuses req, 1. */
+int dispatch_refuse(struct dispatch *d, struct http_req *req);
 
 void dispatch_lock(struct dispatch *d);
 /* Acts on what the state reported, then lets the lock go. */

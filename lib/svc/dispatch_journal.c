@@ -1,0 +1,204 @@
+/*
+ * dispatch_journal.c: what dispatchd keeps in its state directory, and
+ * how it reads it back.
+ *
+ * Records: a byte for the side, then that side's own record: 'C' the
+ * closure queues (closureq: queues, closures and their values, keys,
+ * resources, workers' registrations), 'D' the data side (dataset:
+ * datasets, jobs and their positions, tasks, leases and what each split
+ * delivered, job clients). The snapshot: a version, then both sides'
+ * snapshots, each as a blob.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dispatch_int.h"
+#include "duration.h"
+#include "log.h"
+#include "rec.h"
+
+#define SNAPSHOT_VERSION 1
+#define COMPACT_DEFAULT_BYTES (64u << 20)
+
+/* Appends side's record rec, if the journal is on. */
+static void
+append(struct dispatch *d, char side, const void *rec, size_t len)
+{
+	if (d->commit == NULL || !d->jlive)
+		return;
+	if (rec == NULL) {
+		/* The state could not make its record: memory ran out. */
+		log_info("internal: out of memory; a change is not journaled");
+		errno = ENOMEM;
+		http_note_write(0);
+		return;
+	}
+	buf_reset(&d->jrec);
+	if (buf_append(&d->jrec, &side, 1) < 0 ||
+	    buf_append(&d->jrec, rec, len) < 0) {
+		errno = ENOMEM;
+		http_note_write(0);
+		return;
+	}
+	if (commit_append(d->commit, d->jrec.data, d->jrec.len) != 0)
+		d->jcount++;
+}
+
+static void
+cq_changed(const void *rec, size_t len, void *arg)
+{
+	append(arg, 'C', rec, len);
+}
+
+static void
+ds_changed(const void *rec, size_t len, void *arg)
+{
+	append(arg, 'D', rec, len);
+}
+
+static int
+write_snapshot(struct buf *out, void *arg)
+{
+	struct dispatch *d = arg;
+	struct buf part = {0};
+	struct rec_out o = {.b = out};
+
+	rec_put_u(&o, SNAPSHOT_VERSION);
+	if (cq_snapshot(d->cq, &part) < 0)
+		goto fail;
+	rec_put_blob(&o, part.data, part.len);
+	buf_reset(&part);
+	if (ds_snapshot(d->ds, &part) < 0)
+		goto fail;
+	rec_put_blob(&o, part.data, part.len);
+	buf_free(&part);
+	return o.err ? -1 : 0;
+fail:
+	buf_free(&part);
+	return -1;
+}
+
+void
+dispatch_journal_settle(struct dispatch *d)
+{
+	uint64_t jb, sb;
+
+	if (d->commit == NULL || !d->jlive || d->jcount < d->jnext_check)
+		return;
+	/* Looking at the sizes takes the journal's lock: now and then. */
+	d->jnext_check = d->jcount + (d->jmax < (1u << 20) ? 16 : 4096);
+	journal_size(commit_journal(d->commit), &jb, &sb);
+	if (jb > d->jmax && jb > 2 * sb &&
+	    journal_compact(commit_journal(d->commit), write_snapshot, d) < 0)
+		log_info("compaction not started: %m");
+}
+
+static int
+read_snapshot(const void *p, size_t len, void *arg)
+{
+	struct dispatch *d = arg;
+	int64_t now = duration_now_ms();
+	struct rec_in r;
+	const void *cq, *ds;
+	size_t cqlen, dslen;
+
+	rec_in_init(&r, p, len);
+	if (rec_get_u(&r) != SNAPSHOT_VERSION) {
+		snprintf(d->jerr, sizeof(d->jerr),
+		    "the snapshot is of an unknown version");
+		return -1;
+	}
+	cq = rec_get_blob(&r, len, &cqlen);
+	ds = rec_get_blob(&r, len, &dslen);
+	if (r.err || rec_left(&r) != 0) {
+		snprintf(d->jerr, sizeof(d->jerr), "the snapshot is damaged");
+		return -1;
+	}
+	if (cq_restore(d->cq, cq, cqlen, now, d->jerr, sizeof(d->jerr)) < 0 ||
+	    ds_restore(d->ds, ds, dslen, now, d->jerr, sizeof(d->jerr)) < 0)
+		return -1;
+	return 0;
+}
+
+static int
+read_record(uint64_t seq, const void *p, size_t len, void *arg)
+{
+	struct dispatch *d = arg;
+	const char *s = p;
+	int64_t now = duration_now_ms();
+
+	(void)seq;
+	if (len > 0 && s[0] == 'C')
+		return cq_apply(d->cq, s + 1, len - 1, now, d->jerr,
+		    sizeof(d->jerr));
+	if (len > 0 && s[0] == 'D')
+		return ds_apply(d->ds, s + 1, len - 1, now, d->jerr,
+		    sizeof(d->jerr));
+	snprintf(d->jerr, sizeof(d->jerr), "a record of unknown kind");
+	return -1;
+}
+
+/* A data worker the queues do not have live: down, as on its death. */
+static void
+down_stray(const char *name, uint64_t inc, void *arg)
+{
+	struct dispatch *d = arg;
+	struct cq_worker *w = cq_worker(d->cq, name);
+
+	if (w == NULL || !w->live || w->inc != inc)
+		ds_worker_down(d->ds, name, inc);
+}
+
+enum status
+dispatch_journal_open(struct dispatch *d, const char *dir,
+    enum journal_fsync mode, size_t max_bytes, char *err, size_t errlen)
+{
+	struct journal *j = journal_open(dir, mode, err, errlen);
+	int64_t t0 = duration_now_ms();
+	struct ds_view dv;
+	char e[512];
+
+	if (j == NULL)
+		return errno == EWOULDBLOCK ? ST_FAILED_PRECONDITION :
+		                              ST_INTERNAL;
+	dispatch_lock(d);
+	if (journal_replay(j, read_snapshot, read_record, d, e, sizeof(e)) <
+	    0) {
+		dispatch_unlock(d);
+		if (d->jerr[0] != '\0')
+			snprintf(err, errlen, "%s: %s", e, d->jerr);
+		else
+			snprintf(err, errlen, "%s", e);
+		journal_close(j);
+		return ST_INTERNAL;
+	}
+	if (journal_note(j)[0] != '\0')
+		log_info("%s", journal_note(j));
+	if ((d->commit = commit_new(j, "dispatchd")) == NULL) {
+		dispatch_unlock(d);
+		journal_close(j);
+		snprintf(err, errlen, "out of memory");
+		return ST_RESOURCE_EXHAUSTED;
+	}
+	d->jlive = 1;
+	d->jmax = max_bytes > 0 ? max_bytes : COMPACT_DEFAULT_BYTES;
+	cq_set_journal(d->cq, cq_changed, d);
+	ds_set_journal(d->ds, ds_changed, d);
+	ds_worker_each(d->ds, down_stray, d);
+	ds_view(d->ds, &dv);
+	log_info("state directory %s: %zu closures, %zu datasets, %zu jobs, "
+	         "read in %" PRId64 " ms",
+	    dir, cq_view(d->cq)->closures, dv.datasets, dv.jobs,
+	    duration_now_ms() - t0);
+	dispatch_unlock(d);
+	return ST_OK;
+}
+
+int
+dispatch_refuse(struct dispatch *d, struct http_req *req)
+{
+	return d->commit != NULL && commit_refuse(d->commit, req);
+}
