@@ -12,6 +12,7 @@
 #include "buf.h"
 #include "closureq.h"
 #include "duration.h"
+#include "rec.h"
 #include "strmap.h"
 #include "task.h"
 #include "text.h"
@@ -1353,9 +1354,10 @@ cq_each_resource(struct cq *cq,
 
 /*
  * The journal's bytes. A record is "CQR" and a version byte, a snapshot
- * "CQS" and one; then items, each a tag byte and its fields: unsigned
- * numbers as LEB128 varints, signed ones zigzagged first, strings and
- * bytes as a varint of their length + 1 (0: NULL) and the bytes.
+ * "CQS" and one; then items, each a tag byte and its fields in rec.h's
+ * codec: unsigned numbers as LEB128 varints, signed ones zigzagged first,
+ * strings and bytes as a varint of their length + 1 (0: NULL) and the
+ * bytes.
  *
  *	W worker: name index inc live slots incarnations deaths why,
  *	  n x (resource state message), n x (stop id, attempt)
@@ -1378,63 +1380,6 @@ cq_each_resource(struct cq *cq,
 #define J_VERSION 1
 #define J_ID_MAX ((uint64_t)1 << 40)
 #define J_ID_STEP ((uint64_t)1 << 20) /* ids one record may add */
-
-struct enc {
-	struct buf *b;
-	int err;
-};
-
-static void
-put_raw(struct enc *e, const void *p, size_t n)
-{
-	if (!e->err && buf_append(e->b, p, n) < 0)
-		e->err = 1;
-}
-
-static void
-put_u(struct enc *e, uint64_t v)
-{
-	unsigned char t[10];
-	size_t n = 0;
-
-	do {
-		t[n] = v & 0x7f;
-		v >>= 7;
-		if (v != 0)
-			t[n] |= 0x80;
-		n++;
-	} while (v != 0);
-	put_raw(e, t, n);
-}
-
-static void
-put_s(struct enc *e, int64_t v)
-{
-	put_u(e, ((uint64_t)v << 1) ^ (v < 0 ? UINT64_MAX : 0));
-}
-
-static void
-put_bytes(struct enc *e, const char *p, size_t n)
-{
-	if (p == NULL) {
-		put_u(e, 0);
-		return;
-	}
-	put_u(e, (uint64_t)n + 1);
-	put_raw(e, p, n);
-}
-
-static void
-put_str(struct enc *e, const char *s)
-{
-	put_bytes(e, s, s != NULL ? strlen(s) : 0);
-}
-
-static void
-put_tag(struct enc *e, char tag)
-{
-	put_raw(e, &tag, 1);
-}
 
 /* A strmap's entries, sorted by key. */
 struct kv {
@@ -1490,102 +1435,102 @@ sorted(const struct strmap *m, struct kvs *s)
 }
 
 static void
-enc_worker(struct enc *e, const struct cq_worker *w)
+enc_worker(struct rec_out *e, const struct cq_worker *w)
 {
 	struct kvs rs = {0};
 
-	put_tag(e, 'W');
-	put_str(e, w->name);
-	put_s(e, w->index);
-	put_u(e, w->inc);
-	put_u(e, (uint64_t)w->live);
-	put_s(e, w->slots);
-	put_u(e, w->incarnations);
-	put_u(e, w->deaths);
-	put_str(e, w->why);
+	rec_put_tag(e, 'W');
+	rec_put_s(e, w->name);
+	rec_put_i(e, w->index);
+	rec_put_u(e, w->inc);
+	rec_put_u(e, (uint64_t)w->live);
+	rec_put_i(e, w->slots);
+	rec_put_u(e, w->incarnations);
+	rec_put_u(e, w->deaths);
+	rec_put_s(e, w->why);
 	if (w->resources != NULL && sorted(w->resources, &rs) < 0)
 		e->err = 1;
-	put_u(e, rs.n);
+	rec_put_u(e, rs.n);
 	for (size_t i = 0; i < rs.n; i++) {
 		const struct cq_resource_state *s = rs.a[i].v;
-		put_bytes(e, rs.a[i].k, rs.a[i].kl);
-		put_u(e, (uint64_t)s->state);
-		put_str(e, s->message);
+		rec_put_sn(e, rs.a[i].k, rs.a[i].kl);
+		rec_put_u(e, (uint64_t)s->state);
+		rec_put_s(e, s->message);
 	}
 	free(rs.a);
-	put_u(e, w->nstop);
+	rec_put_u(e, w->nstop);
 	for (size_t i = 0; i < w->nstop; i++) {
-		put_u(e, w->stop[i]);
-		put_s(e, w->stop_attempt[i]);
+		rec_put_u(e, w->stop[i]);
+		rec_put_i(e, w->stop_attempt[i]);
 	}
 }
 
 static void
-enc_closure(struct enc *e, const struct cq_closure *c, int full, int front)
+enc_closure(struct rec_out *e, const struct cq_closure *c, int full, int front)
 {
-	put_tag(e, full ? 'N' : 'S');
-	put_u(e, c->id);
+	rec_put_tag(e, full ? 'N' : 'S');
+	rec_put_u(e, c->id);
 	if (full) {
 		size_t n = 0;
-		put_str(e, c->q->name);
-		put_bytes(e, c->spec, c->speclen);
-		put_str(e, c->on);
-		put_str(e, c->key);
+		rec_put_s(e, c->q->name);
+		rec_put_sn(e, c->spec, c->speclen);
+		rec_put_s(e, c->on);
+		rec_put_s(e, c->key);
 		while (c->needs != NULL && c->needs[n] != NULL)
 			n++;
-		put_u(e, n);
+		rec_put_u(e, n);
 		for (size_t i = 0; i < n; i++)
-			put_str(e, c->needs[i]);
-		put_u(e, c->nretry_exit);
+			rec_put_s(e, c->needs[i]);
+		rec_put_u(e, c->nretry_exit);
 		for (size_t i = 0; i < c->nretry_exit; i++)
-			put_s(e, c->retry_exit[i]);
-		put_s(e, c->max_retries);
+			rec_put_i(e, c->retry_exit[i]);
+		rec_put_i(e, c->max_retries);
 	}
-	put_u(e, (uint64_t)c->state);
-	put_u(e, (uint64_t)front);
-	put_s(e, c->retries);
-	put_s(e, c->attempts);
-	put_s(e, c->deaths);
-	put_str(e, c->worker != NULL ? c->worker->name : NULL);
-	put_str(e, c->last_worker);
-	put_u(e, (uint64_t)c->failed);
-	put_u(e, (uint64_t)c->res.exited);
-	put_s(e, c->res.code);
-	put_bytes(e, c->res.out, c->res.outlen);
-	put_u(e, (uint64_t)c->res.truncated);
-	put_bytes(e, c->res.err, c->res.errlen);
-	put_str(e, c->res.message);
+	rec_put_u(e, (uint64_t)c->state);
+	rec_put_u(e, (uint64_t)front);
+	rec_put_i(e, c->retries);
+	rec_put_i(e, c->attempts);
+	rec_put_i(e, c->deaths);
+	rec_put_s(e, c->worker != NULL ? c->worker->name : NULL);
+	rec_put_s(e, c->last_worker);
+	rec_put_u(e, (uint64_t)c->failed);
+	rec_put_u(e, (uint64_t)c->res.exited);
+	rec_put_i(e, c->res.code);
+	rec_put_sn(e, c->res.out, c->res.outlen);
+	rec_put_u(e, (uint64_t)c->res.truncated);
+	rec_put_sn(e, c->res.err, c->res.errlen);
+	rec_put_s(e, c->res.message);
 }
 
 static void
-enc_queue(struct enc *e, const struct cq_queue *q)
+enc_queue(struct rec_out *e, const struct cq_queue *q)
 {
-	put_tag(e, 'Q');
-	put_str(e, q->name);
-	put_u(e, q->scheduled);
-	put_u(e, q->done);
-	put_u(e, q->failed);
-	put_u(e, q->cancelled);
-	put_u(e, q->retried);
-	put_u(e, q->error != NULL ? q->error->id : 0);
+	rec_put_tag(e, 'Q');
+	rec_put_s(e, q->name);
+	rec_put_u(e, q->scheduled);
+	rec_put_u(e, q->done);
+	rec_put_u(e, q->failed);
+	rec_put_u(e, q->cancelled);
+	rec_put_u(e, q->retried);
+	rec_put_u(e, q->error != NULL ? q->error->id : 0);
 }
 
 static void
-enc_counts(struct enc *e, const struct cq *cq)
+enc_counts(struct rec_out *e, const struct cq *cq)
 {
-	put_tag(e, 'V');
-	put_u(e, cq->nid);
-	put_u(e, cq->v.done);
-	put_u(e, cq->v.failed);
-	put_u(e, cq->v.retried);
-	put_u(e, cq->v.cancelled);
-	put_u(e, cq->v.aborted);
-	put_u(e, cq->v.deaths);
-	put_u(e, cq->v.put_back);
+	rec_put_tag(e, 'V');
+	rec_put_u(e, cq->nid);
+	rec_put_u(e, cq->v.done);
+	rec_put_u(e, cq->v.failed);
+	rec_put_u(e, cq->v.retried);
+	rec_put_u(e, cq->v.cancelled);
+	rec_put_u(e, cq->v.aborted);
+	rec_put_u(e, cq->v.deaths);
+	rec_put_u(e, cq->v.put_back);
 }
 
 static void
-jsend(struct cq *cq, const struct enc *e)
+jsend(struct cq *cq, const struct rec_out *e)
 {
 	if (e->err)
 		cq->jfn(NULL, 0, cq->jarg);
@@ -1597,13 +1542,13 @@ jsend(struct cq *cq, const struct enc *e)
 static void
 jflush(struct cq *cq)
 {
-	struct enc e = {&cq->jbuf, 0};
+	struct rec_out e = {&cq->jbuf, 0};
 
 	if (cq->jfn == NULL || cq->replaying ||
 	    (cq->jc == NULL && cq->jq == NULL && cq->jw == NULL))
 		return;
 	buf_reset(&cq->jbuf);
-	put_raw(&e, "CQR\1", 4);
+	rec_put_bytes(&e, "CQR\1", 4);
 	for (struct cq_worker *w = cq->jw; w != NULL; w = w->jnext) {
 		enc_worker(&e, w);
 		w->jdirty = 0;
@@ -1627,12 +1572,12 @@ jflush(struct cq *cq)
 static void
 jitem(struct cq *cq, const struct buf *item)
 {
-	struct enc e = {&cq->jbuf, 0};
+	struct rec_out e = {&cq->jbuf, 0};
 
 	jflush(cq);
 	buf_reset(&cq->jbuf);
-	put_raw(&e, "CQR\1", 4);
-	put_raw(&e, item->data, item->len);
+	rec_put_bytes(&e, "CQR\1", 4);
+	rec_put_bytes(&e, item->data, item->len);
 	enc_counts(&e, cq);
 	jsend(cq, &e);
 }
@@ -1640,21 +1585,21 @@ jitem(struct cq *cq, const struct buf *item)
 static int
 jforget_item(struct buf *b, uint64_t id)
 {
-	struct enc e = {b, 0};
+	struct rec_out e = {b, 0};
 
-	put_tag(&e, 'F');
-	put_u(&e, id);
+	rec_put_tag(&e, 'F');
+	rec_put_u(&e, id);
 	return e.err ? -1 : 0;
 }
 
 static int
 jresource_item(struct buf *b, const char *name, const char *json)
 {
-	struct enc e = {b, 0};
+	struct rec_out e = {b, 0};
 
-	put_tag(&e, 'R');
-	put_str(&e, name);
-	put_str(&e, json);
+	rec_put_tag(&e, 'R');
+	rec_put_s(&e, name);
+	rec_put_s(&e, json);
 	return e.err ? -1 : 0;
 }
 
@@ -1667,8 +1612,8 @@ cq_set_journal(struct cq *cq, cq_journal_fn fn, void *arg)
 
 /* A worker's running closures, oldest first (as taking them pushed them). */
 static void
-enc_running(struct enc *e, const struct cq_worker *w, struct cq_closure ***tmp,
-    size_t *cap)
+enc_running(struct rec_out *e, const struct cq_worker *w,
+    struct cq_closure ***tmp, size_t *cap)
 {
 	size_t n = 0;
 
@@ -1691,7 +1636,7 @@ enc_running(struct enc *e, const struct cq_worker *w, struct cq_closure ***tmp,
 int
 cq_snapshot(struct cq *cq, struct buf *out)
 {
-	struct enc e = {out, 0};
+	struct rec_out e = {out, 0};
 	struct kvs ws = {0}, qs = {0}, rs = {0};
 	struct cq_closure **tmp = NULL;
 	size_t cap = 0;
@@ -1701,12 +1646,12 @@ cq_snapshot(struct cq *cq, struct buf *out)
 		e.err = 1;
 		goto out;
 	}
-	put_raw(&e, "CQS\1", 4);
+	rec_put_bytes(&e, "CQS\1", 4);
 	enc_counts(&e, cq);
 	for (size_t i = 0; i < rs.n; i++) {
-		put_tag(&e, 'R');
-		put_bytes(&e, rs.a[i].k, rs.a[i].kl);
-		put_str(&e, rs.a[i].v);
+		rec_put_tag(&e, 'R');
+		rec_put_sn(&e, rs.a[i].k, rs.a[i].kl);
+		rec_put_s(&e, rs.a[i].v);
 	}
 	for (size_t i = 0; i < ws.n; i++)
 		enc_worker(&e, ws.a[i].v);
@@ -1738,7 +1683,8 @@ out:
 /* Reading: every field checked against the bytes left. */
 
 struct dec {
-	const unsigned char *p, *end, *start;
+	struct rec_in in;
+	const unsigned char *start;
 	char *err;
 	size_t errlen;
 };
@@ -1755,27 +1701,26 @@ dbad(struct dec *d, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(m, sizeof(m), fmt, ap);
 	va_end(ap);
-	say(d->err, d->errlen, "at byte %zu: %s", (size_t)(d->p - d->start), m);
+	say(d->err, d->errlen, "at byte %zu: %s", (size_t)(d->in.p - d->start),
+	    m);
 	return -1;
+}
+
+/* Says why the reader failed, if it did. */
+static int
+dcheck(struct dec *d)
+{
+	if (!d->in.err)
+		return 0;
+	return dbad(d, "%s",
+	    d->in.p == d->in.end ? "cut short" : "a number too large");
 }
 
 static int
 get_u(struct dec *d, uint64_t *v)
 {
-	uint64_t x = 0;
-
-	for (unsigned sh = 0;; sh += 7) {
-		if (d->p == d->end)
-			return dbad(d, "cut short");
-		unsigned char b = *d->p++;
-		if (sh == 63 && b > 1)
-			return dbad(d, "a number too large");
-		x |= (uint64_t)(b & 0x7f) << sh;
-		if ((b & 0x80) == 0)
-			break;
-	}
-	*v = x;
-	return 0;
+	*v = rec_get_u(&d->in);
+	return dcheck(d);
 }
 
 static int
@@ -1791,11 +1736,9 @@ get_max(struct dec *d, uint64_t *v, uint64_t max, const char *what)
 static int
 get_int(struct dec *d, int64_t *v, int64_t min, int64_t max, const char *what)
 {
-	uint64_t u;
-
-	if (get_u(d, &u) < 0)
+	*v = rec_get_i(&d->in);
+	if (dcheck(d) < 0)
 		return -1;
-	*v = (int64_t)(u >> 1) ^ -(int64_t)(u & 1);
 	if (*v < min || *v > max)
 		return dbad(d, "%s %" PRId64 " is out of range", what, *v);
 	return 0;
@@ -1846,16 +1789,10 @@ enum { SPAN_BYTES, SPAN_TEXT, SPAN_NAME };
 static int
 get_span(struct dec *d, struct span *s, int kind, int need, const char *what)
 {
-	uint64_t n;
-
-	if (get_u(d, &n) < 0)
-		return -1;
-	s->set = n != 0;
-	s->n = n != 0 ? (size_t)(n - 1) : 0;
-	s->p = (const char *)d->p;
-	if (n != 0 && n - 1 > (uint64_t)(d->end - d->p))
+	s->p = rec_get_sn(&d->in, SIZE_MAX, &s->n);
+	if (d->in.err)
 		return dbad(d, "%s is cut short", what);
-	d->p += s->n;
+	s->set = s->p != NULL;
 	if (!s->set) {
 		if (need)
 			return dbad(d, "%s is missing", what);
@@ -1906,7 +1843,7 @@ get_count(struct dec *d, uint64_t *n, uint64_t max, const char *what)
 {
 	if (get_max(d, n, max, what) < 0)
 		return -1;
-	if (*n > (uint64_t)(d->end - d->p))
+	if (*n > rec_left(&d->in))
 		return dbad(d, "%s: more than there are bytes", what);
 	return 0;
 }
@@ -2432,8 +2369,10 @@ j_item(struct cq *cq, struct dec *d, int dry, int64_t now, uint64_t *maxid,
 	union jitem x;
 	struct span name, json;
 	uint64_t id;
-	char tag = (char)*d->p++;
+	int tag = rec_get_tag(&d->in);
 
+	if (tag < 0)
+		return dcheck(d);
 	switch (tag) {
 	case 'W':
 		if (dec_worker(d, &x.w) < 0)
@@ -2468,7 +2407,7 @@ j_item(struct cq *cq, struct dec *d, int dry, int64_t now, uint64_t *maxid,
 			return dbad(d, "counters twice");
 		*nid = x.v.nid;
 		return dry ? 0 : apply_counts(cq, &x.v, d);
-	default: d->p--; return dbad(d, "no item is tagged 0x%02x", tag);
+	default: d->in.p--; return dbad(d, "no item is tagged 0x%02x", tag);
 	}
 }
 
@@ -2481,17 +2420,19 @@ static int
 j_items(struct cq *cq, const void *p, size_t len, const char *magic, int dry,
     int64_t now, char *err, size_t errlen)
 {
-	struct dec d = {p, (const unsigned char *)p + len, p, err, errlen};
+	struct dec d = {.start = p, .err = err, .errlen = errlen};
 	uint64_t maxid = 0, nid = 0;
+
+	rec_in_init(&d.in, p, len);
 
 	if (len < 4 || memcmp(p, magic, 3) != 0)
 		return dbad(&d, "not a %s",
 		    magic[2] == 'S' ? "closure queue snapshot" :
 		                      "closure queue record");
-	if (d.p[3] != J_VERSION)
-		return dbad(&d, "version %u, not %d", d.p[3], J_VERSION);
-	d.p += 4;
-	while (d.p < d.end)
+	if (d.start[3] != J_VERSION)
+		return dbad(&d, "version %u, not %d", d.start[3], J_VERSION);
+	rec_get_bytes(&d.in, 4);
+	while (rec_left(&d.in) > 0)
 		if (j_item(cq, &d, dry, now, &maxid, &nid) < 0)
 			return -1;
 	if (!dry)

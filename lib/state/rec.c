@@ -31,10 +31,15 @@ rec_put_i(struct rec_out *o, int64_t v)
 void
 rec_put_s(struct rec_out *o, const char *s)
 {
-	size_t n = s != NULL ? strlen(s) : 0;
+	rec_put_sn(o, s, s != NULL ? strlen(s) : 0);
+}
 
-	rec_put_u(o, s != NULL ? (uint64_t)n + 1 : 0);
-	rec_put_bytes(o, s, n);
+void
+rec_put_sn(struct rec_out *o, const void *p, size_t n)
+{
+	rec_put_u(o, p != NULL ? (uint64_t)n + 1 : 0);
+	if (p != NULL)
+		rec_put_bytes(o, p, n);
 }
 
 void
@@ -102,26 +107,44 @@ rec_get_bytes(struct rec_in *in, size_t n)
 	return p;
 }
 
+/* len bytes in place, at most max of them; NULL on error (n = 0). */
+static const void *
+get_run(struct rec_in *in, uint64_t len, size_t max, size_t *n)
+{
+	const void *p;
+
+	*n = 0;
+	if (in->err || len > max) {
+		in->err = 1;
+		return NULL;
+	}
+	if ((p = rec_get_bytes(in, (size_t)len)) != NULL)
+		*n = (size_t)len;
+	return p;
+}
+
+const void *
+rec_get_sn(struct rec_in *in, size_t max, size_t *n)
+{
+	uint64_t v = rec_get_u(in);
+
+	if (v == 0) {
+		*n = 0;
+		return NULL;
+	}
+	return get_run(in, v - 1, max, n);
+}
+
 const char *
 rec_get_sv(struct rec_in *in, size_t max, size_t *n)
 {
-	uint64_t v = rec_get_u(in);
-	const char *s;
+	const char *s = rec_get_sn(in, max, n);
 
-	*n = 0;
-	if (in->err || v == 0)
-		return NULL;
-	if (v - 1 > max) {
+	if (s != NULL && memchr(s, '\0', *n) != NULL) {
 		in->err = 1;
+		*n = 0;
 		return NULL;
 	}
-	if ((s = rec_get_bytes(in, (size_t)(v - 1))) == NULL)
-		return NULL;
-	if (memchr(s, '\0', (size_t)(v - 1)) != NULL) {
-		in->err = 1;
-		return NULL;
-	}
-	*n = (size_t)(v - 1);
 	return s;
 }
 
@@ -154,14 +177,20 @@ const void *
 rec_get_blob(struct rec_in *in, size_t max, size_t *n)
 {
 	uint64_t len = rec_get_u(in);
-	const void *p;
 
-	*n = 0;
-	if (in->err || len > max || len > rec_left(in)) {
-		in->err = 1;
-		return NULL;
-	}
-	if ((p = rec_get_bytes(in, (size_t)len)) != NULL)
-		*n = (size_t)len;
-	return p;
+	return get_run(in, len, max, n);
+}
+
+void
+rec_put_tag(struct rec_out *o, unsigned char tag)
+{
+	rec_put_bytes(o, &tag, 1);
+}
+
+int
+rec_get_tag(struct rec_in *in)
+{
+	const unsigned char *p = rec_get_bytes(in, 1);
+
+	return p != NULL ? *p : -1;
 }

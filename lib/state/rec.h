@@ -22,6 +22,8 @@ void rec_put_u(struct rec_out *o, uint64_t v);
 void rec_put_i(struct rec_out *o, int64_t v);
 /* s may be NULL. */
 void rec_put_s(struct rec_out *o, const char *s);
+/* n bytes as a string, NULs too (p NULL: NULL). */
+void rec_put_sn(struct rec_out *o, const void *p, size_t n);
 void rec_put_bytes(struct rec_out *o, const void *p, size_t n);
 
 struct rec_in {
@@ -39,6 +41,8 @@ int64_t rec_get_i(struct rec_in *in);
 const char *rec_get_sv(struct rec_in *in, size_t max, size_t *n);
 /* The same, copied; NULL when it is NULL, on error or out of memory. */
 char *rec_get_s(struct rec_in *in, size_t max);
+/* The same in place, but bytes of any kind (NULs too): rec_put_sn's. */
+const void *rec_get_sn(struct rec_in *in, size_t max, size_t *n);
 /* n raw bytes in place; NULL on error. */
 const void *rec_get_bytes(struct rec_in *in, size_t n);
 /*
@@ -47,6 +51,9 @@ const void *rec_get_bytes(struct rec_in *in, size_t n);
  */
 void rec_put_blob(struct rec_out *o, const void *p, size_t n);
 const void *rec_get_blob(struct rec_in *in, size_t max, size_t *n);
+/* A tag: one byte that says what follows. rec_get_tag: -1 on error. */
+void rec_put_tag(struct rec_out *o, unsigned char tag);
+int rec_get_tag(struct rec_in *in);
 /* Bytes left: a bound on how many items a count may announce. */
 size_t rec_left(const struct rec_in *in);
 
