@@ -72,6 +72,12 @@ commit_gate(void *arg)
 }
 
 void
+commit_flush(struct commit *c, uint64_t seq)
+{
+	journal_write_now(c->j, seq);
+}
+
+void
 commit_attach(struct commit *c, struct http_server *srv)
 {
 	pthread_mutex_lock(&c->mu);

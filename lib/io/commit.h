@@ -30,6 +30,9 @@ uint64_t commit_append(struct commit *c, const void *p, size_t len);
 /* For daemon_service.gate: the newest change appended. */
 uint64_t commit_gate(void *c);
 
+/* For daemon_service.gate_flush: journal_write_now. */
+void commit_flush(struct commit *c, uint64_t seq);
+
 /* The server whose replies wait; before it serves. */
 void commit_attach(struct commit *c, struct http_server *srv);
 

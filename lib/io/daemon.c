@@ -469,6 +469,14 @@ gate(void *arg)
 	return d->svc->gate(d->svc->arg);
 }
 
+static void
+gate_flush(void *arg, uint64_t seq)
+{
+	struct daemon *d = arg;
+
+	d->svc->gate_flush(d->svc->arg, seq);
+}
+
 int
 daemon_run(const struct daemon_options *o, const struct daemon_service *svc)
 {
@@ -486,7 +494,8 @@ daemon_run(const struct daemon_options *o, const struct daemon_service *svc)
 	    .handler = handle,
 	    .arg = &d,
 	    .gone = svc->gone != NULL ? gone : NULL,
-	    .gate = svc->gate != NULL ? gate : NULL};
+	    .gate = svc->gate != NULL ? gate : NULL,
+	    .gate_flush = svc->gate_flush != NULL ? gate_flush : NULL};
 	char err[512];
 	sigset_t set;
 	int sig;

@@ -37,6 +37,7 @@ struct daemon_service {
 	void (*gone)(struct http_req *req, void *arg);
 	/* With a journal: http_server_config.gate; else NULL. */
 	uint64_t (*gate)(void *arg);
+	void (*gate_flush)(void *arg, uint64_t seq); /* the same's */
 };
 
 /* The options every daemon takes, with their defaults. */

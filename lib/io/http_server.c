@@ -807,6 +807,8 @@ gate_holds(struct http_req *req)
 	}
 	if ((seq = srv->cfg.gate(srv->cfg.arg)) == 0)
 		return 0;
+	if (srv->cfg.gate_flush != NULL)
+		srv->cfg.gate_flush(srv->cfg.arg, seq);
 	pthread_mutex_lock(&srv->gmu);
 	if (seq > srv->durable) {
 		if (seq <= srv->failed) {

@@ -57,6 +57,12 @@ struct http_server_config {
 	 * a crash could still lose. NULL: replies go at once.
 	 */
 	uint64_t (*gate)(void *arg);
+	/*
+	 * Called before a reply waits for change seq: a chance to make it
+	 * durable in the calling thread (a journal that only writes). NULL:
+	 * none.
+	 */
+	void (*gate_flush)(void *arg, uint64_t seq);
 };
 
 struct http_server *http_server_start(const struct http_server_config *cfg,

@@ -5,8 +5,10 @@
  * replay. It takes the whole queue as one batch, writes it with pwrite at
  * the end of the last good record, syncs it as the mode says, and reports
  * the highest durable sequence number. Everything appended while one batch
- * is being synced goes into the next: group commit without a timer in
- * "always" mode, and with a 10 ms floor between syncs in "batch" mode.
+ * is being synced goes into the next: group commit without a timer.
+ * "always" reports a batch once it is synced; "batch" and "none" once it
+ * is written (the kernel has it: a killed process loses nothing), and
+ * "batch" syncs within 10 ms after, as redis's everysec does every second.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,7 +28,7 @@
 #define HEADER_SIZE 24
 #define RECORD_HEADER 8
 #define VERSION 1
-#define BATCH_MS 10  /* at most one sync per this, in batch mode */
+#define BATCH_MS 10  /* batch mode: written records synced within this */
 #define RETRY_MS 500 /* how often a failed write is tried again */
 
 static const char journal_magic[8] = "MUSTERJ1";
@@ -48,6 +50,10 @@ struct journal {
 	pthread_cond_t done; /* journal_wait */
 	pthread_t thread;
 	int running, stopping, retry_now;
+	/* A batch is being written, by the flusher or journal_write_now. */
+	int writing;
+	int unsynced;      /* written, not yet synced (batch, none) */
+	struct buf spare;  /* journal_write_now's buffer, kept for reuse */
 	struct buf queue;  /* records appended since the flusher last looked */
 	uint64_t next_seq; /* 0 until replay */
 	uint64_t durable;  /* every record up to this is on disk */
@@ -275,6 +281,7 @@ free_journal(struct journal *j)
 	pthread_cond_destroy(&j->done);
 	buf_free(&j->batch);
 	buf_free(&j->queue);
+	buf_free(&j->spare);
 	buf_free(&j->snap);
 	free(j->dir);
 	free(j);
@@ -567,10 +574,93 @@ journal_append(struct journal *j, const void *p, size_t len)
 		buf_append(&j->queue, h, sizeof(h));
 		buf_append(&j->queue, p, len);
 		seq = j->next_seq++;
-		pthread_cond_signal(&j->wake);
+		/* In batch and none modes a reply's journal_write_now writes
+		 * it, or the flusher within BATCH_MS. */
+		if (j->mode == JOURNAL_FSYNC_ALWAYS)
+			pthread_cond_signal(&j->wake);
 	}
 	pthread_mutex_unlock(&j->mu);
 	return seq;
+}
+
+int
+journal_write_now(struct journal *j, uint64_t seq)
+{
+	struct buf b;
+	uint64_t last;
+	journal_durable_fn fn;
+	void *fa;
+	int rc, rounds = 0;
+
+	if (j->mode == JOURNAL_FSYNC_ALWAYS)
+		return 0;
+	pthread_mutex_lock(&j->mu);
+	if (j->durable >= seq) {
+		pthread_mutex_unlock(&j->mu);
+		return 1;
+	}
+	/* Anything but the plain case is the flusher's. */
+	if (!j->running || j->stopping || j->writing || j->err != 0 ||
+	    j->batch.len > 0 || j->snap_queued || j->queue.len == 0) {
+		pthread_mutex_unlock(&j->mu);
+		return 0;
+	}
+	j->writing = 1;
+again:
+	b = j->queue;
+	j->queue = j->spare;
+	j->spare = (struct buf){0};
+	last = j->next_seq - 1;
+	pthread_mutex_unlock(&j->mu);
+
+	rc = pwrite_all(j->fd, b.data, b.len, j->end);
+
+	pthread_mutex_lock(&j->mu);
+	if (rc == -1) {
+		/* The flusher writes it again, and says what came of it. */
+		if (ftruncate(j->fd, (off_t)j->end) == -1)
+			log_debug("%s/journal: cannot cut a failed write: %s",
+			    j->dir, strerror(errno));
+		j->batch = b;
+		j->batch_last = last;
+		j->writing = 0;
+		pthread_cond_broadcast(&j->done);
+		pthread_cond_signal(&j->wake);
+		pthread_mutex_unlock(&j->mu);
+		return 0;
+	}
+	j->end += b.len;
+	j->journal_bytes = j->end;
+	j->unsynced = 1;
+	buf_reset(&b);
+	buf_free(&j->spare);
+	j->spare = b;
+	fn = NULL;
+	fa = NULL;
+	if (last > j->durable) {
+		fn = j->durable_fn;
+		fa = j->durable_arg;
+	}
+	if (fn != NULL) {
+		pthread_mutex_unlock(&j->mu);
+		fn(last, 0, fa);
+		pthread_mutex_lock(&j->mu);
+	}
+	if (last > j->durable)
+		j->durable = last;
+	if (last > j->reported)
+		j->reported = last;
+	/* What others appended meanwhile: their replies wait for it (group
+	 * commit, this thread leading). */
+	if (j->queue.len > 0 && rounds++ < 8 && !j->stopping &&
+	    !j->snap_queued)
+		goto again;
+	j->writing = 0;
+	pthread_cond_broadcast(&j->done);
+	if (j->queue.len > 0)
+		pthread_cond_signal(&j->wake);
+	pthread_mutex_unlock(&j->mu);
+	return seq <= j->durable;
 }
 
 int
@@ -721,7 +811,11 @@ write_compaction(struct journal *j, struct buf *snap, uint64_t seq, size_t cut)
 	return -1;
 }
 
-/* Waits, with mu held, for work: records, a compaction, a retry or stop. */
+/*
+ * Waits, with mu held, for work: records, a compaction, a retry, stop,
+ * or (--fsync batch, with records written and not yet synced) the time
+ * of the next sync.
+ */
 static void
 wait_for_work(struct journal *j, int64_t last_sync)
 {
@@ -729,6 +823,12 @@ wait_for_work(struct journal *j, int64_t last_sync)
 	int64_t until;
 
 	for (;;) {
+		int unsynced = j->unsynced && j->mode == JOURNAL_FSYNC_BATCH;
+
+		if (j->writing) {
+			pthread_cond_wait(&j->done, &j->mu);
+			continue;
+		}
 		if (j->stopping)
 			return;
 		if (j->err != 0) {
@@ -743,17 +843,18 @@ wait_for_work(struct journal *j, int64_t last_sync)
 			return;
 		}
 		if (j->queue.len > 0 || j->snap_queued)
-			break;
-		pthread_cond_wait(&j->wake, &j->mu);
-	}
-	/* Group commit: let records gather until the next sync is due. */
-	if (j->mode == JOURNAL_FSYNC_BATCH) {
-		until = last_sync + BATCH_MS;
-		while (!j->stopping && now_ms() < until) {
-			ts.tv_sec = until / 1000;
-			ts.tv_nsec = until % 1000 * 1000000;
-			pthread_cond_timedwait(&j->wake, &j->mu, &ts);
+			return;
+		if (j->mode == JOURNAL_FSYNC_ALWAYS) {
+			pthread_cond_wait(&j->wake, &j->mu);
+			continue;
 		}
+		/* Records nobody wrote, and batch's sync, are due then. */
+		until = unsynced ? last_sync + BATCH_MS : now_ms() + BATCH_MS;
+		if (now_ms() >= until)
+			return;
+		ts.tv_sec = until / 1000;
+		ts.tv_nsec = until % 1000 * 1000000;
+		pthread_cond_timedwait(&j->wake, &j->mu, &ts);
 	}
 }
 
@@ -768,10 +869,12 @@ flusher(void *arg)
 	for (;;) {
 		uint64_t snap_seq = 0, last;
 		size_t cut;
-		int stop, compacted = 0, e = 0;
+		int stop, compacted = 0, wrote = 0, e = 0, unsynced;
 		journal_durable_fn fn = NULL;
 
 		wait_for_work(j, last_sync);
+		j->writing = 1;
+		unsynced = j->unsynced;
 		stop = j->stopping;
 		cut = j->batch.len;
 		/* The batch may still hold a failed write's records. */
@@ -801,21 +904,43 @@ flusher(void *arg)
 		if (snap_seq > 0)
 			compacted =
 			    write_compaction(j, &snap, snap_seq, cut) == 0;
-		if (!compacted && j->batch.len > 0 &&
-		    write_batch(j, stop || j->mode != JOURNAL_FSYNC_NONE) == -1)
-			e = errno;
-		else if (!compacted && stop && fsync(j->fd) == -1)
-			e = errno;
-		last_sync = now_ms();
+		if (compacted) {
+			unsynced = 0; /* the new files are synced */
+		} else if (j->batch.len > 0) {
+			/* always: synced before it is acknowledged; batch and
+			 * none: acknowledged once written (the kernel has it),
+			 * synced by batch every BATCH_MS. */
+			if (write_batch(j, j->mode == JOURNAL_FSYNC_ALWAYS) ==
+			    -1) {
+				e = errno;
+			} else {
+				wrote = 1;
+				unsynced = j->mode != JOURNAL_FSYNC_ALWAYS;
+			}
+		}
+		if (e == 0 && unsynced &&
+		    (stop ||
+		        (j->mode == JOURNAL_FSYNC_BATCH &&
+		            now_ms() - last_sync >= BATCH_MS))) {
+			if (fsync(j->fd) == -1)
+				e = errno;
+			else
+				unsynced = 0;
+			last_sync = now_ms();
+		}
 
 		pthread_mutex_lock(&j->mu);
+		j->writing = 0;
+		j->unsynced = unsynced;
 		/* A failure holds up what was appended after the batch, too. */
 		last = e == 0 ? j->batch_last : j->next_seq - 1;
 		if (compacted)
 			j->snapshot_bytes = HEADER_SIZE + snap.len;
 		buf_reset(&snap);
-		if (e == 0) {
+		/* A batch written but not synced is not written again. */
+		if (e == 0 || wrote)
 			buf_reset(&j->batch);
+		if (e == 0) {
 			j->err = 0;
 		} else {
 			j->err = e;

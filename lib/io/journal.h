@@ -25,8 +25,8 @@
 
 enum journal_fsync {
 	JOURNAL_FSYNC_ALWAYS, /* fsync every batch before acknowledging it */
-	JOURNAL_FSYNC_BATCH,  /* group commit: one fsync per 10 ms at most */
-	JOURNAL_FSYNC_NONE,   /* acknowledge once the kernel has it */
+	JOURNAL_FSYNC_BATCH,  /* acknowledge once written; fsync within 10 ms */
+	JOURNAL_FSYNC_NONE,   /* acknowledge once written; never fsync */
 };
 
 struct journal;
@@ -61,7 +61,9 @@ const char *journal_note(const struct journal *j);
 
 /*
  * Called by the journal's thread, holding none of the journal's locks,
- * after each batch: err 0 when every record up to seq is durable; else
+ * after each batch: err 0 when every record up to seq is durable (for
+ * "batch" and "none": written, so that a killed process loses none; a
+ * background sync that fails then refuses later appends); else
  * the records up to seq are not (err is an errno value), and their
  * clients must be told so. Failed records stay queued and are written
  * again on retry, since the daemon has applied them: their outcome is
@@ -80,6 +82,15 @@ void journal_set_durable(struct journal *j, journal_durable_fn fn, void *arg);
  * journal_retry(), writes the queue out.
  */
 uint64_t journal_append(struct journal *j, const void *p, size_t len);
+
+/*
+ * In "batch" and "none" modes: writes what is queued in the calling thread
+ * when the journal's thread is not writing already, so that a reply need
+ * not wait for a thread switch (the write is a copy into the kernel; the
+ * journal's thread syncs after). 1 when seq is durable on return (the
+ * durable callback told), else 0: wait for the journal's thread.
+ */
+int journal_write_now(struct journal *j, uint64_t seq);
 
 /*
  * Blocks until seq is durable (0) or has failed (-1, errno set), and the

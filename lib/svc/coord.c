@@ -311,6 +311,14 @@ started_cb(struct http_server *srv, void *arg)
 		commit_attach(co->commit, srv);
 }
 
+static void
+flush_cb(void *arg, uint64_t seq)
+{
+	struct coord *co = arg;
+
+	commit_flush(co->commit, seq);
+}
+
 static uint64_t
 gate_cb(void *arg)
 {
@@ -379,4 +387,5 @@ coord_service(struct coord *co, struct daemon_service *svc)
 	svc->started = started_cb;
 	svc->gone = gone_cb;
 	svc->gate = co->commit != NULL ? gate_cb : NULL;
+	svc->gate_flush = co->commit != NULL ? flush_cb : NULL;
 }

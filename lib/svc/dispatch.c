@@ -1713,6 +1713,14 @@ started_cb(struct http_server *srv, void *arg)
 		commit_attach(d->commit, srv);
 }
 
+static void
+flush_cb(void *arg, uint64_t seq)
+{
+	struct dispatch *d = arg;
+
+	commit_flush(d->commit, seq);
+}
+
 static uint64_t
 gate_cb(void *arg)
 {
@@ -1757,4 +1765,5 @@ dispatch_service(struct dispatch *d, struct daemon_service *svc)
 	svc->gone = gone_cb;
 	svc->started = started_cb;
 	svc->gate = d->commit != NULL ? gate_cb : NULL;
+	svc->gate_flush = d->commit != NULL ? flush_cb : NULL;
 }
