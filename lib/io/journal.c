@@ -652,8 +652,7 @@ again:
 		j->reported = last;
 	/* What others appended meanwhile: their replies wait for it (group
 	 * commit, this thread leading). */
-	if (j->queue.len > 0 && rounds++ < 8 && !j->stopping &&
-	    !j->snap_queued)
+	if (j->queue.len > 0 && rounds++ < 8 && !j->stopping && !j->snap_queued)
 		goto again;
 	j->writing = 0;
 	pthread_cond_broadcast(&j->done);
