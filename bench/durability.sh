@@ -198,3 +198,48 @@ done
 stop "$c_pid"
 restart "from a snapshot of $(du -sh "$T/fill/snapshot" | cut -f1)"
 stop "$c_pid"
+
+# 3. dispatchd's restart with a job over SPLITS (1,000,000) splits, LEASED
+# (600,000) of them leased and open (each lease with its delivered ranges
+# is restored): filled over the HTTP API by bench/splits_restart.py.
+splits=${SPLITS:-1000000}
+leased=${LEASED:-600000}
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+# dispatchd NAME ARGS...: starts a dispatchd; sets d_pid and d_addr.
+dispatchd() {
+	local name=$1
+	shift
+	rm -f "$T/$name.port"
+	"$bin/dispatchd" -l 127.0.0.1:0 --port-file "$T/$name.port" \
+	    --heartbeat-timeout 60s "$@" 2>>"$T/$name.log" &
+	d_pid=$!
+	pids+=("$d_pid")
+	wait_file "$T/$name.port" 60 || { note "dispatchd $name did not start"; tail -3 "$T/$name.log" >&2; return 1; }
+	d_addr=127.0.0.1:$(cat "$T/$name.port")
+}
+drestart() {
+	local s0 s1 line
+	s0=$(date +%s%N)
+	dispatchd splits --state-dir "$T/splits" "${@:2}" || return 1
+	s1=$(date +%s%N)
+	line=$(grep 'state directory' "$T/splits.log" | tail -1)
+	printf '  %-44s %7d ms to serve (read in %s)\n' "dispatchd restart, $1" \
+	    "$(((s1 - s0) / 1000000))" "$(sed 's/.*read in \([0-9]* ms\).*/\1/' <<<"$line")"
+}
+if dispatchd splits --state-dir "$T/splits" --fsync batch; then
+	out=$("$py" "$here/splits_restart.py" "$d_addr" "$splits" "$leased" 2>&1)
+	printf '  %-44s %s\n' "a job over $splits splits" "$out"
+	stop "$d_pid"
+	drestart "from $(du -sh "$T/splits" | cut -f1) of journal"
+	stop "$d_pid"
+	dispatchd splits --state-dir "$T/splits" --journal-max-bytes 4K || exit 1
+	"$bin/dispatchctl" -d "$d_addr" schedule --no-block -- true >/dev/null
+	for ((i = 0; i < 600; i++)); do
+		[ -s "$T/splits/snapshot" ] && [ "$(stat -c %s "$T/splits/journal")" -lt 100000 ] && break
+		sleep 0.1
+	done
+	stop "$d_pid"
+	drestart "from a snapshot of $(du -sh "$T/splits/snapshot" | cut -f1)"
+	stop "$d_pid"
+fi

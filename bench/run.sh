@@ -29,6 +29,8 @@
 #      For reference, torch's own store-based barrier (add, then poll every
 #      10 ms) with 1000 Python threads.
 #
+# Then bench/dispatch.sh, bench/data.sh and bench/durability.sh.
+#
 # Targets are printed next to the figures. Every process it starts is
 # stopped by PID when it exits. MUSTER_BIN is where coordd, kvctl and the
 # bench-* programs are; WRK_DURATION (5s), WRK_THREADS (2), WRK_CONNS (32),
@@ -502,4 +504,9 @@ echo
 echo "Data: get-split, dispatchctl read against cat and raw TCP, a dead" \
     "worker's splits read again (bench/data.sh)"
 MUSTER_BIN=$bin "$here/data.sh" || note "data.sh failed"
+
+echo
+echo "Durability: --state-dir against etcd and against memory, restarts" \
+    "with 1,000,000 keys and splits (bench/durability.sh)"
+MUSTER_BIN=$bin "$here/durability.sh" || note "durability.sh failed"
 exit 0

@@ -305,8 +305,8 @@ journal_open(const char *dir, enum journal_fsync mode, char *err, size_t errlen)
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&j->wake, &ca);
+	pthread_cond_init(&j->done, &ca);
 	pthread_condattr_destroy(&ca);
-	pthread_cond_init(&j->done, NULL);
 	if (mkdir(dir, 0755) == -1 && errno != EEXIST) {
 		snprintf(err, errlen, "%s: %s", dir, strerror(errno));
 		j->dirfd = -1;
@@ -595,6 +595,21 @@ journal_write_now(struct journal *j, uint64_t seq)
 	if (j->mode == JOURNAL_FSYNC_ALWAYS)
 		return 0;
 	pthread_mutex_lock(&j->mu);
+	/* Another thread writing takes microseconds: wait for it rather than
+	 * have the reply's connection suspended and resumed. */
+	if (j->writing && j->durable < seq) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_nsec += 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		while (j->writing && j->durable < seq &&
+		    pthread_cond_timedwait(&j->done, &j->mu, &ts) == 0)
+			;
+	}
 	if (j->durable >= seq) {
 		pthread_mutex_unlock(&j->mu);
 		return 1;

@@ -756,7 +756,6 @@ kv_restore(struct kvstore *kv, struct rec_in *r, char *err, size_t errlen)
 		int64_t create = rec_get_i(r);
 		int64_t mod = rec_get_i(r);
 		struct blob *b;
-		char e2[256];
 		struct kv_entry *e;
 
 		if (r->err)
@@ -767,22 +766,36 @@ kv_restore(struct kvstore *kv, struct rec_in *r, char *err, size_t errlen)
 			r->err = 1;
 			break;
 		}
-		if ((b = blob_new(v, vlen)) == NULL)
-			goto nomem;
-		kv->rev = mod - 1;
-		if (set_value(kv, key, klen, b, NULL, NULL, e2, sizeof(e2)) !=
-		    ST_OK) {
+		/* Straight in: no limits, no history, no observer. */
+		if ((b = blob_new(v, vlen)) == NULL ||
+		    (e = calloc(1, sizeof(*e))) == NULL) {
 			blob_unref(b);
 			goto nomem;
 		}
-		blob_unref(b);
-		e = strmap_get(kv->map, key, klen);
+		if ((e->key = malloc(klen + 1)) == NULL) {
+			free(e);
+			blob_unref(b);
+			goto nomem;
+		}
+		memcpy(e->key, key, klen);
+		e->key[klen] = '\0';
+		e->klen = klen;
+		e->val = b;
+		e->value = b->data;
+		e->vlen = vlen;
 		e->create_rev = create;
+		e->mod_rev = mod;
+		if (strmap_put(kv->map, e->key, klen, e) < 0) {
+			entry_free(e);
+			goto nomem;
+		}
+		if (skl_insert(kv->order, e->key, klen, e) < 0) {
+			strmap_del(kv->map, e->key, klen);
+			entry_free(e);
+			goto nomem;
+		}
+		kv->bytes += klen + vlen;
 	}
-	/* set_value recorded each key as a change: the history is the
-	 * snapshot's, read next. */
-	while (kv->first < kv->len)
-		drop_oldest(kv);
 	kv->first = kv->len = 0;
 	kv->hist_bytes = 0;
 	what = "a change";
