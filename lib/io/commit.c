@@ -7,8 +7,12 @@
 #include "commit.h"
 #include "log.h"
 
+#define COMPACT_DEFAULT_BYTES (64u << 20)
+
 struct commit {
 	struct journal *j;
+	size_t max_bytes;           /* compact past this */
+	uint64_t count, next_check; /* records appended; when to look */
 	const char *daemon;
 	_Atomic uint64_t last; /* the newest record appended */
 	pthread_mutex_t mu;    /* guards srv */
@@ -39,17 +43,62 @@ durable(uint64_t seq, int err, void *arg)
 }
 
 struct commit *
-commit_new(struct journal *j, const char *daemon)
+commit_open(const char *dir, enum journal_fsync mode, size_t max_bytes,
+    const char *daemon,
+    int (*snapshot_fn)(const void *p, size_t len, void *arg),
+    int (*record_fn)(uint64_t seq, const void *p, size_t len, void *arg),
+    void *arg, const char *cause, enum status *st, char *err, size_t errlen)
 {
-	struct commit *c = calloc(1, sizeof(*c));
+	struct journal *j = journal_open(dir, mode, err, errlen);
+	struct commit *c;
+	char e[512];
 
-	if (c == NULL)
+	if (j == NULL) {
+		*st =
+		    errno == EWOULDBLOCK ? ST_FAILED_PRECONDITION : ST_INTERNAL;
 		return NULL;
+	}
+	if (journal_replay(j, snapshot_fn, record_fn, arg, e, sizeof(e)) < 0) {
+		if (cause != NULL && cause[0] != '\0')
+			snprintf(err, errlen, "%s: %s", e, cause);
+		else
+			snprintf(err, errlen, "%s", e);
+		journal_close(j);
+		*st = ST_INTERNAL;
+		return NULL;
+	}
+	if (journal_note(j)[0] != '\0')
+		log_info("%s", journal_note(j));
+	if ((c = calloc(1, sizeof(*c))) == NULL) {
+		journal_close(j);
+		snprintf(err, errlen, "out of memory");
+		*st = ST_RESOURCE_EXHAUSTED;
+		return NULL;
+	}
 	c->j = j;
 	c->daemon = daemon;
+	c->max_bytes = max_bytes > 0 ? max_bytes : COMPACT_DEFAULT_BYTES;
 	pthread_mutex_init(&c->mu, NULL);
 	journal_set_durable(j, durable, c);
+	*st = ST_OK;
 	return c;
+}
+
+void
+commit_compact(struct commit *c, int (*write_fn)(struct buf *out, void *arg),
+    void *arg)
+{
+	uint64_t jb, sb;
+
+	if (c->count < c->next_check)
+		return;
+	/* The sizes take the journal's lock: look now and then. */
+	c->next_check = c->count + (c->max_bytes < (1u << 20) ? 16 : 4096);
+	journal_size(c->j, &jb, &sb);
+	if (jb > c->max_bytes && jb > 2 * sb &&
+	    journal_compact(c->j, write_fn, arg) < 0)
+		log_info("%s: compaction not started: %s", c->daemon,
+		    strerror(errno));
 }
 
 uint64_t
@@ -57,8 +106,10 @@ commit_append(struct commit *c, const void *p, size_t len)
 {
 	uint64_t seq = journal_append(c->j, p, len);
 
-	if (seq != 0)
+	if (seq != 0) {
 		atomic_store(&c->last, seq);
+		c->count++;
+	}
 	http_note_write(seq);
 	return seq;
 }
@@ -122,12 +173,6 @@ commit_detach(struct commit *c)
 	if (c->srv != NULL)
 		http_server_durable(c->srv, UINT64_MAX, 0);
 	pthread_mutex_unlock(&c->mu);
-}
-
-struct journal *
-commit_journal(struct commit *c)
-{
-	return c->j;
 }
 
 int

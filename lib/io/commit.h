@@ -14,11 +14,32 @@
 #include "buf.h"
 #include "http_server.h"
 #include "journal.h"
+#include "status.h"
 
 struct commit;
 
-/* Takes j, replayed already, and becomes its durable callback. */
-struct commit *commit_new(struct journal *j, const char *daemon);
+/*
+ * Opens the state directory dir and reads it back (journal_open, then
+ * journal_replay with snapshot_fn and record_fn, which write why they
+ * failed into cause), logs what replay repaired, and becomes the
+ * journal's durable callback. NULL with err filled and *st the status:
+ * FAILED_PRECONDITION when another process has dir, INTERNAL when it
+ * cannot be read or is damaged, RESOURCE_EXHAUSTED without memory.
+ * The journal is compacted past max_bytes (0: 64 MiB), see commit_compact.
+ */
+struct commit *commit_open(const char *dir, enum journal_fsync mode,
+    size_t max_bytes, const char *daemon,
+    int (*snapshot_fn)(const void *p, size_t len, void *arg),
+    int (*record_fn)(uint64_t seq, const void *p, size_t len, void *arg),
+    void *arg, const char *cause, enum status *st, char *err, size_t errlen);
+
+/*
+ * At the end of a locked section: when the journal is over max_bytes and
+ * twice the snapshot, replaces both with a snapshot that write_fn writes
+ * (journal_compact). Looks at the sizes only every so many records.
+ */
+void commit_compact(struct commit *c,
+    int (*write_fn)(struct buf *out, void *arg), void *arg);
 
 /*
  * Appends a record: under the daemon's lock, in the order of the changes.
@@ -48,9 +69,6 @@ int commit_refuse(struct commit *c, struct http_req *req);
  * be durable, then lets every reply go without waiting.
  */
 void commit_detach(struct commit *c);
-
-/* The journal (for compaction and sizes). */
-struct journal *commit_journal(struct commit *c);
 
 /* Closes the journal (writing what is left): 0, or -1. */
 int commit_free(struct commit *c);

@@ -54,7 +54,10 @@ struct http_server_config {
 	 * far (0: none). A reply goes out only once every change up to the
 	 * number read as it is about to go is durable (http_server_durable),
 	 * so that no client hears of a change, its own or another's, that
-	 * a crash could still lose. NULL: replies go at once.
+	 * a crash could still lose. When the journal fails, the requests
+	 * that made the changes get an error; others' replies go out, and
+	 * may tell of those changes, whose outcome is then unknown (they are
+	 * written again on retry). NULL: replies go at once.
 	 */
 	uint64_t (*gate)(void *arg);
 	/*

@@ -52,8 +52,16 @@ struct journal {
 	int running, stopping, retry_now;
 	/* A batch is being written, by the flusher or journal_write_now. */
 	int writing;
-	int unsynced;      /* written, not yet synced (batch, none) */
-	struct buf spare;  /* journal_write_now's buffer, kept for reuse */
+	int unsynced;     /* written, not yet synced (batch, none) */
+	struct buf spare; /* journal_write_now's buffer, kept for reuse */
+	/*
+	 * batch mode: what was written after synced_end and is not yet
+	 * synced (its last record since_last), to write again if the sync
+	 * fails: a failed fsync may have dropped the pages, and a second
+	 * one would then succeed without them.
+	 */
+	struct buf since_sync;
+	uint64_t synced_end, since_last;
 	struct buf queue;  /* records appended since the flusher last looked */
 	uint64_t next_seq; /* 0 until replay */
 	uint64_t durable;  /* every record up to this is on disk */
@@ -215,6 +223,8 @@ start_journal(struct journal *j, uint64_t seq, const void *p, size_t n)
 		close(j->fd);
 	j->fd = fd;
 	j->end = HEADER_SIZE + n;
+	j->synced_end = j->end; /* replace_file synced it */
+	buf_reset(&j->since_sync);
 	return 0;
 }
 
@@ -282,6 +292,7 @@ free_journal(struct journal *j)
 	buf_free(&j->batch);
 	buf_free(&j->queue);
 	buf_free(&j->spare);
+	buf_free(&j->since_sync);
 	buf_free(&j->snap);
 	free(j->dir);
 	free(j);
@@ -481,6 +492,7 @@ journal_replay(struct journal *j,
 		if (scan_journal(j, &b, &end, err, errlen) == -1)
 			goto out;
 		j->end = end;
+		j->synced_end = end;
 	}
 
 	/* Records the snapshot already holds are skipped. */
@@ -564,10 +576,10 @@ journal_append(struct journal *j, const void *p, size_t len)
 	}
 	record_header(h, p, (uint32_t)len);
 	pthread_mutex_lock(&j->mu);
+	/* While writes fail, records still queue, in order: the change is
+	 * made already. The daemon refuses new changes (journal_error). */
 	if (!j->running || j->stopping)
 		errno = EINVAL;
-	else if (j->err != 0)
-		errno = j->err;
 	else if (buf_reserve(&j->queue, sizeof(h) + len) == -1)
 		errno = ENOMEM;
 	else {
@@ -581,6 +593,19 @@ journal_append(struct journal *j, const void *p, size_t len)
 	}
 	pthread_mutex_unlock(&j->mu);
 	return seq;
+}
+
+/* batch mode: keeps a copy of what was written until it is synced. */
+static void
+keep_unsynced(struct journal *j, const struct buf *b, uint64_t last)
+{
+	if (j->mode != JOURNAL_FSYNC_BATCH)
+		return;
+	if (buf_append(&j->since_sync, b->data, b->len) < 0)
+		log_info("%s/journal: out of memory: records written since the "
+		         "last sync are not kept for a failed sync",
+		    j->dir);
+	j->since_last = last;
 }
 
 int
@@ -647,6 +672,7 @@ again:
 	j->end += b.len;
 	j->journal_bytes = j->end;
 	j->unsynced = 1;
+	keep_unsynced(j, &b, last);
 	buf_reset(&b);
 	buf_free(&j->spare);
 	j->spare = b;
@@ -673,8 +699,9 @@ again:
 	pthread_cond_broadcast(&j->done);
 	if (j->queue.len > 0)
 		pthread_cond_signal(&j->wake);
+	rc = seq <= j->durable;
 	pthread_mutex_unlock(&j->mu);
-	return seq <= j->durable;
+	return rc;
 }
 
 int
@@ -856,7 +883,8 @@ wait_for_work(struct journal *j, int64_t last_sync)
 			j->retry_now = 0;
 			return;
 		}
-		if (j->queue.len > 0 || j->snap_queued)
+		/* A batch a reply's thread could not write is ours now. */
+		if (j->queue.len > 0 || j->snap_queued || j->batch.len > 0)
 			return;
 		if (j->mode == JOURNAL_FSYNC_ALWAYS) {
 			pthread_cond_wait(&j->wake, &j->mu);
@@ -884,6 +912,7 @@ flusher(void *arg)
 		uint64_t snap_seq = 0, last;
 		size_t cut;
 		int stop, compacted = 0, wrote = 0, e = 0, unsynced;
+		int synced = 0, sync_failed = 0;
 		journal_durable_fn fn = NULL;
 
 		wait_for_work(j, last_sync);
@@ -936,15 +965,36 @@ flusher(void *arg)
 		    (stop ||
 		        (j->mode == JOURNAL_FSYNC_BATCH &&
 		            now_ms() - last_sync >= BATCH_MS))) {
-			if (fsync(j->fd) == -1)
-				e = errno;
-			else
+			if (fsync(j->fd) == -1) {
+				e = sync_failed = errno;
+			} else {
 				unsynced = 0;
+				synced = 1;
+			}
 			last_sync = now_ms();
 		}
 
 		pthread_mutex_lock(&j->mu);
 		j->writing = 0;
+		if (wrote)
+			keep_unsynced(j, &j->batch, j->batch_last);
+		if (synced) {
+			j->synced_end = j->end;
+			buf_reset(&j->since_sync);
+		} else if (sync_failed && j->mode == JOURNAL_FSYNC_BATCH) {
+			/* Written again from the copy, at the last synced end;
+			 * the batch just written is in the copy. */
+			if (ftruncate(j->fd, (off_t)j->synced_end) == -1)
+				log_debug("%s/journal: cannot cut: %s", j->dir,
+				    strerror(errno));
+			j->end = j->synced_end;
+			buf_free(&j->batch);
+			j->batch = j->since_sync;
+			j->since_sync = (struct buf){0};
+			j->batch_last = j->since_last;
+			wrote = 0; /* keep the batch */
+			unsynced = 0;
+		}
 		j->unsynced = unsynced;
 		/* A failure holds up what was appended after the batch, too. */
 		last = e == 0 ? j->batch_last : j->next_seq - 1;
@@ -974,7 +1024,8 @@ flusher(void *arg)
 			pthread_mutex_lock(&j->mu);
 		}
 		/* Only now, so journal_wait returns after the callback has run. */
-		if (e == 0)
+		/* journal_write_now may have gone further meanwhile. */
+		if (e == 0 && last > j->durable)
 			j->durable = last;
 		if (last > j->reported)
 			j->reported = last;

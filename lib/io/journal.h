@@ -76,10 +76,10 @@ void journal_set_durable(struct journal *j, journal_durable_fn fn, void *arg);
 
 /*
  * Queues a record; call under the daemon's lock, in the order the changes
- * were made, and before applying the change: 0 (errno set) means refuse
- * it. After a failed write or fsync every append fails (errno as the
- * failure, journal_error() says more) until a retry, every 500 ms or on
- * journal_retry(), writes the queue out.
+ * were made. 0 (errno set) only when the journal is closing or memory is
+ * out. After a failed write or fsync, records still queue (the change is
+ * made) and journal_error() says why: the daemon refuses new changes until
+ * a retry, every 500 ms or on journal_retry(), writes the queue out.
  */
 uint64_t journal_append(struct journal *j, const void *p, size_t len);
 

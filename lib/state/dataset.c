@@ -1994,10 +1994,13 @@ jr_begin(struct ds *ds, struct rec_out *o, int type)
 static void
 jr_end(struct ds *ds, struct rec_out *o)
 {
-	if (o->err)
+	if (o->err) {
+		/* Told, so that the change's request is answered an error. */
 		ds->jlost++;
-	else
+		ds->jfn(NULL, 0, ds->jarg);
+	} else {
 		ds->jfn(o->b->data, o->b->len, ds->jarg);
+	}
 }
 
 static void

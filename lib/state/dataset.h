@@ -263,7 +263,8 @@ void ds_view(struct ds *ds, struct ds_view *v);
 /*
  * Called with each durable change as one record (at most a few hundred
  * bytes, but for a dataset's definition), in the order made, under the
- * caller's lock. Cannot refuse.
+ * caller's lock; with (NULL, 0) when memory ran out to make one. Cannot
+ * refuse.
  */
 typedef void (*ds_journal_fn)(const void *rec, size_t len, void *arg);
 void ds_set_journal(struct ds *ds, ds_journal_fn fn, void *arg);

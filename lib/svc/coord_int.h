@@ -77,8 +77,6 @@ struct coord {
 	int ctl_dirty;       /* the tasks may differ from ctl_last */
 	struct buf ctl_last; /* the last 'T' record */
 	struct buf jrec;     /* the record being made */
-	uint64_t jcount, jnext_check;
-	size_t jmax; /* compact past this many bytes of journal */
 	char jerr[256];
 	/* Per task: the shutdown barrier's answer, once it went through. */
 	struct coord_said {

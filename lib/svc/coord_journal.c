@@ -24,16 +24,25 @@
 #include "rec.h"
 
 #define SNAPSHOT_VERSION 1
-/* Compacts when the journal is past this and twice the snapshot. */
-#define COMPACT_DEFAULT_BYTES (64u << 20)
 
 /* Appends the record in co->jrec, if the journal is on. */
-static void
+/* Appends the record in co->jrec, if the journal is on: its number, or
+ * 0 when it could not be queued (the running request is told). */
+static uint64_t
 append(struct coord *co)
 {
-	if (co->commit != NULL && co->jlive &&
-	    commit_append(co->commit, co->jrec.data, co->jrec.len) != 0)
-		co->jcount++;
+	if (co->commit == NULL || !co->jlive)
+		return 0;
+	return commit_append(co->commit, co->jrec.data, co->jrec.len);
+}
+
+/* A record that could not be made: out of memory. */
+static void
+not_made(const char *what)
+{
+	log_info("internal: out of memory; %s is not journaled", what);
+	errno = ENOMEM;
+	http_note_write(0);
 }
 
 static void
@@ -51,8 +60,7 @@ kv_changed(int64_t rev, const char *key, size_t klen, struct blob *val,
 	if (val != NULL)
 		rec_put_blob(&o, val->data, val->len);
 	if (o.err) {
-		errno = ENOMEM;
-		http_note_write(0);
+		not_made("a change of the store");
 		return;
 	}
 	append(co);
@@ -105,8 +113,7 @@ coord_journal_barrier(struct coord *co, const struct barrier *b)
 	buf_reset(&co->jrec);
 	rec_put_u(&o, 'B');
 	if (o.err || barrier_record(b, co->rv->ntasks, &co->jrec) < 0) {
-		log_info("internal: out of memory; barrier %s is not journaled",
-		    b->id);
+		not_made("a barrier's end");
 		return;
 	}
 	append(co);
@@ -138,45 +145,33 @@ write_snapshot(struct buf *out, void *arg)
 void
 coord_journal_settle(struct coord *co)
 {
-	uint64_t jb, sb;
+	struct rec_out o = {.b = &co->jrec};
 
 	if (co->commit == NULL || !co->jlive)
 		return;
 	if (co->ctl_dirty) {
 		co->ctl_dirty = 0;
-		struct rec_out o = {.b = &co->jrec};
-
 		buf_reset(&co->jrec);
 		rec_put_u(&o, 'T');
-		if (o.err || write_tasks(co, &co->jrec) < 0)
-			log_info("internal: out of memory; the tasks' state "
-			         "is not journaled");
-		else if (co->jrec.len != co->ctl_last.len ||
+		if (o.err || write_tasks(co, &co->jrec) < 0) {
+			not_made("the tasks' state");
+			co->ctl_dirty = 1; /* tried again at the next unlock */
+		} else if (co->jrec.len != co->ctl_last.len ||
 		    memcmp(co->jrec.data, co->ctl_last.data, co->jrec.len) !=
 		        0) {
-			buf_reset(&co->ctl_last);
-			if (buf_append(&co->ctl_last, co->jrec.data,
-			        co->jrec.len) < 0)
+			/* The last one written is what the next compares
+			 * with: one that failed is tried again. */
+			if (append(co) == 0) {
+				co->ctl_dirty = 1;
+			} else {
 				buf_reset(&co->ctl_last);
-			append(co);
+				if (buf_append(&co->ctl_last, co->jrec.data,
+				        co->jrec.len) < 0)
+					buf_reset(&co->ctl_last);
+			}
 		}
 	}
-	/* Looking at the sizes takes the journal's lock: now and then. */
-	if (co->jcount < co->jnext_check)
-		return;
-	co->jnext_check = co->jcount + (co->jmax < (1u << 20) ? 16 : 4096);
-	journal_size(commit_journal(co->commit), &jb, &sb);
-	if (jb > co->jmax && jb > 2 * sb) {
-		int64_t t0 = duration_now_ms();
-
-		if (journal_compact(commit_journal(co->commit), write_snapshot,
-		        co) < 0)
-			log_info("compaction not started: %m");
-		else
-			log_debug("compaction: snapshot of %zu keys taken in "
-			          "%" PRId64 " ms",
-			    kv_count(co->kv), duration_now_ms() - t0);
-	}
+	commit_compact(co->commit, write_snapshot, co);
 }
 
 static int
@@ -271,36 +266,19 @@ enum status
 coord_journal_open(struct coord *co, const char *dir, enum journal_fsync mode,
     size_t max_bytes, char *err, size_t errlen)
 {
-	struct journal *j = journal_open(dir, mode, err, errlen);
 	int64_t t0 = duration_now_ms();
-	char e[512];
+	enum status st;
 
-	if (j == NULL)
-		return errno == EWOULDBLOCK ? ST_FAILED_PRECONDITION :
-		                              ST_INTERNAL;
 	coord_lock(co);
 	co->jfresh = 1;
-	if (journal_replay(j, read_snapshot, read_record, co, e, sizeof(e)) <
-	    0) {
+	co->commit = commit_open(dir, mode, max_bytes, "coordd", read_snapshot,
+	    read_record, co, co->jerr, &st, err, errlen);
+	if (co->commit == NULL) {
 		coord_unlock(co);
-		if (co->jerr[0] != '\0')
-			snprintf(err, errlen, "%s: %s", e, co->jerr);
-		else
-			snprintf(err, errlen, "%s", e);
-		journal_close(j);
-		return ST_INTERNAL;
-	}
-	if (journal_note(j)[0] != '\0')
-		log_info("%s", journal_note(j));
-	if ((co->commit = commit_new(j, "coordd")) == NULL) {
-		coord_unlock(co);
-		journal_close(j);
-		snprintf(err, errlen, "out of memory");
-		return ST_RESOURCE_EXHAUSTED;
+		return st;
 	}
 	co->jlive = 1;
 	co->ctl_dirty = 1;
-	co->jmax = max_bytes > 0 ? max_bytes : COMPACT_DEFAULT_BYTES;
 	kv_set_journal(co->kv, kv_changed, co);
 	log_info("state directory %s: %zu keys at revision %" PRId64
 	         ", epoch %ld, %zu ended barriers, read in %" PRId64 " ms",

@@ -683,6 +683,10 @@ coord_task_route(struct http_req *req, const struct route_match *m, void *arg)
 	route_seg(m, 2, verb, sizeof(verb));
 	snprintf(name, sizeof(name), "%s:%s", job, index);
 	coord_lock(co);
+	/* A call other than a heartbeat may change the tasks' state without
+	 * an event (a reset of a task in error): journaled if it differs. */
+	if (m->nseg == 3 && strcmp(verb, "heartbeat") != 0)
+		co->ctl_dirty = 1;
 	if (m->seglen[0] > TASK_JOB_MAX || m->seglen[1] >= sizeof(index) ||
 	    (t = registry_find(co->reg, name)) == NULL) {
 		http_reply_error(req, ST_INVALID_ARGUMENT,
@@ -696,7 +700,6 @@ coord_task_route(struct http_req *req, const struct route_match *m, void *arg)
 	} else if (strcmp(verb, "heartbeat") != 0 && coord_refuse(co, req)) {
 		/* answered: the state directory cannot be written */
 	} else if (strcmp(verb, "register") == 0) {
-		co->ctl_dirty = 1; /* its secret */
 		do_register(co, req, t);
 	} else if (!coord_task_proven(co, req, t, strcmp(verb, "reset") == 0)) {
 		/* answered */

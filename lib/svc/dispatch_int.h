@@ -61,8 +61,6 @@ struct dispatch {
 	struct commit *commit;
 	int jlive;       /* changes are journaled (replay is over) */
 	struct buf jrec; /* the record being made */
-	uint64_t jcount, jnext_check;
-	size_t jmax; /* compact past this many bytes of journal */
 	char jerr[256];
 };
 

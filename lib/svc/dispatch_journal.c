@@ -21,7 +21,6 @@
 #include "rec.h"
 
 #define SNAPSHOT_VERSION 1
-#define COMPACT_DEFAULT_BYTES (64u << 20)
 
 /* Appends side's record rec, if the journal is on. */
 static void
@@ -43,8 +42,7 @@ append(struct dispatch *d, char side, const void *rec, size_t len)
 		http_note_write(0);
 		return;
 	}
-	if (commit_append(d->commit, d->jrec.data, d->jrec.len) != 0)
-		d->jcount++;
+	commit_append(d->commit, d->jrec.data, d->jrec.len);
 }
 
 static void
@@ -84,16 +82,8 @@ fail:
 void
 dispatch_journal_settle(struct dispatch *d)
 {
-	uint64_t jb, sb;
-
-	if (d->commit == NULL || !d->jlive || d->jcount < d->jnext_check)
-		return;
-	/* Looking at the sizes takes the journal's lock: now and then. */
-	d->jnext_check = d->jcount + (d->jmax < (1u << 20) ? 16 : 4096);
-	journal_size(commit_journal(d->commit), &jb, &sb);
-	if (jb > d->jmax && jb > 2 * sb &&
-	    journal_compact(commit_journal(d->commit), write_snapshot, d) < 0)
-		log_info("compaction not started: %m");
+	if (d->commit != NULL && d->jlive)
+		commit_compact(d->commit, write_snapshot, d);
 }
 
 static int
@@ -156,35 +146,18 @@ enum status
 dispatch_journal_open(struct dispatch *d, const char *dir,
     enum journal_fsync mode, size_t max_bytes, char *err, size_t errlen)
 {
-	struct journal *j = journal_open(dir, mode, err, errlen);
 	int64_t t0 = duration_now_ms();
 	struct ds_view dv;
-	char e[512];
+	enum status st;
 
-	if (j == NULL)
-		return errno == EWOULDBLOCK ? ST_FAILED_PRECONDITION :
-		                              ST_INTERNAL;
 	dispatch_lock(d);
-	if (journal_replay(j, read_snapshot, read_record, d, e, sizeof(e)) <
-	    0) {
+	d->commit = commit_open(dir, mode, max_bytes, "dispatchd",
+	    read_snapshot, read_record, d, d->jerr, &st, err, errlen);
+	if (d->commit == NULL) {
 		dispatch_unlock(d);
-		if (d->jerr[0] != '\0')
-			snprintf(err, errlen, "%s: %s", e, d->jerr);
-		else
-			snprintf(err, errlen, "%s", e);
-		journal_close(j);
-		return ST_INTERNAL;
-	}
-	if (journal_note(j)[0] != '\0')
-		log_info("%s", journal_note(j));
-	if ((d->commit = commit_new(j, "dispatchd")) == NULL) {
-		dispatch_unlock(d);
-		journal_close(j);
-		snprintf(err, errlen, "out of memory");
-		return ST_RESOURCE_EXHAUSTED;
+		return st;
 	}
 	d->jlive = 1;
-	d->jmax = max_bytes > 0 ? max_bytes : COMPACT_DEFAULT_BYTES;
 	cq_set_journal(d->cq, cq_changed, d);
 	ds_set_journal(d->ds, ds_changed, d);
 	ds_worker_each(d->ds, down_stray, d);

@@ -2,7 +2,7 @@
  * The journal in a scratch directory: records come back after a close in
  * every fsync mode, a second opener is turned away, a torn tail is cut,
  * damage in the middle stops replay, compaction keeps everything, and a
- * failed write refuses appends until a retry succeeds. And CRC-32C against
+ * failed write keeps records, in order, until a retry writes them. And CRC-32C against
  * its published check values.
  */
 #include <dirent.h>
@@ -436,16 +436,72 @@ compaction_keeps_everything(void)
 	remove_scratch(d);
 }
 
+/*
+ * batch and none: a reply's thread writes the queue itself; when that
+ * write fails the journal's thread takes the records over, reports the
+ * failure and writes them once there is room, instead of leaving them.
+ */
 static void
-failed_write_refuses_appends_until_retried(void)
+failed_inline_write_is_taken_over(void)
+{
+	static const enum journal_fsync modes[] = {JOURNAL_FSYNC_BATCH,
+	    JOURNAL_FSYNC_NONE};
+	char err[256], why[256], *d;
+	struct journal *j;
+	struct seen s;
+	struct rlimit old, tiny;
+	void (*old_xfsz)(int);
+	uint64_t seq;
+	int now, wait_r, wait_errno;
+	char big[100];
+
+	for (size_t m = 0; m < 2; m++) {
+		if ((d = scratch()) == NULL)
+			return;
+		j = reopen(d, modes[m], &s, err, sizeof(err));
+		CHECK(j != NULL);
+		if (j == NULL)
+			return;
+		CHECK(journal_write_now(j, append_range(j, 0, 3)) == 1);
+		old_xfsz = signal(SIGXFSZ, SIG_IGN);
+		getrlimit(RLIMIT_FSIZE, &old);
+		tiny = old;
+		tiny.rlim_cur = 24 + 3 * 16 + 50;
+		setrlimit(RLIMIT_FSIZE, &tiny);
+		memset(big, 'b', sizeof(big));
+		seq = journal_append(j, big, sizeof(big));
+		now = journal_write_now(j, seq);
+		wait_r = journal_wait(j, seq);
+		wait_errno = errno;
+		CHECK(journal_error(j, why, sizeof(why)) != NULL);
+		setrlimit(RLIMIT_FSIZE, &old);
+		signal(SIGXFSZ, old_xfsz);
+		CHECK(seq == 4 && now == 0);
+		CHECK(wait_r == -1 && wait_errno == EFBIG);
+		CHECK(file_size(d, "journal") == 24 + 3 * 16);
+		journal_retry(j);
+		CHECK(journal_wait(j, seq) == 0);
+		CHECK(journal_error(j, why, sizeof(why)) == NULL);
+		CHECK(journal_close(j) == 0);
+		seen_free(&s);
+		j = reopen(d, modes[m], &s, err, sizeof(err));
+		CHECK(j != NULL && s.n == 4 && s.last == 4);
+		journal_close(j);
+		seen_free(&s);
+		remove_scratch(d);
+	}
+}
+
+static void
+failed_write_keeps_records_until_retried(void)
 {
 	char err[256], *d = scratch();
 	struct journal *j;
 	struct seen s;
 	struct rlimit old, tiny;
 	void (*old_xfsz)(int);
-	uint64_t seq, refused, after;
-	int wait_r, wait_errno, refused_errno;
+	uint64_t seq, queued, after;
+	int wait_r, wait_errno;
 	off_t size_during;
 	const char *msg;
 	char big[100], why[256];
@@ -471,8 +527,8 @@ failed_write_refuses_appends_until_retried(void)
 	seq = journal_append(j, big, sizeof(big));
 	wait_r = journal_wait(j, seq);
 	wait_errno = errno;
-	refused = journal_append(j, "no", 2);
-	refused_errno = errno;
+	/* Made meanwhile (a timeout, say): it waits its turn. */
+	queued = journal_append(j, "later", 5);
 	size_during = file_size(d, "journal");
 	msg = journal_error(j, why, sizeof(why));
 	setrlimit(RLIMIT_FSIZE, &old);
@@ -480,7 +536,7 @@ failed_write_refuses_appends_until_retried(void)
 
 	CHECK(seq == 4);
 	CHECK(wait_r == -1 && wait_errno == EFBIG);
-	CHECK(refused == 0 && refused_errno == EFBIG);
+	CHECK(queued == 5);
 	/* No half record left behind. */
 	CHECK(size_during == 24 + 3 * 16);
 	CHECK(msg != NULL && strstr(msg, "write failed") != NULL);
@@ -488,20 +544,20 @@ failed_write_refuses_appends_until_retried(void)
 	CHECK(cb_durable == 3 && cb_failed == 4 && cb_err == EFBIG);
 	pthread_mutex_unlock(&cb_mu);
 
-	/* Room again: the retry writes the failed record, appends work. */
+	/* Room again: the retry writes both, in order. */
 	journal_retry(j);
-	CHECK(journal_wait(j, seq) == 0);
+	CHECK(journal_wait(j, queued) == 0);
 	CHECK(journal_error(j, why, sizeof(why)) == NULL);
 	after = journal_append(j, "ok", 2);
-	CHECK(after == 5 && journal_wait(j, after) == 0);
+	CHECK(after == 6 && journal_wait(j, after) == 0);
 	pthread_mutex_lock(&cb_mu);
-	CHECK(cb_durable == 5);
+	CHECK(cb_durable == 6);
 	pthread_mutex_unlock(&cb_mu);
 	CHECK(journal_close(j) == 0);
 	seen_free(&s);
 
 	j = reopen(d, JOURNAL_FSYNC_ALWAYS, &s, err, sizeof(err));
-	CHECK(j != NULL && s.n == 5 && s.last == 5);
+	CHECK(j != NULL && s.n == 6 && s.last == 6);
 	CHECK(j != NULL && strcmp(journal_note(j), "") == 0);
 	journal_close(j);
 	seen_free(&s);
@@ -524,7 +580,9 @@ UNIT_TESTS(journal_tests) = {
         corruption_in_the_middle_stops_replay},
     {"journal: compaction keeps everything and shrinks the journal",
         compaction_keeps_everything},
-    {"journal: a failed write refuses appends until a retry succeeds",
-        failed_write_refuses_appends_until_retried},
+    {"journal: a failed write of a reply's thread is taken over",
+        failed_inline_write_is_taken_over},
+    {"journal: after a failed write records wait, in order, for a retry",
+        failed_write_keeps_records_until_retried},
     {NULL, NULL},
 };
