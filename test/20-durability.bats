@@ -137,6 +137,13 @@ task_json() {
 	up --cluster worker=2 --heartbeat-timeout 60s
 	run curl -s "http://$MUSTER_COORD/v1/errors"
 	assert_output --partial 'disk on fire'
+	# And so is its reset, which changes the task without an event.
+	curl -s -f -X POST "http://$MUSTER_COORD/v1/tasks/worker/1/reset" >/dev/null
+	reset_state=$(task_json worker:1 | jq -r .state)
+	crash
+	up --cluster worker=2 --heartbeat-timeout 60s
+	assert_equal "$(task_json worker:1 | jq -r .state)" "$reset_state"
+	[ "$reset_state" != error ]
 	# Another cluster on this directory is refused.
 	crash
 	run --separate-stderr coordd -l 127.0.0.1:0 --state-dir "$T/state" --cluster worker=3
