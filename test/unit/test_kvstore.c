@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "kvstore.h"
+#include "rec.h"
 #include "unit.h"
 
 static struct kvstore *
@@ -372,6 +373,158 @@ kv_order_random(void)
 	kv_free(kv);
 }
 
+/* The journal's records, as coordd makes them: a put or a delete. */
+struct change {
+	int64_t rev;
+	char *key;
+	struct blob *val; /* NULL: a delete */
+};
+
+struct changes {
+	struct change v[4096];
+	size_t n;
+};
+
+static void
+record_change(int64_t rev, const char *key, size_t klen, struct blob *val,
+    void *arg)
+{
+	struct changes *c = arg;
+
+	if (c->n == sizeof(c->v) / sizeof(c->v[0]))
+		return;
+	c->v[c->n].rev = rev;
+	c->v[c->n].key = strndup(key, klen);
+	c->v[c->n].val = val != NULL ? blob_ref(val) : NULL;
+	c->n++;
+}
+
+/* Appends a canonical dump of kv (entries, then history) to out. */
+static int
+collect(const struct kv_event *ev, void *arg)
+{
+	struct buf *out = arg;
+
+	buf_printf(out, "%lld %d %s=%.*s\n", (long long)ev->rev, (int)ev->type,
+	    ev->key, (int)ev->vlen, ev->value != NULL ? ev->value : "");
+	return 0;
+}
+
+static void
+dump(const struct kvstore *kv, struct buf *out)
+{
+	const struct kv_entry **v;
+	struct kv_dir_page all = {0};
+	int more;
+	char err[256];
+	size_t n = kv_dir(kv, "", 0, &all, &v, &more);
+
+	buf_printf(out, "rev %lld origin %lld keys %zu bytes %zu\n",
+	    (long long)kv_revision(kv), (long long)kv_origin(kv), n,
+	    kv_bytes(kv));
+	for (size_t i = 0; i < n; i++)
+		buf_printf(out, "%s=%.*s %lld %lld\n", v[i]->key,
+		    (int)v[i]->vlen, v[i]->value, (long long)v[i]->create_rev,
+		    (long long)v[i]->mod_rev);
+	free(v);
+	kv_changes(kv, "", 0, kv_origin(kv), collect, out, err, sizeof(err));
+}
+
+static void
+kv_snapshot_and_replay(void)
+{
+	static struct changes ch;
+	struct kvstore *kv = store(), *back;
+	struct buf snap = {0}, a = {0}, b = {0};
+	struct rec_in in;
+	size_t at = 0;
+	char err[256], key[32], val[32];
+	int64_t rev, res;
+	const struct kv_entry *cur;
+	int ok = 1;
+
+	ch.n = 0;
+	kv_set_origin(kv, 1000);
+	kv_set_journal(kv, record_change, &ch);
+	srandom(7);
+	for (int i = 0; i < 2000; i++) {
+		int k = (int)(random() % 40), op = (int)(random() % 10);
+
+		snprintf(key, sizeof(key), "d%d/k%d", k % 5, k);
+		snprintf(val, sizeof(val), "v%d", i);
+		if (op < 5)
+			kv_put(kv, key, strlen(key), val, strlen(val),
+			    KV_OVERWRITE, &rev, err, sizeof(err));
+		else if (op < 7)
+			kv_add(kv, key, strlen(key), 1, &res, &rev, err,
+			    sizeof(err));
+		else if (op < 8)
+			kv_cas(kv, key, strlen(key), "v1", 2, 0, val,
+			    strlen(val), &rev, &cur, err, sizeof(err));
+		else if (op < 9)
+			kv_delete(kv, key, strlen(key), &rev);
+		else
+			kv_delete(kv, key, 2, &rev); /* a whole directory */
+		if (i == 1200) {
+			CHECK(kv_snapshot(kv, &snap) == 0);
+			at = ch.n;
+		}
+	}
+	dump(kv, &a);
+
+	/* The snapshot, then the changes after it, make the same store. */
+	back = store();
+	rec_in_init(&in, snap.data, snap.len);
+	CHECK(kv_restore(back, &in, err, sizeof(err)) == 0);
+	CHECK(rec_left(&in) == 0);
+	for (size_t i = at; i < ch.n; i++)
+		if (kv_replay(back, ch.v[i].rev, ch.v[i].key,
+		        strlen(ch.v[i].key), ch.v[i].val, err, sizeof(err)) < 0)
+			ok = 0;
+	CHECK(ok);
+	dump(back, &b);
+	CHECK(a.len == b.len && memcmp(a.data, b.data, a.len) == 0);
+	kv_free(back);
+
+	/* From nothing, every change replayed. */
+	back = store();
+	kv_set_origin(back, 1000);
+	ok = 1;
+	for (size_t i = 0; i < ch.n; i++)
+		if (kv_replay(back, ch.v[i].rev, ch.v[i].key,
+		        strlen(ch.v[i].key), ch.v[i].val, err, sizeof(err)) < 0)
+			ok = 0;
+	CHECK(ok);
+	buf_reset(&b);
+	dump(back, &b);
+	/* The history window may differ at its start; the keys may not. */
+	CHECK(b.len > 0 && strncmp(a.data, b.data, 40) == 0);
+	/* A change that does not follow is refused. */
+	CHECK(kv_replay(back, 5, "x", 1, NULL, err, sizeof(err)) < 0);
+	kv_free(back);
+
+	/* A snapshot cut anywhere is refused, with a message. */
+	ok = 1;
+	for (size_t cut = 0; cut < snap.len; cut += 1 + snap.len / 97) {
+		back = store();
+		rec_in_init(&in, snap.data, cut);
+		err[0] = '\0';
+		if (kv_restore(back, &in, err, sizeof(err)) == 0 && !in.err)
+			ok = 0;
+		kv_free(back);
+	}
+	CHECK(ok);
+
+	for (size_t i = 0; i < ch.n; i++) {
+		free(ch.v[i].key);
+		blob_unref(ch.v[i].val);
+	}
+	buf_free(&snap);
+	buf_free(&a);
+	buf_free(&b);
+	kv_free(kv);
+}
+
 UNIT_TESTS(kvstore_tests) = {
     {"kvstore: key normalisation and limits", kv_keys},
     {"kvstore: insert, update, overwrite, bytes", kv_put_modes},
@@ -384,5 +537,7 @@ UNIT_TESTS(kvstore_tests) = {
         kv_directory_delete_notifies_after},
     {"kvstore: limits on keys and bytes held", kv_store_limits},
     {"kvstore: ordered listings through random changes", kv_order_random},
+    {"kvstore: a snapshot and the changes after it give the store back",
+        kv_snapshot_and_replay},
     {NULL, NULL},
 };
