@@ -1782,7 +1782,8 @@ send_outcome(struct conn *c, uint64_t id, int gone, int end, char *error,
 	return rc;
 }
 
-/* GET /v1/tasks/T/elements?max=BYTES&wait=MS */
+/* GET /v1/tasks/T/elements?max=BYTES&wait=MS; max=0 acknowledges the
+ * last reply and asks for nothing, for a consumer about to close. */
 static int
 serve_elements(struct conn *c, uint64_t id, const char *q, int keep)
 {
@@ -1802,6 +1803,8 @@ serve_elements(struct conn *c, uint64_t id, const char *q, int keep)
 		return send_error(c, ST_INVALID_ARGUMENT, keep,
 		    "wait is not a number of milliseconds");
 	conn_release(c, 1);
+	if (max == 0)
+		return send_chunks(c, NULL, keep);
 	if ((t = task_get(c->ds, id)) == NULL)
 		return send_error(c, ST_NOT_FOUND, keep,
 		    "task %" PRIu64 " is not served here", id);
