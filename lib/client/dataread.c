@@ -56,6 +56,8 @@
 #define HEARTBEAT_CALL_MS 5000
 /* At the end: the last heartbeat and the release, and the threads. */
 #define FAREWELL_MS 2000
+/* How long the last acknowledgement to a worker may take. */
+#define ACK_MS 500
 #define JOIN_MS 1000
 #define MAX_HEAD 16384
 /* Room for a reply's chunk headers and HTTP header beyond max bytes. */
@@ -97,6 +99,7 @@ struct task {
 	pthread_t thread;
 	/* Under r->mu: */
 	int fd;      /* the connection, for shutdown(2); -1 */
+	int io;      /* a request on it: a stop cuts it short */
 	int listed;  /* in the last heartbeat's list */
 	int stop;    /* stop reading: the task left the list */
 	int running; /* its thread has not ended */
@@ -590,6 +593,21 @@ sent_again(struct task *t, const struct chunk_hdr *h)
 	return 0;
 }
 
+/* Marks the start (on 1) or the end of a request on the task's
+ * connection; -1 and nothing marked when the task is to stop. */
+static int
+task_io(struct task *t, int on)
+{
+	int stop;
+
+	pthread_mutex_lock(&t->r->mu);
+	stop = on && (t->stop || t->r->stopping);
+	if (!stop)
+		t->io = on;
+	pthread_mutex_unlock(&t->r->mu);
+	return stop ? -1 : 0;
+}
+
 /* A new connection: the last reply may not have been acknowledged. */
 static int
 expect_again(struct task *t)
@@ -690,8 +708,12 @@ task_take(struct task *t, const struct reply *rp)
 	if (rc == 0)
 		task_delivered(t);
 	pthread_mutex_unlock(&r->out_mu);
-	if (rc < 0)
+	/* The request acknowledged the previous reply; this one, not
+	 * written, goes back when the connection closes: none to ack. */
+	if (rc < 0) {
+		t->nprev = 0;
 		return STEP_FAIL;
+	}
 	swap = t->prev;
 	t->prev = t->cur;
 	t->cur = swap;
@@ -716,6 +738,16 @@ idle_report(struct task *t, int fd)
 		poke(t->r);
 }
 
+/* Whether the last reply's deliveries may be acknowledged to its worker
+ * (see await_report). Under r->mu. */
+static int
+ack_allowed_locked(const struct task *t)
+{
+	const struct reader *r = t->r;
+
+	return r->o->job == NULL || !r->dynamic || r->reported >= t->mark;
+}
+
 /*
  * In a job shared by name, waits until dispatchd has heard of the last
  * reply's deliveries before the next request acknowledges them: a reader
@@ -730,12 +762,10 @@ await_report(struct task *t)
 	struct reader *r = t->r;
 	int stop;
 
-	if (r->o->job == NULL || !r->dynamic)
-		return 0;
 	pthread_mutex_lock(&r->mu);
-	if (r->reported < t->mark)
+	if (!ack_allowed_locked(t))
 		poke(r);
-	while (r->reported < t->mark && !t->stop && !r->stopping)
+	while (!ack_allowed_locked(t) && !t->stop && !r->stopping)
 		pthread_cond_wait(&r->cv, &r->mu);
 	stop = t->stop || r->stopping;
 	pthread_mutex_unlock(&r->mu);
@@ -750,6 +780,7 @@ task_step(struct task *t, int *fd)
 	char path[128];
 	struct reply rp;
 	enum step s;
+	int rc;
 
 	if (await_report(t) < 0)
 		return STEP_RETRY;
@@ -770,10 +801,14 @@ task_step(struct task *t, int *fd)
 	snprintf(path, sizeof(path),
 	    "/v1/tasks/%" PRId64 "/elements?max=%zu&wait=%d", t->id,
 	    r->o->max_bytes, ELEMENTS_WAIT_MS);
-	if (send_get(*fd, path, t->addr) < 0 ||
+	if (task_io(t, 1) < 0)
+		return STEP_RETRY;
+	rc = send_get(*fd, path, t->addr) < 0 ||
 	    (idle_report(t, *fd),
 	        recv_reply(*fd, &t->buf, &t->cap, r->o->max_bytes + REPLY_SLACK,
-	            &rp)) < 0) {
+	            &rp)) < 0;
+	task_io(t, 0);
+	if (rc) {
 		log_debug("task %" PRId64 ": %s: the connection broke", t->id,
 		    t->addr);
 		task_set_fd(t, *fd = -1);
@@ -791,9 +826,44 @@ task_step(struct task *t, int *fd)
 }
 
 /*
+ * Before the connection closes, acknowledges the last reply to its
+ * worker, which would otherwise put it back for another reader of the
+ * job: a request that asks for nothing. Only once dispatchd has heard of
+ * its deliveries (see await_report); if not, or if the worker does not
+ * answer in time, the reply goes back to the worker: at least once.
+ */
+static void
+task_ack(struct task *t, int fd)
+{
+	struct timeval tv = {.tv_sec = 0, .tv_usec = ACK_MS * 1000};
+	char path[128];
+	struct reply rp;
+	int ok;
+
+	if (t->nprev == 0)
+		return;
+	pthread_mutex_lock(&t->r->mu);
+	ok = ack_allowed_locked(t);
+	pthread_mutex_unlock(&t->r->mu);
+	if (!ok)
+		return;
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	snprintf(path, sizeof(path), "/v1/tasks/%" PRId64 "/elements?max=0",
+	    t->id);
+	if (send_get(fd, path, t->addr) < 0 ||
+	    recv_reply(fd, &t->buf, &t->cap, REPLY_SLACK, &rp) < 0)
+		log_debug("task %" PRId64 ": %s: the last reply was not "
+		          "acknowledged",
+		    t->id, t->addr);
+	else
+		t->nprev = 0;
+}
+
+/*
  * A task's thread: reads until the task ends, the read stops, or the
  * task leaves the list; then, having written and recorded everything it
- * received, reports the task lost in the last case.
+ * received, acknowledges it and reports the task lost in the last case.
  */
 static void *
 task_main(void *arg)
@@ -818,6 +888,8 @@ task_main(void *arg)
 		backoff =
 		    backoff * 2 < BACKOFF_MAX_MS ? backoff * 2 : BACKOFF_MAX_MS;
 	}
+	if (fd >= 0)
+		task_ack(t, fd);
 	task_set_fd(t, -1);
 	pthread_mutex_lock(&r->mu);
 	/* Once a dynamic job has finished no split waits for our word. */
@@ -838,7 +910,9 @@ static void
 task_stop_locked(struct task *t)
 {
 	t->stop = 1;
-	if (t->fd >= 0)
+	/* Only a request is cut: between two, the connection carries the
+	 * last reply's acknowledgement still to be sent. */
+	if (t->fd >= 0 && t->io)
 		shutdown(t->fd, SHUT_RDWR);
 	pthread_cond_broadcast(&t->r->cv);
 }
@@ -1401,7 +1475,7 @@ stop_threads(struct reader *r)
 	pthread_mutex_lock(&r->mu);
 	r->stopping = 1;
 	for (struct task *t = r->tasks; t != NULL; t = t->next)
-		if (t->fd >= 0)
+		if (t->fd >= 0 && t->io)
 			shutdown(t->fd, SHUT_RDWR);
 	if (r->rr_fd >= 0)
 		shutdown(r->rr_fd, SHUT_RDWR);
