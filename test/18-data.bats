@@ -358,3 +358,25 @@ expected() {
 	grep -qx 'muster_data_leases_total 3' <<<"$metrics"
 	grep -q '^muster_data_jobs 1$' <<<"$metrics"
 }
+
+@test "a shared dynamic job read by two consumers over two workers: every element exactly once, the last split's too" {
+	start_dispatchd
+	start_worker a:0
+	start_worker b:0
+	id=$(dataset 30 1)
+	# The job ends with each consumer holding its last reply
+	# unacknowledged: each must let its worker know before it leaves,
+	# or the worker gives that reply to the other consumer.
+	for k in 1 2 3 4 5 6 7 8; do
+		dispatchctl read --job "dup$k" "$id" >"out$k.1" &
+		p1=$!
+		dispatchctl read --job "dup$k" "$id" >"out$k.2" &
+		p2=$!
+		BG_PIDS+=("$p1" "$p2")
+		wait_exit "$p1" 60
+		[ "$STATUS" = 0 ]
+		wait_exit "$p2" 60
+		[ "$STATUS" = 0 ]
+		[ "$(sort "out$k.1" "out$k.2")" = "$(expected 30 1)" ]
+	done
+}
