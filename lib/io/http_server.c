@@ -102,7 +102,8 @@ struct http_server {
 	/* Replies held until the journal has their changes (cfg.gate). */
 	pthread_mutex_t gmu; /* guards what follows */
 	struct http_req *gated;
-	uint64_t durable, failed; /* every change up to these */
+	uint64_t durable, failed;      /* every change up to these */
+	_Atomic uint64_t durable_seen; /* durable, read without gmu */
 	int failed_err;
 	int64_t refused_said_at, timed_out_said_at;
 };
@@ -805,7 +806,8 @@ gate_holds(struct http_req *req)
 			reply_not_durable(req);
 		return 0;
 	}
-	if ((seq = srv->cfg.gate(srv->cfg.arg)) == 0)
+	if ((seq = srv->cfg.gate(srv->cfg.arg)) == 0 ||
+	    seq <= atomic_load(&srv->durable_seen))
 		return 0;
 	if (srv->cfg.gate_flush != NULL)
 		srv->cfg.gate_flush(srv->cfg.arg, seq);
@@ -835,8 +837,10 @@ http_server_durable(struct http_server *srv, uint64_t seq, int err)
 
 	pthread_mutex_lock(&srv->gmu);
 	if (err == 0) {
-		if (seq > srv->durable)
+		if (seq > srv->durable) {
 			srv->durable = seq;
+			atomic_store(&srv->durable_seen, seq);
+		}
 	} else if (seq > srv->failed) {
 		srv->failed = seq;
 		srv->failed_err = err;

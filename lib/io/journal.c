@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,7 @@ struct journal {
 	struct buf queue;  /* records appended since the flusher last looked */
 	uint64_t next_seq; /* 0 until replay */
 	uint64_t durable;  /* every record up to this is on disk */
+	_Atomic uint64_t durable_seen; /* the same, read without mu */
 	uint64_t
 	    reported; /* every record up to this has had its outcome told */
 	int err;      /* why writes fail; 0 while they work */
@@ -533,6 +535,7 @@ journal_replay(struct journal *j,
 	pthread_mutex_lock(&j->mu);
 	j->next_seq = seq;
 	j->durable = j->reported = j->batch_last = seq - 1;
+	atomic_store(&j->durable_seen, j->durable);
 	j->journal_bytes = j->end;
 	j->snapshot_bytes = s.len;
 	pthread_mutex_unlock(&j->mu);
@@ -619,6 +622,8 @@ journal_write_now(struct journal *j, uint64_t seq)
 
 	if (j->mode == JOURNAL_FSYNC_ALWAYS)
 		return 0;
+	if (atomic_load(&j->durable_seen) >= seq)
+		return 1;
 	pthread_mutex_lock(&j->mu);
 	/* Another thread writing takes microseconds: wait for it rather than
 	 * have the reply's connection suspended and resumed. */
@@ -687,8 +692,10 @@ again:
 		fn(last, 0, fa);
 		pthread_mutex_lock(&j->mu);
 	}
-	if (last > j->durable)
+	if (last > j->durable) {
 		j->durable = last;
+		atomic_store(&j->durable_seen, last);
+	}
 	if (last > j->reported)
 		j->reported = last;
 	/* What others appended meanwhile: their replies wait for it (group
@@ -1025,8 +1032,10 @@ flusher(void *arg)
 		}
 		/* Only now, so journal_wait returns after the callback has run. */
 		/* journal_write_now may have gone further meanwhile. */
-		if (e == 0 && last > j->durable)
+		if (e == 0 && last > j->durable) {
 			j->durable = last;
+			atomic_store(&j->durable_seen, last);
+		}
 		if (last > j->reported)
 			j->reported = last;
 		pthread_cond_broadcast(&j->done);
