@@ -642,7 +642,12 @@ reply_status(struct http_resp *resp, char *err, size_t errlen)
 		    "message", &msg);
 	if (code != NULL) {
 		st = status_from_name(code);
-		snprintf(err, errlen, "%s", msg != NULL ? msg : code);
+		/* An empty message says nothing: the code does. */
+		snprintf(err, errlen, "%s",
+		    msg != NULL && msg[0] != '\0' ? msg : code);
+		if (err[0] == '\0')
+			snprintf(err, errlen, "server replied HTTP %ld",
+			    resp->code);
 	} else {
 		st = status_from_http((int)resp->code);
 		snprintf(err, errlen, "server replied HTTP %ld", resp->code);
