@@ -121,6 +121,7 @@ main(int argc, char **argv)
 			syncpoint_status(sp, &st);
 		else
 			r = syncpoint_wait_notice(sp, timeout, &st);
+		syncpoint_close(sp);
 		if (r == 0)
 			return cli_fail(ST_DEADLINE_EXCEEDED,
 			    "no preemption notice within the timeout");
@@ -141,7 +142,7 @@ main(int argc, char **argv)
 	if ((sp = syncpoint_open(err, sizeof(err))) == NULL)
 		return unavailable(err);
 	switch (syncpoint_reached(sp, step)) {
-	case SYNCPOINT_YES: return 0;
+	case SYNCPOINT_YES: r = 0; break;
 	case SYNCPOINT_PAST:
 		/* Saving now is still the best this task can do. */
 		syncpoint_status(sp, &st);
@@ -150,7 +151,10 @@ main(int argc, char **argv)
 		    ": checkpoint now; this task's checkpoint will not be at the "
 		    "step the others save at\n",
 		    log_prog(), step, st.sync_step);
-		return 0;
-	default: return 1;
+		r = 0;
+		break;
+	default: r = 1; break;
 	}
+	syncpoint_close(sp);
+	return r;
 }
