@@ -277,8 +277,10 @@ read_stdin_file(const char *path, struct buf *b)
 	return n < 0 ? -1 : 0;
 }
 
+/* schedule, with the JSON it builds, which cmd_schedule frees. */
 static int
-cmd_schedule(struct ctl *x, int argc, char **argv)
+schedule(struct ctl *x, int argc, char **argv, struct sched *scp, json_t *env,
+    json_t *codes, json_t *needs)
 {
 	static const struct option longopts[] = {
 	    {"stdin", required_argument, NULL, 'i'},
@@ -293,15 +295,12 @@ cmd_schedule(struct ctl *x, int argc, char **argv)
 	    {"each", no_argument, NULL, 'E'},
 	    {NULL, 0, NULL, 0},
 	};
-	struct sched sc = {.block = 1};
-	json_t *env = json_object(), *codes = json_array(),
-	       *needs = json_array();
+	struct sched sc = *scp;
 	const char *in = NULL;
 	int c, rc = 0;
 	long n;
 	int64_t ms;
 
-	sc.common = json_object();
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
 		switch (c) {
@@ -378,9 +377,6 @@ cmd_schedule(struct ctl *x, int argc, char **argv)
 		json_object_set(sc.common, "retry_exit", codes);
 	if (json_array_size(needs) > 0)
 		json_object_set(sc.common, "needs", needs);
-	json_decref(env);
-	json_decref(codes);
-	json_decref(needs);
 	if (in != NULL) {
 		struct buf b = {0};
 		if (read_stdin_file(in, &b) < 0) {
@@ -421,9 +417,27 @@ cmd_schedule(struct ctl *x, int argc, char **argv)
 		json_decref(items);
 		free(line);
 	}
-	json_decref(sc.common);
 	if (fflush(stdout) != 0 && rc == 0)
 		rc = cli_fail(ST_INTERNAL, "writing: %s", strerror(errno));
+	return rc;
+}
+
+static int
+cmd_schedule(struct ctl *x, int argc, char **argv)
+{
+	struct sched sc = {.block = 1, .common = json_object()};
+	json_t *env = json_object(), *codes = json_array(),
+	       *needs = json_array();
+	int rc;
+
+	if (sc.common == NULL || env == NULL || codes == NULL || needs == NULL)
+		rc = cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
+	else
+		rc = schedule(x, argc, argv, &sc, env, codes, needs);
+	json_decref(sc.common);
+	json_decref(env);
+	json_decref(codes);
+	json_decref(needs);
 	return rc;
 }
 

@@ -631,15 +631,15 @@ main(int argc, char **argv)
 		return rc;
 	argc -= optind;
 	argv += optind;
-	if ((x.cc = coord_client_new(cli_coord_addr(x.o.addr), err,
-	         sizeof(err))) == NULL)
-		return cli_usage_error(synopsis, "%s", err);
 	/* MUSTER_TIMEOUT sets the default, for a whole job's scripts. */
 	if (x.o.timeout < 0 && verb->timeout != 0 &&
 	    (env = getenv("MUSTER_TIMEOUT")) != NULL && *env != '\0' &&
 	    duration_parse(env, &x.o.timeout) < 0)
 		return cli_usage_error(synopsis,
 		    "MUSTER_TIMEOUT=%s is not a duration (like 30s, 10m)", env);
+	if ((x.cc = coord_client_new(cli_coord_addr(x.o.addr), err,
+	         sizeof(err))) == NULL)
+		return cli_usage_error(synopsis, "%s", err);
 	if (x.o.timeout < 0)
 		x.o.timeout = verb->timeout;
 	x.deadline = x.o.timeout == 0 ? HTTP_NO_DEADLINE :
