@@ -123,8 +123,10 @@ commit_gate(void *arg)
 }
 
 void
-commit_flush(struct commit *c, uint64_t seq)
+commit_flush(void *arg, uint64_t seq)
 {
+	struct commit *c = arg;
+
 	journal_write_now(c->j, seq);
 }
 

@@ -48,13 +48,14 @@ void commit_compact(struct commit *c,
  */
 uint64_t commit_append(struct commit *c, const void *p, size_t len);
 
-/* For daemon_service.gate: the newest change appended. */
+/*
+ * The server's gate (http_server_config.gate, gate_flush with gate_arg
+ * the commit): the newest change appended, and journal_write_now.
+ */
 uint64_t commit_gate(void *c);
+void commit_flush(void *c, uint64_t seq);
 
-/* For daemon_service.gate_flush: journal_write_now. */
-void commit_flush(struct commit *c, uint64_t seq);
-
-/* The server whose replies wait; before it serves. */
+/* The server whose replies wait; before it serves (daemon_run does). */
 void commit_attach(struct commit *c, struct http_server *srv);
 
 /*

@@ -12,6 +12,7 @@
 #include <gnutls/gnutls.h>
 
 #include "cli.h"
+#include "commit.h"
 #include "daemon.h"
 #include "http_server.h"
 #include "journal.h"
@@ -461,22 +462,6 @@ gone(struct http_req *req, void *arg)
 	d->svc->gone(req, d->svc->arg);
 }
 
-static uint64_t
-gate(void *arg)
-{
-	struct daemon *d = arg;
-
-	return d->svc->gate(d->svc->arg);
-}
-
-static void
-gate_flush(void *arg, uint64_t seq)
-{
-	struct daemon *d = arg;
-
-	d->svc->gate_flush(d->svc->arg, seq);
-}
-
 int
 daemon_run(const struct daemon_options *o, const struct daemon_service *svc)
 {
@@ -494,8 +479,9 @@ daemon_run(const struct daemon_options *o, const struct daemon_service *svc)
 	    .handler = handle,
 	    .arg = &d,
 	    .gone = svc->gone != NULL ? gone : NULL,
-	    .gate = svc->gate != NULL ? gate : NULL,
-	    .gate_flush = svc->gate_flush != NULL ? gate_flush : NULL};
+	    .gate = svc->commit != NULL ? commit_gate : NULL,
+	    .gate_flush = svc->commit != NULL ? commit_flush : NULL,
+	    .gate_arg = svc->commit};
 	char err[512];
 	sigset_t set;
 	int sig;
@@ -515,6 +501,8 @@ daemon_run(const struct daemon_options *o, const struct daemon_service *svc)
 		log_flush(2000);
 		return cli_fail(ST_UNAVAILABLE, "%s", err);
 	}
+	if (svc->commit != NULL)
+		commit_attach(svc->commit, d.srv);
 	if (svc->started != NULL)
 		svc->started(d.srv, svc->arg);
 	if (o->port_file != NULL &&

@@ -35,9 +35,8 @@ struct daemon_service {
 	void (*started)(struct http_server *srv, void *arg);
 	/* A parked request's client went away: http_server_config.gone. */
 	void (*gone)(struct http_req *req, void *arg);
-	/* With a journal: http_server_config.gate; else NULL. */
-	uint64_t (*gate)(void *arg);
-	void (*gate_flush)(void *arg, uint64_t seq); /* the same's */
+	/* With a journal: its replies wait for it (commit.h); else NULL. */
+	struct commit *commit;
 };
 
 /* The options every daemon takes, with their defaults. */

@@ -806,11 +806,11 @@ gate_holds(struct http_req *req)
 			reply_not_durable(req);
 		return 0;
 	}
-	if ((seq = srv->cfg.gate(srv->cfg.arg)) == 0 ||
+	if ((seq = srv->cfg.gate(srv->cfg.gate_arg)) == 0 ||
 	    seq <= atomic_load(&srv->durable_seen))
 		return 0;
 	if (srv->cfg.gate_flush != NULL)
-		srv->cfg.gate_flush(srv->cfg.arg, seq);
+		srv->cfg.gate_flush(srv->cfg.gate_arg, seq);
 	pthread_mutex_lock(&srv->gmu);
 	if (seq > srv->durable) {
 		if (seq <= srv->failed) {

@@ -66,6 +66,7 @@ struct http_server_config {
 	 * none.
 	 */
 	void (*gate_flush)(void *arg, uint64_t seq);
+	void *gate_arg; /* of gate and gate_flush */
 };
 
 struct http_server *http_server_start(const struct http_server_config *cfg,

@@ -307,24 +307,6 @@ started_cb(struct http_server *srv, void *arg)
 	struct coord *co = arg;
 
 	atomic_store(&co->srv, srv);
-	if (co->commit != NULL)
-		commit_attach(co->commit, srv);
-}
-
-static void
-flush_cb(void *arg, uint64_t seq)
-{
-	struct coord *co = arg;
-
-	commit_flush(co->commit, seq);
-}
-
-static uint64_t
-gate_cb(void *arg)
-{
-	struct coord *co = arg;
-
-	return commit_gate(co->commit);
 }
 
 static void
@@ -386,6 +368,5 @@ coord_service(struct coord *co, struct daemon_service *svc)
 	svc->shutdown = shutdown_cb;
 	svc->started = started_cb;
 	svc->gone = gone_cb;
-	svc->gate = co->commit != NULL ? gate_cb : NULL;
-	svc->gate_flush = co->commit != NULL ? flush_cb : NULL;
+	svc->commit = co->commit;
 }

@@ -1704,31 +1704,6 @@ gone_cb(struct http_req *req, void *arg)
 	park_gone(d->park, req);
 }
 
-static void
-started_cb(struct http_server *srv, void *arg)
-{
-	struct dispatch *d = arg;
-
-	if (d->commit != NULL)
-		commit_attach(d->commit, srv);
-}
-
-static void
-flush_cb(void *arg, uint64_t seq)
-{
-	struct dispatch *d = arg;
-
-	commit_flush(d->commit, seq);
-}
-
-static uint64_t
-gate_cb(void *arg)
-{
-	struct dispatch *d = arg;
-
-	return commit_gate(d->commit);
-}
-
 static const struct route routes[] = {
     {"/v1/queues/*/*", ROUTE_GET | ROUTE_POST, queue_route},
     {"/v1/closures", ROUTE_GET, closures_route},
@@ -1763,7 +1738,5 @@ dispatch_service(struct dispatch *d, struct daemon_service *svc)
 	svc->health = health;
 	svc->shutdown = shutdown_cb;
 	svc->gone = gone_cb;
-	svc->started = started_cb;
-	svc->gate = d->commit != NULL ? gate_cb : NULL;
-	svc->gate_flush = d->commit != NULL ? flush_cb : NULL;
+	svc->commit = d->commit;
 }
