@@ -67,6 +67,7 @@ struct journal {
 	uint64_t next_seq; /* 0 until replay */
 	uint64_t durable;  /* every record up to this is on disk */
 	_Atomic uint64_t durable_seen; /* the same, read without mu */
+	atomic_int failing;            /* err != 0, read without mu */
 	uint64_t
 	    reported; /* every record up to this has had its outcome told */
 	int err;      /* why writes fail; 0 while they work */
@@ -743,9 +744,11 @@ const char *
 journal_error(struct journal *j, char *buf, size_t len)
 {
 	const char *s = NULL;
-
 	int e;
 
+	/* Asked before every change: no lock while all is well. */
+	if (!atomic_load(&j->failing))
+		return NULL;
 	pthread_mutex_lock(&j->mu);
 	if ((e = j->err) != 0) {
 		snprintf(buf, len, "%s", j->error);
@@ -1013,8 +1016,10 @@ flusher(void *arg)
 			buf_reset(&j->batch);
 		if (e == 0) {
 			j->err = 0;
+			atomic_store(&j->failing, 0);
 		} else {
 			j->err = e;
+			atomic_store(&j->failing, 1);
 			snprintf(j->error, sizeof(j->error),
 			    "%s/journal: write failed: %s", j->dir,
 			    strerror(e));

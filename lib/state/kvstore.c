@@ -741,14 +741,13 @@ kv_restore(struct kvstore *kv, struct rec_in *r, char *err, size_t errlen)
 	int64_t origin = rec_get_i(r), rev = rec_get_i(r);
 	int64_t floor = rec_get_i(r);
 	uint64_t n = rec_get_u(r), nev;
-	struct kv_limits lim = kv->lim;
 	const char *what = "a key";
 
 	if (strmap_count(kv->map) != 0 || kv->len != 0) {
 		snprintf(err, errlen, "the store is not empty");
 		return -1;
 	}
-	kv->lim.max_keys = kv->lim.max_bytes = kv->lim.max_value = SIZE_MAX;
+	/* Entries go straight in: no limits, no history, no observer. */
 	for (uint64_t i = 0; i < n && !r->err; i++) {
 		size_t klen, vlen;
 		const char *key = rec_get_blob(r, kv->lim.max_key, &klen);
@@ -766,7 +765,6 @@ kv_restore(struct kvstore *kv, struct rec_in *r, char *err, size_t errlen)
 			r->err = 1;
 			break;
 		}
-		/* Straight in: no limits, no history, no observer. */
 		if ((b = blob_new(v, vlen)) == NULL ||
 		    (e = calloc(1, sizeof(*e))) == NULL) {
 			blob_unref(b);
@@ -822,7 +820,6 @@ kv_restore(struct kvstore *kv, struct rec_in *r, char *err, size_t errlen)
 		}
 		blob_unref(b);
 	}
-	kv->lim = lim;
 	if (r->err || floor > rev || origin > floor) {
 		snprintf(err, errlen, "%s of the key-value store is damaged",
 		    what);
@@ -833,7 +830,6 @@ kv_restore(struct kvstore *kv, struct rec_in *r, char *err, size_t errlen)
 	kv->floor = floor;
 	return 0;
 nomem:
-	kv->lim = lim;
 	snprintf(err, errlen, "out of memory");
 	return -1;
 }
