@@ -19,21 +19,14 @@ T=$(mktemp -d)
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$T"' EXIT
 
-now_ms() { local t=$EPOCHREALTIME; echo $(( ${t%.*} * 1000 + 10#${t#*.} / 1000 )); }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 <= 0 || b + 0 <= 0) print "n/a"; else printf "%.2f\n", a / b }'; }
-verdict() { awk -v v="$1" -v op="$2" -v t="$3" 'BEGIN { if (v == "" || v == "n/a") { print "n/a"; exit }
-	ok = op == ">=" ? v + 0 >= t + 0 : v + 0 <= t + 0; print ok ? "meets" : "MISSES" }'; }
+# shellcheck source=bench/lib.sh
+. "$here/lib.sh"
 mbps() { awk -v b="$1" -v ms="$2" 'BEGIN { if (ms > 0) printf "%.0f\n", b / 1048576 * 1000 / ms; else print "n/a" }'; }
-wait_port() { for _ in $(seq 200); do [ -s "$1" ] && return 0; sleep 0.05; done; return 1; }
-stop() { kill "$1" 2>/dev/null; wait "$1" 2>/dev/null; }
 
 start_dispatchd() {
-	rm -f "$T/port"
-	dispatchd -l 127.0.0.1:0 --port-file "$T/port" "$@" 2>>"$T/dispatchd.log" &
-	dpid=$!
-	pids+=("$dpid")
-	wait_port "$T/port"
-	export MUSTER_DISPATCHER=127.0.0.1:$(cat "$T/port")
+	start_daemon dispatchd dispatchd "$@"
+	dpid=$daemon_pid
+	export MUSTER_DISPATCHER=$daemon_addr
 }
 
 # wrk_rps URL [METHOD BODY]: requests per second, 0 on failure.
@@ -54,7 +47,7 @@ echo "get-split: requests of one split, and of $batch, by 32 connections for $du
 "$bin/bench-bare" -l 127.0.0.1:0 --port-file "$T/bare.port" 2>/dev/null &
 bare=$!
 pids+=("$bare")
-wait_port "$T/bare.port"
+wait_file "$T/bare.port" 10
 bare_rps=$(wrk_rps "http://127.0.0.1:$(cat "$T/bare.port")/")
 stop "$bare"
 start_dispatchd --heartbeat-timeout 10m

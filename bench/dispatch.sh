@@ -19,22 +19,15 @@ T=$(mktemp -d)
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$T"' EXIT
 
-now_ms() { local t=$EPOCHREALTIME; echo $(( ${t%.*} * 1000 + 10#${t#*.} / 1000 )); }
+# shellcheck source=bench/lib.sh
+. "$here/lib.sh"
 rate() { awk -v n="$1" -v ms="$2" 'BEGIN { if (ms > 0) printf "%.0f\n", n * 1000 / ms; else print "n/a" }'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 <= 0 || b + 0 <= 0) print "n/a"; else printf "%.2f\n", a / b }'; }
-verdict() { awk -v v="$1" -v op="$2" -v t="$3" 'BEGIN { if (v == "" || v == "n/a") { print "n/a"; exit }
-	ok = op == ">=" ? v + 0 >= t + 0 : v + 0 <= t + 0; print ok ? "meets" : "MISSES" }'; }
-cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat" 2>/dev/null; }
 
 start_dispatchd() {
-	rm -f "$T/port"
-	dispatchd -l 127.0.0.1:0 --port-file "$T/port" "$@" 2>>"$T/dispatchd.log" &
-	dpid=$!
-	pids+=("$dpid")
-	for _ in $(seq 100); do [ -s "$T/port" ] && break; sleep 0.05; done
-	export MUSTER_DISPATCHER=127.0.0.1:$(cat "$T/port")
+	start_daemon dispatchd dispatchd "$@"
+	dpid=$daemon_pid
+	export MUSTER_DISPATCHER=$daemon_addr
 }
-stop() { kill "$1" 2>/dev/null; wait "$1" 2>/dev/null; }
 
 # closures_run ARGS...: rate of N closures of $CMD (/bin/true; serve.py
 # answers "true" itself) through a fresh

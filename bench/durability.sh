@@ -39,50 +39,44 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-note() { printf 'bench: %s\n' "$*" >&2; }
+# shellcheck source=bench/lib.sh
+. "$here/lib.sh"
 
-wait_file() {
+# coordd NAME ARGS... and dispatchd NAME ARGS...: a daemon of the run;
+# set c_pid and c_addr, or d_pid and d_addr.
+coordd() {
+	start_daemon "$1" coordd "${@:2}" || return 1
+	c_pid=$daemon_pid c_addr=$daemon_addr
+}
+dispatchd() {
+	start_daemon "$1" dispatchd --heartbeat-timeout 60s "${@:2}" || return 1
+	d_pid=$daemon_pid d_addr=$daemon_addr
+}
+
+# restarted LABEL DAEMON NAME ARGS...: starts DAEMON (coordd or dispatchd)
+# on the state directory $T/NAME and prints how long it took to serve, and
+# how long it says reading its state took.
+restarted() {
+	local label=$1 daemon=$2 name=$3 s0 s1 line
+	shift 3
+	s0=$(date +%s%N)
+	"$daemon" "$name" --state-dir "$T/$name" "$@" || return 1
+	s1=$(date +%s%N)
+	line=$(grep 'state directory' "$T/$name.log" | tail -1)
+	printf '  %-44s %7d ms to serve (%s)\n' "$label" "$(((s1 - s0) / 1000000))" \
+	    "$(sed 's/.*read in \([0-9]* ms\).*/read in \1/' <<<"$line")"
+}
+
+# compacted NAME: waits until the state directory $T/NAME holds a snapshot
+# and a short journal (a daemon started with a small --journal-max-bytes
+# compacts at its next change).
+compacted() {
 	local i
-	for ((i = 0; i < $2 * 100; i++)); do
-		[ -s "$1" ] && return 0
-		sleep 0.01
+	for ((i = 0; i < 600; i++)); do
+		[ -s "$T/$1/snapshot" ] && [ "$(stat -c %s "$T/$1/journal")" -lt 100000 ] && return 0
+		sleep 0.1
 	done
 	return 1
-}
-
-free_port() {
-	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-ratio() {
-	awk -v a="$1" -v b="$2" 'BEGIN {
-		if (a == "" || b == "" || a + 0 <= 0 || b + 0 <= 0) print "n/a";
-		else printf "%.2f\n", a / b }'
-}
-
-verdict() {
-	awk -v v="$1" -v op="$2" -v t="$3" 'BEGIN {
-		if (v == "" || v == "n/a") { print "n/a"; exit }
-		ok = op == ">=" ? v + 0 >= t + 0 : v + 0 <= t + 0
-		print ok ? "meets" : "MISSES" }'
-}
-
-# coordd NAME ARGS...: starts a coordd; sets c_pid and c_addr.
-coordd() {
-	local name=$1
-	shift
-	rm -f "$T/$name.port"
-	"$bin/coordd" -l 127.0.0.1:0 --port-file "$T/$name.port" "$@" \
-	    2>>"$T/$name.log" &
-	c_pid=$!
-	pids+=("$c_pid")
-	wait_file "$T/$name.port" 60 || { note "coordd $name did not start"; tail -3 "$T/$name.log" >&2; return 1; }
-	c_addr=127.0.0.1:$(cat "$T/$name.port")
-}
-
-stop() {
-	kill "$1" 2>/dev/null
-	wait "$1" 2>/dev/null
 }
 
 # put_rps URL METHOD BODY CTYPE: requests/s of wrk -t2 -c32.
@@ -139,7 +133,6 @@ b2=$(put_rps "http://$batch_addr/v1/kv/bench?mode=overwrite" PUT "$value" applic
 max() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN { print (a + 0 > b + 0 ? a : b) + 0 }'; }
 always=$(max "$a1" "$a2") memory=$(max "$m1" "$m2") batch=$(max "$b1" "$b2")
 etcd_rps=$(max "${e1:-}" "${e2:-}")
-fsyncs() { awk '/^muster_journal_fsyncs_total/ { print $2 }' < <(curl -s "http://$1/metrics"); }
 printf '  %-44s %10s req/s\n' "PUT coordd --fsync always (wrk -t2 -c32)" "$always" \
     "PUT etcd /v3/kv/put (fsync per commit)" "$etcd_rps" \
     "PUT coordd in memory" "$memory" \
@@ -176,27 +169,15 @@ printf '  %-44s %10s keys in %.1f s (%s PUT/s, --fsync batch)\n' "filled with wr
     "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" \
     "$(awk -v a="$t0" -v b="$t1" -v n="$n" 'BEGIN { printf "%d", n / (b - a) }')"
 stop "$fill_pid"
-du_j=$(du -sh "$T/fill" | cut -f1)
-restart() {
-	local s0 s1 line
-	s0=$(date +%s%N)
-	coordd fill --state-dir "$T/fill" --max-keys $((keys * 2)) || return 1
-	s1=$(date +%s%N)
-	line=$(grep 'state directory' "$T/fill.log" | tail -1)
-	printf '  %-44s %7d ms to serve (%s)\n' "restart, $1" "$(((s1 - s0) / 1000000))" \
-	    "$(sed 's/.*: \([0-9]* keys\).*read in \([0-9]* ms\).*/\1 read in \2/' <<<"$line")"
-}
-restart "from $du_j of journal and snapshot"
-# Compaction: a small --journal-max-bytes makes the next change compact.
+restarted "restart, from $(du -sh "$T/fill" | cut -f1) of journal and snapshot" \
+    coordd fill --max-keys $((keys * 2))
 stop "$c_pid"
 coordd fill --state-dir "$T/fill" --max-keys $((keys * 2)) --journal-max-bytes 4K || exit 1
 "$bin/kvctl" -c "$c_addr" put compact now >/dev/null
-for ((i = 0; i < 600; i++)); do
-	[ -s "$T/fill/snapshot" ] && [ "$(stat -c %s "$T/fill/journal")" -lt 100000 ] && break
-	sleep 0.1
-done
+compacted fill
 stop "$c_pid"
-restart "from a snapshot of $(du -sh "$T/fill/snapshot" | cut -f1)"
+restarted "restart, from a snapshot of $(du -sh "$T/fill/snapshot" | cut -f1)" \
+    coordd fill --max-keys $((keys * 2))
 stop "$c_pid"
 
 # 3. dispatchd's restart with a job over SPLITS (1,000,000) splits, LEASED
@@ -206,40 +187,18 @@ splits=${SPLITS:-1000000}
 leased=${LEASED:-600000}
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
-# dispatchd NAME ARGS...: starts a dispatchd; sets d_pid and d_addr.
-dispatchd() {
-	local name=$1
-	shift
-	rm -f "$T/$name.port"
-	"$bin/dispatchd" -l 127.0.0.1:0 --port-file "$T/$name.port" \
-	    --heartbeat-timeout 60s "$@" 2>>"$T/$name.log" &
-	d_pid=$!
-	pids+=("$d_pid")
-	wait_file "$T/$name.port" 60 || { note "dispatchd $name did not start"; tail -3 "$T/$name.log" >&2; return 1; }
-	d_addr=127.0.0.1:$(cat "$T/$name.port")
-}
-drestart() {
-	local s0 s1 line
-	s0=$(date +%s%N)
-	dispatchd splits --state-dir "$T/splits" "${@:2}" || return 1
-	s1=$(date +%s%N)
-	line=$(grep 'state directory' "$T/splits.log" | tail -1)
-	printf '  %-44s %7d ms to serve (read in %s)\n' "dispatchd restart, $1" \
-	    "$(((s1 - s0) / 1000000))" "$(sed 's/.*read in \([0-9]* ms\).*/\1/' <<<"$line")"
-}
 if dispatchd splits --state-dir "$T/splits" --fsync batch; then
 	out=$("$py" "$here/splits_restart.py" "$d_addr" "$splits" "$leased" 2>&1)
 	printf '  %-44s %s\n' "a job over $splits splits" "$out"
 	stop "$d_pid"
-	drestart "from $(du -sh "$T/splits" | cut -f1) of journal"
+	restarted "dispatchd restart, from $(du -sh "$T/splits" | cut -f1) of journal" \
+	    dispatchd splits
 	stop "$d_pid"
 	dispatchd splits --state-dir "$T/splits" --journal-max-bytes 4K || exit 1
 	"$bin/dispatchctl" -d "$d_addr" schedule --no-block -- true >/dev/null
-	for ((i = 0; i < 600; i++)); do
-		[ -s "$T/splits/snapshot" ] && [ "$(stat -c %s "$T/splits/journal")" -lt 100000 ] && break
-		sleep 0.1
-	done
+	compacted splits
 	stop "$d_pid"
-	drestart "from a snapshot of $(du -sh "$T/splits/snapshot" | cut -f1)"
+	restarted "dispatchd restart, from a snapshot of $(du -sh "$T/splits/snapshot" | cut -f1)" \
+	    dispatchd splits
 	stop "$d_pid"
 fi

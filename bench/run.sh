@@ -72,7 +72,8 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-note() { printf 'bench: %s\n' "$*" >&2; }
+# shellcheck source=bench/lib.sh
+. "$here/lib.sh"
 
 # forget PID: takes a process that has ended, and was waited for, off the
 # list the cleanup stops.
@@ -106,20 +107,6 @@ run_bg() {
 	return "$rc"
 }
 
-# wait_file FILE SECONDS: until FILE exists and is not empty.
-wait_file() {
-	local i
-	for ((i = 0; i < $2 * 20; i++)); do
-		[ -s "$1" ] && return 0
-		sleep 0.05
-	done
-	return 1
-}
-
-free_port() {
-	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
 # start_coordd NAME ARGS...: a coordd of its own for a scenario, with ARGS;
 # sets scen_pid and scen_addr, or returns 1.
 start_coordd() {
@@ -140,27 +127,6 @@ start_coordd() {
 
 # figf NAME KEY: the value of figure KEY in $T/NAME.out.
 figf() { awk -v k="$2" '$1 == k { print $2; exit }' "$T/$1.out" 2>/dev/null; }
-
-# ratio A B: A/B with two decimals, or "n/a".
-ratio() {
-	awk -v a="$1" -v b="$2" 'BEGIN {
-		if (a == "" || b == "" || a + 0 <= 0 || b + 0 <= 0) print "n/a";
-		else printf "%.2f\n", a / b }'
-}
-
-# verdict VALUE OP TARGET: "meets" or "MISSES" the target, "n/a" without
-# a value. OP is >= or <=.
-verdict() {
-	awk -v v="$1" -v op="$2" -v t="$3" 'BEGIN {
-		if (v == "" || v == "n/a") { print "n/a"; exit }
-		ok = op == ">=" ? v + 0 >= t + 0 : v + 0 <= t + 0
-		print ok ? "meets" : "MISSES" }'
-}
-
-# cpu_ticks PID: user + system CPU time of PID so far, in clock ticks.
-cpu_ticks() {
-	awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat" 2>/dev/null
-}
 
 # wrk_run NAME PID URL [METHOD BODY CTYPE]: "REQ/S CPU-US/REQ" (the
 # server's own CPU time per request, from /proc), or nothing on failure.

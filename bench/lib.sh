@@ -1,0 +1,67 @@
+# lib.sh: what the benchmark scripts share, sourced after they set T (a
+# scratch directory), bin (the programs) and pids (an array: what the
+# exit trap stops).
+
+note() { printf 'bench: %s\n' "$*" >&2; }
+
+now_ms() { local t=$EPOCHREALTIME; echo $((${t%.*} * 1000 + 10#${t#*.} / 1000)); }
+
+# ratio A B: A/B with two decimals, or "n/a".
+ratio() {
+	awk -v a="$1" -v b="$2" 'BEGIN {
+		if (a == "" || b == "" || a + 0 <= 0 || b + 0 <= 0) print "n/a";
+		else printf "%.2f\n", a / b }'
+}
+
+# verdict VALUE OP TARGET: "meets" or "MISSES" the target, "n/a" without
+# a value. OP is >= or <=.
+verdict() {
+	awk -v v="$1" -v op="$2" -v t="$3" 'BEGIN {
+		if (v == "" || v == "n/a") { print "n/a"; exit }
+		ok = op == ">=" ? v + 0 >= t + 0 : v + 0 <= t + 0
+		print ok ? "meets" : "MISSES" }'
+}
+
+# cpu_ticks PID: user + system CPU time of PID so far, in clock ticks.
+cpu_ticks() {
+	awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat" 2>/dev/null
+}
+
+# wait_file FILE SECONDS: until FILE exists and is not empty.
+wait_file() {
+	local i
+	for ((i = 0; i < $2 * 100; i++)); do
+		[ -s "$1" ] && return 0
+		sleep 0.01
+	done
+	return 1
+}
+
+free_port() {
+	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# stop PID: ends a process started here and waits for it.
+stop() {
+	kill "$1" 2>/dev/null
+	wait "$1" 2>/dev/null
+}
+
+# start_daemon NAME PROG ARGS...: $bin/PROG on a free loopback port, its
+# log in $T/NAME.log; sets daemon_pid and daemon_addr, or says why not and
+# returns 1.
+start_daemon() {
+	local name=$1 prog=$2
+	shift 2
+	rm -f "$T/$name.port"
+	"$bin/$prog" -l 127.0.0.1:0 --port-file "$T/$name.port" "$@" \
+	    2>>"$T/$name.log" &
+	daemon_pid=$!
+	pids+=("$daemon_pid")
+	if ! wait_file "$T/$name.port" 60; then
+		note "$prog $* did not start:"
+		tail -3 "$T/$name.log" >&2
+		return 1
+	fi
+	daemon_addr=127.0.0.1:$(cat "$T/$name.port")
+}
