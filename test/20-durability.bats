@@ -8,14 +8,6 @@ load helper
 
 bats_require_minimum_version 1.5.0
 
-eval "helper_$(declare -f teardown)"
-teardown() {
-	helper_teardown
-	if mountpoint -q "$T/small" 2>/dev/null; then
-		umount "$T/small"
-	fi
-}
-
 # up [ARGS...]: coordd on port $PORT (chosen once per test) with the state
 # directory $T/state.
 up() {
@@ -23,10 +15,9 @@ up() {
 	start_coordd -l "127.0.0.1:$PORT" --state-dir "$T/state" "$@"
 }
 
-# crash: kill -9 of the running coordd, waited for.
+# crash: kill -9 of the running coordd.
 crash() {
-	kill -KILL "$COORD_PID"
-	wait "$COORD_PID" 2>/dev/null || true
+	kill9 "$COORD_PID"
 }
 
 # reg TASK INC: registers TASK (JOB:INDEX) with incarnation INC.
@@ -228,10 +219,7 @@ task_json() {
 }
 
 @test "a full disk refuses changes with RESOURCE_EXHAUSTED, reads go on, and writes work again once there is room" {
-	[ "$(id -u)" = 0 ] || skip "mounting a tmpfs needs root"
-	mkdir -p "$T/small"
-	mount -t tmpfs -o size=256k tmpfs "$T/small" 2>/dev/null ||
-		skip "cannot mount a tmpfs here"
+	small_disk "$T/small" 256k
 	PORT=$(free_port)
 	start_coordd -l "127.0.0.1:$PORT" --state-dir "$T/small/state"
 	kvctl put first 1

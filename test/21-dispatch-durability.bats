@@ -17,10 +17,9 @@ dup() {
 	start_dispatchd -l "127.0.0.1:$DPORT" --state-dir "$T/dstate" "$@"
 }
 
-# dcrash: kill -9 of the running dispatchd, waited for.
+# dcrash: kill -9 of the running dispatchd.
 dcrash() {
-	kill -KILL "$DISPATCH_PID"
-	wait "$DISPATCH_PID" 2>/dev/null || true
+	kill9 "$DISPATCH_PID"
 }
 
 @test "closures with their values, keys, queues' errors and resources survive kill -9" {
@@ -109,6 +108,39 @@ dcrash() {
 	grep -q 'state directory .*: 0 closures, 1 datasets, 1 jobs' "$T/dispatchd.log"
 }
 
+@test "a full disk refuses schedules with RESOURCE_EXHAUSTED, reads go on, and schedules work again once there is room" {
+	small_disk "$T/small" 256k
+	DPORT=$(free_port)
+	start_dispatchd -l "127.0.0.1:$DPORT" --state-dir "$T/small/dstate"
+	first=$(dispatchctl schedule --no-block -- echo first)
+	head -c 60000 /dev/zero | tr '\0' x >big
+	local refused=0
+	for ((i = 0; i < 10; i++)); do
+		if ! dispatchctl schedule --no-block --stdin big -- cat >/dev/null 2>"$T/sched.err"; then
+			refused=1
+			break
+		fi
+	done
+	# The schedule whose write failed: its outcome is unknown.
+	[ "$refused" = 1 ]
+	grep -q 'RESOURCE_EXHAUSTED: the change could not be written' "$T/sched.err" ||
+		{ cat "$T/sched.err"; false; }
+	# Reads are served; later changes are refused, with Retry-After
+	# (dispatchctl and workerloop wait and ask again).
+	assert_equal "$(closure_field "$first" phase)" queued
+	run curl -s -i -X POST "http://$MUSTER_DISPATCHER/v1/queues/default/closures" \
+		-d '{"closures":[{"argv":["true"]}]}'
+	assert_output --partial 'Retry-After: 1'
+	assert_output --partial '"RESOURCE_EXHAUSTED"'
+	# Room again: the file system grows, and schedules come back.
+	mount -o remount,size=4m "$T/small"
+	again=$(dispatchctl schedule --no-block -- echo again)
+	dcrash
+	start_dispatchd -l "127.0.0.1:$DPORT" --state-dir "$T/small/dstate"
+	assert_equal "$(closure_field "$first" phase)" queued
+	assert_equal "$(closure_field "$again" phase)" queued
+}
+
 @test "a second dispatchd on the same state directory is refused; a flipped byte mid-journal stops start-up with its offset" {
 	dup
 	for i in 1 2 3 4 5 6; do dispatchctl schedule -- echo "$i" >/dev/null; done
@@ -159,8 +191,7 @@ dcrash() {
 		BG_PIDS+=($!)
 	done
 	wait_for 60 eval '[ "$(cat seen.* 2>/dev/null | wc -l)" -ge 40 ]'
-	kill -KILL "$COORD_PID"
-	wait "$COORD_PID" 2>/dev/null || true
+	kill9 "$COORD_PID"
 	start_coordd -l "127.0.0.1:$CPORT" --state-dir "$T/cstate" --cluster trainer=2 --heartbeat-timeout 10s
 	wait_for 60 eval '[ "$(cat seen.* 2>/dev/null | wc -l)" -ge 90 ]'
 	dcrash

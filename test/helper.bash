@@ -17,6 +17,8 @@ unset MUSTER_COORD MUSTER_TASK
 
 # Started daemons, to be killed in teardown.
 DAEMON_PIDS=()
+# File systems mounted by small_disk, unmounted in teardown.
+MOUNTS=()
 # Other background processes of a test (clients, wrapped tasks, loops):
 # killed outright, and before the daemons they talk to.
 BG_PIDS=()
@@ -40,6 +42,9 @@ teardown() {
 	done
 	for pid in "${DAEMON_PIDS[@]}"; do
 		wait "$pid" 2>/dev/null || true
+	done
+	for pid in "${MOUNTS[@]}"; do
+		umount "$pid" 2>/dev/null || true
 	done
 	# A sanitizer's report in a daemon's or a client's stderr fails the
 	# test, even when the program went on (UBSan) or the test passed.
@@ -110,6 +115,23 @@ start_daemon() {
 	DAEMON_PIDS+=("$DAEMON_PID")
 	wait_file "$pf" || return 1
 	DAEMON_PORT=$(cat "$pf")
+}
+
+# small_disk DIR SIZE: a tmpfs of SIZE (like 256k) at DIR, a disk to fill,
+# unmounted in teardown; skips the test where none can be mounted.
+small_disk() {
+	[ "$(id -u)" = 0 ] || skip "mounting a tmpfs needs root"
+	mkdir -p "$1"
+	mount -t tmpfs -o "size=$2" tmpfs "$1" 2>/dev/null ||
+		skip "cannot mount a tmpfs here"
+	MOUNTS+=("$1")
+}
+
+# kill9 PID: kill -9 of a process of ours (a daemon, to test a crash),
+# waited for.
+kill9() {
+	kill -KILL "$1"
+	wait "$1" 2>/dev/null || true
 }
 
 # start_coordd [ARGS...]: coordd on 127.0.0.1 and a free port; sets

@@ -436,6 +436,31 @@ compaction_keeps_everything(void)
 	remove_scratch(d);
 }
 
+/* Writes past bytes in any file fail with EFBIG: a full disk, say. */
+struct write_limit {
+	struct rlimit old;
+	void (*xfsz)(int);
+};
+
+static void
+limit_writes(struct write_limit *l, rlim_t bytes)
+{
+	struct rlimit tiny;
+
+	l->xfsz = signal(SIGXFSZ, SIG_IGN);
+	getrlimit(RLIMIT_FSIZE, &l->old);
+	tiny = l->old;
+	tiny.rlim_cur = bytes;
+	setrlimit(RLIMIT_FSIZE, &tiny);
+}
+
+static void
+unlimit_writes(struct write_limit *l)
+{
+	setrlimit(RLIMIT_FSIZE, &l->old);
+	signal(SIGXFSZ, l->xfsz);
+}
+
 /*
  * batch and none: a reply's thread writes the queue itself; when that
  * write fails the journal's thread takes the records over, reports the
@@ -449,8 +474,7 @@ failed_inline_write_is_taken_over(void)
 	char err[256], why[256], *d;
 	struct journal *j;
 	struct seen s;
-	struct rlimit old, tiny;
-	void (*old_xfsz)(int);
+	struct write_limit lim;
 	uint64_t seq;
 	int now, wait_r, wait_errno;
 	char big[100];
@@ -463,19 +487,14 @@ failed_inline_write_is_taken_over(void)
 		if (j == NULL)
 			return;
 		CHECK(journal_write_now(j, append_range(j, 0, 3)) == 1);
-		old_xfsz = signal(SIGXFSZ, SIG_IGN);
-		getrlimit(RLIMIT_FSIZE, &old);
-		tiny = old;
-		tiny.rlim_cur = 24 + 3 * 16 + 50;
-		setrlimit(RLIMIT_FSIZE, &tiny);
+		limit_writes(&lim, 24 + 3 * 16 + 50);
 		memset(big, 'b', sizeof(big));
 		seq = journal_append(j, big, sizeof(big));
 		now = journal_write_now(j, seq);
 		wait_r = journal_wait(j, seq);
 		wait_errno = errno;
 		CHECK(journal_error(j, why, sizeof(why)) != NULL);
-		setrlimit(RLIMIT_FSIZE, &old);
-		signal(SIGXFSZ, old_xfsz);
+		unlimit_writes(&lim);
 		CHECK(seq == 4 && now == 0);
 		CHECK(wait_r == -1 && wait_errno == EFBIG);
 		CHECK(file_size(d, "journal") == 24 + 3 * 16);
@@ -498,8 +517,7 @@ failed_write_keeps_records_until_retried(void)
 	char err[256], *d = scratch();
 	struct journal *j;
 	struct seen s;
-	struct rlimit old, tiny;
-	void (*old_xfsz)(int);
+	struct write_limit lim;
 	uint64_t seq, queued, after;
 	int wait_r, wait_errno;
 	off_t size_during;
@@ -518,11 +536,7 @@ failed_write_keeps_records_until_retried(void)
 	CHECK(journal_wait(j, append_range(j, 0, 3)) == 0);
 
 	/* Writes past 50 more bytes fail with EFBIG: a full disk, say. */
-	old_xfsz = signal(SIGXFSZ, SIG_IGN);
-	getrlimit(RLIMIT_FSIZE, &old);
-	tiny = old;
-	tiny.rlim_cur = 24 + 3 * 16 + 50;
-	setrlimit(RLIMIT_FSIZE, &tiny);
+	limit_writes(&lim, 24 + 3 * 16 + 50);
 	memset(big, 'b', sizeof(big));
 	seq = journal_append(j, big, sizeof(big));
 	wait_r = journal_wait(j, seq);
@@ -531,8 +545,7 @@ failed_write_keeps_records_until_retried(void)
 	queued = journal_append(j, "later", 5);
 	size_during = file_size(d, "journal");
 	msg = journal_error(j, why, sizeof(why));
-	setrlimit(RLIMIT_FSIZE, &old);
-	signal(SIGXFSZ, old_xfsz);
+	unlimit_writes(&lim);
 
 	CHECK(seq == 4);
 	CHECK(wait_r == -1 && wait_errno == EFBIG);
