@@ -77,6 +77,11 @@ MAN8      := coordd.8 dispatchd.8
 # that any process may load it, and exporting syncpoint_* only.
 SYNCLIB   := $(BUILD)/lib/libmuster-syncpoint.so.0
 SYNCLIB_OBJ := $(BUILD)/pic/syncpoint.o $(BUILD)/pic/sync_page.o
+# The data consumer's C API (datapos.h: positions, and the reader of a
+# positioned stream) likewise, linked with jansson, exporting datapos_*.
+DATALIB   := $(BUILD)/lib/libmuster-data.so.0
+DATALIB_OBJ := $(BUILD)/pic/datapos.o $(BUILD)/pic/base/vec.o \
+	$(BUILD)/pic/base/splitorder.o
 PIC_CFLAGS = $(filter-out -fsanitize=% -fno-omit-frame-pointer,$(CFLAGS)) -fPIC
 PIC_LDFLAGS = $(filter-out -fsanitize=%,$(LDFLAGS))
 
@@ -90,7 +95,7 @@ BINS      := $(PROGS:%=$(BUILD)/bin/%)
 .PHONY: FORCE all deps layers check unit asan ubsan bench demo install uninstall \
 	clean lint format example-ddp fuzz fuzz-build fuzz-bins
 
-all: deps layers $(BINS) $(SYNCLIB)
+all: deps layers $(BINS) $(SYNCLIB) $(DATALIB)
 
 # Stops early with the exact install command when a Debian package is missing.
 deps:
@@ -137,6 +142,19 @@ FORCE:
 $(BUILD)/pic/%.o: lib/client/%.c | $(BUILD)/pic
 	$(CC) $(CPPFLAGS) -Ilib/client $(PIC_CFLAGS) -MMD -MP -c -o $@ $<
 
+$(BUILD)/pic/base/%.o: lib/base/%.c | $(BUILD)/pic/base
+	$(CC) $(CPPFLAGS) -Ilib/base $(PIC_CFLAGS) -MMD -MP -c -o $@ $<
+
+$(BUILD)/pic/datapos.o: lib/client/datapos.c | $(BUILD)/pic
+	$(CC) $(CPPFLAGS) -Ilib/client -Ilib/base $(PKG_CFLAGS) $(PIC_CFLAGS) \
+		-MMD -MP -c -o $@ $<
+
+$(DATALIB): $(DATALIB_OBJ) lib/client/datapos.map
+	$(CC) $(PIC_LDFLAGS) -shared -Wl,-soname,libmuster-data.so.0 \
+		-Wl,--version-script=lib/client/datapos.map -o $@ $(DATALIB_OBJ) \
+		$(JSON_LIBS)
+	ln -sf libmuster-data.so.0 $(BUILD)/lib/libmuster-data.so
+
 $(SYNCLIB): $(SYNCLIB_OBJ) lib/client/syncpoint.map
 	$(CC) $(PIC_LDFLAGS) -shared -Wl,-soname,libmuster-syncpoint.so.0 \
 		-Wl,--version-script=lib/client/syncpoint.map -o $@ $(SYNCLIB_OBJ)
@@ -169,8 +187,8 @@ $(BUILD)/bin/bench-%: $(BUILD)/bench/%.o $(ALL_ARCHIVES) | $(BUILD)/bin
 	$(CC) $(LDFLAGS) -o $@ $< $(ALL_ARCHIVES) $(HTTPD_LIBS) $(JSON_LIBS) \
 		$(SYS_LIBS) $(CURL_LIBS)
 
-$(BUILD)/lib $(BUILD)/pic $(BUILD)/cmd $(BUILD)/unit $(BUILD)/bench \
-		$(BUILD)/bin $(BUILD)/fuzz:
+$(BUILD)/lib $(BUILD)/pic $(BUILD)/pic/base $(BUILD)/cmd $(BUILD)/unit \
+		$(BUILD)/bench $(BUILD)/bin $(BUILD)/fuzz:
 	@mkdir -p $@
 
 unit: deps $(BUILD)/bin/unit
@@ -242,12 +260,15 @@ install: all
 	install -m 755 $(BINS) $(DESTDIR)$(BINDIR)/
 	install -m 644 $(addprefix man/,$(MAN1)) $(DESTDIR)$(MANDIR)/man1/
 	install -m 644 $(addprefix man/,$(MAN8)) $(DESTDIR)$(MANDIR)/man8/
-	install -m 755 $(SYNCLIB) $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(SYNCLIB) $(DATALIB) $(DESTDIR)$(LIBDIR)/
 	ln -sf libmuster-syncpoint.so.0 $(DESTDIR)$(LIBDIR)/libmuster-syncpoint.so
-	install -m 644 lib/client/syncpoint.h $(DESTDIR)$(INCLUDEDIR)/muster/
+	ln -sf libmuster-data.so.0 $(DESTDIR)$(LIBDIR)/libmuster-data.so
+	install -m 644 lib/client/syncpoint.h lib/client/datapos.h \
+		$(DESTDIR)$(INCLUDEDIR)/muster/
 	sed 's|^LIBPATH = None|LIBPATH = "$(LIBDIR)/libmuster-syncpoint.so.0"|' \
 		python/muster_syncpoint.py >$(DESTDIR)$(PYTHONDIR)/muster_syncpoint.py
 	chmod 644 $(DESTDIR)$(PYTHONDIR)/muster_syncpoint.py
+	install -m 644 python/muster_data.py $(DESTDIR)$(PYTHONDIR)/
 
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(PROGS))
@@ -256,9 +277,13 @@ uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libmuster-syncpoint.so.0 \
 		$(DESTDIR)$(LIBDIR)/libmuster-syncpoint.so \
 		$(DESTDIR)$(INCLUDEDIR)/muster/syncpoint.h \
-		$(DESTDIR)$(PYTHONDIR)/muster_syncpoint.py
+		$(DESTDIR)$(PYTHONDIR)/muster_syncpoint.py \
+		$(DESTDIR)$(LIBDIR)/libmuster-data.so.0 \
+		$(DESTDIR)$(LIBDIR)/libmuster-data.so \
+		$(DESTDIR)$(INCLUDEDIR)/muster/datapos.h \
+		$(DESTDIR)$(PYTHONDIR)/muster_data.py
 
 clean:
 	rm -rf build build-address build-undefined build-fuzz
 
--include $(wildcard $(BUILD)/*/*.d $(BUILD)/lib/*/*.d)
+-include $(wildcard $(BUILD)/*/*.d $(BUILD)/lib/*/*.d $(BUILD)/pic/*/*.d)

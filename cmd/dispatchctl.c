@@ -21,6 +21,7 @@
 
 #include "buf.h"
 #include "cli.h"
+#include "datapos.h"
 #include "dataread.h"
 #include "dispatch_client.h"
 #include "duration.h"
@@ -56,8 +57,8 @@ static const char synopsis[] =
     "  splits bytes FILE SIZE\n"
     "  read D [--job NAME] [--mode MODE] [--repeat N] [--seed S]\n"
     "       [--consumers N --consumer-index I] [--local] [--host HOST]\n"
-    "       [--from-state FILE] [--refresh DUR] [--max-bytes N] "
-    "[--timeout DUR]\n"
+    "       [--from-state FILE...] [--run ID] [--positions] [--close-ok]\n"
+    "       [--refresh DUR] [--max-bytes N] [--timeout DUR]\n"
     "  checkpoint --job NAME\n"
     "  job ls | job show J\n";
 
@@ -1457,10 +1458,34 @@ valid_mode(const char *m)
 	return 0;
 }
 
-/* The options of read into o; 0, or the exit code. */
+/*
+ * Adds the position in file to pos: a checkpoint, or the position a
+ * consumer saved from a positioned stream. Several are merged: the
+ * positions of a job's consumers make the job's. 0, or the exit code.
+ */
 static int
-read_opts(int argc, char **argv, struct dataread_opts *o, char *host,
-    size_t hostlen)
+state_add(struct datapos *pos, const char *file)
+{
+	json_error_t je;
+	json_t *st = json_load_file(file, 0, &je);
+	char err[512];
+	int rc;
+
+	if (st == NULL)
+		return cli_fail(ST_INVALID_ARGUMENT, "--from-state %s: %s",
+		    file, je.text);
+	rc = datapos_merge(pos, st, err, sizeof(err));
+	json_decref(st);
+	return rc < 0 ?
+	    cli_fail(ST_INVALID_ARGUMENT, "--from-state %s: %s", file, err) :
+	    0;
+}
+
+/* The options of read into o, its positions in pos; 0, or the exit
+ * code. */
+static int
+read_opts(int argc, char **argv, struct dataread_opts *o, struct datapos *pos,
+    char *host, size_t hostlen)
 {
 	static const struct option longopts[] = {
 	    {"job", required_argument, NULL, 'j'},
@@ -1472,16 +1497,18 @@ read_opts(int argc, char **argv, struct dataread_opts *o, char *host,
 	    {"local", no_argument, NULL, 'l'},
 	    {"host", required_argument, NULL, 'H'},
 	    {"from-state", required_argument, NULL, 'f'},
+	    {"positions", no_argument, NULL, 'P'},
+	    {"run", required_argument, NULL, 'u'},
+	    {"close-ok", no_argument, NULL, 'C'},
 	    {"refresh", required_argument, NULL, 'R'},
 	    {"max-bytes", required_argument, NULL, 'b'},
 	    {"timeout", required_argument, NULL, 'T'},
 	    {NULL, 0, NULL, 0},
 	};
-	const char *state = NULL;
-	json_error_t je;
-	int c, local = 0, index = 0;
+	int c, local = 0, index = 0, rc;
 
-	optind = 1;
+	/* 0: getopt starts anew, and options may follow the dataset. */
+	optind = 0;
 	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'j': o->job = optarg; break;
@@ -1515,7 +1542,13 @@ read_opts(int argc, char **argv, struct dataread_opts *o, char *host,
 			break;
 		case 'l': local = 1; break;
 		case 'H': o->host = optarg; break;
-		case 'f': state = optarg; break;
+		case 'f':
+			if ((rc = state_add(pos, optarg)) != 0)
+				return rc;
+			break;
+		case 'P': o->positions = 1; break;
+		case 'u': o->run = optarg; break;
+		case 'C': o->close_ok = 1; break;
 		case 'R':
 			if (cli_duration_flag(synopsis, "--refresh", optarg, 1,
 			        &o->refresh_ms) != 0)
@@ -1560,10 +1593,24 @@ read_opts(int argc, char **argv, struct dataread_opts *o, char *host,
 		host[hostlen - 1] = '\0';
 		o->host = host;
 	}
-	if (state != NULL &&
-	    (o->from_state = json_load_file(state, 0, &je)) == NULL)
-		return cli_fail(ST_INVALID_ARGUMENT, "--from-state %s: %s",
-		    state, je.text);
+	if (o->positions && o->mode != NULL && strcmp(o->mode, "dynamic") != 0)
+		return usage("--positions: only dynamic jobs have positions, "
+		             "not mode %s",
+		    o->mode);
+	if (o->positions && o->consumers > 0)
+		return usage(
+		    "--positions: a round-robin read has no position%s", "");
+	/* Under preemptwatch, every task of one run of the job has it. */
+	if (o->run == NULL && o->job != NULL)
+		o->run = getenv("MUSTER_EPOCH");
+	if (datapos_loaded(pos) && o->job != NULL && o->run == NULL)
+		return usage("--from-state with --job needs --run ID (or "
+		             "MUSTER_EPOCH): the readers of one run of the "
+		             "training job share the job, a new run starts it "
+		             "anew%s",
+		    "");
+	if (datapos_loaded(pos) && (o->from_state = datapos_json(pos)) == NULL)
+		return cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
 	return 0;
 }
 
@@ -1582,12 +1629,19 @@ cmd_read(struct ctl *x, int argc, char **argv)
 	    .timeout_ms = -1,
 	    .out = 1};
 	char host[256], err[2048];
+	struct datapos *pos = datapos_new();
 	sigset_t blocked;
 	enum status st;
 	int rc, sig;
 
-	if ((rc = read_opts(argc, argv, &o, host, sizeof(host))) != 0)
+	if (pos == NULL)
+		return cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
+	rc = read_opts(argc, argv, &o, pos, host, sizeof(host));
+	datapos_free(pos);
+	if (rc != 0) {
+		json_decref(o.from_state);
 		return rc;
+	}
 	if ((o.stop_fd = sigfd_open(sigs, sizeof(sigs) / sizeof(sigs[0]),
 	         &blocked)) < 0) {
 		json_decref(o.from_state);

@@ -129,9 +129,41 @@ expected() {
 	wait_exit "$p2" 120
 	[ "$STATUS" = 0 ]
 	[ "$(sort out1 out2)" = "$(expected 30 4)" ]
-	# The same name with another mode is refused.
-	run -3 dispatchctl read --job shared --mode off "$id"
+	# While a job runs, the same name with another mode is refused.
+	slow=$(dataset 2 2 'echo "$MUSTER_SPLIT"; for i in $(seq 600); do [ -e '"$T"'/stop ] && break; sleep 0.05; done')
+	dispatchctl read --job live "$slow" >/dev/null &
+	BG_PIDS+=("$!")
+	wait_for 30 sh -c "dispatchctl --json job show live | jq -e '.clients == 1'"
+	run -3 dispatchctl read --job live --mode off "$slow"
+	touch "$T/stop"
 	[[ $output == *mode* ]]
+}
+
+@test "a name read again once its job has ended reads the next iteration: every epoch of a loop whole, never an empty success" {
+	start_dispatchd
+	start_worker a:0
+	start_worker b:0
+	id=$(dataset 6 5)
+	for epoch in 1 2 3; do
+		dispatchctl read --job epoch "$id" >"out$epoch"
+		[ "$(sort "out$epoch")" = "$(expected 6 5)" ]
+	done
+	run -0 dispatchctl --json job show epoch
+	[ "$(jq .iteration <<<"$output")" = 3 ]
+	# Two readers of each epoch share it.
+	for epoch in 4 5; do
+		dispatchctl read --job epoch "$id" >"a$epoch" &
+		pa=$!
+		dispatchctl read --job epoch "$id" >"b$epoch" &
+		pb=$!
+		BG_PIDS+=("$pa" "$pb")
+		wait_exit "$pa" 60
+		[ "$STATUS" = 0 ]
+		wait_exit "$pb" 60
+		[ "$STATUS" = 0 ]
+		[ "$(sort "a$epoch" "b$epoch")" = "$(expected 6 5)" ] ||
+			[ "$(sort "a$epoch" "b$epoch")" = "$(expected 6 5 2)" ]
+	done
 }
 
 @test "a worker that joins mid-job gets a task and serves part of it" {

@@ -35,6 +35,7 @@
 #include "duration.h"
 #include "iov.h"
 #include "log.h"
+#include "vec.h"
 
 /* How long a worker holds a request for elements when it has none. */
 #define ELEMENTS_WAIT_MS 1000
@@ -147,7 +148,10 @@ struct reader {
 	int stopping; /* the read ends: every thread stops */
 	enum status fail;
 	char failmsg[1024];
-	int closed; /* the output's reader went away */
+	int closed;       /* the output's reader went away */
+	uint64_t written; /* elements written, under out_mu */
+	json_t *start;    /* the job's start position (DYNAMIC) */
+	char framing[16]; /* the dataset's */
 	/* Round robin: */
 	struct rr_task *rr;
 	size_t nrr, caprr;
@@ -158,24 +162,6 @@ struct reader {
 	pthread_t rr_thread;
 	int rr_started;
 };
-
-/* Makes room for need items of size in *v; 0, or -1 out of memory. */
-static int
-grow(void *vp, size_t *cap, size_t need, size_t size)
-{
-	void **v = vp, *nv;
-	size_t n = *cap > 0 ? *cap : 8;
-
-	if (need <= *cap)
-		return 0;
-	while (n < need)
-		n *= 2;
-	if ((nv = realloc(*v, n * size)) == NULL)
-		return -1;
-	*v = nv;
-	*cap = n;
-	return 0;
-}
 
 /* Stops the read with st and its message (the first failure wins). */
 static void fail_locked(struct reader *r, enum status st, const char *fmt, ...)
@@ -243,7 +229,7 @@ ranges_add(struct ranges *rs, int64_t seq, int64_t first, int64_t end,
 			return 0;
 		}
 	}
-	if (grow(&rs->v, &rs->cap, rs->n + 1, sizeof(*rs->v)) < 0)
+	if (vec_grow(&rs->v, &rs->cap, rs->n + 1, sizeof(*rs->v)) < 0)
 		return -1;
 	rs->v[rs->n++] = (struct range){seq, first, end, total};
 	return 0;
@@ -261,7 +247,8 @@ note_range_locked(struct reader *r, const struct range *g)
 static void
 note_lost_locked(struct reader *r, int64_t id)
 {
-	if (grow(&r->lost, &r->caplost, r->nlost + 1, sizeof(*r->lost)) < 0) {
+	if (vec_grow(&r->lost, &r->caplost, r->nlost + 1, sizeof(*r->lost)) <
+	    0) {
 		fail_locked(r, ST_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
@@ -297,6 +284,44 @@ write_out(struct reader *r, struct iovec *iov, size_t n)
 		n = iov_advance(&iov, n, (size_t)w);
 	}
 	return 0;
+}
+
+/*
+ * Writes one record of a positioned stream other than a chunk of data:
+ * its header, then payload. 0, or -1 (as write_out).
+ */
+static int
+write_record(struct reader *r, uint32_t type, const char *payload, size_t len)
+{
+	struct chunk_hdr h = {.magic = htole32(CHUNK_MAGIC),
+	    .type = htole32(type),
+	    .len = htole32((uint32_t)len)};
+	struct iovec iov[2] = {{&h, sizeof(h)}, {(void *)payload, len}};
+	int rc;
+
+	pthread_mutex_lock(&r->out_mu);
+	rc = write_out(r, iov, len > 0 ? 2 : 1);
+	pthread_mutex_unlock(&r->out_mu);
+	return rc;
+}
+
+/* The start record: the framing and where the job began. 0, or -1. */
+static int
+write_start(struct reader *r)
+{
+	json_t *o =
+	    json_pack("{s:s,s:O}", "framing", r->framing, "start", r->start);
+	char *text = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+	int rc;
+
+	json_decref(o);
+	if (text == NULL) {
+		fail(r, ST_RESOURCE_EXHAUSTED, "out of memory");
+		return -1;
+	}
+	rc = write_record(r, CHUNK_STATE, text, strlen(text));
+	free(text);
+	return rc;
 }
 
 /* Workers' sockets */
@@ -462,7 +487,7 @@ recv_reply(int fd, char **buf, size_t *cap, size_t want, struct reply *rp)
 	unsigned long long clen;
 	char *eoh = NULL;
 
-	if (grow(buf, cap, want, 1) < 0)
+	if (vec_grow(buf, cap, want, 1) < 0)
 		return -1;
 	while (eoh == NULL) {
 		ssize_t n = recv(fd, *buf + have, *cap - have, 0);
@@ -477,7 +502,7 @@ recv_reply(int fd, char **buf, size_t *cap, size_t want, struct reply *rp)
 	}
 	head = (size_t)(eoh - *buf) + 4;
 	if (parse_head(*buf, head, rp, &clen) < 0 || have > head + clen ||
-	    grow(buf, cap, head + clen, 1) < 0)
+	    vec_grow(buf, cap, head + clen, 1) < 0)
 		return -1;
 	while (have < head + clen) {
 		ssize_t n =
@@ -612,7 +637,7 @@ task_io(struct task *t, int on)
 static int
 expect_again(struct task *t)
 {
-	if (grow(&t->again, &t->capagain, t->nagain + t->nprev,
+	if (vec_grow(&t->again, &t->capagain, t->nagain + t->nprev,
 	        sizeof(*t->again)) < 0)
 		return -1;
 	memcpy(t->again + t->nagain, t->prev, t->nprev * sizeof(*t->prev));
@@ -645,16 +670,23 @@ task_parse(struct task *t, const struct reply *rp)
 			fail(r, ST_INTERNAL, "%.*s", (int)h.len, p);
 			return STEP_FAIL;
 		}
-		if (grow(&t->cur, &t->capcur, t->ncur + 1, sizeof(*t->cur)) <
-		        0 ||
-		    grow(&t->iov, &t->capiov, t->niov + 1, sizeof(*t->iov)) <
-		        0) {
+		if (vec_grow(&t->cur, &t->capcur, t->ncur + 1,
+		        sizeof(*t->cur)) < 0 ||
+		    vec_grow(&t->iov, &t->capiov, t->niov + 2,
+		        sizeof(*t->iov)) < 0) {
 			fail(r, ST_RESOURCE_EXHAUSTED, "out of memory");
 			return STEP_FAIL;
 		}
 		t->cur[t->ncur] = (struct chunk_id){h.seq, h.first, h.count,
 		    h.flags, t->nagain > 0 && sent_again(t, &h)};
-		if (!t->cur[t->ncur++].dup && h.len > 0)
+		if (t->cur[t->ncur++].dup)
+			continue;
+		/* A positioned stream carries the chunk's header as the
+		 * worker sent it, which says which elements follow. */
+		if (r->o->positions)
+			t->iov[t->niov++] =
+			    (struct iovec){(void *)(p - sizeof(h)), sizeof(h)};
+		if (h.len > 0)
 			t->iov[t->niov++] =
 			    (struct iovec){(void *)p, (size_t)h.len};
 	}
@@ -705,8 +737,11 @@ task_take(struct task *t, const struct reply *rp)
 
 	pthread_mutex_lock(&r->out_mu);
 	rc = write_out(r, t->iov, t->niov);
-	if (rc == 0)
+	if (rc == 0) {
+		for (size_t i = 0; i < t->ncur; i++)
+			r->written += t->cur[i].dup ? 0 : t->cur[i].count;
 		task_delivered(t);
+	}
 	pthread_mutex_unlock(&r->out_mu);
 	/* The request acknowledged the previous reply; this one, not
 	 * written, goes back when the connection closes: none to ack. */
@@ -973,7 +1008,7 @@ rr_conn(struct rr_conn **conns, size_t *n, size_t *cap, int64_t id,
 	for (size_t i = 0; i < *n; i++)
 		if ((*conns)[i].id == id)
 			return (*conns)[i].fd;
-	if (grow(conns, cap, *n + 1, sizeof(**conns)) < 0 ||
+	if (vec_grow(conns, cap, *n + 1, sizeof(**conns)) < 0 ||
 	    (fd = conn_open(addr, ROUND_WAIT_MS + IO_GRACE_MS)) < 0)
 		return -1;
 	(*conns)[(*n)++] = (struct rr_conn){id, fd};
@@ -1194,8 +1229,8 @@ apply_rr_locked(struct reader *r, json_t *reply)
 	json_t *b = json_object_get(reply, "block_round");
 	size_t i, n = 0;
 
-	if (grow(&r->rr, &r->caprr, json_array_size(tasks), sizeof(*r->rr)) <
-	    0) {
+	if (vec_grow(&r->rr, &r->caprr, json_array_size(tasks),
+	        sizeof(*r->rr)) < 0) {
 		fail_locked(r, ST_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
@@ -1327,6 +1362,14 @@ read_over(struct reader *r, enum status *st, char *err, size_t errlen)
 		snprintf(err, errlen, "%s", r->failmsg);
 	} else if (r->closed) {
 		log_debug("the output was closed: the read ends");
+		if (!r->o->close_ok) {
+			*st = ST_CANCELLED;
+			snprintf(err, errlen,
+			    "the output was closed by its reader after %" PRIu64
+			    " elements were written to it; those it did not read "
+			    "count as delivered (--close-ok when that is expected)",
+			    r->written);
+		}
 	} else if (r->o->consumers > 0) {
 		over = r->rr_done;
 	} else {
@@ -1388,8 +1431,10 @@ run(struct reader *r, char *err, size_t errlen)
 			return ST_UNAVAILABLE; /* err says why */
 		if (read_over(r, &st, err, errlen))
 			return st;
-		if (wait_turn(r, now))
+		if (wait_turn(r, now)) {
+			snprintf(err, errlen, "stopped by a signal");
 			return ST_CANCELLED;
+		}
 	}
 }
 
@@ -1406,6 +1451,8 @@ job_body(const struct dataread_opts *o)
 		return NULL;
 	if (o->job != NULL)
 		json_object_set_new(body, "name", json_string(o->job));
+	if (o->job != NULL && o->run != NULL)
+		json_object_set_new(body, "run", json_string(o->run));
 	if (o->consumers > 0) {
 		json_object_set_new(body, "consumers",
 		    json_integer(o->consumers));
@@ -1452,10 +1499,22 @@ job_open(struct reader *r, char *err, size_t errlen)
 	if ((mode = json_string_value(json_object_get(reply, "mode"))) == NULL)
 		mode = r->o->mode != NULL ? r->o->mode : "dynamic";
 	r->dynamic = strcmp(mode, "dynamic") == 0;
+	r->start = json_incref(json_object_get(reply, "start"));
+	snprintf(r->framing, sizeof(r->framing), "%s",
+	    json_string_value(json_object_get(reply, "framing")) != NULL ?
+	        json_string_value(json_object_get(reply, "framing")) :
+	        "lines");
 	json_decref(reply);
 	if (r->client <= 0) {
 		snprintf(err, errlen, "dispatchd's job reply names no client");
 		return ST_INTERNAL;
+	}
+	if (r->o->positions && (!r->dynamic || r->start == NULL)) {
+		snprintf(err, errlen,
+		    "job %" PRId64 " reads in mode %s: only dynamic jobs have "
+		    "positions",
+		    r->job, mode);
+		return ST_FAILED_PRECONDITION;
 	}
 	log_debug("job %" PRId64 ", client %" PRId64, r->job, r->client);
 	return ST_OK;
@@ -1527,6 +1586,7 @@ reader_free(struct reader *r)
 	free(r->pend.v);
 	free(r->lost);
 	free(r->rr);
+	json_decref(r->start);
 	close(r->wake[0]);
 	close(r->wake[1]);
 	pthread_mutex_destroy(&r->mu);
@@ -1560,10 +1620,16 @@ dataread_run(struct dispatch_client *dc, const struct dataread_opts *o,
 	fcntl(o->out, F_SETPIPE_SZ, 1 << 20);
 	dispatch_client_set_cancel(dc, o->stop_fd);
 	if ((st = job_open(r, err, errlen)) != ST_OK) {
+		/* Refused after the job client was made: it goes. */
+		if (r->client > 0)
+			farewell(r, st);
 		dispatch_client_set_cancel(dc, -1);
 		reader_free(r);
 		return st;
 	}
+	/* A failed write ends the read as any other would. */
+	if (o->positions)
+		(void)write_start(r);
 	if (o->consumers > 0) {
 		if (pthread_create(&r->rr_thread, NULL, rr_main, r) == 0)
 			r->rr_started = 1;
@@ -1572,10 +1638,13 @@ dataread_run(struct dispatch_client *dc, const struct dataread_opts *o,
 			    "cannot start a thread: %s", strerror(errno));
 	}
 	st = run(r, err, errlen);
-	if (st == ST_CANCELLED)
-		snprintf(err, errlen, "stopped by a signal");
 	/* Threads still blocked on the output keep r: the process ends. */
 	all = stop_threads(r);
+	/* The end of the data, which a consumer tells from a read that was
+	 * cut short. */
+	if (st == ST_OK && o->positions && !r->closed &&
+	    write_record(r, CHUNK_END, NULL, 0) < 0)
+		read_over(r, &st, err, errlen);
 	farewell(r, st);
 	if (all)
 		reader_free(r);

@@ -13,6 +13,12 @@
  *
  * Round-robin jobs (consumers > 0) are read a round at a time instead:
  * round r from the (r mod count)-th task that has started by r.
+ *
+ * Written is not consumed: the program at the other end of a pipe may die
+ * with elements unread. With positions set the output is a positioned
+ * stream (datapos.h): the job's start, then each chunk's header before
+ * its elements, then an end record, from which the program knows what it
+ * consumed and saves it to resume from.
  */
 #ifndef MUSTER_DATAREAD_H
 #define MUSTER_DATAREAD_H
@@ -33,6 +39,7 @@
 struct dataread_opts {
 	const char *dataset; /* id or name */
 	const char *job;  /* a job name to share, or NULL: a job of our own */
+	const char *run;  /* the run of the training job reading it; NULL */
 	const char *mode; /* NULL: dynamic */
 	long repeat;      /* epochs; 0: for ever */
 	int64_t seed;
@@ -46,15 +53,19 @@ struct dataread_opts {
 			     * -1: never */
 	int out;            /* where elements go */
 	int stop_fd;        /* readable (a signal): stop; -1: none */
+	int positions;      /* out gets a positioned stream (datapos.h) */
+	int close_ok;       /* out closed by its reader: the read ends well */
 };
 
 /*
- * Reads the job to its end. ST_OK at the end of the data, and also when
- * o->out was closed by its reader (a consumer that has had enough ends
- * the read, as `head` ends a pipe); ST_CANCELLED when stop_fd became
- * readable; ST_INTERNAL with the reader's message when a task or the job
- * failed; otherwise dispatchd's status (ST_NOT_FOUND: the job client was
- * released or collected). The job client is released on every path.
+ * Reads the job to its end. ST_OK at the end of the data; ST_CANCELLED
+ * when stop_fd became readable, or when o->out was closed by its reader
+ * (elements it never read may have gone down with it: err says how many
+ * were written), unless o->close_ok says a consumer that has had enough
+ * may end the read (as `head` ends a pipe): then ST_OK; ST_INTERNAL with
+ * the reader's message when a task or the job failed; otherwise
+ * dispatchd's status (ST_NOT_FOUND: the job client was released or
+ * collected). The job client is released on every path.
  */
 enum status dataread_run(struct dispatch_client *dc,
     const struct dataread_opts *o, char *err, size_t errlen);

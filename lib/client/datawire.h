@@ -20,8 +20,9 @@
 
 enum chunk_type {
 	CHUNK_DATA = 1,
-	CHUNK_END = 2,  /* the task has no more elements, ever */
-	CHUNK_ERROR = 3 /* the payload is a message: the task failed */
+	CHUNK_END = 2,   /* the task has no more elements, ever */
+	CHUNK_ERROR = 3, /* the payload is a message: the task failed */
+	CHUNK_STATE = 4  /* a positioned stream's start (datapos.h) */
 };
 
 #define CHUNK_SPLIT_END 1U

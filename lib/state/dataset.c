@@ -11,6 +11,7 @@
 #include "buf.h"
 #include "dataset.h"
 #include "rec.h"
+#include "token.h"
 
 /* Open seqs of a job: open addressing, linear probing, no deletes left
  * behind (backward shift). */
@@ -733,6 +734,18 @@ ds_client_release(struct ds *ds, struct ds_client *c, int64_t now)
 	rr_settle(ds, j);
 }
 
+/* A run's id: as a name, but digits alone will do (an epoch). */
+static int
+run_ok(const char *s)
+{
+	size_t n = strlen(s);
+
+	return n > 0 && n <= 128 &&
+	    strspn(s,
+	        "0123456789abcdefghijklmnopqrstuvwxyz"
+	        "ABCDEFGHIJKLMNOPQRSTUVWXYZ-_.") == n;
+}
+
 static void
 job_free(struct ds_job *j)
 {
@@ -760,6 +773,8 @@ job_free(struct ds_job *j)
 	free(j->finished_shards);
 	free(j->name);
 	free(j->error);
+	free(j->start);
+	free(j->run);
 	free(j);
 }
 
@@ -770,11 +785,25 @@ ds_job_find(struct ds *ds, const char *key)
 	unsigned long long id = strtoull(key, &end, 10);
 
 	for (struct ds_job *j = ds->jobs; j != NULL; j = j->link)
-		if (*key != '\0' && *end == '\0' ?
-		        j->id == id :
-		        j->name != NULL && strcmp(j->name, key) == 0)
+		if (*key != '\0' && *end == '\0' ? j->id == id :
+		                                   j->name != NULL &&
+		            !j->retired && strcmp(j->name, key) == 0)
 			return j;
 	return NULL;
+}
+
+/* A position's text, the same for the same position whoever wrote it:
+ * joins compare them. NULL: out of memory. */
+static char *
+state_text(json_t *st)
+{
+	return json_dumps(st, JSON_COMPACT | JSON_SORT_KEYS);
+}
+
+static int
+job_ended(const struct ds_job *j)
+{
+	return j->finished || j->error != NULL;
 }
 
 static int
@@ -893,15 +922,26 @@ job_make(struct ds *ds, json_t *req, struct ds_dataset *d, enum ds_mode mode,
 {
 	struct ds_job *j = calloc(1, sizeof(*j));
 	json_t *st = json_object_get(req, "from_state");
+	const char *run = json_string_value(json_object_get(req, "run"));
 	enum status s;
 
+	if (st != NULL && json_is_null(st))
+		st = NULL;
 	if (j == NULL || (name != NULL && (j->name = strdup(name)) == NULL) ||
-	    (j->leases = calloc(1, sizeof(*j->leases))) == NULL) {
+	    (j->leases = calloc(1, sizeof(*j->leases))) == NULL ||
+	    (st != NULL && (j->start = state_text(st)) == NULL) ||
+	    (run != NULL && (j->run = strdup(run)) == NULL)) {
 		if (j != NULL)
 			job_free(j);
 		snprintf(msg, msglen, "out of memory");
 		return ST_RESOURCE_EXHAUSTED;
 	}
+	if (token_random(j->secret, sizeof(j->secret)) < 0) {
+		job_free(j);
+		snprintf(msg, msglen, "no random bytes for the job's secret");
+		return ST_INTERNAL;
+	}
+	j->iteration = 1;
 	j->ds = d;
 	j->mode = j->eff = mode;
 	j->repeat = repeat;
@@ -922,14 +962,50 @@ job_make(struct ds *ds, json_t *req, struct ds_dataset *d, enum ds_mode mode,
 			return ST_RESOURCE_EXHAUSTED;
 		}
 	}
-	if (st != NULL && !json_is_null(st) &&
-	    (s = job_restore(j, st, msg, msglen)) != ST_OK) {
+	if (st != NULL && (s = job_restore(j, st, msg, msglen)) != ST_OK) {
 		job_free(j);
 		return s;
 	}
 	j->id = ++ds->next_job;
 	*out = j;
 	return ST_OK;
+}
+
+static void job_collect(struct ds *ds, struct ds_job *j);
+
+/* What a reader of a name does with the job that has it. */
+enum { JOIN, ANEW, CONFLICT, NOMEM };
+
+/*
+ * A run (one start of the whole training job, all its readers) reads a
+ * name once: a reader of another run starts the name anew, one of the
+ * same run joins, even a job it has read to the end (its other readers
+ * may have read it all), and must resume from the state the run's job
+ * started from (CONFLICT otherwise). Without a run a reader joins, with
+ * the job's state or none, unless the job has ended: then the name is
+ * read anew.
+ */
+static int
+job_anew(const struct ds_job *j, json_t *req)
+{
+	const char *run = json_string_value(json_object_get(req, "run"));
+	json_t *st = json_object_get(req, "from_state");
+	char *text;
+	int same;
+
+	if (st != NULL && json_is_null(st))
+		st = NULL;
+	if (run == NULL && job_ended(j))
+		return ANEW;
+	if (run != NULL && (j->run == NULL || strcmp(run, j->run) != 0))
+		return ANEW;
+	if (st == NULL)
+		return JOIN;
+	if ((text = state_text(st)) == NULL)
+		return NOMEM;
+	same = j->start != NULL && strcmp(text, j->start) == 0;
+	free(text);
+	return same ? JOIN : CONFLICT;
 }
 
 enum status
@@ -945,7 +1021,10 @@ ds_job_open(struct ds *ds, json_t *req, int64_t now, struct ds_job **job,
 	struct ds_client *c;
 	enum ds_mode mode = DS_DYNAMIC;
 	long repeat, consumers, index, seedl;
+	const char *run = json_string_value(json_object_get(req, "run"));
+	uint64_t iteration = 1;
 	enum status s;
+	int anew = JOIN;
 
 	*created = 0;
 	if (json_is_integer(jd))
@@ -982,6 +1061,12 @@ ds_job_open(struct ds *ds, json_t *req, int64_t now, struct ds_job **job,
 		    name);
 		return ST_INVALID_ARGUMENT;
 	}
+	if (json_object_get(req, "run") != NULL &&
+	    (run == NULL || !run_ok(run) || name == NULL)) {
+		snprintf(msg, msglen,
+		    "run: 1 to 128 of A-Z a-z 0-9 - _ ., with a job name");
+		return ST_INVALID_ARGUMENT;
+	}
 	if (consumers > 0 && (name == NULL || mode == DS_DYNAMIC)) {
 		snprintf(msg, msglen,
 		    "round-robin reads (consumers) need a job name and a mode "
@@ -1001,6 +1086,31 @@ ds_job_open(struct ds *ds, json_t *req, int64_t now, struct ds_job **job,
 		return ST_FAILED_PRECONDITION;
 	}
 	j = name != NULL ? ds_job_find(ds, name) : NULL;
+	if (j != NULL && (anew = job_anew(j, req)) == NOMEM) {
+		snprintf(msg, msglen, "out of memory");
+		return ST_RESOURCE_EXHAUSTED;
+	}
+	if (j != NULL && anew == CONFLICT) {
+		snprintf(msg, msglen,
+		    "job %s%s%s started from another state: the readers of a "
+		    "run resume from the same states (a new run, with its "
+		    "own id, starts the name anew)",
+		    name, j->run != NULL ? " of run " : "",
+		    j->run != NULL ? j->run : "");
+		return ST_ALREADY_EXISTS;
+	}
+	if (j != NULL && anew == ANEW) {
+		/* Its next iteration: the name is read anew, as tf.data's
+		 * repetitions, or from another state. Never an empty read of
+		 * what is over; the readers of the one it replaces, if any,
+		 * read on from it, under its id. */
+		iteration = j->iteration + 1;
+		j->retired = 1;
+		jr_job(ds, j);
+		if (j->nclients == 0)
+			job_collect(ds, j);
+		j = NULL;
+	}
 	if (j != NULL) {
 		const char *what = j->ds != d  ? "dataset" :
 		    j->mode != mode            ? "mode" :
@@ -1008,14 +1118,6 @@ ds_job_open(struct ds *ds, json_t *req, int64_t now, struct ds_job **job,
 		    j->seed != (uint64_t)seedl ? "seed" :
 		    j->consumers != consumers  ? "consumers" :
 		                                 NULL;
-		if (what == NULL &&
-		    json_object_get(req, "from_state") != NULL &&
-		    !json_is_null(json_object_get(req, "from_state"))) {
-			snprintf(msg, msglen,
-			    "job %s exists: a state starts a new job only",
-			    name);
-			return ST_ALREADY_EXISTS;
-		}
 		if (what != NULL) {
 			snprintf(msg, msglen,
 			    "job %s exists with dataset %" PRIu64
@@ -1029,6 +1131,7 @@ ds_job_open(struct ds *ds, json_t *req, int64_t now, struct ds_job **job,
 		if ((s = job_make(ds, req, d, mode, name, repeat,
 		         (uint64_t)seedl, consumers, &j, msg, msglen)) != ST_OK)
 			return s;
+		j->iteration = iteration;
 		j->link = ds->jobs;
 		ds->jobs = j;
 		*created = 1;
@@ -1090,10 +1193,12 @@ ds_job_json(const struct ds_job *j)
 		    json_pack("{s:I,s:s,s:s,s:I}", "id", (json_int_t)t->id,
 		        "worker", t->w->name, "state", task_state_name(t),
 		        "leased", (json_int_t)t->leases.count));
-	return json_pack("{s:I,s:o,s:I,s:s,s:I,s:I,s:o,s:I,s:b,s:o,s:I,s:o,"
-	                 "s:I,s:o,s:o}",
+	return json_pack("{s:I,s:o,s:I,s:b,s:o,s:I,s:s,s:I,s:I,s:o,s:I,s:b,s:o,"
+	                 "s:I,s:o,s:I,s:o,s:o}",
 	    "id", (json_int_t)j->id, "name",
-	    j->name != NULL ? json_string(j->name) : json_null(), "dataset",
+	    j->name != NULL ? json_string(j->name) : json_null(), "iteration",
+	    (json_int_t)j->iteration, "retired", j->retired, "run",
+	    j->run != NULL ? json_string(j->run) : json_null(), "dataset",
 	    (json_int_t)j->ds->id, "mode", ds_mode_name(j->mode), "repeat",
 	    (json_int_t)j->repeat, "seed", (json_int_t)j->seed, "consumers",
 	    j->consumers > 0 ? json_integer(j->consumers) : json_null(),
@@ -1106,6 +1211,19 @@ ds_job_json(const struct ds_job *j)
 	    j->eff == DS_DYNAMIC ? json_integer((json_int_t)j->next) :
 	                           json_null(),
 	    "tasks", tasks);
+}
+
+json_t *
+ds_job_start(const struct ds_job *j)
+{
+	if (j->eff != DS_DYNAMIC)
+		return NULL;
+	if (j->start != NULL)
+		return json_loads(j->start, 0, NULL);
+	return json_pack("{s:i,s:s,s:s,s:I,s:I,s:i,s:i,s:[]}", "version", 1,
+	    "dataset", j->ds->fp, "mode", "dynamic", "repeat",
+	    (json_int_t)j->repeat, "seed", (json_int_t)j->seed, "next", 0,
+	    "done", 0, "open");
 }
 
 json_t *
@@ -1494,7 +1612,7 @@ ds_worker_tasks_json(struct ds *ds, const char *name)
 			snprintf(id, sizeof(id), "%" PRIu64, j->ds->id);
 			json_array_append_new(a,
 			    json_pack("{s:I,s:I,s:s,s:s,s:s,s:s,s:b,s:I,s:I,"
-			              "s:I,s:I,s:I,s:I}",
+			              "s:I,s:I,s:I,s:I,s:s}",
 			        "id", (json_int_t)t->id, "job",
 			        (json_int_t)j->id, "dataset", id, "mode",
 			        ds_mode_name(j->eff), "reader", j->ds->reader,
@@ -1505,7 +1623,8 @@ ds_worker_tasks_json(struct ds *ds, const char *name)
 			        (json_int_t)j->ds->nsplits, "shard_index",
 			        (json_int_t)t->shard, "shard_count",
 			        (json_int_t)(j->shards > 0 ? j->shards : 1),
-			        "consumers", (json_int_t)j->consumers));
+			        "consumers", (json_int_t)j->consumers, "secret",
+			        j->secret));
 		}
 	return a;
 }
@@ -1918,6 +2037,12 @@ enc_job(struct rec_out *o, const struct ds_job *j)
 	rec_put_u(o, j->finished_shards != NULL);
 	if (j->finished_shards != NULL)
 		rec_put_bytes(o, j->finished_shards, (size_t)j->shards);
+	/* Added later, at the end: a record without them still reads. */
+	rec_put_u(o, j->iteration);
+	rec_put_u(o, (uint64_t)j->retired);
+	rec_put_s(o, j->start);
+	rec_put_s(o, j->secret);
+	rec_put_s(o, j->run);
 }
 
 static void
@@ -2484,9 +2609,22 @@ apply_job(struct ds *ds, struct rec_in *in, int64_t now, char *err,
 	struct ds_dataset *d = dataset_by_id(ds, dsid);
 	struct ds_job *j;
 
+	uint64_t iteration = 1, retired = 0;
+	char *start = NULL, *secret = NULL, *run = NULL;
+
 	if (!in->err && hasfs == 1 && shards <= rec_left(in))
 		fs = rec_get_bytes(in, (size_t)shards);
+	if (!in->err && rec_left(in) > 0) {
+		iteration = rec_get_u(in);
+		retired = rec_get_u(in);
+		start = rec_get_s(in, DS_TEXT_MAX);
+		secret = rec_get_s(in, 32);
+		run = rec_get_s(in, DS_NAME_MAX);
+	}
 	if (ended_badly(in) || mode > DS_HINT || hasfs > 1 || finished > 1 ||
+	    iteration == 0 || retired > 1 ||
+	    (secret != NULL && strlen(secret) != 32) ||
+	    (run != NULL && !run_ok(run)) ||
 	    (mode == DS_FILE_OR_DATA ? eff != DS_FILE && eff != DS_DATA :
 	                               eff != mode) ||
 	    repeat > (1UL << 30) || consumers > 4096 || seed > INT64_MAX ||
@@ -2504,7 +2642,8 @@ apply_job(struct ds *ds, struct rec_in *in, int64_t now, char *err,
 	} else {
 		uint64_t total =
 		    repeat == 0 ? UINT64_MAX : repeat * (uint64_t)d->nsplits;
-		if ((name != NULL && ds_job_find(ds, name) != NULL) ||
+		if ((name != NULL && !retired &&
+		        ds_job_find(ds, name) != NULL) ||
 		    next > total || done > next)
 			goto fail;
 		if ((j = calloc(1, sizeof(*j))) == NULL ||
@@ -2537,6 +2676,15 @@ apply_job(struct ds *ds, struct rec_in *in, int64_t now, char *err,
 	j->finished = (int)finished;
 	free(j->error);
 	j->error = error;
+	j->iteration = iteration;
+	j->retired = (int)retired;
+	free(j->start);
+	j->start = start;
+	if (secret != NULL)
+		memcpy(j->secret, secret, sizeof(j->secret));
+	free(secret);
+	free(j->run);
+	j->run = run;
 	j->rr_latest = latest;
 	j->rr_target = target;
 	j->rr_delta = delta;
@@ -2546,6 +2694,9 @@ apply_job(struct ds *ds, struct rec_in *in, int64_t now, char *err,
 fail:
 	free(name);
 	free(error);
+	free(start);
+	free(secret);
+	free(run);
 	return bad(err, errlen, "job %" PRIu64 ": a bad record", id);
 }
 

@@ -107,7 +107,12 @@ struct ds_client {
 
 struct ds_job {
 	uint64_t id;
-	char *name; /* NULL: anonymous */
+	char *name;         /* NULL: anonymous */
+	uint64_t iteration; /* of its name: 1, 2, ... */
+	int retired;        /* ended, and its name read anew by a newer one */
+	char *start;        /* where it began: a position's JSON; NULL: at 0 */
+	char *run;          /* the run of the training job that read it */
+	char secret[33];    /* consumers show it to workers' data servers */
 	struct ds_dataset *ds;
 	enum ds_mode mode; /* as asked */
 	enum ds_mode eff;  /* FILE_OR_DATA resolved */
@@ -177,8 +182,11 @@ json_t *ds_datasets_json(struct ds *ds);
 
 /*
  * GetOrCreateJob and a job client for it, from req ({"dataset", "mode",
- * "name", "repeat", "seed", "consumers", "consumer_index",
- * "from_state"}).
+ * "name", "repeat", "seed", "consumers", "consumer_index", "from_state",
+ * "run"}). A name is read anew (its next iteration: the job that had it
+ * gives it up) by a reader of another run than its job's, or, without a
+ * run, once its job has ended (finished or failed). The readers of one
+ * run join its job, and must give the state it started from.
  */
 enum status ds_job_open(struct ds *ds, json_t *req, int64_t now,
     struct ds_job **job, struct ds_client **client, int *created, char *msg,
@@ -186,6 +194,8 @@ enum status ds_job_open(struct ds *ds, json_t *req, int64_t now,
 struct ds_job *ds_job_find(struct ds *ds, const char *key);
 json_t *ds_job_json(const struct ds_job *j);
 json_t *ds_jobs_json(struct ds *ds);
+/* Where a DYNAMIC job began, as a position (NULL otherwise). */
+json_t *ds_job_start(const struct ds_job *j);
 /* A DYNAMIC job's position, for --from-state. */
 enum status ds_checkpoint(const struct ds_job *j, json_t **out, char *msg,
     size_t msglen);

@@ -369,18 +369,24 @@ dispatch_jobs_route(struct http_req *req, const struct route_match *m,
 				          "%" PRIu64 ", mode %s",
 				    j->id, j->name != NULL ? j->name : "-",
 				    j->ds->id, ds_mode_name(j->mode));
+			json_t *start = ds_job_start(j);
 			http_reply_json(req, 200,
-			    json_pack("{s:I,s:I,s:b,s:o,s:s,s:I,s:I,s:o,s:s}",
+			    json_pack(
+			        "{s:I,s:I,s:b,s:o,s:I,s:s,s:I,s:I,s:o,s:s,"
+			        "s:s,s:o}",
 			        "job", (json_int_t)j->id, "client",
 			        (json_int_t)c->id, "created", created, "name",
 			        j->name != NULL ? json_string(j->name) :
 			                          json_null(),
-			        "mode", ds_mode_name(j->mode), "repeat",
+			        "iteration", (json_int_t)j->iteration, "mode",
+			        ds_mode_name(j->mode), "repeat",
 			        (json_int_t)j->repeat, "seed",
 			        (json_int_t)j->seed, "consumers",
 			        j->consumers > 0 ? json_integer(j->consumers) :
 			                           json_null(),
-			        "framing", framing_name(j->ds->framing)));
+			        "framing", framing_name(j->ds->framing),
+			        "secret", j->secret, "start",
+			        start != NULL ? start : json_null()));
 		}
 	} else if (m->nseg == 0) {
 		http_reply_json(req, 200, ds_jobs_json(d->ds));

@@ -7,6 +7,7 @@ int unit_failed;
 
 static const struct unit_test *groups[] = {
     dataset_tests,
+    datapos_tests,
     dsjournal_tests,
     journal_tests,
     crc32c_tests,

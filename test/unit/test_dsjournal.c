@@ -256,11 +256,17 @@ op_open(struct run *r)
 		if (from == NULL ||
 		    ds_checkpoint(from, &cp, msg, sizeof(msg)) != ST_OK)
 			return;
-		snprintf(name, sizeof(name), "resumed%d", r->resumed++);
+		/* Two names: a state starts one anew, or joins it. */
+		snprintf(name, sizeof(name), "resumed%d", r->resumed++ % 2);
 		req = json_pack("{s:I,s:s,s:I,s:I,s:o}", "dataset",
 		    (json_int_t)from->ds->id, "name", name, "seed",
 		    (json_int_t)from->seed, "repeat", (json_int_t)from->repeat,
 		    "from_state", cp);
+		/* Runs: a new one starts the name anew, the same one joins
+		 * (or, from another state, is refused). */
+		if (rnd(2) == 0)
+			json_object_set_new(req, "run",
+			    json_string(rnd(2) == 0 ? "1" : "2"));
 	} else {
 		req = json_loads(specs[k], 0, NULL);
 	}
