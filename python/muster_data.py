@@ -222,7 +222,8 @@ class Stream:
                 self._ended = True
                 self._end()
             elif typ == _ERROR:
-                raise StreamError(payload.decode("utf-8", "replace"))
+                raise StreamError(payload.decode("utf-8", "replace") or
+                                  "the read failed")
             else:
                 raise StreamError("a record of unknown type %d" % typ)
 

@@ -256,7 +256,8 @@ datapos_load(struct datapos *p, json_t *json, char *err, size_t errlen)
 		else
 			p->nopen = ++n;
 	}
-	qsort(p->open, p->nopen, sizeof(*p->open), seq_cmp);
+	if (p->nopen > 1)
+		qsort(p->open, p->nopen, sizeof(*p->open), seq_cmp);
 	for (i = 1; i < p->nopen; i++)
 		if (p->open[i].seq == p->open[i - 1].seq) {
 			uint64_t seq = p->open[i].seq;
@@ -276,6 +277,12 @@ datapos_add(struct datapos *p, uint64_t seq, uint64_t first, uint64_t end,
 	size_t i;
 	int found;
 
+	/* As JSON carries them: signed 64-bit numbers. */
+	if (seq > INT64_MAX || end > INT64_MAX || first > end)
+		return fail(err, errlen,
+		    "seq %" PRIu64 ", elements %" PRIu64 " to %" PRIu64
+		    ": out of range",
+		    seq, first, end);
 	if (seq >= p->next) {
 		/* The seqs between were leased to others, or are not read
 		 * yet: open, with nothing delivered. */
@@ -389,7 +396,8 @@ datapos_merge(struct datapos *p, json_t *json, char *err, size_t errlen)
 				free(v[--n].r);
 		}
 	}
-	qsort(v, n, sizeof(*v), seq_cmp);
+	if (n > 1)
+		qsort(v, n, sizeof(*v), seq_cmp);
 	open_clear(p);
 	free(p->open);
 	p->open = v;
@@ -536,16 +544,17 @@ fill(struct datapos_reader *r, size_t want)
 		r->len -= r->off;
 		r->off = 0;
 	}
-	if (want > r->cap &&
-	    vec_grow(&r->buf, &r->cap, want < READ_MIN ? READ_MIN : want, 1) <
-	        0)
-		return rfail(r, "out of memory for a record of %zu bytes",
-		    want);
 	while (r->len < want) {
+		/* Room as the bytes come, not as a header says: a bad one
+		 * must not allocate gigabytes. */
+		size_t room = r->len > READ_MIN ? r->len : READ_MIN;
 		ssize_t n;
 		if (r->cap - r->len < READ_MIN / 4 &&
-		    vec_grow(&r->buf, &r->cap, r->len + READ_MIN, 1) < 0)
-			return rfail(r, "out of memory");
+		    vec_grow(&r->buf, &r->cap, r->len + room, 1) < 0)
+			return rfail(r,
+			    "out of memory for a record of %zu "
+			    "bytes",
+			    want);
 		n = read(r->fd, r->buf + r->len, r->cap - r->len);
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -633,7 +642,10 @@ next_record(struct datapos_reader *r)
 				return -1;
 			continue;
 		case CHUNK_END: r->ended = 1; return 0;
-		case CHUNK_ERROR: return rfail(r, "%.*s", (int)h.len, p);
+		case CHUNK_ERROR:
+			return strnlen(p, h.len) > 0 ?
+			    rfail(r, "%.*s", (int)strnlen(p, h.len), p) :
+			    rfail(r, "the read failed");
 		case CHUNK_DATA:
 			r->h = h;
 			r->p = p;
