@@ -649,14 +649,28 @@ on_signal(struct run *r, int sig)
 static void
 run_loop(struct run *r)
 {
+	/*
+	 * Each run is judged alone: nothing of the one before (how it
+	 * ended, whether it may restart, why it was stopped) may decide
+	 * this one, or a run that succeeds after a failed one would be
+	 * restarted too.
+	 */
 	r->state = WAITING;
 	r->done = 0;
+	r->code = 0;
+	r->restartable = 0;
 	r->noticed = 0;
 	r->abandon = 0;
 	r->death = 0;
+	r->settle_until = 0;
 	r->own_sent = 0;
 	r->child = 0;
 	r->stop_at = 0;
+	r->sig = 0;
+	r->status = 0;
+	r->ev = NULL;
+	r->reason[0] = '\0';
+	r->sync_err[0] = '\0';
 	proc_stop_clear(&r->stop);
 	while (!r->done) {
 		struct pollfd pfd[2] = {{r->sfd, POLLIN, 0},
@@ -988,7 +1002,6 @@ main(int argc, char **argv)
 		          "ms",
 		    r.s.a.task, r.s.a.epoch, r.s.a.heartbeat_interval_ms);
 		r.restarts = restarts;
-		r.sync_err[0] = '\0';
 		if (session_start(&r.s) < 0 ||
 		    session_spawn(&r.s, preempt_watcher, &r.watch) < 0) {
 			rc = cli_fail(ST_INTERNAL, "cannot start threads");
