@@ -15,6 +15,8 @@ struct registry {
 	struct reg_task *tasks;
 	struct strmap *byname;   /* "job:index" -> struct reg_task */
 	int used;                /* a task registered this epoch */
+	size_t left;             /* tasks that left this epoch, after
+	                          * they were connected in it */
 	int64_t all_deadline;    /* wait-for-all deadline, 0: unset */
 	struct reg_task *failed; /* one that failed this epoch */
 	reg_observer_fn observe;
@@ -158,6 +160,13 @@ registry_error_visible(const struct reg_task *t)
 	return t->err_active && !t->recoverable;
 }
 
+/* Whether t came to this run and has left it since. */
+static int
+left_run(const struct registry *r, const struct reg_task *t)
+{
+	return t->state == REG_DISCONNECTED && t->left_epoch == r->v.epoch + 1;
+}
+
 /*
  * Finds a task whose failure this epoch should stop the others, after the
  * one remembered has registered again or been reset. Every wait-for-all
@@ -236,6 +245,7 @@ registry_disconnect(struct registry *r, struct reg_task *t)
 	if (was) {
 		r->v.nconnected--;
 		t->left_epoch = r->v.epoch + 1;
+		r->left++;
 	}
 	t->state = REG_DISCONNECTED;
 	if (was)
@@ -288,6 +298,8 @@ registry_register(struct registry *r, struct reg_task *t, const char *incs,
 		    t->name, r->v.epoch);
 		return ST_FAILED_PRECONDITION;
 	}
+	if (left_run(r, t))
+		r->left--;
 	if (t->state != REG_CONNECTED)
 		r->v.nconnected++;
 	r->used = 1;
@@ -367,7 +379,9 @@ registry_wait_all(struct registry *r, struct reg_task *t, const char *incs,
 		    status_name(o->err), o->errmsg != NULL ? o->errmsg : "");
 		return ST_INTERNAL;
 	}
-	if (r->v.nconnected == r->v.ntasks)
+	/* A task that came and already left (its work done, or the run
+	 * over for it) was there: the others do not wait for it. */
+	if (r->v.nconnected + r->left == r->v.ntasks)
 		return ST_OK;
 	/* The first caller of the epoch starts the register clock. */
 	if (r->all_deadline == 0)
@@ -457,6 +471,8 @@ registry_reset(struct registry *r, struct reg_task *t, struct reg_answer *ans)
 		return ST_FAILED_PRECONDITION;
 	}
 	registry_disconnect(r, t);
+	if (left_run(r, t))
+		r->left--;
 	t->err_active = 0;
 	t->left_epoch = 0;
 	/* Reset: not failed now, whatever epoch its error is from. */
@@ -516,6 +532,7 @@ registry_settle(struct registry *r)
 	r->failed = NULL;
 	r->all_deadline = 0;
 	r->used = 0;
+	r->left = 0;
 	r->v.epoch++;
 	emit(r, REG_EPOCH, NULL, 0);
 }
@@ -595,6 +612,7 @@ registry_restore(struct registry *r, struct rec_in *rd, int64_t now, char *err,
 	r->v.epoch = (long)epoch;
 	r->used = (int)used;
 	r->v.nconnected = 0;
+	r->left = 0;
 	for (size_t i = 0; i < n; i++) {
 		struct reg_task *t = &r->tasks[i];
 
@@ -611,6 +629,8 @@ registry_restore(struct registry *r, struct rec_in *rd, int64_t now, char *err,
 		t->last_heartbeat = now;
 		if (t->state == REG_CONNECTED)
 			r->v.nconnected++;
+		if (left_run(r, t))
+			r->left++;
 	}
 	free(v);
 	r->all_deadline = 0;

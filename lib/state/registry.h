@@ -122,8 +122,9 @@ enum status registry_may_report(struct registry *r, struct reg_task *t,
     const char *inc, struct reg_answer *ans);
 
 /*
- * Wait for all tasks. ST_OK with *wait 0: everyone is there; ST_OK with
- * *wait 1: park until *until (the register deadline, started by the first
+ * Wait for all tasks. ST_OK with *wait 0: everyone is there, or came and
+ * left already this epoch (a task that finished first); ST_OK with *wait
+ * 1: park until *until (the register deadline, started by the first
  * caller of the epoch); anything else is the answer.
  */
 enum status registry_wait_all(struct registry *r, struct reg_task *t,

@@ -188,6 +188,33 @@ registry_wait_all_and_epochs(void)
 	registry_free(r);
 }
 
+/* Wait for all tasks counts one that came and left already this epoch. */
+static void
+registry_wait_all_after_a_quick_task(void)
+{
+	struct events e;
+	struct registry *r = cluster("worker=3", NULL, &e);
+	struct reg_task *w0 = registry_task(r, 0), *w1 = registry_task(r, 1),
+	                *w2 = registry_task(r, 2);
+	struct reg_answer a;
+	int64_t until = 0;
+	int wait, barrier;
+
+	CHECK(registry_register(r, w0, INC1, 0, &a) == ST_OK);
+	CHECK(registry_register(r, w2, "00000000000000c3", 0, &a) == ST_OK);
+	CHECK(registry_shutdown(r, w2, "00000000000000c3", 0, 0, &barrier,
+	          &a) == ST_OK);
+	/* worker:1 has not come: wait for it. */
+	CHECK(registry_wait_all(r, w0, INC1, 10, &wait, &until, &a) == ST_OK &&
+	    wait);
+	CHECK(registry_register(r, w1, INC2, 20, &a) == ST_OK);
+	CHECK(registry_wait_all(r, w0, INC1, 30, &wait, &until, &a) == ST_OK &&
+	    !wait);
+	CHECK(registry_wait_all(r, w1, INC2, 30, &wait, &until, &a) == ST_OK &&
+	    !wait);
+	registry_free(r);
+}
+
 static void
 registry_recoverable_stays_local(void)
 {
@@ -508,6 +535,8 @@ UNIT_TESTS(state_tests) = {
         registry_errors_reset_shutdown},
     {"registry: wait for all, the register timeout, epochs",
         registry_wait_all_and_epochs},
+    {"registry: wait for all after a task came and left",
+        registry_wait_all_after_a_quick_task},
     {"registry: a recoverable task's failure stays its own",
         registry_recoverable_stays_local},
     {"barriers: pass, ask again, single use", barriers_pass_and_reuse},
