@@ -721,6 +721,7 @@ register_call(struct coord_client *cc, void *arg)
 struct epoch_wait {
 	long after;
 	int64_t deadline;
+	json_t *finished; /* who left run after for good */
 };
 
 static enum status
@@ -729,18 +730,24 @@ epoch_call(struct coord_client *cc, void *arg)
 	struct epoch_wait *w = arg;
 	long epoch;
 
-	return coord_wait_epoch(cc, w->after, w->deadline, &epoch);
+	json_decref(w->finished);
+	return coord_wait_epoch(cc, w->after, w->deadline, &epoch,
+	    &w->finished);
 }
 
 /*
  * Waits until every task has left run epoch, so that the next run starts
- * clean. 0, or the exit code to leave with.
+ * clean. 0, or the exit code to leave with: done_code (when not 0) if a
+ * task finished its work in that run, since the next run could never have
+ * every task; the code of a failed wait otherwise.
  */
 static int
-wait_next_run(struct run *r, long epoch)
+wait_next_run(struct run *r, long epoch, int done_code)
 {
-	struct epoch_wait w = {epoch, duration_now_ms() + r->o->bringup};
+	struct epoch_wait w = {epoch, duration_now_ms() + r->o->bringup, NULL};
 	enum status st;
+	const char *first;
+	size_t n;
 	int sig;
 
 	st = session_interruptible(r->cc, r->sfd, epoch_call, &w, &sig);
@@ -748,11 +755,36 @@ wait_next_run(struct run *r, long epoch)
 		log_info("SIG%s while waiting for the job to wind down: "
 		         "exiting",
 		    sigabbrev_np(sig));
+		json_decref(w.finished);
 		return 128 + sig;
 	}
-	if (st != ST_OK)
+	if (st != ST_OK) {
+		json_decref(w.finished);
 		return cli_fail(st, "waiting for the job to wind down: %s",
 		    coord_client_error(r->cc));
+	}
+	n = json_array_size(w.finished);
+	first = json_string_value(json_array_get(w.finished, 0));
+	if (n > 0) {
+		char more[48] = "";
+		if (n > 1)
+			snprintf(more, sizeof(more), " and %zu more", n - 1);
+		/* Waiting for a task that is done would last --timeout. */
+		if (done_code != 0)
+			log_info("not running the command again: task %s%s "
+			         "finished its work in run %ld, and will not "
+			         "come to another",
+			    first != NULL ? first : "?", more, epoch);
+		else
+			done_code = cli_fail(ST_FAILED_PRECONDITION,
+			    "task %s%s finished its work in run %ld, and will "
+			    "not come to another: no run of the whole job "
+			    "is left to join",
+			    first != NULL ? first : "?", more, epoch);
+		json_decref(w.finished);
+		return done_code;
+	}
+	json_decref(w.finished);
 	return 0;
 }
 
@@ -988,7 +1020,7 @@ main(int argc, char **argv)
 			 * down: join the next run, as a restart from here would. */
 			log_info("%s; waiting for the next run",
 			    coord_client_error(r.cc));
-			if ((rc = wait_next_run(&r, r.s.a.wait_epoch)) != 0)
+			if ((rc = wait_next_run(&r, r.s.a.wait_epoch, 0)) != 0)
 				break;
 			r.s.gen--;
 			continue;
@@ -1017,7 +1049,7 @@ main(int argc, char **argv)
 		log_info("restarting the command (%ld of at most %ld) once "
 		         "every task has left run %ld",
 		    restarts, o.max_restarts, r.s.a.epoch);
-		if ((rc = wait_next_run(&r, r.s.a.epoch)) != 0)
+		if ((rc = wait_next_run(&r, r.s.a.epoch, r.code)) != 0)
 			break;
 		sync_page_reset(r.watch.page);
 	}

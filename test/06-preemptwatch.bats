@@ -556,6 +556,55 @@ sleep 3'
 	assert_equal "$(status_json '[.epoch, .connected]')" '[3,0]'
 }
 
+@test "a task that finished its work in the run another failed in: the other does not restart to wait for it" {
+	start_coordd --cluster worker=2 --heartbeat-timeout 5s
+	# worker:1 is done and leaves; worker:0 fails after that.
+	pw w1 -t worker:1 --max-restarts 3 -- bash -c 'echo run >>"$1.runs"' _ "$T/w1"
+	pw w0 -t worker:0 --max-restarts 3 -- bash -c '
+		echo run >>"$1.runs"
+		until [ -e "$1.go" ]; do sleep 0.05; done
+		exit 3' _ "$T/w0"
+	pw_wait w1 20
+	assert_equal "$STATUS" 0
+	touch "$T/w0.go"
+	# At once, not after --timeout (an hour) waiting for worker:1 in a
+	# run it will never join: worker:0 ends with its command's status.
+	pw_wait w0 20
+	assert_equal "$STATUS" 3
+	assert_equal "$(cat "$T/w0.runs")" run
+	assert_equal "$(cat "$T/w1.runs")" run
+	grep -q 'not running the command again: task worker:1 finished its work in run 0, and will not come to another' "$T/w0.err" ||
+		fail "$(cat "$T/w0.err")"
+	# coordd says so to anyone who waits past that run.
+	run http GET '/v1/epoch?after=0'
+	assert_line --index 0 200
+	assert_equal "$(jq -c . "$T/http.body")" '{"epoch":1,"finished":["worker:1"]}'
+}
+
+@test "a task started again from outside while its run winds down, after another finished its work in it, exits 6 instead of waiting" {
+	start_coordd --cluster worker=3 --heartbeat-timeout 5s
+	pw w2 -t worker:2 -- true
+	# worker:1's command takes its time to stop (--grace 10s): the run
+	# winds down for a while after worker:0 fails.
+	pw w1 -t worker:1 --grace 10s -- bash -c 'trap "" TERM; sleep 30'
+	pw w0 -t worker:0 -- bash -c 'until [ -e "$1.go" ]; do sleep 0.05; done; exit 3' _ "$T/w0"
+	pw_wait w2 20
+	assert_equal "$STATUS" 0
+	touch "$T/w0.go"
+	pw_wait w0 20
+	assert_equal "$STATUS" 3
+	# The scheduler starts worker:0 again while worker:1 still stops.
+	alive "${PW[w1]}"
+	pw w0b -t worker:0 -- true
+	pw_wait w0b 40
+	assert_equal "$STATUS" 6
+	grep -q 'waiting for the next run' "$T/w0b.err"
+	grep -q 'preemptwatch: FAILED_PRECONDITION: task worker:2 finished its work in run 0, and will not come to another' "$T/w0b.err" ||
+		fail "$(cat "$T/w0b.err")"
+	pw_wait w1 20
+	assert_equal "$STATUS" 43
+}
+
 @test "the command gets its rank, world size, epoch and restarts, and a run prefix whose keys the next run does not see" {
 	start_coordd --cluster chief=1,worker=2 --heartbeat-timeout 5s
 	local i

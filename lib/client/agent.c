@@ -261,9 +261,11 @@ coord_shutdown_task(struct coord_client *cc, const struct coord_agent *a,
 
 enum status
 coord_wait_epoch(struct coord_client *cc, long after, int64_t deadline,
-    long *epoch)
+    long *epoch, json_t **finished)
 {
 	*epoch = -1;
+	if (finished != NULL)
+		*finished = NULL;
 	for (;;) {
 		struct buf path = {0};
 		struct http_resp resp;
@@ -282,12 +284,19 @@ coord_wait_epoch(struct coord_client *cc, long after, int64_t deadline,
 		if (st == ST_OK) {
 			reply = coord_parse_reply(cc, &resp);
 			json_unpack(reply, "{s:I}", "epoch", &e);
-			json_decref(reply);
 			*epoch = (long)e;
 			if (resp.code == 200 && e > after) {
+				json_t *done =
+				    json_object_get(reply, "finished");
+				if (finished != NULL)
+					*finished = json_is_array(done) ?
+					    json_incref(done) :
+					    json_array();
+				json_decref(reply);
 				http_resp_free(&resp);
 				return ST_OK;
 			}
+			json_decref(reply);
 		}
 		http_resp_free(&resp);
 		if (st != ST_OK && !coord_poll_again(st, deadline))

@@ -409,6 +409,12 @@ registry_missing(struct registry *r, size_t max)
 	return buf_take(&b, NULL);
 }
 
+int
+registry_finished_in(const struct reg_task *t, long epoch)
+{
+	return t->finished && t->left_epoch == epoch + 1;
+}
+
 enum status
 registry_all_expired(struct registry *r, int64_t now, struct reg_answer *ans)
 {
@@ -441,6 +447,9 @@ registry_shutdown(struct registry *r, struct reg_task *t, const char *incs,
 	}
 	if ((st = check_inc(t, incs, 1, &inc, ans)) != ST_OK)
 		return st;
+	/* Only a clean end of its work: not a leave after a failure or a
+	 * preemption, after which it runs again. */
+	t->finished = !no_barrier && t->state == REG_CONNECTED;
 	if (t->state == REG_ERROR) {
 		registry_disconnect(r, t);
 		say(ans, REG_NO_REASON,
@@ -475,6 +484,7 @@ registry_reset(struct registry *r, struct reg_task *t, struct reg_answer *ans)
 		r->left--;
 	t->err_active = 0;
 	t->left_epoch = 0;
+	t->finished = 0;
 	/* Reset: not failed now, whatever epoch its error is from. */
 	t->err_epoch = -1;
 	if (r->failed == t)
@@ -553,7 +563,9 @@ registry_snapshot(const struct registry *r, struct buf *out)
 		rec_put_u(&o, t->incarnation);
 		rec_put_u(&o, (uint64_t)t->err);
 		rec_put_s(&o, t->errmsg);
-		rec_put_u(&o, (uint64_t)(t->err_reported | t->err_active << 1));
+		rec_put_u(&o,
+		    (uint64_t)(t->err_reported | t->err_active << 1 |
+		        t->finished << 2));
 		rec_put_i(&o, t->left_epoch);
 		rec_put_i(&o, t->err_epoch);
 	}
@@ -594,12 +606,13 @@ registry_restore(struct registry *r, struct rec_in *rd, int64_t now, char *err,
 		flags = rec_get_u(rd);
 		v[i].left_epoch = (long)rec_get_i(rd);
 		v[i].err_epoch = (long)rec_get_i(rd);
-		if (state > REG_ERROR || code >= ST_COUNT || flags > 3)
+		if (state > REG_ERROR || code >= ST_COUNT || flags > 7)
 			rd->err = 1;
 		v[i].state = (enum reg_state)state;
 		v[i].err = (enum status)code;
 		v[i].err_reported = (int)(flags & 1);
 		v[i].err_active = (int)(flags >> 1 & 1);
+		v[i].finished = (int)(flags >> 2 & 1);
 	}
 	if (rd->err || used > 1 || epoch < 0) {
 		for (size_t i = 0; i < n; i++)
@@ -623,6 +636,7 @@ registry_restore(struct registry *r, struct rec_in *rd, int64_t now, char *err,
 		t->errmsg = v[i].errmsg;
 		t->err_reported = v[i].err_reported;
 		t->err_active = v[i].err_active;
+		t->finished = v[i].finished;
 		t->left_epoch = v[i].left_epoch;
 		t->err_epoch = v[i].err_epoch;
 		/* Heard from now: it has a heartbeat timeout to be heard. */

@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "barrier.h"
+#include "buf.h"
+#include "rec.h"
 #include "registry.h"
 #include "unit.h"
 
@@ -185,6 +187,54 @@ registry_wait_all_and_epochs(void)
 	registry_settle(r);
 	CHECK(e.epochs == 1 && registry_view(r)->epoch == 1);
 	CHECK(registry_register(r, w0, INC1, 5400, &a) == ST_OK);
+	registry_free(r);
+}
+
+/*
+ * A task that leaves because its work is done has finished the run; one
+ * that leaves after a failure or a preemption (barrier=0) or in error has
+ * not, and runs again. A restart keeps which.
+ */
+static void
+registry_finished_tasks(void)
+{
+	struct events e, e2;
+	struct registry *r = cluster("worker=3", NULL, &e);
+	struct registry *back = cluster("worker=3", NULL, &e2);
+	struct reg_task *w0 = registry_task(r, 0), *w1 = registry_task(r, 1),
+	                *w2 = registry_task(r, 2);
+	struct reg_answer a;
+	struct buf snap = {0};
+	struct rec_in in;
+	char err[256];
+	int barrier;
+
+	CHECK(registry_register(r, w0, INC1, 0, &a) == ST_OK);
+	CHECK(registry_register(r, w1, INC2, 0, &a) == ST_OK);
+	CHECK(registry_register(r, w2, "00000000000000c3", 0, &a) == ST_OK);
+	CHECK(registry_shutdown(r, w0, INC1, 0, 0, &barrier, &a) == ST_OK);
+	CHECK(registry_shutdown(r, w1, INC2, 1, 0, &barrier, &a) == ST_OK);
+	registry_set_error(r, w2, ST_INTERNAL, "boom", 1, 1);
+	CHECK(registry_shutdown(r, w2, "00000000000000c3", 0, 0, &barrier,
+	          &a) == ST_FAILED_PRECONDITION);
+	registry_settle(r);
+	CHECK(registry_view(r)->epoch == 1);
+	CHECK(registry_finished_in(w0, 0) && !registry_finished_in(w0, 1));
+	CHECK(!registry_finished_in(w1, 0) && !registry_finished_in(w2, 0));
+	/* Through the shutdown barrier: finished as it arrives. */
+	CHECK(registry_register(r, w1, INC2, 10, &a) == ST_OK);
+	CHECK(registry_shutdown(r, w1, INC2, 0, 1, &barrier, &a) == ST_OK);
+	CHECK(barrier);
+	registry_disconnect(r, w1);
+	CHECK(registry_finished_in(w1, 1));
+	CHECK(registry_snapshot(r, &snap) == 0);
+	rec_in_init(&in, snap.data, snap.len);
+	CHECK(registry_restore(back, &in, 20, err, sizeof(err)) == 0);
+	CHECK(registry_finished_in(registry_task(back, 0), 0));
+	CHECK(registry_finished_in(registry_task(back, 1), 1));
+	CHECK(!registry_finished_in(registry_task(back, 2), 0));
+	buf_free(&snap);
+	registry_free(back);
 	registry_free(r);
 }
 
@@ -535,6 +585,8 @@ UNIT_TESTS(state_tests) = {
         registry_errors_reset_shutdown},
     {"registry: wait for all, the register timeout, epochs",
         registry_wait_all_and_epochs},
+    {"registry: tasks that finished their work, kept by a restart",
+        registry_finished_tasks},
     {"registry: wait for all after a task came and left",
         registry_wait_all_after_a_quick_task},
     {"registry: a recoverable task's failure stays its own",
