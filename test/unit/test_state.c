@@ -576,6 +576,56 @@ barriers_settle_after_start(void)
 	registry_free(r);
 }
 
+/*
+ * A barrier of every task (the preemption protocol's): one that has not
+ * registered yet is waited for; one in error, or gone from the run, when
+ * the first arrives fails it at once, since it will not come.
+ */
+static void
+barriers_of_every_task(void)
+{
+	struct events e;
+	struct registry *r = cluster("worker=3", NULL, &e);
+	struct ended x = {0};
+	struct barriers *bs = barriers_new(r, on_end, &x);
+	struct reg_task *w0 = registry_task(r, 0), *w1 = registry_task(r, 1),
+	                *w2 = registry_task(r, 2);
+	const size_t all[] = {0, 1, 2};
+	struct reg_answer a;
+	struct barrier *b;
+	int64_t until = 0;
+	enum status st;
+	char msg[512];
+	int barrier;
+
+	CHECK(registry_register(r, w0, INC1, 0, &a) == ST_OK);
+	CHECK(registry_register(r, w1, INC2, 0, &a) == ST_OK);
+	/* worker:2 is still coming: a member all the same. */
+	CHECK(barriers_wait(bs, "a", w0, 0, 1000, all, 3, NULL, 0, &b, &until,
+	          &st, msg, sizeof(msg)) == BAR_WAIT);
+	CHECK(b->members == 3);
+	CHECK(barriers_wait(bs, "a", w1, 0, 1000, all, 3, NULL, 0, &b, &until,
+	          &st, msg, sizeof(msg)) == BAR_WAIT);
+	CHECK(registry_register(r, w2, "00000000000000c3", 0, &a) == ST_OK);
+	CHECK(barriers_wait(bs, "a", w2, 0, 1000, all, 3, NULL, 0, &b, &until,
+	          &st, msg, sizeof(msg)) == BAR_ANSWER &&
+	    st == ST_OK);
+	/* worker:2 in error: the next such barrier fails as it is made. */
+	registry_set_error(r, w2, ST_INTERNAL, "boom", 1, 1);
+	CHECK(barriers_wait(bs, "b", w0, 0, 1000, all, 3, NULL, 0, &b, &until,
+	          &st, msg, sizeof(msg)) == BAR_ANSWER);
+	CHECK(st == ST_INTERNAL && strstr(msg, "worker:2 is in error") != NULL);
+	/* One that left this run will not come either. */
+	CHECK(registry_shutdown(r, w1, INC2, 1, 0, &barrier, &a) == ST_OK);
+	CHECK(barriers_wait(bs, "c", w0, 0, 1000, (const size_t[]){0, 1}, 2,
+	          NULL, 0, &b, &until, &st, msg, sizeof(msg)) == BAR_ANSWER);
+	CHECK(st == ST_FAILED_PRECONDITION &&
+	    strstr(msg, "worker:1 already left this run") != NULL);
+	barriers_reset(bs, ST_ABORTED, "reset");
+	barriers_free(bs);
+	registry_free(r);
+}
+
 UNIT_TESTS(state_tests) = {
     {"registry: connect, incarnations, duplicate registration",
         registry_connect_and_incarnations},
@@ -595,6 +645,8 @@ UNIT_TESTS(state_tests) = {
     {"barriers: deadline, conflicts, outsiders, cancel, errors, abort",
         barriers_fail_every_way},
     {"barriers: the shutdown barrier", barriers_shutdown},
+    {"barriers: of every task, one in error or gone fails it at once",
+        barriers_of_every_task},
     {"barriers: a member that leaves fails the barrier",
         barriers_member_leaves},
     {"barriers: after a start, members are fixed once tasks are back",
