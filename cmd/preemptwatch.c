@@ -362,11 +362,11 @@ death(struct run *r)
 static enum state
 synced(struct run *r)
 {
+	/* The protocol logged why. */
 	if (r->ev->st != ST_OK) {
 		snprintf(r->sync_err, sizeof(r->sync_err), "%s", r->ev->msg);
-		log_info("preemption sync failed: %s; the command will be "
-		         "stopped before the death time",
-		    r->ev->msg);
+		log_info("no sync point: the command will be stopped before "
+		         "the death time");
 	}
 	return r->state;
 }
@@ -540,12 +540,23 @@ settle_death(struct run *r)
 	return r->state;
 }
 
-/* A failure or a signal while staying for the protocol: leave now. */
+/* A signal, or no protocol in time, while staying for it: leave now. */
 static enum state
 settle_abandoned(struct run *r)
 {
 	r->abandon = 1;
 	return exited_noticed(r);
+}
+
+/* A failure while staying for the protocol: it trumps the notice. */
+static enum state
+settle_failed(struct run *r)
+{
+	fprintf(stderr,
+	    "%s: the command had ended after a preemption notice; "
+	    "stopped because %s\n",
+	    log_prog(), r->ev->msg);
+	return finish(r, EXIT_PEER_FAILED, 1);
 }
 
 /* A failure trumps a notice: no sync point was kept. */
@@ -577,7 +588,7 @@ static const action table[NSTATES][NEVENTS] = {
 		[E_SIGNAL] = forward, [E_EXIT] = exited_stopped,
 	},
 	[SETTLING] = {
-		[E_FAILED] = settle_abandoned, [E_SYNCED] = settled,
+		[E_FAILED] = settle_failed, [E_SYNCED] = settled,
 		[E_DEATH] = settle_death,
 		[E_SIGNAL] = settle_abandoned, [E_SETTLE_TIME] = settle_abandoned,
 	},
@@ -605,8 +616,22 @@ on_session_event(struct run *r, const struct session_event *ev)
 	    [SESSION_SYNCED] = E_SYNCED,
 	};
 
+	struct session_event failure;
+
 	if (ev->type != SESSION_NOTICE && ev->gen != r->s.gen)
 		return;
+	/*
+	 * The protocol found a task in error: that is the cluster failing,
+	 * and it trumps the notice, as when the error poll says so first.
+	 */
+	if (ev->type == SESSION_SYNCED && ev->st == ST_INTERNAL) {
+		failure = *ev;
+		snprintf(failure.msg, sizeof(failure.msg),
+		    "no sync point was agreed: %.1700s", ev->msg);
+		r->ev = &failure;
+		dispatch(r, E_FAILED);
+		return;
+	}
 	r->ev = ev;
 	dispatch(r, map[ev->type]);
 }

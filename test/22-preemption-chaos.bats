@@ -3,8 +3,9 @@
 # job whatever happens to connections and agents while it runs (a proxy
 # that breaks them, agents stopped with SIGSTOP, coordd killed with -9 and
 # started again on its state directory, a task restarted mid-protocol that
-# reads the counters again). Every process is ours and stopped by PID;
-# every wait is bounded.
+# reads the counters again), and no sync step at all while a task is in
+# error, whether or not that task still takes part. Every process is ours
+# and stopped by PID; every wait is bounded.
 
 load helper
 
@@ -72,6 +73,12 @@ synced_steps() {
 # has_key KEY: coordd holds KEY.
 has_key() {
 	kvctl tryget "$1" >/dev/null 2>&1
+}
+
+# in_error TASK: coordd shows TASK in error.
+in_error() {
+	curl -s -m 5 "http://$MUSTER_COORD/v1/tasks/${1%%:*}/${1#*:}" |
+		jq -e '.state == "error"' >/dev/null
 }
 
 # two_arrived: coordd shows the preemption barrier with two arrivals.
@@ -198,4 +205,133 @@ two_arrived() {
 	# The proxies did break connections.
 	grep -q '^cut ' "$T"/p*.port.log
 	grep -q '^drop ' "$T"/p*.port.log
+}
+
+# --- a task in error ---------------------------------------------------------
+
+# error_run MODE [COORDD ARGS...]: two tasks; worker:1's command reports
+# its own error (with its task secret, as any process of the task may)
+# once worker:0's command ignores SIGTERM, and steps on through SIGTERM,
+# so that its preemptwatch lives on (--grace 30s). worker:0's command
+# catches SIGTERM too (the error sends it one), takes no step
+# before $T/go, saves at the sync point if told one, and exits 5 once the
+# protocol failed. worker:1 reaches coordd through a proxy that drops its
+# barrier cancel, as a broken connection would. MODE posting: worker:1's
+# preemptwatch takes part in the protocol and posts its counter before
+# worker:0 reads the counters; silent: it is stopped (SIGSTOP) before the
+# notice and posts nothing. Then a notice for the cluster.
+error_run() {
+	local mode=$1
+	shift
+	start_coordd --cluster worker=2 --heartbeat-timeout 5s "$@"
+	proxy p1 --drop-method DELETE
+	script w1.sh <<'EOF2'
+trap '' TERM
+# Once worker:0's command ignores SIGTERM too, which the error sends it.
+for ((i = 0; i < 400; i++)); do
+	[ -e "$1/w0.trapped" ] && break
+	sleep 0.05
+done
+curl -s -m 5 -o /dev/null -X POST -H "X-Muster-Task-Secret: $MUSTER_TASK_SECRET" \
+	-d '{"code":"INTERNAL","message":"worker:1 broke"}' \
+	"http://$MUSTER_COORD/v1/tasks/worker/1/error?incarnation=$MUSTER_INCARNATION"
+for ((s = 1; s <= 2000; s++)); do
+	syncpoint "$s"
+	sleep 0.05
+done
+EOF2
+	script w0.sh <<'EOF2'
+trap '' TERM
+: >"$1/w0.trapped"
+for ((i = 0; i < 600; i++)); do
+	[ -e "$1/go" ] && break
+	sleep 0.05
+done
+for ((s = 1; s <= 2000; s++)); do
+	if syncpoint "$s"; then
+		echo "$s" >"$1/ckpt.0"
+		exit 0
+	fi
+	[ "$(syncpoint --status --json | jq -r .state)" = failed ] && exit 5
+	sleep 0.05
+done
+EOF2
+	spw w1 -t worker:1 -c "$PROXY_ADDR" --grace 30s -- "$T/w1.sh" "$T"
+	W1=$PID
+	spw w0 -t worker:0 --grace 30s -- "$T/w0.sh" "$T"
+	W0=$PID
+	wait_for 20 in_error worker:1
+	wait_for 20 at_step w1 1
+	[ "$mode" = posting ] || kill -STOP "$W1"
+	notice 60
+	if [ "$mode" = posting ]; then
+		wait_for 20 has_key muster/preemption/counter/worker:1
+	fi
+	touch "$T/go"
+	wait_exit "$W0" 30
+}
+
+# no_sync_point: worker:0 was given no sync point and stopped with 43,
+# naming worker:1's error.
+no_sync_point() {
+	assert_equal "$STATUS" 43
+	[ ! -e "$T/ckpt.0" ] || fail "worker:0 saved at step $(cat "$T/ckpt.0"): $(cat "$T/w0.err")"
+	run ! grep -q 'sync point: step' "$T/w0.err"
+	run ! has_key muster/preemption/sync_step
+	grep -q 'preemption sync failed: .*task worker:1 is in error: INTERNAL: worker:1 broke' "$T/w0.err" ||
+		fail "worker:0: $(cat "$T/w0.err")"
+}
+
+@test "a task in error that still posts its step counter: no sync point, the other stops with 43" {
+	error_run posting
+	no_sync_point
+	grep -q 'stopped because task worker:1 failed: INTERNAL: worker:1 broke' "$T/w0.err"
+	# worker:1 did take part (error_run saw its counter), and its cancel
+	# never reached coordd.
+	grep -q '^drop DELETE /v1/barriers/muster.preemption' "$T/p1.port.log"
+}
+
+@test "a task in error whose agent posts nothing: no sync point, the other stops with 43" {
+	error_run silent
+	no_sync_point
+	# worker:1's agent was stopped throughout: it posted no counter.
+	run ! grep -q 'counter' "$T/p1.port.log"
+}
+
+@test "a recoverable task in error that still posts its counter: no sync point for the others, who stop with 43, not 42" {
+	# Its error stops no other task; the sync point must still not be
+	# agreed without it.
+	error_run posting --recoverable worker
+	no_sync_point
+	grep -q 'stopped because no sync point was agreed: .*task worker:1 is in error' "$T/w0.err" ||
+		fail "worker:0: $(cat "$T/w0.err")"
+}
+
+@test "a task that fails while another, whose command already ended after the notice, stays for the protocol: that one exits 43, not 44" {
+	start_coordd --cluster worker=2 --heartbeat-timeout 2s
+	local i pids=()
+	for i in 0 1; do
+		STEPS=100000 STEP_TIME=0.05 CKPT=$T/ckpt.$i \
+			spw "w$i" -t "worker:$i" --grace 2s -- "$LOOP"
+		pids+=("$PID")
+	done
+	wait_connected 2
+	for i in 0 1; do
+		wait_for 20 at_step "w$i" 1
+	done
+	# worker:0's agent freezes; worker:1 and its command get SIGTERM, as
+	# Slurm sends it: the command dies, and worker:1 stays for the
+	# protocol, which cannot end without worker:0.
+	kill -STOP "${pids[0]}"
+	local cmd
+	cmd=$(pgrep -P "${pids[1]}" -f train-loop.sh | head -n 1)
+	[ -n "$cmd" ] || fail "no command under worker:1"
+	kill -TERM "${pids[1]}" "$cmd"
+	wait_grep 'staying for the sync protocol' "$T/w1.err" 20
+	# worker:0 misses its heartbeats and fails: that trumps the notice.
+	wait_exit "${pids[1]}" 30
+	assert_equal "$STATUS" 43
+	grep -q 'the command had ended after a preemption notice; stopped because .*worker:0' "$T/w1.err" ||
+		fail "worker:1: $(cat "$T/w1.err")"
+	kill -CONT "${pids[0]}"
 }

@@ -84,6 +84,9 @@ enum status coord_wait_epoch(struct coord_client *cc, long after,
  */
 enum status coord_poll_errors(struct coord_client *cc, int64_t deadline,
     json_t **errors);
+/* The same errors as they are now, without waiting for one. */
+enum status coord_errors_now(struct coord_client *cc, int64_t deadline,
+    json_t **errors);
 /*
  * Waits at barrier id. timeout_ms is the barrier's own timeout (fixed by
  * the first arrival); tasks NULL means all connected tasks. poll_ms bounds

@@ -100,6 +100,39 @@ first_step(struct sync_page *page, int64_t step, int64_t until_ms,
 }
 
 /*
+ * Whether coordd holds a task of the job in error now: a failure trumps
+ * the notice, so no sync point may be agreed while one is. ST_OK when
+ * none; ST_INTERNAL naming the task when one is; the call's error when
+ * coordd could not say.
+ */
+static enum status
+none_failed(struct coord_client *cc, int64_t deadline, char *why, size_t whylen)
+{
+	json_t *errors, *e;
+	enum status st = coord_errors_now(cc, deadline, &errors);
+
+	if (st != ST_OK) {
+		snprintf(why, whylen, "asking for the tasks in error: %.900s",
+		    coord_client_error(cc));
+		return st;
+	}
+	if ((e = json_array_get(errors, 0)) != NULL) {
+		const char *task =
+		    json_string_value(json_object_get(e, "task"));
+		const char *code =
+		    json_string_value(json_object_get(e, "code"));
+		const char *msg =
+		    json_string_value(json_object_get(e, "message"));
+		snprintf(why, whylen, "task %s is in error: %s: %.700s",
+		    task != NULL ? task : "?", code != NULL ? code : "?",
+		    msg != NULL ? msg : "");
+		st = ST_INTERNAL;
+	}
+	json_decref(errors);
+	return st;
+}
+
+/*
  * The sync step, written once: the first task to reach a decision writes
  * its own (mine), and every task reads that one value. Tasks that read the
  * counters at other times (one stalled, one whose counter was written
@@ -153,6 +186,7 @@ preempt_sync(struct coord_client *cc, const struct coord_agent *a,
     int64_t first_step_until_ms, int cancel_fd, int64_t *sync_step)
 {
 	char key[256], num[32], why[1000];
+	json_t *everyone = json_string("all");
 	struct steps sp;
 	int64_t step, deadline;
 	enum status st;
@@ -170,8 +204,14 @@ preempt_sync(struct coord_client *cc, const struct coord_agent *a,
 		    coord_client_error(cc));
 		goto fail;
 	}
+	/*
+	 * Every task of the cluster is a member, whatever its state when the
+	 * first arrives: one in error fails the barrier at once, one still
+	 * registering is waited for. A barrier of the tasks connected then
+	 * would pass without a task in error, and agree without it.
+	 */
 	st = coord_barrier_wait(cc, a, PREEMPT_BARRIER, barrier_timeout_ms,
-	    NULL, deadline, 0, NULL, NULL);
+	    everyone, deadline, 0, NULL, NULL);
 	if (st != ST_OK) {
 		snprintf(why, sizeof(why), "barrier %s: %.900s",
 		    PREEMPT_BARRIER, coord_client_error(cc));
@@ -182,6 +222,9 @@ preempt_sync(struct coord_client *cc, const struct coord_agent *a,
 		    coord_client_error(cc));
 		goto fail;
 	}
+	/* A task may have failed since the barrier passed. */
+	if ((st = none_failed(cc, deadline, why, sizeof(why))) != ST_OK)
+		goto fail;
 	/* A sync point is one every task of the job agreed on: a task in
 	 * error, or gone, voids it (a failure trumps a notice). */
 	if (a->world > 0 && sp.with + sp.without < a->world) {
@@ -203,6 +246,7 @@ preempt_sync(struct coord_client *cc, const struct coord_agent *a,
 	if ((st = agree(cc, cancel_fd, sp.max + 1, deadline, sync_step, why,
 	         sizeof(why))) != ST_OK)
 		goto fail;
+	json_decref(everyone);
 	atomic_store(&page->sync_step, *sync_step);
 	sync_page_set(page, SYNC_KNOWN);
 	if (*sync_step == sp.max + 1)
@@ -229,6 +273,9 @@ preempt_sync(struct coord_client *cc, const struct coord_agent *a,
 		    coord_client_error(cc));
 	return ST_OK;
 fail:
+	json_decref(everyone);
+	if (st != ST_CANCELLED)
+		log_info("preemption sync failed: %s", why);
 	/* Nobody may wait for us at a barrier we will not reach. */
 	coord_barrier_cancel(cc, a, PREEMPT_BARRIER, duration_now_ms() + 2000);
 	sync_page_set(page, SYNC_FAILED);
