@@ -362,11 +362,11 @@ death(struct run *r)
 static enum state
 synced(struct run *r)
 {
+	/* The protocol logged why. */
 	if (r->ev->st != ST_OK) {
 		snprintf(r->sync_err, sizeof(r->sync_err), "%s", r->ev->msg);
-		log_info("preemption sync failed: %s; the command will be "
-		         "stopped before the death time",
-		    r->ev->msg);
+		log_info("no sync point: the command will be stopped before "
+		         "the death time");
 	}
 	return r->state;
 }
@@ -540,12 +540,23 @@ settle_death(struct run *r)
 	return r->state;
 }
 
-/* A failure or a signal while staying for the protocol: leave now. */
+/* A signal, or no protocol in time, while staying for it: leave now. */
 static enum state
 settle_abandoned(struct run *r)
 {
 	r->abandon = 1;
 	return exited_noticed(r);
+}
+
+/* A failure while staying for the protocol: it trumps the notice. */
+static enum state
+settle_failed(struct run *r)
+{
+	fprintf(stderr,
+	    "%s: the command had ended after a preemption notice; "
+	    "stopped because %s\n",
+	    log_prog(), r->ev->msg);
+	return finish(r, EXIT_PEER_FAILED, 1);
 }
 
 /* A failure trumps a notice: no sync point was kept. */
@@ -577,7 +588,7 @@ static const action table[NSTATES][NEVENTS] = {
 		[E_SIGNAL] = forward, [E_EXIT] = exited_stopped,
 	},
 	[SETTLING] = {
-		[E_FAILED] = settle_abandoned, [E_SYNCED] = settled,
+		[E_FAILED] = settle_failed, [E_SYNCED] = settled,
 		[E_DEATH] = settle_death,
 		[E_SIGNAL] = settle_abandoned, [E_SETTLE_TIME] = settle_abandoned,
 	},
@@ -605,8 +616,22 @@ on_session_event(struct run *r, const struct session_event *ev)
 	    [SESSION_SYNCED] = E_SYNCED,
 	};
 
+	struct session_event failure;
+
 	if (ev->type != SESSION_NOTICE && ev->gen != r->s.gen)
 		return;
+	/*
+	 * The protocol found a task in error: that is the cluster failing,
+	 * and it trumps the notice, as when the error poll says so first.
+	 */
+	if (ev->type == SESSION_SYNCED && ev->st == ST_INTERNAL) {
+		failure = *ev;
+		snprintf(failure.msg, sizeof(failure.msg),
+		    "no sync point was agreed: %.1700s", ev->msg);
+		r->ev = &failure;
+		dispatch(r, E_FAILED);
+		return;
+	}
 	r->ev = ev;
 	dispatch(r, map[ev->type]);
 }
@@ -649,14 +674,28 @@ on_signal(struct run *r, int sig)
 static void
 run_loop(struct run *r)
 {
+	/*
+	 * Each run is judged alone: nothing of the one before (how it
+	 * ended, whether it may restart, why it was stopped) may decide
+	 * this one, or a run that succeeds after a failed one would be
+	 * restarted too.
+	 */
 	r->state = WAITING;
 	r->done = 0;
+	r->code = 0;
+	r->restartable = 0;
 	r->noticed = 0;
 	r->abandon = 0;
 	r->death = 0;
+	r->settle_until = 0;
 	r->own_sent = 0;
 	r->child = 0;
 	r->stop_at = 0;
+	r->sig = 0;
+	r->status = 0;
+	r->ev = NULL;
+	r->reason[0] = '\0';
+	r->sync_err[0] = '\0';
 	proc_stop_clear(&r->stop);
 	while (!r->done) {
 		struct pollfd pfd[2] = {{r->sfd, POLLIN, 0},
@@ -707,6 +746,7 @@ register_call(struct coord_client *cc, void *arg)
 struct epoch_wait {
 	long after;
 	int64_t deadline;
+	json_t *finished; /* who left run after for good */
 };
 
 static enum status
@@ -715,18 +755,24 @@ epoch_call(struct coord_client *cc, void *arg)
 	struct epoch_wait *w = arg;
 	long epoch;
 
-	return coord_wait_epoch(cc, w->after, w->deadline, &epoch);
+	json_decref(w->finished);
+	return coord_wait_epoch(cc, w->after, w->deadline, &epoch,
+	    &w->finished);
 }
 
 /*
  * Waits until every task has left run epoch, so that the next run starts
- * clean. 0, or the exit code to leave with.
+ * clean. 0, or the exit code to leave with: done_code (when not 0) if a
+ * task finished its work in that run, since the next run could never have
+ * every task; the code of a failed wait otherwise.
  */
 static int
-wait_next_run(struct run *r, long epoch)
+wait_next_run(struct run *r, long epoch, int done_code)
 {
-	struct epoch_wait w = {epoch, duration_now_ms() + r->o->bringup};
+	struct epoch_wait w = {epoch, duration_now_ms() + r->o->bringup, NULL};
 	enum status st;
+	const char *first;
+	size_t n;
 	int sig;
 
 	st = session_interruptible(r->cc, r->sfd, epoch_call, &w, &sig);
@@ -734,11 +780,36 @@ wait_next_run(struct run *r, long epoch)
 		log_info("SIG%s while waiting for the job to wind down: "
 		         "exiting",
 		    sigabbrev_np(sig));
+		json_decref(w.finished);
 		return 128 + sig;
 	}
-	if (st != ST_OK)
+	if (st != ST_OK) {
+		json_decref(w.finished);
 		return cli_fail(st, "waiting for the job to wind down: %s",
 		    coord_client_error(r->cc));
+	}
+	n = json_array_size(w.finished);
+	first = json_string_value(json_array_get(w.finished, 0));
+	if (n > 0) {
+		char more[48] = "";
+		if (n > 1)
+			snprintf(more, sizeof(more), " and %zu more", n - 1);
+		/* Waiting for a task that is done would last --timeout. */
+		if (done_code != 0)
+			log_info("not running the command again: task %s%s "
+			         "finished its work in run %ld, and will not "
+			         "come to another",
+			    first != NULL ? first : "?", more, epoch);
+		else
+			done_code = cli_fail(ST_FAILED_PRECONDITION,
+			    "task %s%s finished its work in run %ld, and will "
+			    "not come to another: no run of the whole job "
+			    "is left to join",
+			    first != NULL ? first : "?", more, epoch);
+		json_decref(w.finished);
+		return done_code;
+	}
+	json_decref(w.finished);
 	return 0;
 }
 
@@ -974,7 +1045,7 @@ main(int argc, char **argv)
 			 * down: join the next run, as a restart from here would. */
 			log_info("%s; waiting for the next run",
 			    coord_client_error(r.cc));
-			if ((rc = wait_next_run(&r, r.s.a.wait_epoch)) != 0)
+			if ((rc = wait_next_run(&r, r.s.a.wait_epoch, 0)) != 0)
 				break;
 			r.s.gen--;
 			continue;
@@ -988,7 +1059,6 @@ main(int argc, char **argv)
 		          "ms",
 		    r.s.a.task, r.s.a.epoch, r.s.a.heartbeat_interval_ms);
 		r.restarts = restarts;
-		r.sync_err[0] = '\0';
 		if (session_start(&r.s) < 0 ||
 		    session_spawn(&r.s, preempt_watcher, &r.watch) < 0) {
 			rc = cli_fail(ST_INTERNAL, "cannot start threads");
@@ -1004,7 +1074,7 @@ main(int argc, char **argv)
 		log_info("restarting the command (%ld of at most %ld) once "
 		         "every task has left run %ld",
 		    restarts, o.max_restarts, r.s.a.epoch);
-		if ((rc = wait_next_run(&r, r.s.a.epoch)) != 0)
+		if ((rc = wait_next_run(&r, r.s.a.epoch, r.code)) != 0)
 			break;
 		sync_page_reset(r.watch.page);
 	}

@@ -772,6 +772,19 @@ beat() {
 	assert_equal "$(jv .)" '{"tasks":3}'
 }
 
+@test "wait-all: a task that came and already left, its work done, is not waited for" {
+	start_coordd --cluster worker=3 --heartbeat-timeout 60s
+	reg worker:0 a
+	reg worker:1 b
+	reg worker:2 c
+	# worker:2 was quick: it finished and left before worker:0 asked.
+	run http POST '/v1/tasks/worker/2/shutdown?incarnation=c'
+	assert_line --index 0 200
+	run http POST '/v1/tasks/worker/0/wait-all?incarnation=a&wait=5s'
+	assert_line --index 0 200
+	assert_equal "$(jv .)" '{"tasks":3}'
+}
+
 @test "wait-all: DEADLINE_EXCEEDED after --register-timeout from the first call, naming the missing tasks" {
 	start_coordd --cluster worker=4 --heartbeat-timeout 60s --register-timeout 2s
 	reg worker:0 a

@@ -420,6 +420,46 @@ barriers() {
 	assert_failure 6
 }
 
+# wait_all_tasks ID TASK INC: POST /v1/barriers/ID with "tasks":"all" for
+# TASK, a 2 s long poll; the status and body in $T/ID.TASK.
+wait_all_tasks() {
+	curl -s -m 10 -o "$T/$1.$2.body" -w '%{http_code}\n' -X POST \
+		"http://$MUSTER_COORD/v1/barriers/$1?wait=2s" \
+		-d "{\"task\":\"$2\",\"incarnation\":\"$3\",\"timeout_ms\":20000,\"tasks\":\"all\"}" \
+		>"$T/$1.$2.code"
+}
+
+@test "\"tasks\":\"all\": every task of the cluster is a member, one not registered yet is waited for, one in error fails it at once" {
+	start_coordd --cluster worker=3 --heartbeat-timeout 60s
+	reg worker:0 a0
+	reg worker:1 a1
+	# worker:2 has not registered: the barrier is still everyone's.
+	wait_all_tasks all1 worker:0 a0
+	assert_equal "$(cat "$T/all1.worker:0.code")" 202
+	assert_equal "$(jq -c '[.arrived, .total]' "$T/all1.worker:0.body")" '[1,3]'
+	wait_all_tasks all1 worker:1 a1 &
+	local w1=$!
+	reg worker:2 a2
+	wait_all_tasks all1 worker:2 a2
+	wait "$w1"
+	assert_equal "$(cat "$T/all1.worker:1.code" "$T/all1.worker:2.code")" "$(printf '200\n200')"
+	# worker:1 in error: the next barrier of every task fails as the
+	# first arrives, although worker:1 is not connected.
+	report worker:1 a1
+	wait_all_tasks all2 worker:0 a0
+	assert_equal "$(cat "$T/all2.worker:0.code")" 500
+	assert_equal "$(jq -r .error.message "$T/all2.worker:0.body")" "task worker:1 is in error: INTERNAL: disk full"
+	# A task that left this run will not come either.
+	curl -s -m 5 -o /dev/null -X POST "http://$MUSTER_COORD/v1/tasks/worker/2/shutdown?incarnation=a2"
+	run curl -s -m 5 -X POST "http://$MUSTER_COORD/v1/barriers/all3?wait=1s" \
+		-d '{"task":"worker:0","incarnation":"a0","tasks":["worker:0","worker:2"]}'
+	assert_output '{"error":{"code":"FAILED_PRECONDITION","message":"task worker:2 already left this run (shut down): it will not come to barrier all3"}}'
+	# Anything but a list or "all" is refused.
+	run curl -s -m 5 -o /dev/null -w '%{http_code}' -X POST "http://$MUSTER_COORD/v1/barriers/all4" \
+		-d '{"task":"worker:0","tasks":"some"}'
+	assert_output 400
+}
+
 @test "coordd shutting down while barrierwaits wait: each exits 7 ABORTED" {
 	cluster 6
 	local i

@@ -516,6 +516,95 @@ SLEEPER='echo $$ >"$1.cmd"; exec sleep 10'
 	[ "$(status_json .epoch)" -ge 2 ]
 }
 
+@test "--max-restarts 3, three runs deep: each failed run is run again, and the run that succeeds ends both tasks for good" {
+	start_coordd --cluster worker=2 --heartbeat-timeout 5s
+	# worker:0's command fails in the first run, worker:1's in the second;
+	# both succeed in the third. Each run of a command leaves a line; one
+	# that fails does so once the other's command has left its line too.
+	# A command that does not fail works for a while: the other's failure
+	# stops it, as in a job whose tasks finish together.
+	local job='echo "$MUSTER_RESTARTS $MUSTER_EPOCH" >>"$1.runs"
+if [ "$MUSTER_RESTARTS" = "$2" ]; then
+	for ((i = 0; i < 400; i++)); do
+		grep -q " $MUSTER_EPOCH\$" "$3.runs" 2>/dev/null && break
+		sleep 0.05
+	done
+	exit 3
+fi
+sleep 3'
+	pw w0 -t worker:0 --max-restarts 3 -- bash -c "$job" _ "$T/w0" 0 "$T/w1"
+	pw w1 -t worker:1 --max-restarts 3 -- bash -c "$job" _ "$T/w1" 1 "$T/w0"
+	# Well within an hour: a task that restarted after the success would
+	# wait that long (--timeout) for the other, which has left for good.
+	pw_wait w0 60
+	assert_equal "$STATUS" 0
+	pw_wait w1 60
+	assert_equal "$STATUS" 0
+	local i
+	for i in 0 1; do
+		run cat "$T/w$i.runs"
+		# Three runs, in three epochs, and no fourth.
+		assert_output "$(printf '0 0\n1 1\n2 2')"
+		grep -q 'restarting the command (2 of at most 3)' "$T/w$i.err"
+		run ! grep -q 'restarting the command (3 of at most 3)' "$T/w$i.err"
+	done
+	grep -q 'command bash exited with status 3' "$T/w0.err"
+	grep -q 'stopped because task worker:0 failed' "$T/w1.err"
+	grep -q 'stopped because task worker:1 failed' "$T/w0.err"
+	# Both left the cluster after the third run: it is in a new epoch,
+	# with nobody connected.
+	assert_equal "$(status_json '[.epoch, .connected]')" '[3,0]'
+}
+
+@test "a task that finished its work in the run another failed in: the other does not restart to wait for it" {
+	start_coordd --cluster worker=2 --heartbeat-timeout 5s
+	# worker:1 is done and leaves; worker:0 fails after that.
+	pw w1 -t worker:1 --max-restarts 3 -- bash -c 'echo run >>"$1.runs"' _ "$T/w1"
+	pw w0 -t worker:0 --max-restarts 3 -- bash -c '
+		echo run >>"$1.runs"
+		until [ -e "$1.go" ]; do sleep 0.05; done
+		exit 3' _ "$T/w0"
+	pw_wait w1 20
+	assert_equal "$STATUS" 0
+	touch "$T/w0.go"
+	# At once, not after --timeout (an hour) waiting for worker:1 in a
+	# run it will never join: worker:0 ends with its command's status.
+	pw_wait w0 20
+	assert_equal "$STATUS" 3
+	assert_equal "$(cat "$T/w0.runs")" run
+	assert_equal "$(cat "$T/w1.runs")" run
+	grep -q 'not running the command again: task worker:1 finished its work in run 0, and will not come to another' "$T/w0.err" ||
+		fail "$(cat "$T/w0.err")"
+	# coordd says so to anyone who waits past that run.
+	run http GET '/v1/epoch?after=0'
+	assert_line --index 0 200
+	assert_equal "$(jq -c . "$T/http.body")" '{"epoch":1,"finished":["worker:1"]}'
+}
+
+@test "a task started again from outside while its run winds down, after another finished its work in it, exits 6 instead of waiting" {
+	start_coordd --cluster worker=3 --heartbeat-timeout 5s
+	pw w2 -t worker:2 -- true
+	# worker:1's command takes its time to stop (--grace 10s): the run
+	# winds down for a while after worker:0 fails.
+	pw w1 -t worker:1 --grace 10s -- bash -c 'trap "" TERM; sleep 30'
+	pw w0 -t worker:0 -- bash -c 'until [ -e "$1.go" ]; do sleep 0.05; done; exit 3' _ "$T/w0"
+	pw_wait w2 20
+	assert_equal "$STATUS" 0
+	touch "$T/w0.go"
+	pw_wait w0 20
+	assert_equal "$STATUS" 3
+	# The scheduler starts worker:0 again while worker:1 still stops.
+	alive "${PW[w1]}"
+	pw w0b -t worker:0 -- true
+	pw_wait w0b 40
+	assert_equal "$STATUS" 6
+	grep -q 'waiting for the next run' "$T/w0b.err"
+	grep -q 'preemptwatch: FAILED_PRECONDITION: task worker:2 finished its work in run 0, and will not come to another' "$T/w0b.err" ||
+		fail "$(cat "$T/w0b.err")"
+	pw_wait w1 20
+	assert_equal "$STATUS" 43
+}
+
 @test "the command gets its rank, world size, epoch and restarts, and a run prefix whose keys the next run does not see" {
 	start_coordd --cluster chief=1,worker=2 --heartbeat-timeout 5s
 	local i

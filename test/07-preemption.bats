@@ -208,11 +208,11 @@ EOF
 	# time): the failure of worker:2 ended the protocol.
 	[ "$took" -lt 15000 ] || fail "the others took ${took} ms to stop"
 	# coordd failed the barrier for the task in error; each survivor
-	# learns it from the barrier, the error poll, or both, whichever
-	# comes first.
+	# learns it from the barrier ("is in error"), the error poll
+	# ("failed"), or both, whichever comes first.
 	grep -q 'barrier muster.preemption failed: .*worker:2' "$T/coordd.log"
 	for i in 0 1; do
-		grep -q 'task worker:2 failed' "$T/w$i.err" ||
+		grep -Eq 'task worker:2 (failed|is in error)' "$T/w$i.err" ||
 			fail "worker:$i: $(cat "$T/w$i.err")"
 		# No sync point was agreed, so nobody saved at one.
 		[ ! -e "$T/ckpt.$i" ]

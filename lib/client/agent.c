@@ -261,9 +261,11 @@ coord_shutdown_task(struct coord_client *cc, const struct coord_agent *a,
 
 enum status
 coord_wait_epoch(struct coord_client *cc, long after, int64_t deadline,
-    long *epoch)
+    long *epoch, json_t **finished)
 {
 	*epoch = -1;
+	if (finished != NULL)
+		*finished = NULL;
 	for (;;) {
 		struct buf path = {0};
 		struct http_resp resp;
@@ -282,12 +284,19 @@ coord_wait_epoch(struct coord_client *cc, long after, int64_t deadline,
 		if (st == ST_OK) {
 			reply = coord_parse_reply(cc, &resp);
 			json_unpack(reply, "{s:I}", "epoch", &e);
-			json_decref(reply);
 			*epoch = (long)e;
 			if (resp.code == 200 && e > after) {
+				json_t *done =
+				    json_object_get(reply, "finished");
+				if (finished != NULL)
+					*finished = json_is_array(done) ?
+					    json_incref(done) :
+					    json_array();
+				json_decref(reply);
 				http_resp_free(&resp);
 				return ST_OK;
 			}
+			json_decref(reply);
 		}
 		http_resp_free(&resp);
 		if (st != ST_OK && !coord_poll_again(st, deadline))
@@ -303,18 +312,19 @@ coord_wait_epoch(struct coord_client *cc, long after, int64_t deadline,
 	}
 }
 
-enum status
-coord_poll_errors(struct coord_client *cc, int64_t deadline, json_t **errors)
+/* GET /v1/errors with wait (0: answered at once); *errors the array. */
+static enum status
+errors_call(struct coord_client *cc, int64_t wait, int64_t deadline, int how,
+    json_t **errors)
 {
 	struct buf path = {0};
 	json_t *reply;
-	int64_t hd, w = coord_poll_wait(deadline, 0, &hd);
 	enum status st;
 
 	*errors = NULL;
-	if (buf_printf(&path, "/v1/errors?wait=%" PRId64 "ms", w) < 0)
+	if (buf_printf(&path, "/v1/errors?wait=%" PRId64 "ms", wait) < 0)
 		return coord_fail(cc, ST_RESOURCE_EXHAUSTED, "out of memory");
-	st = coord_call_json(cc, "GET", &path, NULL, hd, CALL_POLL, &reply,
+	st = coord_call_json(cc, "GET", &path, NULL, deadline, how, &reply,
 	    NULL);
 	buf_free(&path);
 	if (st == ST_OK) {
@@ -329,6 +339,20 @@ coord_poll_errors(struct coord_client *cc, int64_t deadline, json_t **errors)
 	}
 	json_decref(reply);
 	return st;
+}
+
+enum status
+coord_poll_errors(struct coord_client *cc, int64_t deadline, json_t **errors)
+{
+	int64_t hd, w = coord_poll_wait(deadline, 0, &hd);
+
+	return errors_call(cc, w, hd, CALL_POLL, errors);
+}
+
+enum status
+coord_errors_now(struct coord_client *cc, int64_t deadline, json_t **errors)
+{
+	return errors_call(cc, 0, deadline, CALL_REPEAT, errors);
 }
 
 enum status

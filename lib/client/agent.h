@@ -71,14 +71,21 @@ enum status coord_wait_all(struct coord_client *cc, const struct coord_agent *a,
 /* Leaves the cluster; through the shutdown barrier only when barrier. */
 enum status coord_shutdown_task(struct coord_client *cc,
     const struct coord_agent *a, int barrier, int64_t deadline);
-/* Waits until the cluster's epoch is past after; *epoch gets it. */
+/*
+ * Waits until the cluster's epoch is past after; *epoch gets it, and
+ * *finished (when not NULL) the array of the tasks that left epoch after
+ * because their work was done: they will not come to the next run.
+ */
 enum status coord_wait_epoch(struct coord_client *cc, long after,
-    int64_t deadline, long *epoch);
+    int64_t deadline, long *epoch, json_t **finished);
 /*
  * One long poll for task errors; *errors gets the array (maybe empty) of
  * {"task","code","message","reported"}.
  */
 enum status coord_poll_errors(struct coord_client *cc, int64_t deadline,
+    json_t **errors);
+/* The same errors as they are now, without waiting for one. */
+enum status coord_errors_now(struct coord_client *cc, int64_t deadline,
     json_t **errors);
 /*
  * Waits at barrier id. timeout_ms is the barrier's own timeout (fixed by

@@ -99,12 +99,94 @@ first_step(struct sync_page *page, int64_t step, int64_t until_ms,
 	return step;
 }
 
+/*
+ * Whether coordd holds a task of the job in error now: a failure trumps
+ * the notice, so no sync point may be agreed while one is. ST_OK when
+ * none; ST_INTERNAL naming the task when one is; the call's error when
+ * coordd could not say.
+ */
+static enum status
+none_failed(struct coord_client *cc, int64_t deadline, char *why, size_t whylen)
+{
+	json_t *errors, *e;
+	enum status st = coord_errors_now(cc, deadline, &errors);
+
+	if (st != ST_OK) {
+		snprintf(why, whylen, "asking for the tasks in error: %.900s",
+		    coord_client_error(cc));
+		return st;
+	}
+	if ((e = json_array_get(errors, 0)) != NULL) {
+		const char *task =
+		    json_string_value(json_object_get(e, "task"));
+		const char *code =
+		    json_string_value(json_object_get(e, "code"));
+		const char *msg =
+		    json_string_value(json_object_get(e, "message"));
+		snprintf(why, whylen, "task %s is in error: %s: %.700s",
+		    task != NULL ? task : "?", code != NULL ? code : "?",
+		    msg != NULL ? msg : "");
+		st = ST_INTERNAL;
+	}
+	json_decref(errors);
+	return st;
+}
+
+/*
+ * The sync step, written once: the first task to reach a decision writes
+ * its own (mine), and every task reads that one value. Tasks that read the
+ * counters at other times (one stalled, one whose counter was written
+ * again by a restarted incarnation) would otherwise take other maxima. A
+ * write whose outcome is unknown (the connection broke after it was sent)
+ * is sent again: finding the key then is finding one's own, or another's.
+ */
+static enum status
+agree(struct coord_client *cc, int cancel_fd, int64_t mine, int64_t deadline,
+    int64_t *agreed, char *why, size_t whylen)
+{
+	struct buf cur = {0};
+	char num[32];
+	enum status st;
+
+	snprintf(num, sizeof(num), "%" PRId64, mine);
+	for (;;) {
+		st = coord_kv_put(cc, PREEMPT_SYNC_KEY, num, strlen(num),
+		    COORD_PUT_INSERT, deadline, NULL);
+		if (st == ST_OK) {
+			*agreed = mine;
+			return ST_OK;
+		}
+		if (st != ST_UNAVAILABLE || duration_now_ms() >= deadline ||
+		    nap(cancel_fd, 50) < 0)
+			break;
+	}
+	if (st != ST_ALREADY_EXISTS) {
+		snprintf(why, whylen, "writing the sync step %s: %.900s", num,
+		    coord_client_error(cc));
+		return st;
+	}
+	st = coord_kv_get(cc, PREEMPT_SYNC_KEY, 0, deadline, &cur, NULL);
+	if (st == ST_OK &&
+	    (parse_int64(cur.data != NULL ? cur.data : "", agreed) < 0 ||
+	        *agreed < 0)) {
+		snprintf(why, whylen, "%s holds %.40s, not a step",
+		    PREEMPT_SYNC_KEY, cur.data != NULL ? cur.data : "");
+		st = ST_FAILED_PRECONDITION;
+	} else if (st != ST_OK) {
+		snprintf(why, whylen, "reading the sync step: %.900s",
+		    coord_client_error(cc));
+	}
+	buf_free(&cur);
+	return st;
+}
+
 enum status
 preempt_sync(struct coord_client *cc, const struct coord_agent *a,
     struct sync_page *page, int64_t barrier_timeout_ms,
     int64_t first_step_until_ms, int cancel_fd, int64_t *sync_step)
 {
 	char key[256], num[32], why[1000];
+	json_t *everyone = json_string("all");
 	struct steps sp;
 	int64_t step, deadline;
 	enum status st;
@@ -122,8 +204,14 @@ preempt_sync(struct coord_client *cc, const struct coord_agent *a,
 		    coord_client_error(cc));
 		goto fail;
 	}
+	/*
+	 * Every task of the cluster is a member, whatever its state when the
+	 * first arrives: one in error fails the barrier at once, one still
+	 * registering is waited for. A barrier of the tasks connected then
+	 * would pass without a task in error, and agree without it.
+	 */
 	st = coord_barrier_wait(cc, a, PREEMPT_BARRIER, barrier_timeout_ms,
-	    NULL, deadline, 0, NULL, NULL);
+	    everyone, deadline, 0, NULL, NULL);
 	if (st != ST_OK) {
 		snprintf(why, sizeof(why), "barrier %s: %.900s",
 		    PREEMPT_BARRIER, coord_client_error(cc));
@@ -134,6 +222,9 @@ preempt_sync(struct coord_client *cc, const struct coord_agent *a,
 		    coord_client_error(cc));
 		goto fail;
 	}
+	/* A task may have failed since the barrier passed. */
+	if ((st = none_failed(cc, deadline, why, sizeof(why))) != ST_OK)
+		goto fail;
 	/* A sync point is one every task of the job agreed on: a task in
 	 * error, or gone, voids it (a failure trumps a notice). */
 	if (a->world > 0 && sp.with + sp.without < a->world) {
@@ -152,24 +243,39 @@ preempt_sync(struct coord_client *cc, const struct coord_agent *a,
 		    "the death time drew near: no sync point");
 		goto fail;
 	}
-	*sync_step = sp.max + 1;
+	if ((st = agree(cc, cancel_fd, sp.max + 1, deadline, sync_step, why,
+	         sizeof(why))) != ST_OK)
+		goto fail;
+	json_decref(everyone);
 	atomic_store(&page->sync_step, *sync_step);
 	sync_page_set(page, SYNC_KNOWN);
-	log_info("sync point: step %" PRId64 " (the furthest of %d tasks was "
-	         "at %" PRId64 "%s)",
-	    *sync_step, sp.with + sp.without, sp.max,
-	    sp.without > 0 ? "; some had reached no step yet" : "");
+	if (*sync_step == sp.max + 1)
+		log_info("sync point: step %" PRId64 " (the furthest of %d "
+		         "tasks was at %" PRId64 "%s)",
+		    *sync_step, sp.with + sp.without, sp.max,
+		    sp.without > 0 ? "; some had reached no step yet" : "");
+	else
+		log_info("sync point: step %" PRId64 ", as first agreed (the "
+		         "counters read here, later, gave step %" PRId64 ")",
+		    *sync_step, sp.max + 1);
 	if (step > *sync_step ||
 	    (step < 0 && atomic_load(&page->step) > *sync_step))
 		log_info("this task is past the sync point: its checkpoint "
 		         "will not be at step %" PRId64,
 		    *sync_step);
-	/* For people and status pages; every task agrees on the value. */
+	/* Who knows the step, for people, status pages and benchmarks. */
+	snprintf(key, sizeof(key), "%s/%s", PREEMPT_SYNCED_DIR, a->task);
 	snprintf(num, sizeof(num), "%" PRId64, *sync_step);
-	coord_kv_put(cc, PREEMPT_SYNC_KEY, num, strlen(num),
-	    COORD_PUT_OVERWRITE, duration_now_ms() + 2000, NULL);
+	if (coord_kv_put(cc, key, num, strlen(num), COORD_PUT_OVERWRITE,
+	        deadline, NULL) != ST_OK)
+		log_info("could not record that this task knows the sync "
+		         "step: %s",
+		    coord_client_error(cc));
 	return ST_OK;
 fail:
+	json_decref(everyone);
+	if (st != ST_CANCELLED)
+		log_info("preemption sync failed: %s", why);
 	/* Nobody may wait for us at a barrier we will not reach. */
 	coord_barrier_cancel(cc, a, PREEMPT_BARRIER, duration_now_ms() + 2000);
 	sync_page_set(page, SYNC_FAILED);

@@ -323,6 +323,32 @@ arrive(struct barriers *bs, struct barrier *b, struct reg_task *t,
 	return BAR_WAIT;
 }
 
+/*
+ * A member that cannot come fails b as it is made: one in error (the
+ * reference's barriers fail for it), and one that already left this run,
+ * which may not register in it again (a listed member would otherwise be
+ * waited for until the deadline).
+ */
+static void
+check_member(struct barriers *bs, struct barrier *b, const struct reg_task *o)
+{
+	long epoch = registry_view(bs->reg)->epoch;
+	char m[1024];
+
+	if (o->state == REG_ERROR) {
+		snprintf(m, sizeof(m), "task %s is in error: %s: %s", o->name,
+		    status_name(o->err), o->errmsg != NULL ? o->errmsg : "");
+		complete(bs, b, ST_INTERNAL, m);
+	} else if (o->state == REG_DISCONNECTED && !o->recoverable &&
+	    o->left_epoch == epoch + 1) {
+		snprintf(m, sizeof(m),
+		    "task %s already left this run (shut down): it will not "
+		    "come to barrier %s",
+		    o->name, b->id);
+		complete(bs, b, ST_FAILED_PRECONDITION, m);
+	}
+}
+
 static int
 same_members(size_t ntasks, const unsigned char *x, const unsigned char *y)
 {
@@ -416,19 +442,9 @@ barriers_wait(struct barriers *bs, const char *id, struct reg_task *t,
 			}
 		}
 		b->explicit_set = at != NULL;
-		for (size_t i = 0; i < ntasks; i++) {
-			struct reg_task *o = registry_task(bs->reg, i);
-			if (b->at[i] != BAR_NOT_MEMBER &&
-			    o->state == REG_ERROR) {
-				char m[1024];
-				snprintf(m, sizeof(m),
-				    "task %s is in error: %s: %s", o->name,
-				    status_name(o->err),
-				    o->errmsg != NULL ? o->errmsg : "");
-				complete(bs, b, ST_INTERNAL, m);
-				break;
-			}
-		}
+		for (size_t i = 0; i < ntasks && b->state == BAR_PENDING; i++)
+			if (b->at[i] != BAR_NOT_MEMBER)
+				check_member(bs, b, registry_task(bs->reg, i));
 	} else if ((at != NULL) != b->explicit_set ||
 	    (at != NULL && !same_members(ntasks, at, b->at))) {
 		free(at);

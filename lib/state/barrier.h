@@ -4,9 +4,10 @@
  * clock of their own.
  *
  * The first arrival fixes the deadline and the members (the tasks given,
- * or every connected task). A barrier ends once: passed when every member
- * has arrived, or failed (deadline, a member in error, conflicting member
- * lists, a caller outside the members, cancel). A member may ask again and
+ * which may be every task of the cluster, or every connected task). A
+ * barrier ends once: passed when every member has arrived, or failed
+ * (deadline, a member in error or that already left the run, conflicting
+ * member lists, a caller outside the members, cancel). A member may ask again and
  * gets the same answer; anyone else reusing an ended id is told it is
  * single-use. The shutdown barrier is one more, of the connected tasks
  * that are not recoverable, which a failed straggler does not hold up.

@@ -15,6 +15,8 @@ struct registry {
 	struct reg_task *tasks;
 	struct strmap *byname;   /* "job:index" -> struct reg_task */
 	int used;                /* a task registered this epoch */
+	size_t left;             /* tasks that left this epoch, after
+	                          * they were connected in it */
 	int64_t all_deadline;    /* wait-for-all deadline, 0: unset */
 	struct reg_task *failed; /* one that failed this epoch */
 	reg_observer_fn observe;
@@ -158,6 +160,13 @@ registry_error_visible(const struct reg_task *t)
 	return t->err_active && !t->recoverable;
 }
 
+/* Whether t came to this run and has left it since. */
+static int
+left_run(const struct registry *r, const struct reg_task *t)
+{
+	return t->state == REG_DISCONNECTED && t->left_epoch == r->v.epoch + 1;
+}
+
 /*
  * Finds a task whose failure this epoch should stop the others, after the
  * one remembered has registered again or been reset. Every wait-for-all
@@ -236,6 +245,7 @@ registry_disconnect(struct registry *r, struct reg_task *t)
 	if (was) {
 		r->v.nconnected--;
 		t->left_epoch = r->v.epoch + 1;
+		r->left++;
 	}
 	t->state = REG_DISCONNECTED;
 	if (was)
@@ -288,6 +298,8 @@ registry_register(struct registry *r, struct reg_task *t, const char *incs,
 		    t->name, r->v.epoch);
 		return ST_FAILED_PRECONDITION;
 	}
+	if (left_run(r, t))
+		r->left--;
 	if (t->state != REG_CONNECTED)
 		r->v.nconnected++;
 	r->used = 1;
@@ -367,7 +379,9 @@ registry_wait_all(struct registry *r, struct reg_task *t, const char *incs,
 		    status_name(o->err), o->errmsg != NULL ? o->errmsg : "");
 		return ST_INTERNAL;
 	}
-	if (r->v.nconnected == r->v.ntasks)
+	/* A task that came and already left (its work done, or the run
+	 * over for it) was there: the others do not wait for it. */
+	if (r->v.nconnected + r->left == r->v.ntasks)
 		return ST_OK;
 	/* The first caller of the epoch starts the register clock. */
 	if (r->all_deadline == 0)
@@ -393,6 +407,12 @@ registry_missing(struct registry *r, size_t max)
 	if (n > max)
 		buf_printf(&b, " and %zu more", n - max);
 	return buf_take(&b, NULL);
+}
+
+int
+registry_finished_in(const struct reg_task *t, long epoch)
+{
+	return t->finished && t->left_epoch == epoch + 1;
 }
 
 enum status
@@ -427,6 +447,9 @@ registry_shutdown(struct registry *r, struct reg_task *t, const char *incs,
 	}
 	if ((st = check_inc(t, incs, 1, &inc, ans)) != ST_OK)
 		return st;
+	/* Only a clean end of its work: not a leave after a failure or a
+	 * preemption, after which it runs again. */
+	t->finished = !no_barrier && t->state == REG_CONNECTED;
 	if (t->state == REG_ERROR) {
 		registry_disconnect(r, t);
 		say(ans, REG_NO_REASON,
@@ -457,8 +480,11 @@ registry_reset(struct registry *r, struct reg_task *t, struct reg_answer *ans)
 		return ST_FAILED_PRECONDITION;
 	}
 	registry_disconnect(r, t);
+	if (left_run(r, t))
+		r->left--;
 	t->err_active = 0;
 	t->left_epoch = 0;
+	t->finished = 0;
 	/* Reset: not failed now, whatever epoch its error is from. */
 	t->err_epoch = -1;
 	if (r->failed == t)
@@ -516,6 +542,7 @@ registry_settle(struct registry *r)
 	r->failed = NULL;
 	r->all_deadline = 0;
 	r->used = 0;
+	r->left = 0;
 	r->v.epoch++;
 	emit(r, REG_EPOCH, NULL, 0);
 }
@@ -536,7 +563,9 @@ registry_snapshot(const struct registry *r, struct buf *out)
 		rec_put_u(&o, t->incarnation);
 		rec_put_u(&o, (uint64_t)t->err);
 		rec_put_s(&o, t->errmsg);
-		rec_put_u(&o, (uint64_t)(t->err_reported | t->err_active << 1));
+		rec_put_u(&o,
+		    (uint64_t)(t->err_reported | t->err_active << 1 |
+		        t->finished << 2));
 		rec_put_i(&o, t->left_epoch);
 		rec_put_i(&o, t->err_epoch);
 	}
@@ -577,12 +606,13 @@ registry_restore(struct registry *r, struct rec_in *rd, int64_t now, char *err,
 		flags = rec_get_u(rd);
 		v[i].left_epoch = (long)rec_get_i(rd);
 		v[i].err_epoch = (long)rec_get_i(rd);
-		if (state > REG_ERROR || code >= ST_COUNT || flags > 3)
+		if (state > REG_ERROR || code >= ST_COUNT || flags > 7)
 			rd->err = 1;
 		v[i].state = (enum reg_state)state;
 		v[i].err = (enum status)code;
 		v[i].err_reported = (int)(flags & 1);
 		v[i].err_active = (int)(flags >> 1 & 1);
+		v[i].finished = (int)(flags >> 2 & 1);
 	}
 	if (rd->err || used > 1 || epoch < 0) {
 		for (size_t i = 0; i < n; i++)
@@ -595,6 +625,7 @@ registry_restore(struct registry *r, struct rec_in *rd, int64_t now, char *err,
 	r->v.epoch = (long)epoch;
 	r->used = (int)used;
 	r->v.nconnected = 0;
+	r->left = 0;
 	for (size_t i = 0; i < n; i++) {
 		struct reg_task *t = &r->tasks[i];
 
@@ -605,12 +636,15 @@ registry_restore(struct registry *r, struct rec_in *rd, int64_t now, char *err,
 		t->errmsg = v[i].errmsg;
 		t->err_reported = v[i].err_reported;
 		t->err_active = v[i].err_active;
+		t->finished = v[i].finished;
 		t->left_epoch = v[i].left_epoch;
 		t->err_epoch = v[i].err_epoch;
 		/* Heard from now: it has a heartbeat timeout to be heard. */
 		t->last_heartbeat = now;
 		if (t->state == REG_CONNECTED)
 			r->v.nconnected++;
+		if (left_run(r, t))
+			r->left++;
 	}
 	free(v);
 	r->all_deadline = 0;

@@ -37,6 +37,9 @@ struct reg_task {
 	int err_reported;       /* reported by the task itself */
 	int err_active;         /* an error of this epoch, not reset */
 	long left_epoch;        /* epoch + 1 it last left, 0 never */
+	int finished;           /* and it left then because its work was
+	                         * done (a shutdown not cut short by a
+	                         * failure or a preemption) */
 	long err_epoch;         /* the epoch of its last error */
 };
 
@@ -122,8 +125,9 @@ enum status registry_may_report(struct registry *r, struct reg_task *t,
     const char *inc, struct reg_answer *ans);
 
 /*
- * Wait for all tasks. ST_OK with *wait 0: everyone is there; ST_OK with
- * *wait 1: park until *until (the register deadline, started by the first
+ * Wait for all tasks. ST_OK with *wait 0: everyone is there, or came and
+ * left already this epoch (a task that finished first); ST_OK with *wait
+ * 1: park until *until (the register deadline, started by the first
  * caller of the epoch); anything else is the answer.
  */
 enum status registry_wait_all(struct registry *r, struct reg_task *t,
@@ -137,7 +141,8 @@ enum status registry_all_expired(struct registry *r, int64_t now,
 /*
  * Shutdown. ST_OK with *barrier 0: disconnected; with *barrier 1: the
  * caller takes t through the shutdown barrier (no_barrier asks to leave
- * at once, the run being over anyway).
+ * at once, the run being over anyway). A shutdown without no_barrier is
+ * the end of the task's work: t->finished says so once it has left.
  */
 enum status registry_shutdown(struct registry *r, struct reg_task *t,
     const char *inc, int no_barrier, int has_shutdown_barrier, int *barrier,
@@ -162,6 +167,9 @@ void registry_settle(struct registry *r);
 
 /* The names of tasks not connected, up to max, "a, b and 3 more". */
 char *registry_missing(struct registry *r, size_t max);
+/* Whether t left epoch because its work was done: it will not come to
+ * the next run. */
+int registry_finished_in(const struct reg_task *t, long epoch);
 
 /*
  * What a restart keeps: the service incarnation, the epoch, and each

@@ -3,6 +3,7 @@
  *
  *   POST   /v1/barriers/ID?wait=DUR   {"task":T,"incarnation":HEX,
  *                                      "timeout_ms":N,"tasks":[T,...]}
+ *                                      ("tasks":"all": every task)
  *   DELETE /v1/barriers/ID[?task=T]   cancel, by task T or an operator
  *   GET    /v1/barriers               barriers in flight
  *
@@ -159,16 +160,25 @@ coord_barrier_timer(struct timer *tm)
 
 /*
  * The member list of a wait into task indices (*idx, *n); a name that is
- * no task of the cluster leaves its reason in bad.
+ * no task of the cluster leaves its reason in bad. "all" is every task of
+ * the cluster, connected or not: a barrier that every task must reach,
+ * whatever state one is in when the first arrives.
  */
 static int
 members_from(struct coord *co, json_t *list, size_t **idx, size_t *n, char *bad,
     size_t badlen)
 {
-	size_t i;
+	size_t i, all = co->rv->ntasks;
 	json_t *v;
 
 	*n = 0;
+	if (json_is_string(list)) {
+		if ((*idx = calloc(all + 1, sizeof(**idx))) == NULL)
+			return -1;
+		for (i = 0; i < all; i++)
+			(*idx)[(*n)++] = i;
+		return 0;
+	}
 	if ((*idx = calloc(json_array_size(list) + 1, sizeof(**idx))) == NULL)
 		return -1;
 	json_array_foreach(list, i, v) {
@@ -326,12 +336,15 @@ wait_route(struct coord *co, struct http_req *req, const char *id)
 	    json_unpack_ex(root, &jerr, 0, "{s:s,s?s,s?I,s?o}", "task", &tname,
 	        "incarnation", &incs, "timeout_ms", &timeout, "tasks",
 	        &list) < 0 ||
-	    (list != NULL && !json_is_array(list)) || timeout < 0 ||
+	    (list != NULL && !json_is_array(list) &&
+	        !(json_is_string(list) &&
+	            strcmp(json_string_value(list), "all") == 0)) ||
+	    timeout < 0 ||
 	    (incs != NULL && task_parse_incarnation(incs, &a->inc) < 0)) {
 		http_reply_error(req, ST_INVALID_ARGUMENT,
 		    "request body must "
 		    "be {\"task\":T,\"incarnation\":HEX,\"timeout_ms\":N,"
-		    "\"tasks\":[...]}: %s",
+		    "\"tasks\":[...] or \"all\"}: %s",
 		    root == NULL ? jerr.text : "bad field");
 		json_decref(root);
 		wait_free(a);

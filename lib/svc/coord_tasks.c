@@ -78,6 +78,8 @@ task_json(const struct reg_task *t, int64_t now)
 	return o;
 }
 
+static json_t *epoch_json(struct coord *co, long after);
+
 void
 coord_tasks_react(struct coord *co, const struct reg_event *ev)
 {
@@ -118,9 +120,10 @@ coord_tasks_react(struct coord *co, const struct reg_event *ev)
 		log_info("no task connected: epoch %ld begins (%zu keys under "
 		         "%s/ removed)",
 		    co->rv->epoch, n, COORD_RUN_PREFIX);
+		/* Each waited past the epoch that just ended. */
 		coord_answer_all(&co->epoch_waiters, ST_OK, NULL,
 		    co->epoch_waiters.head != NULL ?
-		        json_pack("{s:i}", "epoch", (int)co->rv->epoch) :
+		        epoch_json(co, co->rv->epoch - 1) :
 		        NULL);
 		break;
 	}
@@ -732,8 +735,29 @@ epoch_expired(struct parked *w)
 }
 
 /*
- * GET /v1/epoch?after=E&wait=DUR: the current epoch, once it is past E. A
- * task restarting with the whole job waits here for everyone to leave.
+ * {"epoch":E,"finished":[...]}: the tasks that left epoch after because
+ * their work was done. They will not come to a run after it, so a task
+ * waiting to run again knows not to wait for them.
+ */
+static json_t *
+epoch_json(struct coord *co, long after)
+{
+	json_t *done = json_array();
+
+	for (size_t i = 0; done != NULL && after >= 0 && i < co->rv->ntasks;
+	     i++) {
+		const struct reg_task *t = registry_task(co->reg, i);
+		if (registry_finished_in(t, after))
+			json_array_append_new(done, json_string(t->name));
+	}
+	return json_pack("{s:i,s:o}", "epoch", (int)co->rv->epoch, "finished",
+	    done);
+}
+
+/*
+ * GET /v1/epoch?after=E&wait=DUR: the current epoch, once it is past E,
+ * and the tasks that finished their work in E. A task restarting with the
+ * whole job waits here for everyone to leave.
  */
 void
 coord_epoch_route(struct coord *co, struct http_req *req)
@@ -751,8 +775,10 @@ coord_epoch_route(struct coord *co, struct http_req *req)
 	}
 	coord_lock(co);
 	epoch = co->rv->epoch;
-	if (epoch > after || wait <= 0) {
-		http_reply_json(req, epoch > after ? 200 : 202,
+	if (epoch > after) {
+		http_reply_json(req, 200, epoch_json(co, after));
+	} else if (wait <= 0) {
+		http_reply_json(req, 202,
 		    json_pack("{s:i}", "epoch", (int)epoch));
 	} else if (coord_closing(co)) {
 		coord_reply_closing(req);

@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "barrier.h"
+#include "buf.h"
+#include "rec.h"
 #include "registry.h"
 #include "unit.h"
 
@@ -185,6 +187,81 @@ registry_wait_all_and_epochs(void)
 	registry_settle(r);
 	CHECK(e.epochs == 1 && registry_view(r)->epoch == 1);
 	CHECK(registry_register(r, w0, INC1, 5400, &a) == ST_OK);
+	registry_free(r);
+}
+
+/*
+ * A task that leaves because its work is done has finished the run; one
+ * that leaves after a failure or a preemption (barrier=0) or in error has
+ * not, and runs again. A restart keeps which.
+ */
+static void
+registry_finished_tasks(void)
+{
+	struct events e, e2;
+	struct registry *r = cluster("worker=3", NULL, &e);
+	struct registry *back = cluster("worker=3", NULL, &e2);
+	struct reg_task *w0 = registry_task(r, 0), *w1 = registry_task(r, 1),
+	                *w2 = registry_task(r, 2);
+	struct reg_answer a;
+	struct buf snap = {0};
+	struct rec_in in;
+	char err[256];
+	int barrier;
+
+	CHECK(registry_register(r, w0, INC1, 0, &a) == ST_OK);
+	CHECK(registry_register(r, w1, INC2, 0, &a) == ST_OK);
+	CHECK(registry_register(r, w2, "00000000000000c3", 0, &a) == ST_OK);
+	CHECK(registry_shutdown(r, w0, INC1, 0, 0, &barrier, &a) == ST_OK);
+	CHECK(registry_shutdown(r, w1, INC2, 1, 0, &barrier, &a) == ST_OK);
+	registry_set_error(r, w2, ST_INTERNAL, "boom", 1, 1);
+	CHECK(registry_shutdown(r, w2, "00000000000000c3", 0, 0, &barrier,
+	          &a) == ST_FAILED_PRECONDITION);
+	registry_settle(r);
+	CHECK(registry_view(r)->epoch == 1);
+	CHECK(registry_finished_in(w0, 0) && !registry_finished_in(w0, 1));
+	CHECK(!registry_finished_in(w1, 0) && !registry_finished_in(w2, 0));
+	/* Through the shutdown barrier: finished as it arrives. */
+	CHECK(registry_register(r, w1, INC2, 10, &a) == ST_OK);
+	CHECK(registry_shutdown(r, w1, INC2, 0, 1, &barrier, &a) == ST_OK);
+	CHECK(barrier);
+	registry_disconnect(r, w1);
+	CHECK(registry_finished_in(w1, 1));
+	CHECK(registry_snapshot(r, &snap) == 0);
+	rec_in_init(&in, snap.data, snap.len);
+	CHECK(registry_restore(back, &in, 20, err, sizeof(err)) == 0);
+	CHECK(registry_finished_in(registry_task(back, 0), 0));
+	CHECK(registry_finished_in(registry_task(back, 1), 1));
+	CHECK(!registry_finished_in(registry_task(back, 2), 0));
+	buf_free(&snap);
+	registry_free(back);
+	registry_free(r);
+}
+
+/* Wait for all tasks counts one that came and left already this epoch. */
+static void
+registry_wait_all_after_a_quick_task(void)
+{
+	struct events e;
+	struct registry *r = cluster("worker=3", NULL, &e);
+	struct reg_task *w0 = registry_task(r, 0), *w1 = registry_task(r, 1),
+	                *w2 = registry_task(r, 2);
+	struct reg_answer a;
+	int64_t until = 0;
+	int wait, barrier;
+
+	CHECK(registry_register(r, w0, INC1, 0, &a) == ST_OK);
+	CHECK(registry_register(r, w2, "00000000000000c3", 0, &a) == ST_OK);
+	CHECK(registry_shutdown(r, w2, "00000000000000c3", 0, 0, &barrier,
+	          &a) == ST_OK);
+	/* worker:1 has not come: wait for it. */
+	CHECK(registry_wait_all(r, w0, INC1, 10, &wait, &until, &a) == ST_OK &&
+	    wait);
+	CHECK(registry_register(r, w1, INC2, 20, &a) == ST_OK);
+	CHECK(registry_wait_all(r, w0, INC1, 30, &wait, &until, &a) == ST_OK &&
+	    !wait);
+	CHECK(registry_wait_all(r, w1, INC2, 30, &wait, &until, &a) == ST_OK &&
+	    !wait);
 	registry_free(r);
 }
 
@@ -499,6 +576,56 @@ barriers_settle_after_start(void)
 	registry_free(r);
 }
 
+/*
+ * A barrier of every task (the preemption protocol's): one that has not
+ * registered yet is waited for; one in error, or gone from the run, when
+ * the first arrives fails it at once, since it will not come.
+ */
+static void
+barriers_of_every_task(void)
+{
+	struct events e;
+	struct registry *r = cluster("worker=3", NULL, &e);
+	struct ended x = {0};
+	struct barriers *bs = barriers_new(r, on_end, &x);
+	struct reg_task *w0 = registry_task(r, 0), *w1 = registry_task(r, 1),
+	                *w2 = registry_task(r, 2);
+	const size_t all[] = {0, 1, 2};
+	struct reg_answer a;
+	struct barrier *b;
+	int64_t until = 0;
+	enum status st;
+	char msg[512];
+	int barrier;
+
+	CHECK(registry_register(r, w0, INC1, 0, &a) == ST_OK);
+	CHECK(registry_register(r, w1, INC2, 0, &a) == ST_OK);
+	/* worker:2 is still coming: a member all the same. */
+	CHECK(barriers_wait(bs, "a", w0, 0, 1000, all, 3, NULL, 0, &b, &until,
+	          &st, msg, sizeof(msg)) == BAR_WAIT);
+	CHECK(b->members == 3);
+	CHECK(barriers_wait(bs, "a", w1, 0, 1000, all, 3, NULL, 0, &b, &until,
+	          &st, msg, sizeof(msg)) == BAR_WAIT);
+	CHECK(registry_register(r, w2, "00000000000000c3", 0, &a) == ST_OK);
+	CHECK(barriers_wait(bs, "a", w2, 0, 1000, all, 3, NULL, 0, &b, &until,
+	          &st, msg, sizeof(msg)) == BAR_ANSWER &&
+	    st == ST_OK);
+	/* worker:2 in error: the next such barrier fails as it is made. */
+	registry_set_error(r, w2, ST_INTERNAL, "boom", 1, 1);
+	CHECK(barriers_wait(bs, "b", w0, 0, 1000, all, 3, NULL, 0, &b, &until,
+	          &st, msg, sizeof(msg)) == BAR_ANSWER);
+	CHECK(st == ST_INTERNAL && strstr(msg, "worker:2 is in error") != NULL);
+	/* One that left this run will not come either. */
+	CHECK(registry_shutdown(r, w1, INC2, 1, 0, &barrier, &a) == ST_OK);
+	CHECK(barriers_wait(bs, "c", w0, 0, 1000, (const size_t[]){0, 1}, 2,
+	          NULL, 0, &b, &until, &st, msg, sizeof(msg)) == BAR_ANSWER);
+	CHECK(st == ST_FAILED_PRECONDITION &&
+	    strstr(msg, "worker:1 already left this run") != NULL);
+	barriers_reset(bs, ST_ABORTED, "reset");
+	barriers_free(bs);
+	registry_free(r);
+}
+
 UNIT_TESTS(state_tests) = {
     {"registry: connect, incarnations, duplicate registration",
         registry_connect_and_incarnations},
@@ -508,12 +635,18 @@ UNIT_TESTS(state_tests) = {
         registry_errors_reset_shutdown},
     {"registry: wait for all, the register timeout, epochs",
         registry_wait_all_and_epochs},
+    {"registry: tasks that finished their work, kept by a restart",
+        registry_finished_tasks},
+    {"registry: wait for all after a task came and left",
+        registry_wait_all_after_a_quick_task},
     {"registry: a recoverable task's failure stays its own",
         registry_recoverable_stays_local},
     {"barriers: pass, ask again, single use", barriers_pass_and_reuse},
     {"barriers: deadline, conflicts, outsiders, cancel, errors, abort",
         barriers_fail_every_way},
     {"barriers: the shutdown barrier", barriers_shutdown},
+    {"barriers: of every task, one in error or gone fails it at once",
+        barriers_of_every_task},
     {"barriers: a member that leaves fails the barrier",
         barriers_member_leaves},
     {"barriers: after a start, members are fixed once tasks are back",
