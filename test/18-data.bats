@@ -206,6 +206,48 @@ expected() {
 	run -3 dispatchctl read --consumers 2 --consumer-index 0 "$id"
 }
 
+@test "round robin through a small buffer: 4 MB of 2 KB elements through a worker buffering 64 KiB, every element once" {
+	start_dispatchd
+	start_worker a:0 --buffer 64k
+	# Two splits of 1,000 elements of 2 KB each: 60 times the buffer.
+	id=$(seq 1 2 | dispatchctl dataset add --splits - --reader \
+		'i=0; while [ $i -lt 1000 ]; do printf "%s.%04d.%02000d\n" $MUSTER_SPLIT $i 0; i=$((i+1)); done')
+	dispatchctl read --job rr --mode off --consumers 2 --consumer-index 0 "$id" >c0 &
+	p0=$!
+	dispatchctl read --job rr --mode off --consumers 2 --consumer-index 1 "$id" >c1 &
+	p1=$!
+	BG_PIDS+=("$p0" "$p1")
+	wait_exit "$p0" 120
+	[ "$STATUS" = 0 ]
+	wait_exit "$p1" 120
+	[ "$STATUS" = 0 ]
+	echo "$(wc -c <c0) + $(wc -c <c1) bytes"
+	[ "$(cat c0 c1 | cut -c1-6 | sort -u | wc -l)" = 2000 ]
+	[ "$(cat c0 c1 | wc -l)" = 2000 ]
+	[ "$(wc -l <c0)" = 1000 ]
+}
+
+@test "round robin: a late consumer reads from the first round; one that comes back after its rounds are over is refused (6), as upstream" {
+	start_dispatchd
+	start_worker a:0
+	id=$(seq 1 400 | dispatchctl dataset add --splits - --reader 'echo "$MUSTER_SPLIT"; sleep 0.01')
+	dispatchctl read --job rr --mode off --consumers 2 --consumer-index 0 "$id" >c0 &
+	p0=$!
+	BG_PIDS+=("$p0")
+	wait_grep '^1$' c0
+	# Consumer 1 starts late: it reads from round 0 all the same.
+	dispatchctl read --job rr --mode off --consumers 2 --consumer-index 1 "$id" >c1 &
+	p1=$!
+	BG_PIDS+=("$p1")
+	wait_for 30 sh -c '[ $(wc -l <c1) -ge 20 ]'
+	[ "$(head -1 c1)" = 2 ]
+	kill -9 "$p1"
+	wait_for 30 sh -c '[ $(wc -l <c0) -ge 40 ]'
+	# Its rounds are over for a consumer 1 that comes back.
+	run -6 dispatchctl read --job rr --mode off --consumers 2 --consumer-index 1 "$id"
+	[[ $output == *"round 0 is over for consumer 1"* ]]
+}
+
 @test "--local reads only the worker on this host" {
 	start_dispatchd
 	start_worker a:0 --host here

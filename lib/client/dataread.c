@@ -518,6 +518,20 @@ recv_reply(int fd, char **buf, size_t *cap, size_t want, struct reply *rp)
 	return 0;
 }
 
+/* The message of an error reply's JSON body, or a stand-in. */
+static const char *
+reply_message(const struct reply *rp)
+{
+	static __thread char msg[512];
+	json_t *o = json_loadb(rp->body, rp->len, 0, NULL);
+	const char *m = json_string_value(
+	    json_object_get(json_object_get(o, "error"), "message"));
+
+	snprintf(msg, sizeof(msg), "%s", m != NULL ? m : "refused");
+	json_decref(o);
+	return msg;
+}
+
 /*
  * The next chunk of a reply body at *off: 1 with its header (in host
  * order) and payload, 0 at the end, -1 when the body is malformed.
@@ -1045,7 +1059,8 @@ rr_take(struct reader *r, const struct rr_task *t, const struct reply *rp)
 		}
 		iov = (struct iovec){(void *)p, (size_t)h.len};
 		pthread_mutex_lock(&r->out_mu);
-		rc = write_out(r, &iov, 1);
+		if ((rc = write_out(r, &iov, 1)) == 0)
+			r->written += h.count;
 		pthread_mutex_unlock(&r->out_mu);
 		if (rc < 0)
 			return STEP_FAIL;
@@ -1093,6 +1108,12 @@ rr_step(struct reader *r, const struct rr_task *t, int64_t round,
 	pthread_mutex_unlock(&r->mu);
 	if (rp.code == 0 || rp.close)
 		rr_drop(*conns, nconns, t->id);
+	if (rp.code == status_http(ST_FAILED_PRECONDITION)) {
+		/* A round that is over: this consumer came too late. */
+		fail(r, ST_FAILED_PRECONDITION, "task %" PRId64 " (%s): %s",
+		    t->id, t->addr, reply_message(&rp));
+		return STEP_FAIL;
+	}
 	if (rp.code != 200)
 		return STEP_RETRY;
 	if (rp.len == 0) {

@@ -62,7 +62,6 @@ extern char **environ;
 #define BODY_MAX 65536
 #define SPARE_CAP (4u << 20) /* the largest block kept to be filled again */
 #define REPORT_MS 250        /* between reports of acknowledged ranges */
-#define ROUNDS_KEPT 16 /* taken rounds kept for consumers that ask again */
 
 enum mode { M_OFF, M_DYNAMIC, M_FILE, M_DATA, M_HINT, M_COUNT };
 static const char *const mode_names[M_COUNT] = {"off", "dynamic", "file",
@@ -134,6 +133,7 @@ struct task {
 	struct acked *acked; /* not yet reported (DYNAMIC) */
 	size_t nacked, capacked;
 	struct round *rounds, **rounds_end;
+	int64_t *asked; /* round robin: the last round each consumer asked */
 };
 
 struct conn {
@@ -382,6 +382,7 @@ task_unref(struct task *t)
 	chunks_free(t, t->head);
 	while (t->rounds != NULL)
 		round_free(t, t->rounds);
+	free(t->asked);
 	spares_free(t);
 	close(t->cancel[0]);
 	close(t->cancel[1]);
@@ -530,6 +531,11 @@ task_new(struct dataserve *ds, json_t *o)
 	cond_init(&t->more);
 	cond_init(&t->room);
 	t->rounds_end = &t->rounds;
+	if (t->consumers > 0 && t->bad[0] == '\0' &&
+	    (t->asked = malloc((size_t)t->consumers * sizeof(*t->asked))) !=
+	        NULL)
+		for (long i = 0; i < t->consumers; i++)
+			t->asked[i] = -1;
 	t->reading = 1;
 	return t;
 }
@@ -1875,24 +1881,27 @@ round_add(struct task *t, uint64_t r)
 }
 
 /*
- * Round r was taken by every consumer. It is kept a while all the same: a
- * consumer whose reply was lost asks again, and must get the same
- * element, not the next round's.
+ * Consumer who asks for round r. A round every consumer took is kept
+ * until each has asked for a later one: one whose reply was lost asks
+ * again, and must get the same element, not the next round's. Then it
+ * goes, and with it its hold on the buffer, which the reader needs to go
+ * on (rounds kept longer than that filled a small buffer and stopped the
+ * reading for good).
  */
 static void
-round_done(struct task *t, struct round *r)
+rounds_asked(struct task *t, long who, int64_t r)
 {
-	long n = 0;
+	int64_t low = INT64_MAX;
 
-	r->done = 1;
-	for (struct round *p = t->rounds; p != NULL; p = p->next)
-		n += p->done;
-	for (struct round *p = t->rounds, *next; n > ROUNDS_KEPT; p = next) {
+	if (r > t->asked[who])
+		t->asked[who] = r;
+	for (long i = 0; i < t->consumers; i++)
+		if (t->asked[i] < low)
+			low = t->asked[i];
+	for (struct round *p = t->rounds, *next; p != NULL; p = next) {
 		next = p->next;
-		if (p->done) {
+		if (p->done && (int64_t)p->r < low)
 			round_free(t, p);
-			n--;
-		}
 	}
 }
 
@@ -1928,10 +1937,10 @@ serve_round(struct conn *c, uint64_t id, uint64_t r, const char *q, int keep)
 	if ((t = task_get(c->ds, id)) == NULL)
 		return send_error(c, ST_NOT_FOUND, keep,
 		    "task %" PRIu64 " is not served here", id);
-	if (t->consumers == 0 ||
+	if (t->consumers == 0 || t->asked == NULL ||
 	    query_arg(q, "consumer", v, sizeof(v)) == NULL ||
 	    parse_long(v, 0, t->consumers - 1, &who) < 0) {
-		rc = t->consumers == 0 ?
+		rc = t->consumers == 0 || t->asked == NULL ?
 		    send_error(c, ST_FAILED_PRECONDITION, keep,
 		        "task %" PRIu64 " is not read round-robin", id) :
 		    send_error(c, ST_INVALID_ARGUMENT, keep,
@@ -1941,6 +1950,13 @@ serve_round(struct conn *c, uint64_t id, uint64_t r, const char *q, int keep)
 	}
 	until = duration_now_ms() + wait;
 	pthread_mutex_lock(&t->mu);
+	if ((int64_t)r < t->asked[who] && round_find(t, r) == NULL) {
+		pthread_mutex_unlock(&t->mu);
+		task_unref(t);
+		return send_error(c, ST_FAILED_PRECONDITION, keep,
+		    "round %" PRIu64 " is over for consumer %ld", r, who);
+	}
+	rounds_asked(t, who, (int64_t)r);
 	for (;;) {
 		if (t->dropped) {
 			gone = 1;
@@ -1959,8 +1975,7 @@ serve_round(struct conn *c, uint64_t id, uint64_t r, const char *q, int keep)
 				rd->took[who] = 1;
 				rd->taken++;
 			}
-			if (rd->taken == t->consumers && !rd->done)
-				round_done(t, rd);
+			rd->done = rd->taken == t->consumers;
 			break;
 		}
 		/* The task ended before the round filled: every consumer
