@@ -51,7 +51,8 @@ static const char synopsis[] =
     "                  [--start-delay-max DUR] [--grace DUR] "
     "[--max-output BYTES]\n"
     "                  [--dir DIR] [--serve COMMAND] [--listen ADDR]\n"
-    "                  [--host NAME] [--buffer BYTES] [--lease N]\n";
+    "                  [--host NAME] [--buffer BYTES] [--lease N]\n"
+    "                  [--max-connections N] [--request-timeout DUR]\n";
 
 #define ERR_TAIL 4096
 #define POLL_MS 30000
@@ -68,6 +69,8 @@ struct opts {
 	char host[256];
 	size_t buffer;
 	long lease;
+	long max_conns;
+	int64_t request_ms;
 };
 
 /* A resource, as built on this worker in this incarnation. */
@@ -1206,6 +1209,8 @@ parse_args(int argc, char **argv, struct opts *o)
 	    {"host", required_argument, NULL, 'H'},
 	    {"buffer", required_argument, NULL, 'B'},
 	    {"lease", required_argument, NULL, 'l'},
+	    {"max-connections", required_argument, NULL, 'C'},
+	    {"request-timeout", required_argument, NULL, 'R'},
 	    {"verbose", no_argument, NULL, 'v'},
 	    CLI_STD_LONGOPTS,
 	    {NULL, 0, NULL, 0},
@@ -1287,6 +1292,16 @@ parse_args(int argc, char **argv, struct opts *o)
 			        1024, &o->lease) != 0)
 				return 2;
 			break;
+		case 'C':
+			if (cli_number_flag(synopsis, "--max-connections",
+			        optarg, 1, 65536, &o->max_conns) != 0)
+				return 2;
+			break;
+		case 'R':
+			if (cli_duration_flag(synopsis, "--request-timeout",
+			        optarg, 1, &o->request_ms) != 0)
+				return 2;
+			break;
 		case 'v': verbose = 1; break;
 		default: return cli_std_option(c, synopsis);
 		}
@@ -1354,7 +1369,8 @@ main(int argc, char **argv)
 		return cli_fail(ST_INVALID_ARGUMENT, "%s", err);
 	/* Listening first: registration advertises the address. */
 	struct dataserve_config dsc = {wk->o.listen, wk->o.host, wk->o.addr,
-	    wk->o.task, wk->o.buffer, wk->o.lease, &wk->blocked};
+	    wk->o.task, wk->o.buffer, wk->o.lease, &wk->blocked,
+	    wk->o.max_conns, wk->o.request_ms};
 	if ((wk->ds = dataserve_start(&dsc, err, sizeof(err))) == NULL) {
 		rc = cli_fail(ST_UNAVAILABLE, "%s", err);
 		goto out;
@@ -1390,9 +1406,9 @@ main(int argc, char **argv)
 		dispatch_client_set_cancel(s->dc, s->cancel[0]);
 		pthread_create(&s->th, NULL, slot_main, s);
 	}
-	log_info("%s: %ld slot%s, taking closures from %s", wk->o.task,
-	    wk->o.slots, wk->o.slots == 1 ? "" : "s", wk->o.addr);
-	log_debug("serving data on %s", dataserve_address(wk->ds));
+	log_info("%s: %ld slot%s, taking closures from %s; serving data on %s",
+	    wk->o.task, wk->o.slots, wk->o.slots == 1 ? "" : "s", wk->o.addr,
+	    dataserve_address(wk->ds));
 	while (sigwait(&wk->blocked, &sig) == 0 && sig == SIGHUP)
 		;
 	log_info("%s: stopping (%s): its closures go back to the queue",

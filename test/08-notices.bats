@@ -15,9 +15,6 @@ load helper
 bats_require_minimum_version 1.5.0
 
 FAKE=$BATS_TEST_DIRNAME/fake-metadata.py
-# The system's python3 when there is one: it starts faster than a shim.
-PYTHON=/usr/bin/python3
-[ -x "$PYTHON" ] || PYTHON=python3
 
 # count PATTERN FILE: lines of FILE matching the extended regex PATTERN.
 count() {

@@ -9,8 +9,6 @@ load helper
 bats_require_minimum_version 1.5.0
 
 ROOT=$BATS_TEST_DIRNAME/..
-PYTHON=/usr/bin/python3
-[ -x "$PYTHON" ] || PYTHON=python3
 export PYTHONPATH=$ROOT/python
 LIB=$MUSTER_BIN/../lib/libmuster-syncpoint.so.0
 

@@ -36,3 +36,84 @@ bats_require_minimum_version 1.5.0
 	[ "$(sort -u out | wc -l)" = 20000 ]
 	echo "# $kills kills; $(dispatchctl job ls | head -3)" >&3
 }
+
+@test "a stranger on a worker's data port takes nothing: without the job's secret it gets 401, and the reader gets every element" {
+	start_dispatchd
+	start_worker a:0
+	id=$(seq 1 40 | dispatchctl dataset add --splits - --reader \
+		'for i in 1 2 3; do echo "$MUSTER_SPLIT.$i"; sleep 0.01; done')
+	dispatchctl read --job j "$id" >out &
+	p=$!
+	BG_PIDS+=("$p")
+	wait_for 30 sh -c "dispatchctl --json job show j | jq -e '.tasks | length > 0'"
+	task=$(dispatchctl --json job show j | jq -r '.tasks[0].id')
+	addr=$(sed -n 's/.*serving data on //p' "$T/a:0.log")
+	strangers=0
+	for k in 1 2 3 4 5 6; do
+		code=$(curl -s -o stranger.$k -w '%{http_code}' "http://$addr/v1/tasks/$task/elements?max=65536")
+		[ "$code" = 401 ]
+		grep -q UNAUTHENTICATED stranger.$k
+		curl -s -o /dev/null -H 'Authorization: Bearer 0123456789abcdef0123456789abcdef' \
+			"http://$addr/v1/tasks/$task/rounds/0?consumer=0" -w '%{http_code}' | grep -qx 401
+		strangers=$((strangers + 1))
+	done
+	wait_exit "$p" 60
+	[ "$STATUS" = 0 ]
+	[ "$(sort out)" = "$(for s in $(seq 1 40); do for i in 1 2 3; do echo "$s.$i"; done; done | sort)" ]
+	# The port is open for its health all the same.
+	curl -sf "http://$addr/healthz"
+}
+
+@test "a worker's data server holds --max-connections: half-sent requests are refused past it and closed after --request-timeout, and reads go on" {
+	start_dispatchd
+	start_worker a:0 --max-connections 8 --request-timeout 2s
+	pid=$WORKER_PID
+	addr=$(sed -n 's/.*serving data on //p' "$T/a:0.log")
+	threads0=$(ls /proc/"$pid"/task | wc -l)
+	# 200 connections that send half a request and hold it.
+	"$PYTHON" - "$addr" 200 >held.log <<'PY' &
+import socket, sys, time
+host, port = sys.argv[1].rsplit(":", 1)
+socks, refused = [], 0
+for i in range(int(sys.argv[2])):
+    s = socket.create_connection((host, int(port)))
+    s.sendall(b"GET /v1/tasks/1/elem")
+    socks.append(s)
+print("connected", flush=True)
+time.sleep(1)
+for s in socks:
+    s.settimeout(0.2)
+    try:
+        if b"503" in s.recv(200):
+            refused += 1
+    except OSError:
+        pass
+print("refused", refused, flush=True)
+time.sleep(6)
+closed = 0
+for s in socks:
+    s.settimeout(0.2)
+    try:
+        if s.recv(200) == b"":
+            closed += 1
+    except OSError:
+        closed += 1
+print("closed", closed, flush=True)
+PY
+	held=$!
+	BG_PIDS+=("$held")
+	wait_grep '^connected' held.log 30
+	threads=$(ls /proc/"$pid"/task | wc -l)
+	fds=$(ls /proc/"$pid"/fd | wc -l)
+	wait_grep '^refused' held.log 30
+	echo "200 connections held: threads $threads0 -> $threads, descriptors $fds, $(grep refused held.log)"
+	[ "$threads" -le $((threads0 + 8)) ]
+	[ "$fds" -le 40 ]
+	[ "$(awk '/^refused/ {print $2}' held.log)" -ge 190 ]
+	# Reads go on once the half-sent ones are closed.
+	wait_grep '^closed 200' held.log 30
+	id=$(seq 1 5 | dispatchctl dataset add --splits - --reader 'echo "$MUSTER_SPLIT"')
+	run -0 dispatchctl read "$id"
+	[ "$(sort <<<"$output")" = "$(seq 1 5 | sort)" ]
+	grep -q 'refusing more' "$T/a:0.log"
+}

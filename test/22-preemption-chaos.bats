@@ -13,7 +13,6 @@ bats_require_minimum_version 1.5.0
 
 LOOP=$BATS_TEST_DIRNAME/../examples/train-loop.sh
 PROXY=$BATS_TEST_DIRNAME/chaos-proxy.py
-PY=$( [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)
 
 # spw NAME ARGS...: pw NAME ARGS, with the socket syncpoint talks to under
 # $T/NAME.tmp (preemptwatch makes it in TMPDIR), so that step_of can ask.
@@ -48,7 +47,7 @@ script() {
 proxy() {
 	local name=$1
 	shift
-	"$PY" "$PROXY" "$MUSTER_COORD" "$T/$name.port" --lifetime 90 "$@" \
+	"$PYTHON" "$PROXY" "$MUSTER_COORD" "$T/$name.port" --lifetime 90 "$@" \
 		2>>"$T/$name.err" &
 	BG_PIDS+=($!)
 	wait_file "$T/$name.port" || return 1

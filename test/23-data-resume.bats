@@ -9,8 +9,6 @@ load helper
 
 bats_require_minimum_version 1.5.0
 
-PY=python3
-[ -x /usr/bin/python3 ] && PY=/usr/bin/python3
 
 # shards N LINES: N files of LINES records each (64 bytes a record) under
 # $T/shards, the sorted records in $T/expected; prints the dataset's id.
@@ -49,7 +47,7 @@ start_pair() {
 	mkfifo "$d/pipe"
 	"$@" >"$d/pipe" 2>>"$d/read.err" &
 	READ_PID=$!
-	"$PY" "$BATS_TEST_DIRNAME/data-consumer.py" "$d" "${DELAY:-0}" <"$d/pipe" 2>>"$d/eat.err" &
+	"$PYTHON" "$BATS_TEST_DIRNAME/data-consumer.py" "$d" "${DELAY:-0}" <"$d/pipe" 2>>"$d/eat.err" &
 	EAT_PID=$!
 	BG_PIDS+=("$READ_PID" "$EAT_PID")
 	wait_file "$d/started" 60
@@ -172,14 +170,14 @@ consume_shared() {
 	# The whole positioned stream: a consumer sees its end; cut short, it
 	# raises rather than end as if the data had.
 	dispatchctl read --positions "$id" >stream
-	run -0 "$PY" -c "
+	run -0 "$PYTHON" -c "
 import sys; sys.path.insert(0, '$BATS_TEST_DIRNAME/../python')
 import muster_data
 s = muster_data.Stream(open('stream', 'rb'))
 print(sum(1 for _ in s), s.position()['done'])"
 	[ "$output" = "12000 4" ]
 	head -c 100000 stream >cut
-	run -1 "$PY" -c "
+	run -1 "$PYTHON" -c "
 import sys; sys.path.insert(0, '$BATS_TEST_DIRNAME/../python')
 import muster_data
 for _ in muster_data.Stream(open('cut', 'rb')): pass"
@@ -218,7 +216,7 @@ for _ in muster_data.Stream(open('cut', 'rb')): pass"
 	id=$(shards 4 8000)
 	# A state part-way: the first 5,000 elements, kept by their reader.
 	dispatchctl read --positions "$id" >stream
-	"$PY" -c "
+	"$PYTHON" -c "
 import json, sys; sys.path.insert(0, '$BATS_TEST_DIRNAME/../python')
 import muster_data
 s = muster_data.Stream(open('stream', 'rb'))

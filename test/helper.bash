@@ -15,6 +15,11 @@ PATH="$MUSTER_BIN:$PATH"
 export PATH
 unset MUSTER_COORD MUSTER_TASK
 
+# The system's python3 when there is one (the one with Debian's modules;
+# it starts faster than a shim).
+PYTHON=/usr/bin/python3
+[ -x "$PYTHON" ] || PYTHON=python3
+
 # Started daemons, to be killed in teardown.
 DAEMON_PIDS=()
 # File systems mounted by small_disk, unmounted in teardown.

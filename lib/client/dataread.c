@@ -149,6 +149,7 @@ struct reader {
 	enum status fail;
 	char failmsg[1024];
 	int closed;       /* the output's reader went away */
+	char secret[33];  /* the job's: workers ask it of its consumers */
 	uint64_t written; /* elements written, under out_mu */
 	json_t *start;    /* the job's start position (DYNAMIC) */
 	char framing[16]; /* the dataset's */
@@ -403,12 +404,14 @@ conn_open(const char *addr, int64_t io_ms)
 	return fd;
 }
 
+/* A request on fd, showing the job's secret to the worker. */
 static int
-send_get(int fd, const char *path, const char *addr)
+send_get(int fd, const char *path, const char *addr, const char *secret)
 {
-	char req[512];
+	char req[640];
 	int n = snprintf(req, sizeof(req),
-	    "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", path, addr);
+	    "GET %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n\r\n",
+	    path, addr, secret);
 	const char *p = req;
 
 	if (n < 0 || (size_t)n >= sizeof(req))
@@ -852,7 +855,7 @@ task_step(struct task *t, int *fd)
 	    r->o->max_bytes, ELEMENTS_WAIT_MS);
 	if (task_io(t, 1) < 0)
 		return STEP_RETRY;
-	rc = send_get(*fd, path, t->addr) < 0 ||
+	rc = send_get(*fd, path, t->addr, r->secret) < 0 ||
 	    (idle_report(t, *fd),
 	        recv_reply(*fd, &t->buf, &t->cap, r->o->max_bytes + REPLY_SLACK,
 	            &rp)) < 0;
@@ -864,7 +867,14 @@ task_step(struct task *t, int *fd)
 		return STEP_RETRY;
 	}
 	/* Not yet known to its worker (dispatchd told us first), or
-	 * refused for now: try again while the task is listed. */
+	 * refused for now: try again while the task is listed. Not the
+	 * job's secret: never will be. */
+	if (rp.code == status_http(ST_UNAUTHENTICATED)) {
+		fail(r, ST_UNAUTHENTICATED, "task %" PRId64 " (%s): %s", t->id,
+		    t->addr, reply_message(&rp));
+		task_set_fd(t, *fd = -1);
+		return STEP_FAIL;
+	}
 	s = rp.code == 200 ? task_take(t, &rp) : STEP_RETRY;
 	if (rp.code != 200)
 		log_debug("task %" PRId64 ": %s replied HTTP %ld", t->id,
@@ -900,7 +910,7 @@ task_ack(struct task *t, int fd)
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	snprintf(path, sizeof(path), "/v1/tasks/%" PRId64 "/elements?max=0",
 	    t->id);
-	if (send_get(fd, path, t->addr) < 0 ||
+	if (send_get(fd, path, t->addr, t->r->secret) < 0 ||
 	    recv_reply(fd, &t->buf, &t->cap, REPLY_SLACK, &rp) < 0)
 		log_debug("task %" PRId64 ": %s: the last reply was not "
 		          "acknowledged",
@@ -1100,7 +1110,7 @@ rr_step(struct reader *r, const struct rr_task *t, int64_t round,
 	snprintf(path, sizeof(path),
 	    "/v1/tasks/%" PRId64 "/rounds/%" PRId64 "?consumer=%ld", t->id,
 	    round, r->o->consumer_index);
-	if (send_get(fd, path, t->addr) < 0 ||
+	if (send_get(fd, path, t->addr, r->secret) < 0 ||
 	    recv_reply(fd, buf, cap, 65536, &rp) < 0)
 		rp.code = 0;
 	pthread_mutex_lock(&r->mu);
@@ -1521,6 +1531,10 @@ job_open(struct reader *r, char *err, size_t errlen)
 		mode = r->o->mode != NULL ? r->o->mode : "dynamic";
 	r->dynamic = strcmp(mode, "dynamic") == 0;
 	r->start = json_incref(json_object_get(reply, "start"));
+	snprintf(r->secret, sizeof(r->secret), "%s",
+	    json_string_value(json_object_get(reply, "secret")) != NULL ?
+	        json_string_value(json_object_get(reply, "secret")) :
+	        "");
 	snprintf(r->framing, sizeof(r->framing), "%s",
 	    json_string_value(json_object_get(reply, "framing")) != NULL ?
 	        json_string_value(json_object_get(reply, "framing")) :

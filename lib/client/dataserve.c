@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -46,6 +47,7 @@
 #include "proc.h"
 #include "splitorder.h"
 #include "text.h"
+#include "token.h"
 
 extern char **environ;
 
@@ -59,6 +61,20 @@ extern char **environ;
 #define WAIT_DEFAULT 1000
 #define WAIT_MAX 60000
 #define REQ_MAX 8192
+/*
+ * A connection must send each request within request_ms (REQUEST_MS by
+ * default) of the last reply (or of its start), unless it holds elements
+ * not yet acknowledged: those
+ * go back to the job if it closes, to another consumer, so an idle one
+ * that holds some is kept (a consumer whose own reader is slow to read
+ * what it wrote may pause for minutes). A reply that cannot be sent for
+ * SEND_MS is given up. TCP keepalive finds a consumer's host that died.
+ */
+#define REQUEST_MS 60000
+#define SEND_MS 60000
+#define CONN_RESERVE 256 /* descriptors kept for closures and readers */
+#define CONN_MIN 16
+#define CONN_MAX 4096
 #define BODY_MAX 65536
 #define SPARE_CAP (4u << 20) /* the largest block kept to be filled again */
 #define REPORT_MS 250        /* between reports of acknowledged ranges */
@@ -114,8 +130,9 @@ struct task {
 	uint64_t repeat, seed;
 	long shard_index, shard_count, consumers;
 	size_t buffer, block;
-	char bad[256]; /* why the task object cannot be read */
-	int cancel[2]; /* readable once the task is dropped */
+	char bad[256];   /* why the task object cannot be read */
+	char secret[33]; /* the job's, asked of consumers; "": none */
+	int cancel[2];   /* readable once the task is dropped */
 	struct task *next;
 
 	pthread_mutex_t mu;
@@ -152,6 +169,9 @@ struct dataserve {
 	char *dispatcher, *worker;
 	char addr[300];
 	int lfd;
+	long max_conns, nconns;
+	int64_t request_ms;
+	unsigned long refused; /* connections over max_conns */
 	pthread_t accept_th;
 	pthread_mutex_t mu;
 	pthread_cond_t idle; /* the last thread ended */
@@ -505,6 +525,10 @@ task_new(struct dataserve *ds, json_t *o)
 	memcpy(t->inc, ds->inc, sizeof(t->inc));
 	t->hb_timeout = ds->hb_timeout;
 	t->reader_skips = json_is_true(json_object_get(o, "reader_skips"));
+	snprintf(t->secret, sizeof(t->secret), "%s",
+	    json_string_value(json_object_get(o, "secret")) != NULL ?
+	        json_string_value(json_object_get(o, "secret")) :
+	        "");
 	t->repeat = (uint64_t)int_field(o, "repeat", 1);
 	t->seed = (uint64_t)int_field(o, "seed", 0);
 	t->shard_index = (long)int_field(o, "shard_index", 0);
@@ -1496,6 +1520,7 @@ out:
 
 struct req {
 	char *method, *path, *query;
+	char auth[80]; /* the bearer token shown, or "" */
 	int keep;
 	size_t len; /* of the request, body included */
 };
@@ -1506,9 +1531,11 @@ reason(int code)
 	switch (code) {
 	case 200: return "OK";
 	case 400: return "Bad Request";
+	case 401: return "Unauthorized";
 	case 404: return "Not Found";
 	case 412: return "Precondition Failed";
 	case 413: return "Payload Too Large";
+	case 429: return "Too Many Requests";
 	default: return "Error";
 	}
 }
@@ -1788,11 +1815,34 @@ send_outcome(struct conn *c, uint64_t id, int gone, int end, char *error,
 	return rc;
 }
 
+/*
+ * Whether the request shows t's job's secret: only the job's consumers,
+ * to whom dispatchd gave it, may take (and acknowledge) its elements.
+ */
+static int
+allowed(const struct task *t, const struct req *r)
+{
+	return t->secret[0] == '\0' ||
+	    token_equal(r->auth, strlen(r->auth), t->secret, strlen(t->secret));
+}
+
+static int
+send_unauthorized(struct conn *c, uint64_t id, int keep)
+{
+	return send_error(c, ST_UNAUTHENTICATED, keep,
+	    "task %" PRIu64 ": the request does not show its job's secret "
+	    "(Authorization: Bearer), which dispatchd gives the job's "
+	    "consumers",
+	    id);
+}
+
 /* GET /v1/tasks/T/elements?max=BYTES&wait=MS; max=0 acknowledges the
  * last reply and asks for nothing, for a consumer about to close. */
 static int
-serve_elements(struct conn *c, uint64_t id, const char *q, int keep)
+serve_elements(struct conn *c, uint64_t id, const struct req *r)
 {
+	const char *q = r->query;
+	int keep = r->keep;
 	size_t max = REPLY_DEFAULT;
 	int64_t wait, until;
 	struct task *t;
@@ -1808,12 +1858,19 @@ serve_elements(struct conn *c, uint64_t id, const char *q, int keep)
 	if (wait_arg(q, WAIT_DEFAULT, &wait) < 0)
 		return send_error(c, ST_INVALID_ARGUMENT, keep,
 		    "wait is not a number of milliseconds");
+	/* Only who took the held chunks may acknowledge them. */
+	if (c->ht != NULL && !allowed(c->ht, r))
+		return send_unauthorized(c, id, keep);
 	conn_release(c, 1);
 	if (max == 0)
 		return send_chunks(c, NULL, keep);
 	if ((t = task_get(c->ds, id)) == NULL)
 		return send_error(c, ST_NOT_FOUND, keep,
 		    "task %" PRIu64 " is not served here", id);
+	if (!allowed(t, r)) {
+		task_unref(t);
+		return send_unauthorized(c, id, keep);
+	}
 	if (t->consumers > 0) {
 		task_unref(t);
 		return send_error(c, ST_FAILED_PRECONDITION, keep,
@@ -1920,8 +1977,10 @@ rounds_fill(struct task *t)
 
 /* GET /v1/tasks/T/rounds/R?consumer=C */
 static int
-serve_round(struct conn *c, uint64_t id, uint64_t r, const char *q, int keep)
+serve_round(struct conn *c, uint64_t id, uint64_t r, const struct req *req)
 {
+	const char *q = req->query;
+	int keep = req->keep;
 	struct chunk one = {0};
 	struct round *rd = NULL;
 	struct task *t;
@@ -1937,6 +1996,10 @@ serve_round(struct conn *c, uint64_t id, uint64_t r, const char *q, int keep)
 	if ((t = task_get(c->ds, id)) == NULL)
 		return send_error(c, ST_NOT_FOUND, keep,
 		    "task %" PRIu64 " is not served here", id);
+	if (!allowed(t, req)) {
+		task_unref(t);
+		return send_unauthorized(c, id, keep);
+	}
 	if (t->consumers == 0 || t->asked == NULL ||
 	    query_arg(q, "consumer", v, sizeof(v)) == NULL ||
 	    parse_long(v, 0, t->consumers - 1, &who) < 0) {
@@ -2016,12 +2079,12 @@ route(struct conn *c, struct req *r)
 		return send_error(c, ST_NOT_FOUND, r->keep, "no such resource");
 	id = strtoull(p + 10, &end, 10);
 	if (strcmp(end, "/elements") == 0)
-		return serve_elements(c, id, r->query, r->keep);
+		return serve_elements(c, id, r);
 	if (strncmp(end, "/rounds/", 8) == 0 && end[8] >= '0' &&
 	    end[8] <= '9') {
 		round = strtoull(end + 8, &end, 10);
 		if (*end == '\0')
-			return serve_round(c, id, round, r->query, r->keep);
+			return serve_round(c, id, round, r);
 	}
 	return send_error(c, ST_NOT_FOUND, r->keep, "no such resource");
 }
@@ -2052,10 +2115,37 @@ header(const char *lines, const char *name, char *out, size_t size)
  * connection is to close (the peer left, or the request cannot be
  * served: then after saying why).
  */
+/*
+ * Receives into p what comes before the request's deadline (none while
+ * the connection holds elements, see REQUEST_MS): bytes received, or -1
+ * when the peer left, the deadline passed or the server stops.
+ */
+static ssize_t
+recv_by(struct conn *c, void *p, size_t n, int64_t deadline)
+{
+	for (;;) {
+		struct pollfd pf = {c->fd, POLLIN, 0};
+		int64_t left = deadline - duration_now_ms();
+		ssize_t got;
+		if (c->held == NULL && left <= 0)
+			return -1;
+		if (poll(&pf, 1, c->held != NULL ? -1 : (int)left) < 0 &&
+		    errno != EINTR)
+			return -1;
+		if (pf.revents == 0)
+			continue;
+		got = recv(c->fd, p, n, MSG_DONTWAIT);
+		if (got < 0 && (errno == EINTR || errno == EAGAIN))
+			continue;
+		return got > 0 ? got : -1;
+	}
+}
+
 static int
 read_request(struct conn *c, struct req *r)
 {
 	char *eoh, *sp, *lines, v[64];
+	int64_t deadline = duration_now_ms() + c->ds->request_ms;
 	size_t head, left;
 	long body = 0;
 	ssize_t n;
@@ -2066,11 +2156,9 @@ read_request(struct conn *c, struct req *r)
 			    "request head larger than %d bytes", REQ_MAX);
 			return -1;
 		}
-		n = recv(c->fd, c->in + c->inlen, sizeof(c->in) - 1 - c->inlen,
-		    0);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
+		n = recv_by(c, c->in + c->inlen, sizeof(c->in) - 1 - c->inlen,
+		    deadline);
+		if (n < 0)
 			return -1;
 		c->inlen += (size_t)n;
 	}
@@ -2093,6 +2181,12 @@ read_request(struct conn *c, struct req *r)
 	if (header(lines, "Connection", v, sizeof(v)) != NULL)
 		r->keep = strcasecmp(v, "close") != 0 &&
 		    (r->keep || strcasecmp(v, "keep-alive") == 0);
+	r->auth[0] = '\0';
+	if (header(lines, "Authorization", r->auth, sizeof(r->auth)) != NULL &&
+	    strncasecmp(r->auth, "Bearer ", 7) == 0)
+		memmove(r->auth, r->auth + 7, strlen(r->auth + 7) + 1);
+	else
+		r->auth[0] = '\0';
 	if (header(lines, "Transfer-Encoding", v, sizeof(v)) != NULL) {
 		send_error(c, ST_INVALID_ARGUMENT, 0,
 		    "a request body in chunks is not read here");
@@ -2112,11 +2206,9 @@ read_request(struct conn *c, struct req *r)
 	r->len = c->inlen;
 	while (left > 0) {
 		char skip[4096];
-		n = recv(c->fd, skip, left < sizeof(skip) ? left : sizeof(skip),
-		    0);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
+		n = recv_by(c, skip, left < sizeof(skip) ? left : sizeof(skip),
+		    deadline);
+		if (n < 0)
 			return -1;
 		left -= (size_t)n;
 	}
@@ -2143,6 +2235,7 @@ conn_main(void *arg)
 	for (pp = &ds->conns; *pp != c; pp = &(*pp)->next)
 		;
 	*pp = c->next;
+	ds->nconns--;
 	pthread_mutex_unlock(&ds->mu);
 	close(c->fd);
 	free(c);
@@ -2156,8 +2249,10 @@ static void
 conn_options(int fd)
 {
 	int one = 1, idle = 30, intvl = 10, cnt = 3;
+	struct timeval tv = {SEND_MS / 1000, 0};
 
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
 	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
 	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
@@ -2184,6 +2279,27 @@ accept_main(void *arg)
 				poll(NULL, 0, 100);
 			continue;
 		}
+		pthread_mutex_lock(&ds->mu);
+		if (ds->nconns >= ds->max_conns) {
+			/* Said at once, without a thread: it goes away. */
+			static const char busy[] =
+			    "HTTP/1.1 503 Service Unavailable\r\n"
+			    "Content-Type: application/json\r\n"
+			    "Content-Length: 76\r\nConnection: close\r\n\r\n"
+			    "{\"error\":{\"code\":\"UNAVAILABLE\",\"message\":"
+			    "\"too many connections; try again\"}}";
+			if (ds->refused++ % 1000 == 0)
+				log_info("data server: %ld connections, the "
+				         "most it serves: refusing more (%lu "
+				         "so far)",
+				    ds->nconns, ds->refused);
+			pthread_mutex_unlock(&ds->mu);
+			(void)!send(fd, busy, sizeof(busy) - 1,
+			    MSG_DONTWAIT | MSG_NOSIGNAL);
+			close(fd);
+			continue;
+		}
+		pthread_mutex_unlock(&ds->mu);
 		conn_options(fd);
 		if ((c = calloc(1, sizeof(*c))) == NULL) {
 			close(fd);
@@ -2194,8 +2310,10 @@ accept_main(void *arg)
 		pthread_mutex_lock(&ds->mu);
 		c->next = ds->conns;
 		ds->conns = c;
+		ds->nconns++;
 		if (ds->stopping || thread_start(ds, conn_main, c) < 0) {
 			ds->conns = c->next;
+			ds->nconns--;
 			close(fd);
 			free(c);
 		}
@@ -2419,6 +2537,17 @@ dataserve_incarnation(struct dataserve *ds, const char *inc,
 	pthread_mutex_unlock(&ds->mu);
 }
 
+long
+dataserve_max_conns(void)
+{
+	struct rlimit rl;
+	long n = CONN_MAX;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+		n = (long)rl.rlim_cur - CONN_RESERVE;
+	return n < CONN_MIN ? CONN_MIN : n > CONN_MAX ? CONN_MAX : n;
+}
+
 const char *
 dataserve_address(const struct dataserve *ds)
 {
@@ -2472,6 +2601,8 @@ dataserve_start(const struct dataserve_config *c, char *err, size_t errlen)
 	ds->c = *c;
 	ds->hb_timeout = 10000;
 	ds->lfd = -1;
+	ds->max_conns = c->max_conns > 0 ? c->max_conns : dataserve_max_conns();
+	ds->request_ms = c->request_ms > 0 ? c->request_ms : REQUEST_MS;
 	if (parse_listen(c->listen, host, sizeof(host), &port) < 0) {
 		snprintf(err, errlen, "%s is not HOST:PORT", c->listen);
 		goto fail;

@@ -5,7 +5,10 @@
  * job's mode gives this worker (or leases them, in DYNAMIC jobs), cuts
  * the reader's output into chunks of whole elements (datawire.h) and
  * buffers them, and consumers fetch them over HTTP from a small server of
- * our own, a thread per connection.
+ * our own, a thread per connection, as many as max_conns: a request for a
+ * task's elements shows the job's secret (Authorization: Bearer), which
+ * dispatchd gives the worker and the job's consumers only; a connection
+ * slow to send a request, or idle without elements held, is closed.
  *
  * Elements a consumer fetched stay held until its next request on the same
  * connection acknowledges them; if the connection closes first they go
@@ -28,7 +31,18 @@ struct dataserve_config {
 	size_t buffer;           /* bytes buffered per task, at most */
 	long lease;              /* DYNAMIC splits leased ahead, 1 to 1024 */
 	const sigset_t *unblock; /* signals the readers get unblocked */
+	long max_conns;          /* connections served at once; 0: from the
+	                 * limit on open files (dataserve_max_conns) */
+	int64_t request_ms;      /* to send a request in; 0: 60 s */
 };
+
+/*
+ * The connections a data server serves at once by default: what the limit
+ * on open files leaves once a reserve for the worker's own descriptors
+ * (closures' and readers' pipes, its calls to dispatchd) is set aside, from
+ * 16 to 4096 (a thread each).
+ */
+long dataserve_max_conns(void);
 
 /* Listens (at once, so that the address can be advertised); NULL and why
  * in err when it cannot. */
