@@ -52,7 +52,8 @@ static const char synopsis[] =
     "[--max-output BYTES]\n"
     "                  [--dir DIR] [--serve COMMAND] [--listen ADDR]\n"
     "                  [--host NAME] [--buffer BYTES] [--lease N]\n"
-    "                  [--max-connections N] [--request-timeout DUR]\n";
+    "                  [--max-connections N] [--request-timeout DUR]\n"
+    "                  [--reader-retries N]\n";
 
 #define ERR_TAIL 4096
 #define POLL_MS 30000
@@ -71,6 +72,7 @@ struct opts {
 	long lease;
 	long max_conns;
 	int64_t request_ms;
+	long reader_retries;
 };
 
 /* A resource, as built on this worker in this incarnation. */
@@ -1211,6 +1213,7 @@ parse_args(int argc, char **argv, struct opts *o)
 	    {"lease", required_argument, NULL, 'l'},
 	    {"max-connections", required_argument, NULL, 'C'},
 	    {"request-timeout", required_argument, NULL, 'R'},
+	    {"reader-retries", required_argument, NULL, 'r'},
 	    {"verbose", no_argument, NULL, 'v'},
 	    CLI_STD_LONGOPTS,
 	    {NULL, 0, NULL, 0},
@@ -1224,6 +1227,7 @@ parse_args(int argc, char **argv, struct opts *o)
 	o->listen = "127.0.0.1:0";
 	o->buffer = 64u << 20;
 	o->lease = 16;
+	o->reader_retries = 3;
 	o->grace = 10000;
 	o->max_output = 1u << 20;
 	o->start_delay_max = 0;
@@ -1302,6 +1306,11 @@ parse_args(int argc, char **argv, struct opts *o)
 			        optarg, 1, &o->request_ms) != 0)
 				return 2;
 			break;
+		case 'r':
+			if (cli_number_flag(synopsis, "--reader-retries",
+			        optarg, 0, 1000, &o->reader_retries) != 0)
+				return 2;
+			break;
 		case 'v': verbose = 1; break;
 		default: return cli_std_option(c, synopsis);
 		}
@@ -1370,7 +1379,7 @@ main(int argc, char **argv)
 	/* Listening first: registration advertises the address. */
 	struct dataserve_config dsc = {wk->o.listen, wk->o.host, wk->o.addr,
 	    wk->o.task, wk->o.buffer, wk->o.lease, &wk->blocked,
-	    wk->o.max_conns, wk->o.request_ms};
+	    wk->o.max_conns, wk->o.request_ms, wk->o.reader_retries};
 	if ((wk->ds = dataserve_start(&dsc, err, sizeof(err))) == NULL) {
 		rc = cli_fail(ST_UNAVAILABLE, "%s", err);
 		goto out;

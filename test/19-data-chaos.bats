@@ -117,3 +117,23 @@ PY
 	[ "$(sort <<<"$output")" = "$(seq 1 5 | sort)" ]
 	grep -q 'refusing more' "$T/a:0.log"
 }
+
+@test "a reader killed by a signal (an OOM kill) is run again from the element after its last, up to --reader-retries; past that the job fails" {
+	start_dispatchd
+	start_worker a:0 --reader-retries 2
+	# Each split's reader dies once, by SIGKILL, half-way into an element.
+	id=$(seq 1 6 | dispatchctl dataset add --splits - --reader \
+		'for i in 1 2 3 4 5; do echo "$MUSTER_SPLIT.$i"; if [ $i = 3 ] && mkdir "'"$T"'/died.$MUSTER_SPLIT.$MUSTER_JOB" 2>/dev/null; then printf half; kill -9 $$; fi; done')
+	want=$(for s in 1 2 3 4 5 6; do for i in 1 2 3 4 5; do echo "$s.$i"; done; done | sort)
+	run -0 dispatchctl read "$id"
+	[ "$(sort <<<"$output")" = "$want" ]
+	[ "$(grep -c 'reading it again from element 3 (1 of 2)' "$T/a:0.log")" = 6 ]
+	# The static modes too.
+	run -0 dispatchctl read --mode off "$id"
+	[ "$(sort <<<"$output")" = "$want" ]
+	# One killed every time fails the job after its tries, saying so.
+	id=$(seq 1 2 | dispatchctl dataset add --splits - --reader 'echo "$MUSTER_SPLIT"; kill -9 $$')
+	run -10 dispatchctl read "$id"
+	[[ $output == *"killed by SIGKILL"* ]]
+	grep -q '(2 of 2)' "$T/a:0.log"
+}

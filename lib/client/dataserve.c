@@ -581,6 +581,8 @@ struct rd {
 	uint32_t count;         /* elements in the open chunk */
 	uint64_t ee;            /* elements of the epoch so far (DATA) */
 	uint64_t lease_id;      /* of the next lease request (from 1) */
+	uint64_t resume;        /* elements before it were served already: a
+	                  * reader killed while reading the split wrote them */
 	struct skip *skip;      /* ranges to drop, sorted */
 	size_t nskip, sk;
 	struct buf tail; /* the reader's stderr, its last bytes */
@@ -853,6 +855,8 @@ elem_kept(struct rd *rd)
 {
 	struct task *t = rd->t;
 
+	if (rd->e < rd->resume)
+		return 0;
 	while (rd->sk < rd->nskip && rd->skip[rd->sk].b <= rd->e)
 		rd->sk++;
 	if (rd->sk < rd->nskip && rd->skip[rd->sk].a <= rd->e)
@@ -1205,6 +1209,44 @@ rd_last_element(struct rd *rd, const struct split *sp)
 	return -1;
 }
 
+/*
+ * Whether a reader's status says a signal killed it (an OOM kill, say):
+ * killed itself, or a shell that ran it saying so (128 + the signal).
+ */
+static int
+killed(int status)
+{
+	return WIFSIGNALED(status) ||
+	    (WIFEXITED(status) && WEXITSTATUS(status) > 128 &&
+	        WEXITSTATUS(status) < 128 + 32);
+}
+
+/*
+ * A reader killed by a signal is run again on its split, up to
+ * reader_retries times: the elements it wrote are served already, so the
+ * next one's are dropped up to there (or it starts there, if it skips),
+ * and what it was writing when it died goes.
+ */
+static int
+rd_again(struct rd *rd, const struct split *sp, int status, int tries)
+{
+	char how[64];
+
+	if (!killed(status) || tries >= rd->t->ds->c.reader_retries)
+		return 0;
+	log_info("task %" PRIu64 ": reader %s on split '%s' (index %" PRIu64
+	         "): reading it again from element %" PRIu64 " (%d of %ld)",
+	    rd->t->id, proc_status_text(status, how, sizeof(how)), sp->text,
+	    sp->index, rd->e, tries + 1, rd->t->ds->c.reader_retries);
+	rd->resume = rd->e;
+	if (rd->blk != NULL)
+		rd->fill = rd->s;
+	rd->cstart = rd->s;
+	rd->seen = 0;
+	rd->count = 0;
+	return 1;
+}
+
 /* Reads split sp whole: 0, or -1 when the task stopped (dropped, or
  * failed). */
 static int
@@ -1212,8 +1254,8 @@ read_split(struct rd *rd, const struct split *sp)
 {
 	struct task *t = rd->t;
 	char msg[512];
-	uint64_t skip0;
-	int out, err, status, rc;
+	uint64_t skip0, ee0 = rd->ee;
+	int out, err, status, rc, tries = 0;
 	pid_t pid;
 
 	if (rd_skips(rd, sp->skip, &skip0) < 0) {
@@ -1223,7 +1265,13 @@ read_split(struct rd *rd, const struct split *sp)
 		return -1;
 	}
 	rd->seq = sp->seq;
+	rd->resume = 0;
+again:
+	rd->sk = 0;
+	if (t->reader_skips && rd->resume > skip0)
+		skip0 = rd->resume;
 	rd->e = t->reader_skips ? skip0 : 0;
+	rd->ee = ee0 + rd->e;
 	rd->count = 0;
 	buf_reset(&rd->tail);
 	rd->logged = 0;
@@ -1240,6 +1288,8 @@ read_split(struct rd *rd, const struct split *sp)
 		kill(-pid, SIGKILL);
 	status = reader_wait(t, pid);
 	if (rc == 0 && rd->why == NULL) {
+		if (status != 0 && rd_again(rd, sp, status, tries++))
+			goto again;
 		if (status != 0) {
 			reader_failed(rd, sp, status);
 			return -1;

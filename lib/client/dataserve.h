@@ -31,9 +31,12 @@ struct dataserve_config {
 	size_t buffer;           /* bytes buffered per task, at most */
 	long lease;              /* DYNAMIC splits leased ahead, 1 to 1024 */
 	const sigset_t *unblock; /* signals the readers get unblocked */
-	long max_conns;          /* connections served at once; 0: from the
-	                 * limit on open files (dataserve_max_conns) */
-	int64_t request_ms;      /* to send a request in; 0: 60 s */
+	/* Connections served at once; 0: from the limit on open files
+	 * (dataserve_max_conns). */
+	long max_conns;
+	int64_t request_ms; /* to send a request in; 0: 60 s */
+	/* Runs again of a reader killed by a signal, per split. */
+	long reader_retries;
 };
 
 /*
