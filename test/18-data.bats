@@ -98,6 +98,12 @@ expected() {
 		'[ $((MUSTER_SPLIT % MUSTER_SHARD_COUNT)) = $MUSTER_SHARD_INDEX ] && echo "$MUSTER_SPLIT.1" || true')
 	dispatchctl read --mode hint "$hint" >out.hint
 	[ "$(sort out.hint)" = "$(expected 6 1)" ]
+	# A worker not in the list may not register (as upstream), and takes
+	# no shard.
+	run -6 workerloop -t c:0
+	[[ $output == *"not one of dispatchd's --static-workers (a:0,b:0)"* ]]
+	dispatchctl read --mode file "$id" >out.again
+	[ "$(sort out.again)" = "$(expected 6 4)" ]
 	# Without --static-workers a static mode is refused.
 	kill "$DISPATCH_PID"
 	start_dispatchd

@@ -501,6 +501,25 @@ static_index(struct ds *ds, const char *name)
 	return -1;
 }
 
+enum status
+ds_worker_admit(struct ds *ds, const char *name, char *msg, size_t msglen)
+{
+	struct buf list = {0};
+
+	if (ds->cfg.nstatic == 0 || static_index(ds, name) >= 0)
+		return ST_OK;
+	for (size_t i = 0; i < ds->cfg.nstatic; i++)
+		buf_printf(&list, "%s%s", i > 0 ? "," : "",
+		    ds->cfg.static_workers[i]);
+	snprintf(msg, msglen,
+	    "worker %s is not one of dispatchd's --static-workers (%s): the "
+	    "static sharding modes give each listed worker its shard, and "
+	    "no other worker may register",
+	    name, list.data != NULL ? list.data : "");
+	buf_free(&list);
+	return ST_FAILED_PRECONDITION;
+}
+
 static int
 job_has_client(const struct ds_job *j, uint64_t id)
 {

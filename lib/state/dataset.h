@@ -209,6 +209,13 @@ enum status ds_client_beat(struct ds *ds, struct ds_client *c, json_t *body,
     int64_t now, json_t **reply, char *msg, size_t msglen);
 void ds_client_release(struct ds *ds, struct ds_client *c, int64_t now);
 
+/*
+ * Whether worker name may register: with static workers, only those
+ * listed (as upstream's worker addresses); ST_FAILED_PRECONDITION, and
+ * why in msg, otherwise.
+ */
+enum status ds_worker_admit(struct ds *ds, const char *name, char *msg,
+    size_t msglen);
 /* A worker (that serves data at address) came, or came back. */
 void ds_worker_up(struct ds *ds, const char *name, uint64_t inc,
     const char *address, const char *host);

@@ -1331,6 +1331,11 @@ worker_route(struct http_req *req, const struct route_match *m, void *arg)
 			    "slots must be 1 to 4096");
 			goto out;
 		}
+		if ((st = ds_worker_admit(d->ds, name, msg, sizeof(msg))) !=
+		    ST_OK) {
+			http_reply_error(req, st, "%s", msg);
+			goto out;
+		}
 		if ((w = cq_register(d->cq, name, n, now, msg, sizeof(msg))) ==
 		    NULL) {
 			http_reply_error(req, ST_INVALID_ARGUMENT, "%s", msg);
