@@ -1136,6 +1136,8 @@ job_state(json_t *j)
 {
 	if (json_is_string(json_object_get(j, "error")))
 		return "failed";
+	if (json_is_true(json_object_get(j, "kept")))
+		return "kept";
 	return json_is_true(json_object_get(j, "finished")) ? "finished" :
 	                                                      "running";
 }
@@ -1155,9 +1157,10 @@ print_job_line(json_t *j)
 static void
 print_job(json_t *j)
 {
-	static const char *const fields[] = {"id", "name", "dataset", "mode",
-	    "repeat", "seed", "consumers", "clients", "finished", "error",
-	    "splits", "done", "leased", "next", NULL};
+	static const char *const fields[] = {"id", "name", "iteration", "run",
+	    "dataset", "mode", "repeat", "seed", "consumers", "clients",
+	    "finished", "kept", "error", "splits", "done", "leased", "next",
+	    NULL};
 	json_t *t;
 	size_t i;
 

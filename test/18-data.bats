@@ -281,14 +281,33 @@ expected() {
 	run -1 dispatchctl checkpoint --job nosuch
 }
 
-@test "an abandoned job is collected after the client and GC timeouts" {
+@test "an abandoned job: kept with its position if named and dynamic, collected otherwise, after the client and GC timeouts" {
 	start_dispatchd --client-timeout 1s --job-gc-timeout 1s
 	start_worker a:0
-	id=$(dataset 100 1 'sleep 0.2; echo "$MUSTER_SPLIT"')
-	dispatchctl read --job gone "$id" >out &
+	id=$(dataset 100 1 'sleep 0.05; echo "$MUSTER_SPLIT"')
+	dispatchctl read --job kept "$id" >out1 &
 	p=$!
 	BG_PIDS+=("$p")
-	wait_file out
+	wait_for 30 sh -c '[ $(wc -l <out1) -ge 20 ]'
+	kill -9 "$p"
+	# Past the timeouts it is kept, without tasks: its position stays.
+	wait_for 30 sh -c "dispatchctl job ls | grep -q ' kept\$'"
+	run -0 dispatchctl --json job show kept
+	[ "$(jq -c '[.kept, .iteration, (.tasks | length)]' <<<"$output")" = '[true,1,0]' ]
+	jq -e '.done >= 15' <<<"$output"
+	dispatchctl checkpoint --job kept | jq -e '.next > 0'
+	# Read again, it goes on from there: every element at least once, and
+	# not all of them again.
+	dispatchctl read --job kept "$id" >out2
+	[ "$(sort -u out1 out2)" = "$(seq 1 100 | sort)" ]
+	[ "$(wc -l <out2)" -lt 90 ]
+	run -0 dispatchctl --json job show kept
+	[ "$(jq -c '[.kept, .iteration, .finished]' <<<"$output")" = '[false,1,true]' ]
+	# A job of a reader's own, or in another mode, is collected.
+	dispatchctl read --job gone --mode off "$id" >out3 &
+	p=$!
+	BG_PIDS+=("$p")
+	wait_file out3
 	kill -9 "$p"
 	wait_for 30 sh -c '! dispatchctl job show gone >/dev/null 2>&1'
 	run -1 dispatchctl job show gone

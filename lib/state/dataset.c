@@ -61,7 +61,9 @@ enum {
 	R_OPEN,
 	R_LEASE,
 	R_DONE,
-	R_END /* a snapshot's last: how many records came before */
+	R_END, /* a snapshot's last: how many records came before */
+	R_JOB2 /* R_JOB and its iteration, retirement, start, secret, run,
+	        * kept: the one written now (R_JOB is still read) */
 };
 
 static void jr_dataset(struct ds *ds, const struct ds_dataset *d);
@@ -536,7 +538,7 @@ task_make(struct ds *ds, struct ds_job *j, struct ds_worker *w, int pending)
 	struct ds_task *t, **pp;
 	long shard = 0;
 
-	if (j->finished || !w->live)
+	if (j->finished || j->kept || !w->live)
 		return;
 	if (is_static(j->mode)) {
 		if ((shard = static_index(ds, w->name)) < 0)
@@ -991,6 +993,7 @@ job_make(struct ds *ds, json_t *req, struct ds_dataset *d, enum ds_mode mode,
 }
 
 static void job_collect(struct ds *ds, struct ds_job *j);
+static void job_unkeep(struct ds *ds, struct ds_job *j);
 
 /* What a reader of a name does with the job that has it. */
 enum { JOIN, ANEW, CONFLICT, NOMEM };
@@ -1130,6 +1133,8 @@ ds_job_open(struct ds *ds, json_t *req, int64_t now, struct ds_job **job,
 			job_collect(ds, j);
 		j = NULL;
 	}
+	if (j != NULL && j->kept)
+		job_unkeep(ds, j);
 	if (j != NULL) {
 		const char *what = j->ds != d  ? "dataset" :
 		    j->mode != mode            ? "mode" :
@@ -1212,14 +1217,15 @@ ds_job_json(const struct ds_job *j)
 		    json_pack("{s:I,s:s,s:s,s:I}", "id", (json_int_t)t->id,
 		        "worker", t->w->name, "state", task_state_name(t),
 		        "leased", (json_int_t)t->leases.count));
-	return json_pack("{s:I,s:o,s:I,s:b,s:o,s:I,s:s,s:I,s:I,s:o,s:I,s:b,s:o,"
-	                 "s:I,s:o,s:I,s:o,s:o}",
+	return json_pack("{s:I,s:o,s:I,s:b,s:b,s:o,s:I,s:s,s:I,s:I,s:o,s:I,s:b,"
+	                 "s:o,s:I,s:o,s:I,s:o,s:o}",
 	    "id", (json_int_t)j->id, "name",
 	    j->name != NULL ? json_string(j->name) : json_null(), "iteration",
-	    (json_int_t)j->iteration, "retired", j->retired, "run",
-	    j->run != NULL ? json_string(j->run) : json_null(), "dataset",
-	    (json_int_t)j->ds->id, "mode", ds_mode_name(j->mode), "repeat",
-	    (json_int_t)j->repeat, "seed", (json_int_t)j->seed, "consumers",
+	    (json_int_t)j->iteration, "retired", j->retired, "kept", j->kept,
+	    "run", j->run != NULL ? json_string(j->run) : json_null(),
+	    "dataset", (json_int_t)j->ds->id, "mode", ds_mode_name(j->mode),
+	    "repeat", (json_int_t)j->repeat, "seed", (json_int_t)j->seed,
+	    "consumers",
 	    j->consumers > 0 ? json_integer(j->consumers) : json_null(),
 	    "clients", (json_int_t)j->nclients, "finished", j->finished,
 	    "error", j->error != NULL ? json_string(j->error) : json_null(),
@@ -1883,6 +1889,50 @@ ds_task_end(struct ds *ds, struct ds_task *t, int failed, const char *message)
 
 /* Collection. */
 
+/*
+ * Whether an idle job is kept rather than collected: one whose position
+ * says what was read and what was not (DYNAMIC), under a name a reader
+ * can come back with, and not over. tf.data keeps jobs with visitation
+ * guarantees likewise.
+ */
+static int
+job_keeps(const struct ds_job *j)
+{
+	return j->eff == DS_DYNAMIC && j->name != NULL && !j->retired &&
+	    !job_ended(j);
+}
+
+/*
+ * An idle job is kept with its position, but not its tasks: its splits
+ * go back to its queue, delivered ranges and all, and workers let go of
+ * what they buffered for it. A reader that comes back gets new tasks.
+ */
+static void
+job_keep(struct ds *ds, struct ds_job *j)
+{
+	while (j->tasks != NULL) {
+		struct ds_task *t = j->tasks;
+		struct ds_worker *w = t->w;
+		jr_gone(ds, R_TASK_GONE, j->id, t->id);
+		task_release_leases(ds, t);
+		j->tasks = t->next;
+		task_free(t);
+		tasks_changed(ds, w);
+	}
+	j->kept = 1;
+	jr_job(ds, j);
+}
+
+/* A kept job read again: tasks on every worker, as for a new one. */
+static void
+job_unkeep(struct ds *ds, struct ds_job *j)
+{
+	j->kept = 0;
+	jr_job(ds, j);
+	for (struct ds_worker *w = ds->workers; w != NULL; w = w->next)
+		task_make(ds, j, w, 0);
+}
+
 static void
 job_collect(struct ds *ds, struct ds_job *j)
 {
@@ -1916,8 +1966,12 @@ ds_scan(struct ds *ds, int64_t now)
 			if (now - c->last_seen >= ct)
 				ds_client_release(ds, c, now);
 		}
-		if (j->nclients == 0 && now - j->idle_since >= gt)
-			job_collect(ds, j);
+		if (j->nclients == 0 && now - j->idle_since >= gt) {
+			if (!job_keeps(j))
+				job_collect(ds, j);
+			else if (!j->kept)
+				job_keep(ds, j);
+		}
 	}
 }
 
@@ -2056,12 +2110,13 @@ enc_job(struct rec_out *o, const struct ds_job *j)
 	rec_put_u(o, j->finished_shards != NULL);
 	if (j->finished_shards != NULL)
 		rec_put_bytes(o, j->finished_shards, (size_t)j->shards);
-	/* Added later, at the end: a record without them still reads. */
+	/* R_JOB2's. */
 	rec_put_u(o, j->iteration);
 	rec_put_u(o, (uint64_t)j->retired);
 	rec_put_s(o, j->start);
 	rec_put_s(o, j->secret);
 	rec_put_s(o, j->run);
+	rec_put_u(o, (uint64_t)j->kept);
 }
 
 static void
@@ -2186,7 +2241,7 @@ jr_job(struct ds *ds, const struct ds_job *j)
 {
 	struct rec_out o;
 
-	if (!jr_begin(ds, &o, R_JOB))
+	if (!jr_begin(ds, &o, R_JOB2))
 		return;
 	enc_job(&o, j);
 	jr_end(ds, &o);
@@ -2319,7 +2374,7 @@ snap_job(struct rec_out *o, struct buf *tmp, const struct ds_job *j)
 	void **cv;
 	size_t n;
 
-	snap_begin(&r, tmp, R_JOB);
+	snap_begin(&r, tmp, R_JOB2);
 	enc_job(&r, j);
 	snap_end(o, &r);
 	for (struct ds_task *t = j->tasks; t != NULL; t = t->next) {
@@ -2609,8 +2664,9 @@ same_name(const char *a, const char *b)
 	return a == NULL ? b == NULL : b != NULL && strcmp(a, b) == 0;
 }
 
+/* A job's record: R_JOB, or R_JOB2 (v2) with the fields after. */
 static int
-apply_job(struct ds *ds, struct rec_in *in, int64_t now, char *err,
+apply_job(struct ds *ds, struct rec_in *in, int v2, int64_t now, char *err,
     size_t errlen)
 {
 	uint64_t id = rec_get_u(in);
@@ -2628,20 +2684,21 @@ apply_job(struct ds *ds, struct rec_in *in, int64_t now, char *err,
 	struct ds_dataset *d = dataset_by_id(ds, dsid);
 	struct ds_job *j;
 
-	uint64_t iteration = 1, retired = 0;
+	uint64_t iteration = 1, retired = 0, kept = 0;
 	char *start = NULL, *secret = NULL, *run = NULL;
 
 	if (!in->err && hasfs == 1 && shards <= rec_left(in))
 		fs = rec_get_bytes(in, (size_t)shards);
-	if (!in->err && rec_left(in) > 0) {
+	if (v2) {
 		iteration = rec_get_u(in);
 		retired = rec_get_u(in);
 		start = rec_get_s(in, DS_TEXT_MAX);
 		secret = rec_get_s(in, 32);
 		run = rec_get_s(in, DS_NAME_MAX);
+		kept = rec_get_u(in);
 	}
 	if (ended_badly(in) || mode > DS_HINT || hasfs > 1 || finished > 1 ||
-	    iteration == 0 || retired > 1 ||
+	    iteration == 0 || retired > 1 || kept > 1 ||
 	    (secret != NULL && strlen(secret) != 32) ||
 	    (run != NULL && !run_ok(run)) ||
 	    (mode == DS_FILE_OR_DATA ? eff != DS_FILE && eff != DS_DATA :
@@ -2704,6 +2761,7 @@ apply_job(struct ds *ds, struct rec_in *in, int64_t now, char *err,
 	free(secret);
 	free(j->run);
 	j->run = run;
+	j->kept = (int)kept;
 	j->rr_latest = latest;
 	j->rr_target = target;
 	j->rr_delta = delta;
@@ -3069,7 +3127,8 @@ apply_one(struct ds *ds, struct rec_in *in, int64_t now, char *err,
 	case R_DATASET: return apply_dataset(ds, in, err, errlen);
 	case R_DSNAME: return apply_dsname(ds, in, err, errlen);
 	case R_WORKER: return apply_worker(ds, in, err, errlen);
-	case R_JOB: return apply_job(ds, in, now, err, errlen);
+	case R_JOB: return apply_job(ds, in, 0, now, err, errlen);
+	case R_JOB2: return apply_job(ds, in, 1, now, err, errlen);
 	case R_JOB_GONE: return apply_job_gone(ds, in, err, errlen);
 	case R_TASK: return apply_task(ds, in, err, errlen);
 	case R_TASK_GONE: return apply_task_gone(ds, in, err, errlen);

@@ -112,6 +112,7 @@ struct ds_job {
 	int retired;        /* ended, and its name read anew by a newer one */
 	char *start;        /* where it began: a position's JSON; NULL: at 0 */
 	char *run;          /* the run of the training job that read it */
+	int kept;           /* idle past the GC timeout: kept, without tasks */
 	char secret[33];    /* consumers show it to workers' data servers */
 	struct ds_dataset *ds;
 	enum ds_mode mode; /* as asked */
