@@ -40,6 +40,7 @@
 #include "log.h"
 #include "parse.h"
 #include "proc.h"
+#include "sigfd.h"
 #include "task.h"
 #include "text.h"
 
@@ -96,6 +97,7 @@ struct worker {
 	char workdir[1024];
 	int made_workdir;
 	sigset_t blocked;
+	int sigfd; /* SIGTERM, SIGINT and SIGHUP, as they come */
 	struct slot *slots;
 	int hb_cancel[2];
 	char err[512]; /* why registering failed */
@@ -1311,6 +1313,34 @@ parse_args(int argc, char **argv, struct opts *o)
 	return 0;
 }
 
+static const int stop_sigs[] = {SIGTERM, SIGINT, SIGHUP};
+
+/*
+ * The first registration, for as long as dispatchd is away, but no longer
+ * than a signal: SIGTERM or SIGINT ends it at once (exit 128 + the
+ * signal), as before any work was taken there is nothing to hand back.
+ * 0, or the exit code.
+ */
+static int
+register_first(struct worker *wk, struct dispatch_client *dc)
+{
+	enum status st;
+	int sig;
+
+	dispatch_client_set_cancel(dc, wk->sigfd);
+	while ((st = register_worker(wk, dc)) == ST_CANCELLED) {
+		if ((sig = sigfd_read(wk->sigfd)) == SIGHUP || sig == 0)
+			continue;
+		log_info("%s: stopped by %s before it could register with %s",
+		    wk->o.task, strsignal(sig), wk->o.addr);
+		return 128 + sig;
+	}
+	dispatch_client_set_cancel(dc, -1);
+	if (st != ST_OK)
+		return cli_fail(st, "%s", wk->err);
+	return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -1328,11 +1358,12 @@ main(int argc, char **argv)
 	wk->o.task = strdup(task_format(&tn, name, sizeof(name)));
 	pthread_mutex_init(&wk->mu, NULL);
 	pthread_cond_init(&wk->cond, NULL);
-	sigemptyset(&wk->blocked);
-	sigaddset(&wk->blocked, SIGTERM);
-	sigaddset(&wk->blocked, SIGINT);
-	sigaddset(&wk->blocked, SIGHUP);
-	pthread_sigmask(SIG_BLOCK, &wk->blocked, NULL);
+	/* Before any thread starts: every thread has them blocked, and they
+	 * wait on the descriptor (a shell may have started us with them
+	 * ignored: they are ours again). */
+	if ((wk->sigfd = sigfd_open(stop_sigs,
+	         sizeof(stop_sigs) / sizeof(stop_sigs[0]), &wk->blocked)) < 0)
+		return cli_fail(ST_INTERNAL, "signalfd: %s", strerror(errno));
 	signal(SIGPIPE, SIG_IGN);
 	if (wk->o.dir != NULL) {
 		snprintf(wk->workdir, sizeof(wk->workdir), "%s", wk->o.dir);
@@ -1359,11 +1390,8 @@ main(int argc, char **argv)
 		rc = cli_fail(ST_UNAVAILABLE, "%s", err);
 		goto out;
 	}
-	enum status st = register_worker(wk, dc);
-	if (st != ST_OK) {
-		rc = cli_fail(st, "%s", wk->err);
+	if ((rc = register_first(wk, dc)) != 0)
 		goto out;
-	}
 	if (pipe2(wk->hb_cancel, O_CLOEXEC) < 0 ||
 	    (wk->slots = calloc((size_t)wk->o.slots, sizeof(*wk->slots))) ==
 	        NULL) {
