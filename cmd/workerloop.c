@@ -341,7 +341,7 @@ run_resource(struct slot *s, char **argv, const char *dir, char *err,
 		    strerror(errno));
 		return -1;
 	}
-	if ((env = proc_env(environ, set)) == NULL ||
+	if ((env = proc_env_child(environ, set)) == NULL ||
 	    pipe2(ep, O_CLOEXEC) < 0 ||
 	    (devnull = open("/dev/null", O_RDWR | O_CLOEXEC)) < 0) {
 		free(env);
@@ -575,7 +575,7 @@ run_fork(struct slot *s, struct run *r)
 	json_array_foreach(jargv, i, v)
 		argv[i] = (char *)json_string_value(v);
 	owned = closure_vars(s, r);
-	env = owned != NULL ? proc_env(environ, owned) : NULL;
+	env = owned != NULL ? proc_env_child(environ, owned) : NULL;
 	if (in.len > 0) {
 		if (pipe2(ip, O_CLOEXEC) < 0)
 			ip[0] = ip[1] = -1;
@@ -781,7 +781,7 @@ serve_start(struct slot *s, char *err, size_t errlen)
 
 	snprintf(envs, sizeof(envs), "MUSTER_SLOT=%d", s->n);
 	snprintf(envw, sizeof(envw), "MUSTER_WORKER=%s", s->wk->o.task);
-	if ((env = proc_env(environ, set)) == NULL)
+	if ((env = proc_env_child(environ, set)) == NULL)
 		return -1;
 	if (pipe2(ip, O_CLOEXEC) < 0) {
 		free(env);

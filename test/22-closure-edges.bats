@@ -33,3 +33,56 @@ bats_require_minimum_version 1.5.0
 	wait_for 30 worker_live worker:1
 	running "$pid"
 }
+
+# creds_env: the environment of a worker that holds every credential
+# muster knows of (the token dispatchd asks for, others made up).
+creds_env() {
+	export MUSTER_TOKEN_FILE=$T/token MUSTER_TASK_SECRET=task-secret-0123456789 \
+		MUSTER_TOKEN=raw-token-0123456789 MUSTER_TLS_CERT_FILE=$T/client.pem \
+		MUSTER_TLS_KEY_FILE=$T/client.key MUSTER_TLS_CA_FILE=$T/ca.pem \
+		KEEP_ME=kept
+}
+
+# no_creds FILE: FILE (an environment, or several) holds none of them.
+no_creds() {
+	if grep -E '^MUSTER_(TOKEN|TOKEN_FILE|TASK_SECRET|TLS_CERT_FILE|TLS_KEY_FILE)=|the-cluster-token|task-secret|raw-token' "$1"; then
+		echo "a credential in $1" >&2
+		return 1
+	fi
+}
+
+@test "closures, --serve processes, resources and readers never see muster's credentials; a closure given one on purpose has it" {
+	printf 'the-cluster-token-0123456789\n' >token
+	chmod 600 token
+	start_dispatchd --token-file "$T/token"
+	creds_env
+	workerloop -t worker:0 2>>"$T/worker:0.log" &
+	BG_PIDS+=($!)
+	workerloop -t worker:1 --serve 'env >"$MUSTER_SLOT.serve-env"; exec /usr/bin/python3 '"$BATS_TEST_DIRNAME"'/../examples/serve.py' 2>>"$T/worker:1.log" &
+	BG_PIDS+=($!)
+	wait_for 10 eval '[ "$(dispatchctl --json status | jq "[.workers[] | select(.live)] | length")" = 2 ]'
+	dispatchctl resource add envdump -- sh -c 'env >"$MUSTER_RESOURCE_DIR/env"'
+	id=$(dispatchctl schedule --on worker:0 --needs envdump -- sh -c 'env; echo ==; cat "$MUSTER_RESOURCE_ENVDUMP/env"')
+	dispatchctl fetch --timeout 30s "$id" >closure.env
+	grep -qx 'KEEP_ME=kept' closure.env
+	grep -qx "MUSTER_TLS_CA_FILE=$T/ca.pem" closure.env
+	grep -qx "MUSTER_CLOSURE_ID=$id" closure.env
+	no_creds closure.env
+	# Given on purpose (--env), it is there: a closure may call dispatchctl.
+	id=$(dispatchctl schedule --on worker:0 --env MUSTER_TOKEN_FILE="$T/token" -- dispatchctl status)
+	run -0 dispatchctl fetch --timeout 30s "$id"
+	# The --serve process and what it runs.
+	id=$(dispatchctl schedule --on worker:1 -- sh -c env)
+	dispatchctl fetch --timeout 30s "$id" >serve.env
+	wait_file 0.serve-env
+	cat serve.env 0.serve-env >both.env
+	grep -qx 'KEEP_ME=kept' both.env
+	no_creds both.env
+	# A dataset's reader.
+	echo one >splits
+	ds=$(dispatchctl dataset add --splits splits --reader 'env')
+	dispatchctl read --timeout 60s "$ds" >reader.env
+	grep -qx 'KEEP_ME=kept' reader.env
+	grep -qx 'MUSTER_SPLIT=one' reader.env
+	no_creds reader.env
+}
