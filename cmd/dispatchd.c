@@ -166,6 +166,7 @@ parse_args(int argc, char **argv, struct daemon_options *d,
 	/* A schedule request carries many closures; a result, a value of
 	 * up to 16 MiB in base64. */
 	d->max_body = dc->cq.max_spec / 3 * 4 + (64u << 20);
+	dc->max_body = d->max_body;
 	return 0;
 }
 

@@ -86,3 +86,27 @@ no_creds() {
 	grep -qx 'MUSTER_SPLIT=one' reader.env
 	no_creds reader.env
 }
+
+@test "schedule reads no more than dispatchd takes: --stdin /dev/zero and an endless line exit 12 at once, a large --stdin with --each goes in batches it takes" {
+	start_dispatchd --max-closure-size 1M
+	# Memory bounded well below what reading on would take.
+	run -12 timeout 30 bash -c 'ulimit -v 400000; dispatchctl schedule --stdin /dev/zero -- cat'
+	assert_output --partial "--stdin /dev/zero: the closure would be larger than 1048576 bytes"
+	run -12 timeout 30 bash -c "ulimit -v 400000; tr '\\0' x </dev/zero | dispatchctl schedule --each -- echo"
+	assert_output --partial "a line of input is longer than 1048576 bytes"
+	run -3 bash -c "printf 'a\\0b\\n' | dispatchctl schedule --each -- echo"
+	assert_output --partial "holds a NUL byte"
+	run -0 dispatchctl --json status
+	jq -e '.closures == 0' <<<"$output"
+	# Just under the limit goes; every closure carries it, in as many
+	# requests as dispatchd's body limit needs (100 x 0.9 MiB is more
+	# than one request may hold).
+	head -c 700000 /dev/urandom >in.bin
+	seq 100 | dispatchctl schedule --stdin in.bin --each -- cat >ids
+	[ "$(wc -l <ids)" = 100 ]
+	run -0 dispatchctl --json status
+	jq -e '.closures == 100' <<<"$output"
+	# dispatchd says what it takes.
+	run -0 curl -sf "http://$MUSTER_DISPATCHER/v1/limits"
+	jq -e '.max_closure_size == 1048576 and .max_request_bytes > 1048576' <<<"$output"
+}

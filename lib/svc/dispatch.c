@@ -960,6 +960,25 @@ status_route(struct http_req *req, const struct route_match *m, void *arg)
 	dispatch_unlock(d);
 }
 
+/*
+ * What dispatchd takes, so that a client stops reading its input there
+ * instead of holding all of it first (a --stdin of /dev/zero).
+ */
+static void
+limits_route(struct http_req *req, const struct route_match *m, void *arg)
+{
+	struct dispatch *d = arg;
+	const struct cq_config *c = cq_config(d->cq);
+
+	(void)m;
+	http_reply_json(req, 200,
+	    json_pack("{s:I,s:I,s:I,s:I}", "max_closure_size",
+	        (json_int_t)c->max_spec, "max_batch",
+	        (json_int_t)d->cfg.max_batch, "max_request_bytes",
+	        (json_int_t)d->cfg.max_body, "queue_max",
+	        (json_int_t)c->queue_max));
+}
+
 /* Resources. */
 
 static void
@@ -1512,6 +1531,7 @@ dispatch_new(const struct dispatch_config *cfg, char *err, size_t errlen)
 		d->cfg.worker_recovery_ms = 3600 * 1000;
 	if (d->cfg.max_batch == 0)
 		d->cfg.max_batch = 100000;
+
 	if ((d->park = park_new(&d->mu, err, errlen)) == NULL)
 		goto fail;
 	if ((d->fetchers = park_index_new()) == NULL ||
@@ -1523,6 +1543,10 @@ dispatch_new(const struct dispatch_config *cfg, char *err, size_t errlen)
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
+	/* As dispatchd sets it: a schedule of many closures, or a value. */
+	if (d->cfg.max_body == 0)
+		d->cfg.max_body =
+		    cq_config(d->cq)->max_spec / 3 * 4 + (64u << 20);
 	park_set_max_wait(d->park, cfg->max_wait_ms);
 	d->scan.fire = scan;
 	d->watchdog.fire = watchdog;
@@ -1710,6 +1734,7 @@ static const struct route routes[] = {
     {"/v1/closures/*", ROUTE_GET | ROUTE_DELETE, closure_route},
     {"/v1/closures/*/*", ROUTE_POST, closure_route},
     {"/v1/status", ROUTE_GET, status_route},
+    {"/v1/limits", ROUTE_GET, limits_route},
     {"/v1/workers", ROUTE_GET, workers_route},
     {"/v1/workers/*", ROUTE_POST | ROUTE_DELETE, worker_route},
     {"/v1/workers/*/*", ROUTE_POST, worker_route},
