@@ -1064,12 +1064,29 @@ start_delay(struct slot *s)
 	}
 }
 
+/*
+ * Whether results refused with st are to be kept and sent again: dispatchd
+ * did not take them (its disk is full, it is away or restarting, the
+ * reply was lost), and the closures stay running there until it does.
+ * They are dropped only when dispatchd will never take them: this
+ * incarnation is gone (its closures were queued again), or the request
+ * itself is wrong.
+ */
+static int
+results_kept(enum status st)
+{
+	return st != ST_ABORTED && st != ST_INVALID_ARGUMENT &&
+	    st != ST_NOT_FOUND;
+}
+
 static void *
 slot_main(void *arg)
 {
 	struct slot *s = arg;
 	struct worker *wk = s->wk;
-	struct buf body = {0};
+	struct buf body = {0}; /* results dispatchd has not taken yet */
+	unsigned long body_gen = 0;
+	int held = 0; /* they were refused at least once */
 	json_t *reply = NULL;
 	char path[512], inc[17];
 	unsigned long gen;
@@ -1085,9 +1102,17 @@ slot_main(void *arg)
 		memcpy(inc, wk->inc, sizeof(inc));
 		gen = wk->gen;
 		pthread_mutex_unlock(&wk->mu);
+		if (body.len > 0 && body_gen != gen) {
+			/* Registered again meanwhile: dispatchd queued this
+			 * incarnation's closures again already. */
+			log_info("slot %d: results of a former incarnation "
+			         "dropped: their closures run again",
+			    s->n);
+			buf_reset(&body);
+			held = 0;
+		}
 		wait = dispatch_poll_wait(HTTP_NO_DEADLINE, POLL_MS, &hd);
 		if (body.len > 0) {
-			buf_puts(&body, "]}");
 			snprintf(path, sizeof(path),
 			    "/v1/workers/%.200s/results?incarnation=%.16s&take=1&"
 			    "wait=%" PRId64 "ms",
@@ -1102,9 +1127,26 @@ slot_main(void *arg)
 		    body.len > 0 ? body.data : NULL, body.len, hd, DC_POLL,
 		    &reply, &errbody, NULL);
 		json_decref(errbody);
-		buf_reset(&body);
 		if (st == ST_CANCELLED || atomic_load(&wk->stopping))
 			break;
+		if (st != ST_OK && body.len > 0 && results_kept(st)) {
+			if (!held)
+				log_info("slot %d: dispatchd did not take its "
+				         "results (%s: %s): kept, and sent "
+				         "again until it does",
+				    s->n, status_name(st),
+				    dispatch_client_error(s->dc));
+			held = 1;
+			nap(200);
+			continue;
+		}
+		if (held && st == ST_OK)
+			log_info("slot %d: dispatchd took its results", s->n);
+		if (body.len > 0 && st != ST_OK)
+			log_info("slot %d: results dropped: %s", s->n,
+			    dispatch_client_error(s->dc));
+		buf_reset(&body);
+		held = 0;
 		if (st != ST_OK) {
 			/* Not registered any more: the heartbeat registers
 			 * again; wait for the new incarnation. */
@@ -1136,15 +1178,19 @@ slot_main(void *arg)
 			buf_free(&r.out);
 			buf_free(&r.err);
 		}
+		if (body.len > 0) {
+			buf_puts(&body, "]}");
+			body_gen = gen;
+		}
 		json_decref(reply);
 		reply = NULL;
 	}
 	json_decref(reply);
-	/* Stopped with results in hand (aborted ones): report them, so
-	 * that they run again at once. */
-	if (body.len > 0) {
-		buf_puts(&body, "]}");
-		pthread_mutex_lock(&wk->mu);
+	/* Stopped with results in hand (aborted ones, or ends dispatchd has
+	 * not taken): report them, so that they run again at once. What
+	 * cannot be sent in time runs again once this worker is gone. */
+	pthread_mutex_lock(&wk->mu);
+	if (body.len > 0 && body_gen == wk->gen) {
 		snprintf(path, sizeof(path),
 		    "/v1/workers/%.200s/results?incarnation=%.16s", wk->o.task,
 		    wk->inc);
@@ -1156,6 +1202,8 @@ slot_main(void *arg)
 		        NULL) == ST_OK)
 			json_decref(reply);
 		json_decref(errbody);
+	} else {
+		pthread_mutex_unlock(&wk->mu);
 	}
 	buf_free(&body);
 	serve_close(s, 1);

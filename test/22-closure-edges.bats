@@ -110,3 +110,62 @@ no_creds() {
 	run -0 curl -sf "http://$MUSTER_DISPATCHER/v1/limits"
 	jq -e '.max_closure_size == 1048576 and .max_request_bytes > 1048576' <<<"$output"
 }
+
+# full_disk DIR: fills the small disk at DIR, and has dispatchd fail a
+# write on it (a schedule), so that it refuses changes from then on.
+full_disk() {
+	local i
+	dd if=/dev/zero of="$1/fill" bs=4k 2>/dev/null || true
+	head -c 60000 /dev/zero | tr '\0' x >"$T/big"
+	# A write that does not fit in the journal's last page fails.
+	for ((i = 0; i < 20; i++)); do
+		dispatchctl -q probe schedule --no-block --stdin "$T/big" -- true >/dev/null 2>&1 || break
+	done
+	[ "$i" -lt 20 ]
+	run curl -s -i -X POST "http://$MUSTER_DISPATCHER/v1/queues/probe/closures" \
+		-d '{"closures":[{"argv":["true"]}]}'
+	assert_output --partial 'Retry-After: 1'
+}
+
+# result_held LOG: until the worker whose log is LOG has had its results
+# refused for longer than a request's retries last (30 s): it says it
+# keeps them, or (before) that it gave up on them.
+result_held() {
+	wait_grep 'slot 0: (dispatchd did not take its results|.*(refuses changes|cannot reach))' "$1" 120
+}
+
+@test "a result refused on a full disk is kept until dispatchd takes it: space returns, fetch and join end" {
+	small_disk "$T/small" 256k
+	start_dispatchd --state-dir "$T/small/dstate"
+	start_worker w:0 -v
+	id=$(dispatchctl schedule -- sh -c 'until [ -e "'"$T"'/go" ]; do sleep 0.05; done; echo value')
+	wait_for 30 eval '[ "$(closure_field "$id" phase)" = running ]'
+	full_disk "$T/small"
+	touch go
+	result_held "$T/w:0.log"
+	# Room again: the result arrives, the closure and the queue end.
+	rm -f "$T/small/fill"
+	run -0 dispatchctl fetch --timeout 60s "$id"
+	assert_output value
+	run -0 dispatchctl join --timeout 60s
+}
+
+@test "a result refused on a full disk is kept across kill -9 of dispatchd and a restart with room" {
+	small_disk "$T/small" 256k
+	DPORT=$(free_port)
+	start_dispatchd -l "127.0.0.1:$DPORT" --state-dir "$T/small/dstate"
+	start_worker w:0 -v
+	id=$(dispatchctl schedule -- sh -c 'until [ -e "'"$T"'/go" ]; do sleep 0.05; done; echo value')
+	wait_for 30 eval '[ "$(closure_field "$id" phase)" = running ]'
+	full_disk "$T/small"
+	touch go
+	wait_grep 'closure '"$id"' attempt 1: exit 0' "$T/w:0.log"
+	kill9 "$DISPATCH_PID"
+	result_held "$T/w:0.log"
+	rm -f "$T/small/fill"
+	start_dispatchd -l "127.0.0.1:$DPORT" --state-dir "$T/small/dstate"
+	run -0 dispatchctl fetch --timeout 60s "$id"
+	assert_output value
+	run -0 dispatchctl join --timeout 60s
+	[ "$(closure_field "$id" attempts)" = 1 ]
+}
