@@ -666,9 +666,13 @@ fetch_one(struct ctl *x, uint64_t id, int64_t deadline)
 			code = cli_fail(ST_INTERNAL, "writing: %s",
 			    strerror(errno));
 		buf_free(&b);
+		const char *why =
+		    json_string_value(json_object_get(reply, "message"));
 		if (strcmp(state, "CANCELLED") == 0)
 			cli_fail(ST_CANCELLED,
-			    "closure %" PRIu64 " was cancelled", id);
+			    "closure %" PRIu64 " was cancelled%s%s%s", id,
+			    why != NULL ? " (" : "", why != NULL ? why : "",
+			    why != NULL ? ")" : "");
 		else if (strcmp(state, "ABORTED") == 0)
 			cli_fail(ST_ABORTED, "closure %" PRIu64 ": %s", id,
 			    json_string_value(

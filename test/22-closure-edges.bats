@@ -169,3 +169,32 @@ result_held() {
 	run -0 dispatchctl join --timeout 60s
 	[ "$(closure_field "$id" attempts)" = 1 ]
 }
+
+@test "a queue's error cancels its closures in flight at once: join reports it without waiting for them, and their processes are stopped" {
+	start_dispatchd
+	start_worker w:0 --grace 2s
+	start_worker w:1
+	long=$(dispatchctl schedule --on w:0 -- sh -c 'echo $$ >"'"$T"'/long.pid"; trap "echo term >\"'"$T"'/long.term\"; exit 143" TERM; sleep 600 & wait')
+	wait_file "$T/long.pid"
+	# Queued behind it (w:0 runs one at a time).
+	queued=$(dispatchctl schedule --on w:0 -- echo never)
+	bad=$(dispatchctl schedule --on w:1 -- sh -c 'echo broken >&2; exit 3')
+	t0=$(now_ms)
+	run -3 dispatchctl join --timeout 30s
+	assert_output --partial "closure $bad of queue default failed on w:1: exited with status 3"
+	assert_output --partial broken
+	[ $(($(now_ms) - t0)) -lt 20000 ]
+	assert_equal "$(closure_field "$long" state)" CANCELLED
+	[[ "$(closure_field "$long" message)" == *"closure $bad of queue default failed"* ]]
+	assert_equal "$(closure_field "$queued" state)" CANCELLED
+	run -8 dispatchctl fetch "$long"
+	assert_output --partial "closure $long was cancelled (cancelled: closure $bad of queue default failed)"
+	# Its worker stopped its process (TERM) and it ended.
+	wait_file "$T/long.term" 30
+	wait_for 30 eval '! running "$(cat "$T/long.pid")"'
+	# Reported once: the queue goes on, on that worker too.
+	run -0 dispatchctl join --timeout 30s
+	id=$(dispatchctl schedule --on w:0 -- echo after)
+	run -0 dispatchctl fetch --timeout 30s "$id"
+	assert_output after
+}

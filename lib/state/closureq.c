@@ -788,50 +788,89 @@ cq_closure(struct cq *cq, uint64_t id)
 	return id > 0 && id < cq->nbyid ? cq->byid[id] : NULL;
 }
 
-static void
-cancel_list(struct cq *cq, struct cq_pending *l, struct cq_queue *q,
-    int64_t now)
-{
-	struct cq_closure *c = l->head, *next;
+static void stop_add(struct cq_worker *w, uint64_t id, long attempt);
 
-	for (; c != NULL; c = next) {
-		next = c->next;
-		if (c->q == q)
-			cancel_queued(cq, c, now);
-	}
+/*
+ * Ends running closure c CANCELLED at once; its worker is told to stop it
+ * (TERM, its grace, KILL) with its next heartbeat, and a result of that
+ * attempt that comes after is stale. The caller emits CQ_EV_STOP for w.
+ */
+static struct cq_worker *
+cancel_running(struct cq *cq, struct cq_closure *c, int64_t now)
+{
+	struct cq_worker *w = c->worker;
+
+	stop_add(w, c->id, c->attempts);
+	run_unlink(c);
+	c->q->inflight--;
+	cq->v.inflight--;
+	end(cq, c, CQ_CANCELLED, now);
+	return w;
 }
 
 struct cancel_ctx {
 	struct cq *cq;
 	struct cq_queue *q;
 	int64_t now;
+	const char *why;
 };
+
+/* Says why c was cancelled: its queue's error. */
+static void
+cancelled_by(struct cq *cq, struct cq_closure *c, const char *why)
+{
+	result_clear(cq, &c->res);
+	c->res.message = strdup(why);
+}
 
 static void
 cancel_worker_list(const char *k, size_t kl, void *v, void *arg)
 {
 	struct cancel_ctx *x = arg;
 	struct cq_worker *w = v;
+	struct cq_closure *c, *next;
+	int stopped = 0;
 
 	(void)k;
 	(void)kl;
-	cancel_list(x->cq, &w->pinned, x->q, x->now);
+	for (c = w->pinned.head; c != NULL; c = next) {
+		next = c->next;
+		if (c->q == x->q) {
+			cancelled_by(x->cq, c, x->why);
+			cancel_queued(x->cq, c, x->now);
+		}
+	}
+	for (c = w->run_head; c != NULL; c = next) {
+		next = c->next;
+		if (c->q == x->q) {
+			cancelled_by(x->cq, c, x->why);
+			cancel_running(x->cq, c, x->now);
+			stopped = 1;
+		}
+	}
+	if (stopped)
+		emit(x->cq, CQ_EV_STOP, NULL, NULL, w);
 }
 
 struct cq_closure *
-cq_take_error(struct cq *cq, struct cq_queue *q, int64_t now, int *wait)
+cq_take_error(struct cq *cq, struct cq_queue *q, int64_t now)
 {
-	struct cq_closure *e = q->error;
-	struct cancel_ctx x = {cq, q, now};
+	struct cq_closure *e = q->error, *c, *next;
+	char why[CQ_NAME_MAX + 96];
+	struct cancel_ctx x = {cq, q, now, why};
 
-	*wait = 0;
 	if (e == NULL)
 		return NULL;
-	if (q->inflight > 0) {
-		*wait = 1;
-		return NULL;
+	snprintf(why, sizeof(why),
+	    "cancelled: closure %" PRIu64 " of queue %s failed", e->id,
+	    q->name);
+	for (c = cq->pending.head; c != NULL; c = next) {
+		next = c->next;
+		if (c->q == q) {
+			cancelled_by(cq, c, why);
+			cancel_queued(cq, c, now);
+		}
 	}
-	cancel_list(cq, &cq->pending, q, now);
 	strmap_each(cq->workers, cancel_worker_list, &x);
 	q->error = NULL;
 	jmark_q(cq, q);
@@ -884,16 +923,9 @@ cq_cancel(struct cq *cq, struct cq_closure *c, int64_t now)
 
 	switch (c->state) {
 	case CQ_QUEUED: cancel_queued(cq, c, now); break;
-	case CQ_RUNNING: {
-		struct cq_worker *w = c->worker;
-		stop_add(w, c->id, c->attempts);
-		run_unlink(c);
-		q->inflight--;
-		cq->v.inflight--;
-		end(cq, c, CQ_CANCELLED, now);
-		emit(cq, CQ_EV_STOP, NULL, NULL, w);
+	case CQ_RUNNING:
+		emit(cq, CQ_EV_STOP, NULL, NULL, cancel_running(cq, c, now));
 		break;
-	}
 	default: return ST_FAILED_PRECONDITION;
 	}
 	emit(cq, CQ_EV_QUEUE, NULL, q, NULL);

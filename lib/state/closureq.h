@@ -12,9 +12,9 @@
  * by attempt number and worker incarnation).
  *
  * A queue's first error (a closure that ended badly while its worker lived,
- * past its retries) is kept until a schedule, join or done takes it: with
- * no closure of the queue in flight, that call cancels every closure still
- * queued, reports the error once and clears it.
+ * past its retries) is kept until a schedule, join or done takes it: that
+ * call cancels every closure of the queue, queued or in flight (its worker
+ * is told to stop it), reports the error once and clears it.
  *
  * Not thread-safe: the caller holds one lock around every call and passes
  * the monotonic time in. What others must hear of goes to the observer,
@@ -182,12 +182,13 @@ void cq_closure_discard(struct cq *cq, struct cq_closure *c);
 enum status cq_enqueue(struct cq *cq, struct cq_queue *q, struct cq_closure *c,
     int64_t now, uint64_t *id, int *dup, char *msg, size_t msglen);
 /*
- * The closure whose error q holds, once nothing of q is in flight: every
- * closure still queued in q is cancelled and the error is cleared. NULL
- * when q has no error, or must wait (*wait set) for what is in flight.
+ * The closure whose error q holds, or NULL when there is none. Every
+ * closure of q still queued or running is cancelled at once (a running
+ * one's worker gets it on its stop list), with a message naming the
+ * error, and the error is cleared.
  */
-struct cq_closure *cq_take_error(struct cq *cq, struct cq_queue *q, int64_t now,
-    int *wait);
+struct cq_closure *cq_take_error(struct cq *cq, struct cq_queue *q,
+    int64_t now);
 /* Whether q has nothing queued and nothing in flight. */
 int cq_idle(const struct cq_queue *q);
 

@@ -392,8 +392,7 @@ dispatch_body(struct http_req *req)
 
 /*
  * Tries to schedule what x holds into q for req: 1 when answered, 0 when
- * it must wait (a full queue with block set, or an error to report once
- * what is in flight ends).
+ * it must wait (a full queue with block set).
  */
 static int
 try_schedule(struct dispatch *d, struct http_req *req, struct cq_queue *q,
@@ -404,15 +403,12 @@ try_schedule(struct dispatch *d, struct http_req *req, struct cq_queue *q,
 	struct cq_closure *e;
 	json_t *ids;
 	size_t dups = 0;
-	int wait;
 	char msg[512];
 
-	if ((e = cq_take_error(d->cq, q, now, &wait)) != NULL) {
+	if ((e = cq_take_error(d->cq, q, now)) != NULL) {
 		reply_queue_error(req, e);
 		return 1;
 	}
-	if (wait)
-		return 0;
 	room = cq_room(d->cq, q);
 	if (room == 0) {
 		if (x->block)
@@ -450,14 +446,9 @@ schedule_expire(struct parked *w)
 {
 	struct waitctx *x = w->ctx;
 
-	if (x->q->error != NULL)
-		http_reply_error(w->req, ST_DEADLINE_EXCEEDED,
-		    "waited for the closures of queue %s in flight to end",
-		    x->q->name);
-	else
-		http_reply_error(w->req, ST_DEADLINE_EXCEEDED,
-		    "queue %s stayed full (%zu closures queued)", x->q->name,
-		    x->q->queued);
+	http_reply_error(w->req, ST_DEADLINE_EXCEEDED,
+	    "queue %s stayed full (%zu closures queued)", x->q->name,
+	    x->q->queued);
 	dispatch_free_ctx(w);
 }
 
@@ -496,20 +487,10 @@ join_expire(struct parked *w)
 	dispatch_free_ctx(w);
 }
 
-static void
-done_expire(struct parked *w)
-{
-	struct waitctx *x = w->ctx;
-
-	http_reply_error(w->req, ST_DEADLINE_EXCEEDED,
-	    "waited for the closures of queue %s in flight to end", x->q->name);
-	dispatch_free_ctx(w);
-}
-
 /*
  * Answers q's waiters in the order they came, as far as they can be: the
- * first one to find q's error (once nothing is in flight) reports it, and
- * it is cleared for the rest.
+ * first one to find q's error reports it (what is in flight is cancelled
+ * then), and it is cleared for the rest.
  */
 static void
 settle_queue(struct dispatch *d, struct cq_queue *q)
@@ -524,17 +505,14 @@ settle_queue(struct dispatch *d, struct cq_queue *q)
 	for (struct parked *p = l->head, *next; p != NULL; p = next) {
 		struct waitctx *x = p->ctx;
 		struct cq_closure *e;
-		int wait;
 
 		next = p->next;
-		if ((e = cq_take_error(d->cq, q, now, &wait)) != NULL) {
+		if ((e = cq_take_error(d->cq, q, now)) != NULL) {
 			park_take(p);
 			reply_queue_error(p->req, e);
 			dispatch_free_ctx(p);
 			continue;
 		}
-		if (wait)
-			break;
 		switch (x->kind) {
 		case W_JOIN:
 			if (cq_idle(q)) {
@@ -545,11 +523,6 @@ settle_queue(struct dispatch *d, struct cq_queue *q)
 				park_take(p);
 				join_expire(p);
 			}
-			break;
-		case W_DONE:
-			park_take(p);
-			http_reply_json(p->req, 200, queue_counts(q));
-			dispatch_free_ctx(p);
 			break;
 		case W_SCHEDULE:
 			if (cq_room(d->cq, q) > 0) {
@@ -644,6 +617,7 @@ schedule_route(struct dispatch *d, struct http_req *req, struct cq_queue *q)
 		w->obj = d;
 }
 
+/* GET .../join (parked until the queue ends) and .../done (at once). */
 static void
 join_route(struct dispatch *d, struct http_req *req, struct cq_queue *q,
     int is_done)
@@ -653,28 +627,24 @@ join_route(struct dispatch *d, struct http_req *req, struct cq_queue *q,
 	struct waitctx *x;
 	struct park_list *l;
 	struct parked *w;
-	int must_wait;
 
-	if (park_wait_arg(req, "wait", is_done ? PARK_WAIT_DEFAULT_MS : 0,
-	        &wait) < 0)
+	if (park_wait_arg(req, "wait", 0, &wait) < 0)
 		return;
-	if ((e = cq_take_error(d->cq, q, now, &must_wait)) != NULL) {
+	if ((e = cq_take_error(d->cq, q, now)) != NULL) {
 		reply_queue_error(req, e);
 		return;
 	}
-	if (!must_wait) {
-		if (is_done || cq_idle(q)) {
-			http_reply_json(req, 200, queue_counts(q));
-			return;
-		}
-		if (no_workers(d, now, &until) || wait == 0) {
-			reply_join_pending(d, req, q);
-			return;
-		}
-		if (until > 0 && until - now < wait)
-			wait = until - now;
+	if (is_done || cq_idle(q)) {
+		http_reply_json(req, 200, queue_counts(q));
+		return;
 	}
-	if ((x = dispatch_ctx_new(is_done ? W_DONE : W_JOIN)) == NULL) {
+	if (no_workers(d, now, &until) || wait == 0) {
+		reply_join_pending(d, req, q);
+		return;
+	}
+	if (until > 0 && until - now < wait)
+		wait = until - now;
+	if ((x = dispatch_ctx_new(W_JOIN)) == NULL) {
 		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
@@ -683,8 +653,7 @@ join_route(struct dispatch *d, struct http_req *req, struct cq_queue *q,
 		free(x);
 		return;
 	}
-	w = dispatch_park(d, req, l, wait, is_done ? done_expire : join_expire,
-	    x);
+	w = dispatch_park(d, req, l, wait, join_expire, x);
 	if (w != NULL)
 		w->obj = d;
 }
