@@ -933,20 +933,28 @@ cmd_status(struct ctl *x, int argc, char **argv)
 		    json_integer_value(json_object_get(v, "failed")),
 		    json_integer_value(json_object_get(v, "cancelled")), err);
 	}
-	printf("\n%-16s %-5s %5s %7s %6s %s\n", "WORKER", "LIVE", "SLOTS",
-	    "RUNNING", "DEATHS", "LAST FAILURE");
+	printf("\n%-16s %-5s %-9s %5s %7s %6s %s\n", "WORKER", "LIVE", "HEALTH",
+	    "SLOTS", "RUNNING", "DEATHS", "LAST FAILURE");
 	json_array_foreach(json_object_get(reply, "workers"), i, v) {
 		const char *why =
 		    json_string_value(json_object_get(v, "last_failure"));
-		printf("%-16s %-5s %5" JSON_INTEGER_FORMAT
+		const char *sick = json_string_value(
+		    json_object_get(json_object_get(v, "unhealthy"),
+		        "message"));
+		/* An unhealthy worker's reason comes first: it is why it
+		 * gets no work now. */
+		printf("%-16s %-5s %-9s %5" JSON_INTEGER_FORMAT
 		       " %7" JSON_INTEGER_FORMAT " %6" JSON_INTEGER_FORMAT
 		       " %s\n",
 		    json_string_value(json_object_get(v, "name")),
 		    json_is_true(json_object_get(v, "live")) ? "yes" : "no",
+		    sick != NULL ? "unhealthy" : "ok",
 		    json_integer_value(json_object_get(v, "slots")),
 		    json_integer_value(json_object_get(v, "running")),
 		    json_integer_value(json_object_get(v, "deaths")),
-		    why != NULL ? why : "-");
+		    sick != NULL    ? sick :
+		        why != NULL ? why :
+		                      "-");
 	}
 	json_decref(reply);
 	return 0;

@@ -20,6 +20,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -192,6 +193,26 @@ drain_fd(int fd)
 		;
 }
 
+static void
+close_pair(int p[2])
+{
+	for (int i = 0; i < 2; i++)
+		if (p[i] >= 0) {
+			close(p[i]);
+			p[i] = -1;
+		}
+}
+
+/*
+ * Whether exec failed for want of this machine's resources (memory, file
+ * descriptors, processes), not because of the command it was given.
+ */
+static int
+exec_errno_local(int e)
+{
+	return e == ENOMEM || e == EMFILE || e == ENFILE || e == EAGAIN;
+}
+
 /* Stops what slot s runs: why 1 cancelled, 2 preempted or superseded. */
 static void
 slot_stop(struct slot *s, int why)
@@ -322,7 +343,11 @@ report_resource(struct slot *s, const char *name, const char *state,
 
 static int mkdirs(const char *path);
 
-/* Runs argv in dir and waits; its exit code, or -1 (err says why). */
+/*
+ * Runs argv in dir and waits; its exit code (127 or 126 when it cannot
+ * be run at all), or -1 when this worker could not start it (err says
+ * why).
+ */
 static int
 run_resource(struct slot *s, char **argv, const char *dir, char *err,
     size_t errlen)
@@ -344,8 +369,13 @@ run_resource(struct slot *s, char **argv, const char *dir, char *err,
 	if ((env = proc_env_child(environ, set)) == NULL ||
 	    pipe2(ep, O_CLOEXEC) < 0 ||
 	    (devnull = open("/dev/null", O_RDWR | O_CLOEXEC)) < 0) {
+		snprintf(err, errlen, "%s",
+		    strerror(env == NULL ? ENOMEM : errno));
 		free(env);
-		snprintf(err, errlen, "%s", strerror(errno));
+		if (ep[0] >= 0) {
+			close(ep[0]);
+			close(ep[1]);
+		}
 		return -1;
 	}
 	struct proc_spec spec = {argv, env, &s->wk->blocked, SIGKILL, devnull,
@@ -356,7 +386,8 @@ run_resource(struct slot *s, char **argv, const char *dir, char *err,
 	free(env);
 	if (pid < 0) {
 		close(ep[0]);
-		return e != 0 ? proc_exec_status(e) : -1;
+		return e != 0 && !exec_errno_local(e) ? proc_exec_status(e) :
+		                                        -1;
 	}
 	for (;;) {
 		char b[4096];
@@ -389,7 +420,7 @@ run_resource(struct slot *s, char **argv, const char *dir, char *err,
 /*
  * Makes sure resource def is built on this worker: builds it (one slot
  * does, the others wait for it). 0 and its directory in dir; else its exit
- * code, with why in msg.
+ * code, with why in msg, or -1 when this worker could not start it.
  */
 static int
 ensure_resource(struct slot *s, json_t *def, char *dir, size_t dirlen,
@@ -440,12 +471,20 @@ ensure_resource(struct slot *s, json_t *def, char *dir, size_t dirlen,
 	report_resource(s, name, "building", NULL);
 	char **argv = calloc(json_array_size(jargv) + 1, sizeof(char *));
 	char err[1024] = "";
-	json_array_foreach(jargv, i, v)
-		argv[i] = (char *)json_string_value(v);
-	log_debug("building resource %s in %s", name, r->dir);
-	code = run_resource(s, argv, r->dir, err, sizeof(err));
+	if (argv != NULL) {
+		json_array_foreach(jargv, i, v)
+			argv[i] = (char *)json_string_value(v);
+		log_debug("building resource %s in %s", name, r->dir);
+		code = run_resource(s, argv, r->dir, err, sizeof(err));
+	} else {
+		snprintf(err, sizeof(err), "%s", strerror(ENOMEM));
+		code = -1;
+	}
 	free(argv);
-	if (code != 0)
+	if (code < 0)
+		snprintf(msg, msglen, "resource %s could not be started: %s",
+		    name, err);
+	else if (code != 0)
 		snprintf(msg, msglen, "resource %s failed on %s: %s", name,
 		    wk->o.task, err);
 	report_resource(s, name, code == 0 ? "ready" : "failed",
@@ -453,16 +492,24 @@ ensure_resource(struct slot *s, json_t *def, char *dir, size_t dirlen,
 
 	pthread_mutex_lock(&wk->mu);
 	/* Still ours? A new incarnation freed the list meanwhile. */
-	if (gen == wk->gen) {
+	if (gen == wk->gen && code < 0) {
+		/* This worker's failure, not the resource's: it is built
+		 * again by the next closure that needs it. */
+		struct res **pp = &wk->res;
+		while (*pp != r)
+			pp = &(*pp)->next;
+		*pp = r->next;
+		free(r);
+	} else if (gen == wk->gen) {
 		r->state = code == 0 ? 1 : 2;
-		r->code = code < 0 ? 1 : code;
+		r->code = code;
 		if (code != 0)
 			r->message = strdup(msg);
 	}
 	snprintf(dir, dirlen, "%s/%s/%s", wk->workdir, wk->inc, name);
 	pthread_cond_broadcast(&wk->cond);
 	pthread_mutex_unlock(&wk->mu);
-	return code < 0 ? 1 : code;
+	return code;
 }
 
 /* Closures. */
@@ -478,8 +525,9 @@ struct run {
 	struct buf out, err;
 	int truncated;
 	char message[1280];
-	int aborted; /* stopped: preempted, or superseded */
-	int skip;    /* cancelled: nothing to report */
+	int aborted;      /* stopped: preempted, or superseded */
+	int skip;         /* cancelled: nothing to report */
+	int start_failed; /* not started, this worker's failure: given back */
 };
 
 static void
@@ -551,6 +599,31 @@ free_strv(char **v)
 	free(v);
 }
 
+static void not_started(struct slot *s, struct run *r, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/*
+ * r could not be started here, for a reason of this worker's (no file
+ * descriptors, no memory, no fork, no /bin/sh for --serve): it goes back
+ * to dispatchd, which runs it elsewhere or later and rests this worker.
+ */
+static void
+not_started(struct slot *s, struct run *r, const char *fmt, ...)
+{
+	char why[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	r->start_failed = 1;
+	snprintf(r->message, sizeof(r->message),
+	    "cannot start closure %" PRIu64 " on %s: %s", r->id, s->wk->o.task,
+	    why);
+	log_info("%s: given back to dispatchd; this worker is unhealthy",
+	    r->message);
+}
+
 /* Runs r as a process of its own, filling its end. */
 static void
 run_fork(struct slot *s, struct run *r)
@@ -561,8 +634,9 @@ run_fork(struct slot *s, struct run *r)
 	    json_integer_value(json_object_get(r->spec, "timeout_ms"));
 	struct buf in = {0};
 	size_t inoff = 0, i;
-	int ip[2] = {-1, -1}, op[2], ep[2], e, status = 0;
-	char **argv, **env, **owned = NULL;
+	int ip[2] = {-1, -1}, op[2] = {-1, -1}, ep[2] = {-1, -1}, e, status = 0;
+	char **argv, **env = NULL, **owned = NULL, why[1024];
+	const char *what = NULL;
 	struct proc_stop stop = {0};
 	int64_t start = duration_now_ms();
 	pid_t pid;
@@ -572,34 +646,49 @@ run_fork(struct slot *s, struct run *r)
 		text_base64_decode(&in, json_string_value(jin),
 		    json_string_length(jin));
 	argv = calloc(json_array_size(jargv) + 1, sizeof(char *));
-	json_array_foreach(jargv, i, v)
-		argv[i] = (char *)json_string_value(v);
-	owned = closure_vars(s, r);
-	env = owned != NULL ? proc_env_child(environ, owned) : NULL;
-	if (in.len > 0) {
-		if (pipe2(ip, O_CLOEXEC) < 0)
-			ip[0] = ip[1] = -1;
-	} else {
-		ip[0] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (argv != NULL) {
+		json_array_foreach(jargv, i, v)
+			argv[i] = (char *)json_string_value(v);
 	}
-	if (pipe2(op, O_CLOEXEC) < 0 || pipe2(ep, O_CLOEXEC) < 0 || ip[0] < 0 ||
-	    argv == NULL || env == NULL) {
-		snprintf(r->message, sizeof(r->message),
-		    "cannot start the closure on %s: %s", s->wk->o.task,
-		    strerror(errno));
-		r->exited = 1;
-		r->code = 126;
+	if (argv != NULL && (owned = closure_vars(s, r)) != NULL)
+		env = proc_env_child(environ, owned);
+	/* What fails before the closure's own command is reached is this
+	 * worker's failure, not the closure's: it is given back. */
+	if (argv == NULL || env == NULL) {
+		errno = ENOMEM;
+		what = "its environment";
+	} else if (in.len > 0 ?
+	        pipe2(ip, O_CLOEXEC) < 0 :
+	        (ip[0] = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0) {
+		what = in.len > 0 ? "a pipe for its stdin" : "/dev/null";
+	} else if (pipe2(op, O_CLOEXEC) < 0 || pipe2(ep, O_CLOEXEC) < 0) {
+		what = "pipes for its output";
+	}
+	if (what != NULL) {
+		not_started(s, r, "%s: %s", what, strerror(errno));
+		close_pair(ip);
+		close_pair(op);
+		close_pair(ep);
 		goto out;
 	}
 	struct proc_spec spec = {argv, env, &s->wk->blocked, SIGKILL, ip[0],
 	    op[1], ep[1], NULL};
-	pid = proc_spawn(&spec, &e, r->message, sizeof(r->message));
+	pid = proc_spawn(&spec, &e, why, sizeof(why));
 	close(ip[0]);
 	close(op[1]);
 	close(ep[1]);
 	if (pid < 0) {
-		r->exited = 1;
-		r->code = e != 0 ? proc_exec_status(e) : 126;
+		/* The closure's command could not be run (not found, not
+		 * executable): its failure, 127 or 126 as from a shell. The
+		 * process could not be made, or exec ran out of this
+		 * machine's memory or files: this worker's. */
+		if (e != 0 && !exec_errno_local(e)) {
+			r->exited = 1;
+			r->code = proc_exec_status(e);
+			snprintf(r->message, sizeof(r->message), "%s", why);
+		} else {
+			not_started(s, r, "%s", why);
+		}
 		close(op[0]);
 		close(ep[0]);
 		if (ip[1] >= 0)
@@ -772,6 +861,7 @@ serve_close(struct slot *s, int kill_it)
 	buf_reset(&s->serve_buf);
 }
 
+/* Starts the slot's --serve process: 0, or -1 with err filled. */
 static int
 serve_start(struct slot *s, char *err, size_t errlen)
 {
@@ -781,13 +871,17 @@ serve_start(struct slot *s, char *err, size_t errlen)
 
 	snprintf(envs, sizeof(envs), "MUSTER_SLOT=%d", s->n);
 	snprintf(envw, sizeof(envw), "MUSTER_WORKER=%s", s->wk->o.task);
-	if ((env = proc_env_child(environ, set)) == NULL)
+	if ((env = proc_env_child(environ, set)) == NULL) {
+		snprintf(err, errlen, "%s", strerror(ENOMEM));
 		return -1;
+	}
 	if (pipe2(ip, O_CLOEXEC) < 0) {
+		snprintf(err, errlen, "pipe: %s", strerror(errno));
 		free(env);
 		return -1;
 	}
 	if (pipe2(op, O_CLOEXEC) < 0) {
+		snprintf(err, errlen, "pipe: %s", strerror(errno));
 		close(ip[0]);
 		close(ip[1]);
 		free(env);
@@ -865,15 +959,16 @@ run_serve(struct slot *s, struct run *r)
 	int64_t timeout =
 	    json_integer_value(json_object_get(r->spec, "timeout_ms"));
 	int timed_out = 0;
-	char **owned = NULL;
-	json_t *jenv = json_object();
+	char **owned = NULL, why[1024];
+	json_t *jenv;
 
-	if (s->serve_pid == 0 &&
-	    serve_start(s, r->message, sizeof(r->message)) < 0) {
-		r->exited = 1;
-		r->code = 126;
+	/* No --serve process (no /bin/sh, no pipes, no fork): this worker's
+	 * failure. One that starts and then dies is the closure's. */
+	if (s->serve_pid == 0 && serve_start(s, why, sizeof(why)) < 0) {
+		not_started(s, r, "--serve: %s", why);
 		return;
 	}
+	jenv = json_object();
 	/* The closure's environment, as the process would have had it
 	 * (MUSTER_ and its own), for the serve process to apply. */
 	owned = closure_vars(s, r);
@@ -963,6 +1058,16 @@ result_json(struct run *r, struct buf *b)
 		buf_puts(b, ",\"aborted\":true}");
 		return;
 	}
+	if (r->start_failed) {
+		/* Given back, and this worker says why it could not. */
+		json_t *m = json_string(r->message);
+		char *t = json_dumps(m, JSON_ENCODE_ANY);
+		buf_printf(b, ",\"aborted\":true,\"unhealthy\":%s}",
+		    t != NULL ? t : "\"\"");
+		free(t);
+		json_decref(m);
+		return;
+	}
 	buf_printf(b, r->exited ? ",\"exit\":%d" : ",\"signal\":%d", r->code);
 	if (r->out.len > 0) {
 		buf_puts(b, ",\"stdout\":\"");
@@ -1012,6 +1117,10 @@ run_one(struct slot *s, json_t *cl, struct run *r)
 		char dir[4096] = "", msg[1200] = "";
 		int code =
 		    ensure_resource(s, d, dir, sizeof(dir), msg, sizeof(msg));
+		if (code < 0) {
+			not_started(s, r, "%s", msg);
+			goto done;
+		}
 		if (code != 0) {
 			r->exited = 1;
 			r->code = code;

@@ -198,3 +198,55 @@ result_held() {
 	run -0 dispatchctl fetch --timeout 30s "$id"
 	assert_output after
 }
+
+# lowest_free_fd PID: the file descriptor PID opens next.
+lowest_free_fd() {
+	local n=0
+	while [ -e "/proc/$1/fd/$n" ]; do n=$((n + 1)); done
+	echo "$n"
+}
+
+# w0_health: "live health" of worker w:0, as dispatchctl status prints it.
+w0_health() {
+	dispatchctl status | awk '$1 == "w:0" { print $2, $3 }'
+}
+
+@test "a worker that cannot start a closure (no file descriptor left) gives it back and says it is unhealthy: it runs elsewhere, and there again once it recovers" {
+	command -v prlimit >/dev/null || skip "prlimit is missing"
+	start_dispatchd
+	start_worker w:0
+	w0=$WORKER_PID
+	# Its connections are open once it has run a closure.
+	warm=$(dispatchctl schedule -- true)
+	dispatchctl fetch --timeout 30s "$warm"
+	# One more file it can open, and no more: a closure needs three.
+	prlimit --pid "$w0" --nofile=$(($(lowest_free_fd "$w0") + 1)):
+	id=$(dispatchctl schedule -- echo ran)
+	wait_grep "cannot start closure $id on w:0: .*Too many open files: given back to dispatchd; this worker is unhealthy" "$T/w:0.log" 30
+	# Given back, not failed: no queue error, and dispatchd rests the
+	# worker (dispatchctl status says why).
+	wait_for 20 eval '[ "$(w0_health)" = "yes unhealthy" ]'
+	run -0 dispatchctl status
+	assert_output --regexp "w:0 +yes +unhealthy .*Too many open files"
+	run -4 --separate-stderr dispatchctl --json fetch --timeout 0 "$id"
+	jq -e '.state == "NOT_READY" and .exit == null' <<<"$output"
+	# (done: no error, only not done yet)
+	run -1 dispatchctl done
+	assert_output false
+	grep -q "worker w:0 could not start closure $id" "$T/dispatchd.log"
+	# Another worker runs it.
+	start_worker w:1
+	run -0 dispatchctl fetch --timeout 60s "$id"
+	assert_output ran
+	assert_equal "$(closure_field "$id" worker)" w:1
+	# Files again: w:0 is handed work after its rest, runs it, and is
+	# healthy.
+	prlimit --pid "$w0" --nofile=1024:
+	pinned=$(dispatchctl schedule --on w:0 -- echo back)
+	run -0 dispatchctl fetch --timeout 90s "$pinned"
+	assert_output back
+	assert_equal "$(w0_health)" "yes ok"
+	run -0 dispatchctl join --timeout 30s
+	run -0 curl -sf "http://$MUSTER_DISPATCHER/metrics"
+	assert_output --regexp "muster_dispatch_start_failures_total [1-9]"
+}

@@ -254,6 +254,7 @@ worker_free(void *v)
 	free(w->stop_attempt);
 	strmap_free(w->resources, resource_state_free);
 	free(w->why);
+	free(w->sick_why);
 	free(w);
 }
 
@@ -1065,6 +1066,9 @@ cq_register(struct cq *cq, const char *name, long slots, int64_t now, char *msg,
 		    now);
 	w->inc = task_new_incarnation();
 	w->live = 1;
+	/* A new process: whatever ailed the last one may be gone. */
+	w->sick_until = 0;
+	w->sick_streak = 0;
 	w->slots = slots;
 	w->last_seen = now;
 	w->incarnations++;
@@ -1109,9 +1113,35 @@ takeable(const struct cq_closure *c)
 }
 
 int
-cq_has_work(const struct cq *cq, const struct cq_worker *w)
+cq_worker_sick(const struct cq_worker *w, int64_t now)
 {
-	if (!w->live)
+	return w->sick_until != 0 && now < w->sick_until;
+}
+
+void
+cq_worker_unhealthy(struct cq *cq, struct cq_worker *w, const char *why,
+    int64_t now)
+{
+	int64_t pause = 2000;
+
+	for (unsigned i = 0; i < w->sick_streak && pause < CQ_SICK_MAX_MS; i++)
+		pause *= 2;
+	if (pause > CQ_SICK_MAX_MS)
+		pause = CQ_SICK_MAX_MS;
+	w->sick_until = now + pause;
+	if (w->sick_until == 0)
+		w->sick_until = 1;
+	w->sick_streak++;
+	w->start_failures++;
+	cq->v.start_failures++;
+	free(w->sick_why);
+	w->sick_why = strdup(why);
+}
+
+int
+cq_has_work(const struct cq *cq, const struct cq_worker *w, int64_t now)
+{
+	if (!w->live || cq_worker_sick(w, now))
 		return 0;
 	for (const struct cq_closure *c = w->pinned.head; c != NULL;
 	     c = c->next)
@@ -1171,7 +1201,7 @@ cq_take(struct cq *cq, struct cq_worker *w, size_t max, int64_t now,
 {
 	size_t n;
 
-	if (!w->live)
+	if (!w->live || cq_worker_sick(w, now))
 		return 0;
 	n = take_from(cq, w, &w->pinned, max, now, out);
 	n += take_from(cq, w, &cq->pending, max - n, now, out + n);
@@ -1208,6 +1238,11 @@ cq_report(struct cq *cq, struct cq_worker *w, uint64_t id, long attempt,
 	q = c->q;
 	run_unlink(c);
 	jmark_c(cq, c, 1);
+	if (!aborted) {
+		/* It started a closure: whatever ailed it has passed. */
+		w->sick_until = 0;
+		w->sick_streak = 0;
+	}
 	if (aborted) {
 		put_back(cq, c, 1, now);
 	} else if (retryable(c, res)) {
@@ -1248,6 +1283,10 @@ scan_one(const char *k, size_t kl, void *v, void *arg)
 
 	(void)k;
 	(void)kl;
+	if (w->sick_until != 0 && x->now >= w->sick_until) {
+		w->sick_until = 0;
+		emit(x->cq, CQ_EV_WORK, NULL, NULL, w);
+	}
 	if (!w->live || w->hb_parked ||
 	    x->now - w->last_seen <= x->cq->cfg.hb_timeout_ms)
 		return;

@@ -118,6 +118,12 @@ struct cq_worker {
 	struct strmap *resources; /* name -> struct cq_resource_state */
 	unsigned long incarnations, deaths;
 	char *why; /* why it last failed */
+	/* It could not start a closure (a failure of its own): no work for
+	 * it until then (monotonic ms; 0: healthy). Not journaled. */
+	int64_t sick_until;
+	unsigned sick_streak; /* such failures in a row */
+	char *sick_why;       /* the last one */
+	unsigned long start_failures;
 	struct cq *cq;
 	struct cq_worker *jnext; /* changed since the last record */
 	int jdirty;
@@ -206,6 +212,7 @@ struct cq_view {
 	size_t queued, inflight, closures, workers_live, workers;
 	unsigned long done, failed, retried, cancelled, aborted, deaths;
 	unsigned long put_back, stale;
+	unsigned long start_failures; /* closures given back unstarted */
 	size_t value_bytes;
 };
 const struct cq_view *cq_view(const struct cq *cq);
@@ -231,7 +238,20 @@ void cq_seen(struct cq *cq, struct cq_worker *w, int64_t now);
 size_t cq_take(struct cq *cq, struct cq_worker *w, size_t max, int64_t now,
     struct cq_closure **out);
 /* Whether w could take a closure now. */
-int cq_has_work(const struct cq *cq, const struct cq_worker *w);
+int cq_has_work(const struct cq *cq, const struct cq_worker *w, int64_t now);
+/*
+ * w could not start a closure for a reason of its own (no file
+ * descriptors, no memory, no fork; not the closure's command), and gave
+ * it back (cq_report, aborted). It gets no closure for a while: 2 s, then
+ * twice as long each time in a row, up to CQ_SICK_MAX_MS; cq_scan hands
+ * it work again after that, and a closure that ends there (any status)
+ * makes it healthy.
+ */
+void cq_worker_unhealthy(struct cq *cq, struct cq_worker *w, const char *why,
+    int64_t now);
+/* Whether w is kept from work now, as cq_worker_unhealthy said. */
+int cq_worker_sick(const struct cq_worker *w, int64_t now);
+#define CQ_SICK_MAX_MS 30000
 
 /*
  * w reports attempt of closure id. aborted: the worker stopped it (it is
@@ -247,7 +267,8 @@ void cq_worker_failed(struct cq *cq, struct cq_worker *w, const char *why,
     int64_t now);
 /* w leaves: the same, without counting a death against its closures. */
 void cq_worker_leave(struct cq *cq, struct cq_worker *w, int64_t now);
-/* Fails every live worker unheard of for longer than the timeout. */
+/* Fails every live worker unheard of for longer than the timeout, and
+ * hands work again to those unhealthy long enough. */
 void cq_scan(struct cq *cq, int64_t now);
 /* Empties w's stop list into the arrays (the caller frees them). */
 size_t cq_take_stops(struct cq_worker *w, uint64_t **ids, long **attempts);

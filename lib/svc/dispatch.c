@@ -876,10 +876,15 @@ res_state_json(const char *k, size_t kl, void *v, void *arg)
 	json_object_setn_new(x->o, k, kl, o);
 }
 
+struct workers_ctx {
+	json_t *a;
+	int64_t now;
+};
+
 static void
 worker_json(struct cq_worker *w, void *arg)
 {
-	json_t *a = arg;
+	struct workers_ctx *x = arg;
 	json_t *run = json_array(), *res = json_object();
 	struct res_ctx rx = {res, NULL};
 	char inc[17];
@@ -897,7 +902,16 @@ worker_json(struct cq_worker *w, void *arg)
 		    json_string(task_format_incarnation(w->inc, inc)));
 	if (w->why != NULL)
 		json_object_set_new(o, "last_failure", json_string(w->why));
-	json_array_append_new(a, o);
+	json_object_set_new(o, "healthy",
+	    json_boolean(!cq_worker_sick(w, x->now)));
+	json_object_set_new(o, "start_failures",
+	    json_integer((json_int_t)w->start_failures));
+	if (cq_worker_sick(w, x->now))
+		json_object_set_new(o, "unhealthy",
+		    json_pack("{s:s,s:I}", "message",
+		        w->sick_why != NULL ? w->sick_why : "?", "retry_in_ms",
+		        (json_int_t)(w->sick_until - x->now)));
+	json_array_append_new(x->a, o);
 }
 
 static json_t *
@@ -905,9 +919,10 @@ status_json(struct dispatch *d)
 {
 	const struct cq_view *v = cq_view(d->cq);
 	json_t *qs = json_array(), *ws = json_array();
+	struct workers_ctx wx = {ws, duration_now_ms()};
 
 	cq_each_queue(d->cq, queue_json, qs);
-	cq_each_worker(d->cq, worker_json, ws);
+	cq_each_worker(d->cq, worker_json, &wx);
 	return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:o}",
 	    "queued", (json_int_t)v->queued, "inflight",
 	    (json_int_t)v->inflight, "closures", (json_int_t)v->closures,
@@ -1083,7 +1098,7 @@ serve_takers(struct dispatch *d)
 		struct waitctx *x = p->ctx;
 		size_t n;
 		next = p->next;
-		if (!cq_has_work(d->cq, x->w))
+		if (!cq_has_work(d->cq, x->w, now))
 			continue;
 		n = cq_take(d->cq, x->w, x->max, now, cs);
 		if (n == 0)
@@ -1237,6 +1252,8 @@ results(struct dispatch *d, struct http_req *req, struct cq_worker *w,
 		json_t *jid = json_object_get(r, "id");
 		json_t *jat = json_object_get(r, "attempt");
 		int aborted = json_is_true(json_object_get(r, "aborted"));
+		const char *sick =
+		    json_string_value(json_object_get(r, "unhealthy"));
 		struct cq_result res;
 
 		if (!json_is_integer(jid) || !json_is_integer(jat)) {
@@ -1259,6 +1276,18 @@ results(struct dispatch *d, struct http_req *req, struct cq_worker *w,
 			free(res.out);
 			free(res.err);
 			free(res.message);
+		}
+		/* It could not start the closure, for a reason of its own:
+		 * given back (aborted), and the worker rests a while. */
+		if (aborted && sick != NULL) {
+			char d1[32];
+			cq_worker_unhealthy(d->cq, w, sick, now);
+			log_info(
+			    "worker %s could not start closure %" JSON_INTEGER_FORMAT
+			    ": %s; it gets no closure for %s",
+			    w->name, json_integer_value(jid), sick,
+			    duration_format(w->sick_until - now, d1,
+			        sizeof(d1)));
 		}
 	}
 	cq_seen(d->cq, w, now);
@@ -1397,10 +1426,11 @@ workers_route(struct http_req *req, const struct route_match *m, void *arg)
 {
 	struct dispatch *d = arg;
 	json_t *a = json_array();
+	struct workers_ctx wx = {a, duration_now_ms()};
 
 	(void)m;
 	dispatch_lock(d);
-	cq_each_worker(d->cq, worker_json, a);
+	cq_each_worker(d->cq, worker_json, &wx);
 	http_reply_json(req, 200, json_pack("{s:o}", "workers", a));
 	dispatch_unlock(d);
 }
@@ -1627,6 +1657,10 @@ metrics(struct buf *b, void *arg)
 	    "# HELP muster_dispatch_stale_total Results of superseded "
 	    "attempts, dropped.\n# TYPE muster_dispatch_stale_total counter\n"
 	    "muster_dispatch_stale_total %lu\n"
+	    "# HELP muster_dispatch_start_failures_total Closures a worker "
+	    "could not start and gave back.\n"
+	    "# TYPE muster_dispatch_start_failures_total counter\n"
+	    "muster_dispatch_start_failures_total %lu\n"
 	    "# HELP muster_dispatch_workers Workers known.\n"
 	    "# TYPE muster_dispatch_workers gauge\n"
 	    "muster_dispatch_workers %zu\n"
@@ -1638,7 +1672,8 @@ metrics(struct buf *b, void *arg)
 	    "muster_dispatch_worker_deaths_total %lu\n",
 	    v->queued, v->inflight, v->closures, v->value_bytes, v->done,
 	    v->failed, v->retried, v->cancelled, v->aborted, v->put_back,
-	    v->stale, v->workers, v->workers_live, v->deaths);
+	    v->stale, v->start_failures, v->workers, v->workers_live,
+	    v->deaths);
 	{
 		struct ds_view dv;
 		ds_view(d->ds, &dv);
