@@ -4,6 +4,7 @@
  * jobs whose splits workers lease.
  */
 #include <getopt.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -181,6 +182,14 @@ main(int argc, char **argv)
 	enum status st;
 	int rc;
 
+	/*
+	 * Values are held until forgotten, between requests whose bodies
+	 * come and go: allocations of 128 KiB and more get pages of their
+	 * own (glibc would raise this threshold as they are freed, and carve
+	 * later values out of the heap between freed bodies, which held
+	 * 1.5 to 2.9 times the values).
+	 */
+	mallopt(M_MMAP_THRESHOLD, 128 * 1024);
 	log_init(argv[0], 0);
 	daemon_options_init(&d, 7701);
 	if ((rc = parse_args(argc, argv, &d, &dc)) != 0)

@@ -250,3 +250,33 @@ w0_health() {
 	run -0 curl -sf "http://$MUSTER_DISPATCHER/metrics"
 	assert_output --regexp "muster_dispatch_start_failures_total [1-9]"
 }
+
+# rss_kib PID: the resident set of PID, in KiB.
+rss_kib() {
+	awk '$1 == "VmRSS:" { print $2 }' "/proc/$1/status"
+}
+
+# values_held [DISPATCHD ARGS]: sets PER to dispatchd's memory per MiB of
+# the values it holds of 64 closures of 1 MiB each, in hundredths.
+values_held() {
+	local before after
+	start_dispatchd "$@"
+	start_worker w:0 -j 4
+	before=$(rss_kib "$DISPATCH_PID")
+	seq 64 | dispatchctl schedule --each -- sh -c 'head -c 1048576 /dev/urandom' >/dev/null
+	dispatchctl join --timeout 120s
+	after=$(rss_kib "$DISPATCH_PID")
+	PER=$(((after - before) * 100 / 1024 / 64))
+}
+
+@test "dispatchd holds a value once: 64 MiB of values take less than 1.5 times that, in memory and with a state directory it compacts" {
+	values_held
+	echo "# in memory: $PER hundredths of a MiB per MiB of values" >&3
+	[ "$PER" -lt 150 ]
+	kill "$WORKER_PID"
+	values_held --state-dir "$T/dstate" --journal-max-bytes 512K
+	echo "# --state-dir: $PER hundredths of a MiB per MiB of values" >&3
+	[ "$PER" -lt 150 ]
+	# The values are all there.
+	[ "$(dispatchctl fetch 64 | wc -c)" = 1048576 ]
+}

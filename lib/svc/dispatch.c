@@ -1184,13 +1184,33 @@ heartbeat(struct dispatch *d, struct http_req *req, struct cq_worker *w,
 	}
 }
 
+/*
+ * The bytes of base64 string s, in memory of their size: a value is held
+ * until it is forgotten, and a buffer grown by doubling would hold up to
+ * twice it. -1 when s is not base64, or memory runs out.
+ */
+static int
+decode_value(json_t *s, char **out, size_t *len)
+{
+	size_t n = json_string_length(s), cap = n / 4 * 3 + 4;
+	struct buf b = {malloc(cap), 0, cap};
+
+	if (b.data == NULL ||
+	    text_base64_decode(&b, json_string_value(s), n) < 0) {
+		buf_free(&b);
+		return -1;
+	}
+	*len = b.len;
+	*out = b.data;
+	return 0;
+}
+
 static int
 result_of(json_t *r, struct cq_result *res, char *msg, size_t msglen)
 {
 	json_t *out = json_object_get(r, "stdout");
 	json_t *err = json_object_get(r, "stderr_tail");
 	json_t *m = json_object_get(r, "message");
-	struct buf b = {0};
 
 	memset(res, 0, sizeof(*res));
 	if (json_is_integer(json_object_get(r, "exit"))) {
@@ -1204,27 +1224,18 @@ result_of(json_t *r, struct cq_result *res, char *msg, size_t msglen)
 		return -1;
 	}
 	res->truncated = json_is_true(json_object_get(r, "stdout_truncated"));
-	if (out != NULL) {
-		if (!json_is_string(out) ||
-		    text_base64_decode(&b, json_string_value(out),
-		        json_string_length(out)) < 0)
-			goto bad;
-		res->outlen = b.len;
-		res->out = buf_take(&b, NULL);
-	}
-	if (err != NULL) {
-		if (!json_is_string(err) ||
-		    text_base64_decode(&b, json_string_value(err),
-		        json_string_length(err)) < 0)
-			goto bad;
-		res->errlen = b.len;
-		res->err = buf_take(&b, NULL);
-	}
+	if (out != NULL &&
+	    (!json_is_string(out) ||
+	        decode_value(out, &res->out, &res->outlen) < 0))
+		goto bad;
+	if (err != NULL &&
+	    (!json_is_string(err) ||
+	        decode_value(err, &res->err, &res->errlen) < 0))
+		goto bad;
 	if (json_is_string(m))
 		res->message = strdup(json_string_value(m));
 	return 0;
 bad:
-	buf_free(&b);
 	free(res->out);
 	free(res->err);
 	memset(res, 0, sizeof(*res));
