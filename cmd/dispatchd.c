@@ -23,6 +23,7 @@ static const char synopsis[] =
     "                 [--queue-max N] [--worker-recovery DUR] "
     "[--watchdog DUR]\n"
     "                 [--max-worker-deaths N] [--max-closure-size BYTES]\n"
+    "                 [--max-store-bytes BYTES]\n"
     "                 [--static-workers NAME,...] [--client-timeout DUR] "
     "[--job-gc-timeout DUR]\n"
     "                 [--threads N] [--max-connections N] "
@@ -82,6 +83,7 @@ parse_args(int argc, char **argv, struct daemon_options *d,
 	    {"watchdog", required_argument, NULL, 'W'},
 	    {"max-worker-deaths", required_argument, NULL, 'D'},
 	    {"max-closure-size", required_argument, NULL, 'M'},
+	    {"max-store-bytes", required_argument, NULL, 'B'},
 	    {"static-workers", required_argument, NULL, 'S'},
 	    {"client-timeout", required_argument, NULL, 'C'},
 	    {"job-gc-timeout", required_argument, NULL, 'G'},
@@ -131,6 +133,14 @@ parse_args(int argc, char **argv, struct daemon_options *d,
 				return cli_usage_error(synopsis,
 				    "--max-closure-size %s is not a size of "
 				    "at least 1K (like 64K, 16M)",
+				    optarg);
+			break;
+		case 'B':
+			if (parse_size(optarg, &dc->cq.max_store) < 0 ||
+			    dc->cq.max_store < 1024)
+				return cli_usage_error(synopsis,
+				    "--max-store-bytes %s is not a size of "
+				    "at least 1K (like 512M, 4G)",
 				    optarg);
 			break;
 		case 'S':

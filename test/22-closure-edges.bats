@@ -280,3 +280,35 @@ values_held() {
 	# The values are all there.
 	[ "$(dispatchctl fetch 64 | wc -c)" = 1048576 ]
 }
+
+@test "dispatchd --max-store-bytes refuses schedules once closures and values fill it; forget makes room; a restart keeps the values" {
+	DPORT=$(free_port)
+	start_dispatchd -l "127.0.0.1:$DPORT" --state-dir "$T/dstate" --max-store-bytes 64K
+	start_worker w:0
+	local refused=0 ids=()
+	for ((i = 0; i < 10; i++)); do
+		if ! id=$(dispatchctl schedule --no-block -- head -c 20000 /dev/zero 2>"$T/sched.err"); then
+			refused=1
+			break
+		fi
+		ids+=("$id")
+		dispatchctl fetch --timeout 30s "$id" >/dev/null
+	done
+	# Three values and four specs fit in 64 KiB; a value may take it past.
+	[ "$refused" = 1 ] && [ "${#ids[@]}" -ge 3 ] && [ "${#ids[@]}" -le 4 ]
+	grep -q 'RESOURCE_EXHAUSTED: dispatchd holds [0-9]* bytes of closures and values, --max-store-bytes 65536: forget some' "$T/sched.err" ||
+		{ cat "$T/sched.err"; false; }
+	run -12 dispatchctl schedule -- true
+	run -0 curl -sf "http://$MUSTER_DISPATCHER/metrics"
+	assert_output --regexp 'muster_dispatch_store_bytes (6[5-9]|[7-9][0-9])[0-9]{3}'
+	# Forgetting makes room.
+	dispatchctl forget "${ids[0]}" "${ids[1]}"
+	again=$(dispatchctl schedule -- echo again)
+	assert_equal "$(dispatchctl fetch --timeout 30s "$again")" again
+	# Values are kept across a restart, and so is the cap's account.
+	kill9 "$DISPATCH_PID"
+	start_dispatchd -l "127.0.0.1:$DPORT" --state-dir "$T/dstate" --max-store-bytes 64K
+	[ "$(dispatchctl fetch --timeout 10s "${ids[2]}" | wc -c)" = 20000 ]
+	run -0 dispatchctl --json status
+	jq -e '.max_store_bytes == 65536 and .store_bytes > 40000' <<<"$output"
+}

@@ -284,6 +284,8 @@ cq_new(const struct cq_config *cfg, cq_observer_fn fn, void *arg, int64_t now)
 		cq->cfg.hb_timeout_ms = 10000;
 	if (cq->cfg.max_spec == 0)
 		cq->cfg.max_spec = 64u << 20;
+	if (cq->cfg.max_store == 0)
+		cq->cfg.max_store = (size_t)1 << 30;
 	cq->observe = fn;
 	cq->arg = arg;
 	cq->nid = 1;
@@ -388,6 +390,14 @@ cq_room(const struct cq *cq, const struct cq_queue *q)
 {
 	return q->queued >= cq->cfg.queue_max ? 0 :
 	                                        cq->cfg.queue_max - q->queued;
+}
+
+size_t
+cq_store_room(const struct cq *cq)
+{
+	size_t held = cq->v.value_bytes + cq->v.spec_bytes;
+
+	return held >= cq->cfg.max_store ? 0 : cq->cfg.max_store - held;
 }
 
 int
@@ -773,6 +783,7 @@ cq_enqueue(struct cq *cq, struct cq_queue *q, struct cq_closure *c, int64_t now,
 	q->scheduled++;
 	cq->v.queued++;
 	cq->v.closures++;
+	cq->v.spec_bytes += c->speclen;
 	*id = c->id;
 	emit(cq, CQ_EV_WORK, NULL, NULL, NULL);
 	jflush(cq);
@@ -945,6 +956,7 @@ cq_forget(struct cq *cq, struct cq_closure *c)
 		free(strmap_del(c->q->keys, c->key, strlen(c->key)));
 	cq->byid[c->id] = NULL;
 	cq->v.closures--;
+	cq->v.spec_bytes -= c->speclen;
 	if (cq->jfn != NULL) {
 		struct buf item = {0};
 		if (jforget_item(&item, c->id) == 0)
@@ -2275,6 +2287,7 @@ j_closure_new(struct cq *cq, struct jclosure *x, int64_t now, struct dec *d)
 	}
 	cq->byid[x->id] = c;
 	cq->v.closures++;
+	cq->v.spec_bytes += c->speclen;
 	if (x->id >= cq->nid)
 		cq->nid = x->id + 1;
 	return c;
@@ -2377,6 +2390,7 @@ apply_forget(struct cq *cq, uint64_t id)
 		free(strmap_del(c->q->keys, c->key, strlen(c->key)));
 	cq->byid[id] = NULL;
 	cq->v.closures--;
+	cq->v.spec_bytes -= c->speclen;
 	closure_free(cq, c);
 }
 

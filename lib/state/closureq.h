@@ -134,6 +134,7 @@ struct cq_config {
 	long max_deaths;       /* 0: CQ_MAX_DEATHS_DEFAULT */
 	int64_t hb_timeout_ms; /* 0: 10 s */
 	size_t max_spec;       /* bytes of one closure's JSON; 0: 64 MiB */
+	size_t max_store;      /* bytes of closures and values held; 0: 1 GiB */
 };
 
 enum cq_event_type {
@@ -170,6 +171,13 @@ void cq_each_queue(struct cq *cq, void (*fn)(struct cq_queue *q, void *arg),
     void *arg);
 /* How many more closures q takes now. */
 size_t cq_room(const struct cq *cq, const struct cq_queue *q);
+/*
+ * Bytes of closures the store takes before max_store: what is held is
+ * every closure's spec and every value (stdout and stderr tail) until it
+ * is forgotten. A value may take it past the cap (a closure scheduled
+ * under it still ends); then there is no room until forgets make some.
+ */
+size_t cq_store_room(const struct cq *cq);
 /*
  * A closure from what item describes ({"argv":[...], "env":{...},
  * "stdin": base64, "timeout_ms", "retry_exit":[...], "max_retries", "on",
@@ -214,6 +222,7 @@ struct cq_view {
 	unsigned long put_back, stale;
 	unsigned long start_failures; /* closures given back unstarted */
 	size_t value_bytes;
+	size_t spec_bytes; /* of the closures held, their commands and stdin */
 };
 const struct cq_view *cq_view(const struct cq *cq);
 

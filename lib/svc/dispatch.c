@@ -420,6 +420,21 @@ try_schedule(struct dispatch *d, struct http_req *req, struct cq_queue *q,
 	}
 	if (n > room)
 		n = room;
+	/* As many as the store has room for; a full store is refused at
+	 * once, block or not: only forgets make room. */
+	room = cq_store_room(d->cq);
+	for (i = 0; i < n && x->cs[i]->speclen <= room; i++)
+		room -= x->cs[i]->speclen;
+	if (i == 0) {
+		const struct cq_view *v = cq_view(d->cq);
+		http_reply_error(req, ST_RESOURCE_EXHAUSTED,
+		    "dispatchd holds %zu bytes of closures and values, "
+		    "--max-store-bytes %zu: forget some (dispatchctl forget)",
+		    v->value_bytes + v->spec_bytes,
+		    cq_config(d->cq)->max_store);
+		return 1;
+	}
+	n = i;
 	ids = json_array();
 	for (i = 0; i < n; i++) {
 		uint64_t id;
@@ -923,7 +938,10 @@ status_json(struct dispatch *d)
 
 	cq_each_queue(d->cq, queue_json, qs);
 	cq_each_worker(d->cq, worker_json, &wx);
-	return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:o}",
+	return json_pack(
+	    "{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:o}",
+	    "store_bytes", (json_int_t)(v->value_bytes + v->spec_bytes),
+	    "max_store_bytes", (json_int_t)cq_config(d->cq)->max_store,
 	    "queued", (json_int_t)v->queued, "inflight",
 	    (json_int_t)v->inflight, "closures", (json_int_t)v->closures,
 	    "done", (json_int_t)v->done, "failed", (json_int_t)v->failed,
@@ -1647,6 +1665,10 @@ metrics(struct buf *b, void *arg)
 	    "# HELP muster_dispatch_value_bytes Bytes of values held.\n"
 	    "# TYPE muster_dispatch_value_bytes gauge\n"
 	    "muster_dispatch_value_bytes %zu\n"
+	    "# HELP muster_dispatch_store_bytes Bytes of closures and "
+	    "values held (--max-store-bytes).\n"
+	    "# TYPE muster_dispatch_store_bytes gauge\n"
+	    "muster_dispatch_store_bytes %zu\n"
 	    "# HELP muster_dispatch_done_total Closures that ran to an end.\n"
 	    "# TYPE muster_dispatch_done_total counter\n"
 	    "muster_dispatch_done_total %lu\n"
@@ -1681,10 +1703,10 @@ metrics(struct buf *b, void *arg)
 	    "# HELP muster_dispatch_worker_deaths_total Workers failed.\n"
 	    "# TYPE muster_dispatch_worker_deaths_total counter\n"
 	    "muster_dispatch_worker_deaths_total %lu\n",
-	    v->queued, v->inflight, v->closures, v->value_bytes, v->done,
-	    v->failed, v->retried, v->cancelled, v->aborted, v->put_back,
-	    v->stale, v->start_failures, v->workers, v->workers_live,
-	    v->deaths);
+	    v->queued, v->inflight, v->closures, v->value_bytes,
+	    v->value_bytes + v->spec_bytes, v->done, v->failed, v->retried,
+	    v->cancelled, v->aborted, v->put_back, v->stale, v->start_failures,
+	    v->workers, v->workers_live, v->deaths);
 	{
 		struct ds_view dv;
 		ds_view(d->ds, &dv);

@@ -271,7 +271,7 @@ same_view(struct cq *a, struct cq *b)
 	    x->failed == y->failed && x->retried == y->retried &&
 	    x->cancelled == y->cancelled && x->aborted == y->aborted &&
 	    x->deaths == y->deaths && x->put_back == y->put_back &&
-	    x->value_bytes == y->value_bytes;
+	    x->value_bytes == y->value_bytes && x->spec_bytes == y->spec_bytes;
 }
 
 /* Each key of a's closures names the same closure in b's queue. */
