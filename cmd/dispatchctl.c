@@ -874,26 +874,61 @@ cmd_ls(struct ctl *x, int argc, char **argv)
 	int64_t deadline;
 	char path[256];
 	json_t *reply, *c;
-	size_t i;
-	int rc;
+	uint64_t after = 0;
+	size_t i, printed = 0;
+	int rc, first = 1;
 
 	if ((rc = timeout_opt(argc, argv, &deadline, "ls", &state)) != 0)
 		return rc;
 	if (optind < argc)
 		return usage("unexpected argument %s", argv[optind]);
-	snprintf(path, sizeof(path), "/v1/closures?queue=%s%s%s", x->queue,
-	    state != NULL ? "&state=" : "", state != NULL ? state : "");
-	if ((rc = get_json(x, path, &reply)) != 0)
-		return rc;
-	if (x->json) {
-		print_json(reply);
-	} else {
-		printf("%-8s %-10s %-9s %-8s %-12s %-8s %s\n", "ID", "STATE",
-		    "PHASE", "QUEUE", "WORKER", "ATTEMPTS", "END");
-		json_array_foreach(json_object_get(reply, "closures"), i, c)
-			print_closure_line(c);
+	/* Page after page, each printed as it comes: a list of a million
+	 * closures is never held whole, here or in dispatchd. With --json
+	 * the pages make one object, {"closures":[...]}. */
+	for (;;) {
+		json_t *next;
+		snprintf(path, sizeof(path),
+		    "/v1/closures?queue=%s%s%s&after=%" PRIu64, x->queue,
+		    state != NULL ? "&state=" : "", state != NULL ? state : "",
+		    after);
+		if ((rc = get_json(x, path, &reply)) != 0) {
+			if (x->json && first == 0)
+				fputs("]}\n", stdout);
+			return rc;
+		}
+		if (first) {
+			if (x->json)
+				fputs("{\"closures\":[", stdout);
+			else
+				printf("%-8s %-10s %-9s %-8s %-12s %-8s %s\n",
+				    "ID", "STATE", "PHASE", "QUEUE", "WORKER",
+				    "ATTEMPTS", "END");
+			first = 0;
+		}
+		json_array_foreach(json_object_get(reply, "closures"), i, c) {
+			if (!x->json) {
+				print_closure_line(c);
+				continue;
+			}
+			if (printed++ > 0)
+				putchar(',');
+			json_dumpf(c, stdout, JSON_COMPACT);
+		}
+		next = json_object_get(reply, "next");
+		/* A dispatchd without pages says nothing of more. */
+		if (!json_is_true(json_object_get(reply, "more")) ||
+		    !json_is_integer(next) ||
+		    (uint64_t)json_integer_value(next) <= after) {
+			json_decref(reply);
+			break;
+		}
+		after = (uint64_t)json_integer_value(next);
+		json_decref(reply);
 	}
-	json_decref(reply);
+	if (x->json)
+		fputs("]}\n", stdout);
+	if (fflush(stdout) != 0)
+		return cli_fail(ST_INTERNAL, "writing: %s", strerror(errno));
 	return 0;
 }
 

@@ -312,3 +312,27 @@ values_held() {
 	run -0 dispatchctl --json status
 	jq -e '.max_store_bytes == 65536 and .store_bytes > 40000' <<<"$output"
 }
+
+@test "lists of closures come in pages; dispatchctl ls follows them" {
+	start_dispatchd
+	seq 2500 | dispatchctl schedule --each -- echo >/dev/null
+	A="http://$MUSTER_DISPATCHER/v1/closures"
+	run -0 curl -sf "$A?limit=10"
+	jq -e '(.closures | length) == 10 and .more and .next == 10' <<<"$output"
+	run -0 curl -sf "$A"
+	jq -e '(.closures | length) == 1000 and .more and .next == 1000' <<<"$output"
+	run -0 curl -sf "$A?after=2495"
+	jq -e '[.closures[].id] == [2496,2497,2498,2499,2500] and (.more | not) and .next == null' <<<"$output"
+	run -0 curl -s "$A?limit=0"
+	assert_output --partial INVALID_ARGUMENT
+	run -0 curl -s "$A?after=x"
+	assert_output --partial "after=x is not a closure id"
+	run -0 dispatchctl ls
+	assert_equal "${#lines[@]}" 2501
+	run -0 dispatchctl --json ls
+	jq -e '[.closures[].id] == [range(1; 2501)]' <<<"$output"
+	# A state across pages.
+	dispatchctl cancel 5 1500 2400
+	run -0 dispatchctl --json ls --state cancelled
+	jq -e '[.closures[].id] == [5, 1500, 2400]' <<<"$output"
+}

@@ -980,6 +980,24 @@ cq_each_closure(struct cq *cq, struct cq_queue *q,
 	}
 }
 
+uint64_t
+cq_each_closure_after(struct cq *cq, struct cq_queue *q, uint64_t after,
+    size_t max, int (*fn)(struct cq_closure *c, void *arg), void *arg,
+    int *more)
+{
+	uint64_t id = after;
+	size_t seen = 0;
+
+	while (id + 1 < cq->nbyid && seen < max) {
+		struct cq_closure *c = cq->byid[++id];
+		seen++;
+		if (c != NULL && (q == NULL || c->q == q) && fn(c, arg) != 0)
+			break;
+	}
+	*more = id + 1 < cq->nbyid;
+	return id;
+}
+
 static void
 live_changed(struct cq *cq, int delta, int64_t now)
 {

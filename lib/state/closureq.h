@@ -214,6 +214,15 @@ enum status cq_forget(struct cq *cq, struct cq_closure *c);
 /* Calls fn for each closure of q (all queues when q is NULL), by id. */
 void cq_each_closure(struct cq *cq, struct cq_queue *q,
     void (*fn)(struct cq_closure *c, void *arg), void *arg);
+/*
+ * A page of cq_each_closure: the closures with ids past after, by id,
+ * until fn returns non-zero or max ids were looked at. Returns the last id
+ * looked at (the next page's after), with *more set when there are ids
+ * past it.
+ */
+uint64_t cq_each_closure_after(struct cq *cq, struct cq_queue *q,
+    uint64_t after, size_t max, int (*fn)(struct cq_closure *c, void *arg),
+    void *arg, int *more);
 
 /* Counters, for /metrics and status. */
 struct cq_view {
