@@ -29,7 +29,8 @@
 #      For reference, torch's own store-based barrier (add, then poll every
 #      10 ms) with 1000 Python threads.
 #
-# Then bench/dispatch.sh, bench/data.sh and bench/durability.sh.
+# Then bench/dispatch.sh, bench/values.sh, bench/data.sh and
+# bench/durability.sh.
 #
 # Targets are printed next to the figures. Every process it starts is
 # stopped by PID when it exits. MUSTER_BIN is where coordd, kvctl and the
@@ -465,6 +466,11 @@ echo
 echo "Closures: dispatchd, workerloop and dispatchctl against a spawn loop," \
     "xargs, GNU parallel and Dask (bench/dispatch.sh)"
 MUSTER_BIN=$bin "$here/dispatch.sh" || note "dispatch.sh failed"
+
+echo
+echo "Values: dispatchd's memory per MiB of closure values held" \
+    "(bench/values.sh)"
+MUSTER_BIN=$bin "$here/values.sh" || note "values.sh failed"
 
 echo
 echo "Data: get-split, dispatchctl read against cat and raw TCP, a dead" \

@@ -172,7 +172,50 @@ struct sched {
 	int ncmd;
 	const char *key;
 	int each, block;
+	size_t max_closure, max_request; /* dispatchd's limits (bytes) */
 };
+
+/* dispatchd's defaults, for one that does not say (before /v1/limits). */
+#define DEFAULT_MAX_CLOSURE (16u << 20)
+#define DEFAULT_MAX_REQUEST (DEFAULT_MAX_CLOSURE / 3 * 4 + (64u << 20))
+
+/*
+ * The largest closure and request dispatchd takes, so that schedule stops
+ * reading its input there (a --stdin of /dev/zero, a line that never
+ * ends) instead of holding all of it first.
+ */
+static int
+get_limits(struct ctl *x, struct sched *sc)
+{
+	json_t *reply, *errbody;
+	enum status st = dispatch_call(x->dc, "GET", "/v1/limits", NULL, 0,
+	    duration_now_ms() + 30000, DC_REPEAT, &reply, &errbody, NULL);
+	json_int_t c, r;
+
+	sc->max_closure = DEFAULT_MAX_CLOSURE;
+	sc->max_request = DEFAULT_MAX_REQUEST;
+	if (st == ST_NOT_FOUND) {
+		json_decref(errbody);
+		return 0;
+	}
+	if (st != ST_OK)
+		return fail(x, st, errbody);
+	c = json_integer_value(json_object_get(reply, "max_closure_size"));
+	r = json_integer_value(json_object_get(reply, "max_request_bytes"));
+	if (c > 0)
+		sc->max_closure = (size_t)c;
+	if (r > 0)
+		sc->max_request = (size_t)r;
+	json_decref(reply);
+	return 0;
+}
+
+/* The most bytes the JSON of s can take (every byte escaped as \u00XX). */
+static size_t
+json_text_max(size_t len)
+{
+	return 6 * len + 3;
+}
 
 static int
 has_braces(const char *s)
@@ -256,12 +299,17 @@ send_batch(struct ctl *x, struct sched *sc, json_t *items)
 	return 0;
 }
 
+/*
+ * Reads path (- for stdin) into b, up to max bytes: 0, -1 (errno) when it
+ * cannot be read, -2 when there is more than max.
+ */
 static int
-read_stdin_file(const char *path, struct buf *b)
+read_stdin_file(const char *path, struct buf *b, size_t max)
 {
 	int fd = strcmp(path, "-") == 0 ? 0 : open(path, O_RDONLY | O_CLOEXEC);
 	char chunk[65536];
 	ssize_t n;
+	int rc = 0;
 
 	if (fd < 0)
 		return -1;
@@ -269,13 +317,108 @@ read_stdin_file(const char *path, struct buf *b)
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
+			rc = -1;
 			break;
 		}
-		buf_append(b, chunk, (size_t)n);
+		if (b->len + (size_t)n > max) {
+			rc = -2;
+			break;
+		}
+		if (buf_append(b, chunk, (size_t)n) < 0) {
+			errno = ENOMEM;
+			rc = -1;
+			break;
+		}
 	}
 	if (fd != 0)
 		close(fd);
-	return n < 0 ? -1 : 0;
+	return rc;
+}
+
+/*
+ * One line of f into b, without its newline, up to max bytes: 1, 0 at the
+ * end, -1 (errno) on a read error, -2 when the line is longer, -3 when it
+ * holds a NUL byte.
+ */
+static int
+read_line(FILE *f, struct buf *b, size_t max)
+{
+	int ch;
+
+	buf_reset(b);
+	while ((ch = getc_unlocked(f)) != EOF) {
+		char c = (char)ch;
+		if (c == '\n')
+			return 1;
+		if (c == '\0')
+			return -3;
+		if (b->len >= max)
+			return -2;
+		if (buf_append(b, &c, 1) < 0) {
+			errno = ENOMEM;
+			return -1;
+		}
+	}
+	if (ferror(f))
+		return -1;
+	return b->len > 0 ? 1 : 0;
+}
+
+/*
+ * schedule --each: one closure a line of stdin, sent in batches of at
+ * most BATCH closures and of fewer bytes than a request dispatchd takes
+ * (every closure carries the same --stdin, which may be large).
+ */
+static int
+schedule_each(struct ctl *x, struct sched *sc)
+{
+	json_t *items = json_array();
+	struct buf line = {0};
+	size_t fixed = json_dumpb(sc->common, NULL, 0, JSON_COMPACT) + 64,
+	       uses = 1, batch = 0;
+	int rc = 0, r = 0;
+
+	for (int i = 0; i < sc->ncmd; i++) {
+		fixed += json_text_max(strlen(sc->cmd[i]));
+		uses += has_braces(sc->cmd[i]);
+	}
+	if (sc->key != NULL) {
+		fixed += json_text_max(strlen(sc->key));
+		uses++;
+	}
+	while (rc == 0 && (r = read_line(stdin, &line, sc->max_closure)) > 0) {
+		size_t bytes = fixed + uses * json_text_max(line.len);
+		if (json_array_size(items) > 0 &&
+		    batch + bytes > sc->max_request / 2) {
+			rc = send_batch(x, sc, items);
+			json_array_clear(items);
+			batch = 0;
+		}
+		json_array_append_new(items,
+		    closure_item(sc, line.data != NULL ? line.data : ""));
+		batch += bytes;
+		if (rc == 0 && json_array_size(items) == BATCH) {
+			rc = send_batch(x, sc, items);
+			json_array_clear(items);
+			batch = 0;
+		}
+	}
+	if (rc == 0 && r == -3)
+		rc = cli_fail(ST_INVALID_ARGUMENT,
+		    "a line of input holds a NUL byte");
+	else if (rc == 0 && r == -2)
+		rc = cli_fail(ST_RESOURCE_EXHAUSTED,
+		    "a line of input is longer than %zu bytes, the largest "
+		    "closure dispatchd takes (--max-closure-size)",
+		    sc->max_closure);
+	else if (rc == 0 && r == -1)
+		rc = cli_fail(ST_INVALID_ARGUMENT, "reading stdin: %s",
+		    strerror(errno));
+	if (rc == 0 && json_array_size(items) > 0)
+		rc = send_batch(x, sc, items);
+	json_decref(items);
+	buf_free(&line);
+	return rc;
 }
 
 /* schedule, with the JSON it builds, which cmd_schedule frees. */
@@ -378,10 +521,21 @@ schedule(struct ctl *x, int argc, char **argv, struct sched *scp, json_t *env,
 		json_object_set(sc.common, "retry_exit", codes);
 	if (json_array_size(needs) > 0)
 		json_object_set(sc.common, "needs", needs);
+	if ((in != NULL || sc.each) && (rc = get_limits(x, &sc)) != 0)
+		return rc;
 	if (in != NULL) {
 		struct buf b = {0};
-		if (read_stdin_file(in, &b) < 0) {
+		/* Its base64 alone would be larger than a closure may be. */
+		int r = read_stdin_file(in, &b, sc.max_closure / 4 * 3);
+		if (r < 0) {
 			buf_free(&b);
+			if (r == -2)
+				return cli_fail(ST_RESOURCE_EXHAUSTED,
+				    "--stdin %s: the closure would be larger "
+				    "than %zu bytes (dispatchd's "
+				    "--max-closure-size; stdin counts as "
+				    "base64)",
+				    in, sc.max_closure);
 			return cli_fail(ST_INVALID_ARGUMENT, "--stdin %s: %s",
 			    in, strerror(errno));
 		}
@@ -395,28 +549,7 @@ schedule(struct ctl *x, int argc, char **argv, struct sched *scp, json_t *env,
 		rc = send_batch(x, &sc, items);
 		json_decref(items);
 	} else {
-		char *line = NULL;
-		size_t cap = 0;
-		ssize_t len;
-		json_t *items = json_array();
-		while (rc == 0 && (len = getline(&line, &cap, stdin)) >= 0) {
-			if (len > 0 && line[len - 1] == '\n')
-				line[--len] = '\0';
-			if (strlen(line) != (size_t)len) {
-				rc = cli_fail(ST_INVALID_ARGUMENT,
-				    "a line of input holds a NUL byte");
-				break;
-			}
-			json_array_append_new(items, closure_item(&sc, line));
-			if (json_array_size(items) == BATCH) {
-				rc = send_batch(x, &sc, items);
-				json_array_clear(items);
-			}
-		}
-		if (rc == 0 && json_array_size(items) > 0)
-			rc = send_batch(x, &sc, items);
-		json_decref(items);
-		free(line);
+		rc = schedule_each(x, &sc);
 	}
 	if (fflush(stdout) != 0 && rc == 0)
 		rc = cli_fail(ST_INTERNAL, "writing: %s", strerror(errno));
@@ -534,9 +667,13 @@ fetch_one(struct ctl *x, uint64_t id, int64_t deadline)
 			code = cli_fail(ST_INTERNAL, "writing: %s",
 			    strerror(errno));
 		buf_free(&b);
+		const char *why =
+		    json_string_value(json_object_get(reply, "message"));
 		if (strcmp(state, "CANCELLED") == 0)
 			cli_fail(ST_CANCELLED,
-			    "closure %" PRIu64 " was cancelled", id);
+			    "closure %" PRIu64 " was cancelled%s%s%s", id,
+			    why != NULL ? " (" : "", why != NULL ? why : "",
+			    why != NULL ? ")" : "");
 		else if (strcmp(state, "ABORTED") == 0)
 			cli_fail(ST_ABORTED, "closure %" PRIu64 ": %s", id,
 			    json_string_value(
@@ -738,26 +875,61 @@ cmd_ls(struct ctl *x, int argc, char **argv)
 	int64_t deadline;
 	char path[256];
 	json_t *reply, *c;
-	size_t i;
-	int rc;
+	uint64_t after = 0;
+	size_t i, printed = 0;
+	int rc, first = 1;
 
 	if ((rc = timeout_opt(argc, argv, &deadline, "ls", &state)) != 0)
 		return rc;
 	if (optind < argc)
 		return usage("unexpected argument %s", argv[optind]);
-	snprintf(path, sizeof(path), "/v1/closures?queue=%s%s%s", x->queue,
-	    state != NULL ? "&state=" : "", state != NULL ? state : "");
-	if ((rc = get_json(x, path, &reply)) != 0)
-		return rc;
-	if (x->json) {
-		print_json(reply);
-	} else {
-		printf("%-8s %-10s %-9s %-8s %-12s %-8s %s\n", "ID", "STATE",
-		    "PHASE", "QUEUE", "WORKER", "ATTEMPTS", "END");
-		json_array_foreach(json_object_get(reply, "closures"), i, c)
-			print_closure_line(c);
+	/* Page after page, each printed as it comes: a list of a million
+	 * closures is never held whole, here or in dispatchd. With --json
+	 * the pages make one object, {"closures":[...]}. */
+	for (;;) {
+		json_t *next;
+		snprintf(path, sizeof(path),
+		    "/v1/closures?queue=%s%s%s&after=%" PRIu64, x->queue,
+		    state != NULL ? "&state=" : "", state != NULL ? state : "",
+		    after);
+		if ((rc = get_json(x, path, &reply)) != 0) {
+			if (x->json && first == 0)
+				fputs("]}\n", stdout);
+			return rc;
+		}
+		if (first) {
+			if (x->json)
+				fputs("{\"closures\":[", stdout);
+			else
+				printf("%-8s %-10s %-9s %-8s %-12s %-8s %s\n",
+				    "ID", "STATE", "PHASE", "QUEUE", "WORKER",
+				    "ATTEMPTS", "END");
+			first = 0;
+		}
+		json_array_foreach(json_object_get(reply, "closures"), i, c) {
+			if (!x->json) {
+				print_closure_line(c);
+				continue;
+			}
+			if (printed++ > 0)
+				putchar(',');
+			json_dumpf(c, stdout, JSON_COMPACT);
+		}
+		next = json_object_get(reply, "next");
+		/* A dispatchd without pages says nothing of more. */
+		if (!json_is_true(json_object_get(reply, "more")) ||
+		    !json_is_integer(next) ||
+		    (uint64_t)json_integer_value(next) <= after) {
+			json_decref(reply);
+			break;
+		}
+		after = (uint64_t)json_integer_value(next);
+		json_decref(reply);
 	}
-	json_decref(reply);
+	if (x->json)
+		fputs("]}\n", stdout);
+	if (fflush(stdout) != 0)
+		return cli_fail(ST_INTERNAL, "writing: %s", strerror(errno));
 	return 0;
 }
 
@@ -797,20 +969,28 @@ cmd_status(struct ctl *x, int argc, char **argv)
 		    json_integer_value(json_object_get(v, "failed")),
 		    json_integer_value(json_object_get(v, "cancelled")), err);
 	}
-	printf("\n%-16s %-5s %5s %7s %6s %s\n", "WORKER", "LIVE", "SLOTS",
-	    "RUNNING", "DEATHS", "LAST FAILURE");
+	printf("\n%-16s %-5s %-9s %5s %7s %6s %s\n", "WORKER", "LIVE", "HEALTH",
+	    "SLOTS", "RUNNING", "DEATHS", "LAST FAILURE");
 	json_array_foreach(json_object_get(reply, "workers"), i, v) {
 		const char *why =
 		    json_string_value(json_object_get(v, "last_failure"));
-		printf("%-16s %-5s %5" JSON_INTEGER_FORMAT
+		const char *sick = json_string_value(
+		    json_object_get(json_object_get(v, "unhealthy"),
+		        "message"));
+		/* An unhealthy worker's reason comes first: it is why it
+		 * gets no work now. */
+		printf("%-16s %-5s %-9s %5" JSON_INTEGER_FORMAT
 		       " %7" JSON_INTEGER_FORMAT " %6" JSON_INTEGER_FORMAT
 		       " %s\n",
 		    json_string_value(json_object_get(v, "name")),
 		    json_is_true(json_object_get(v, "live")) ? "yes" : "no",
+		    sick != NULL ? "unhealthy" : "ok",
 		    json_integer_value(json_object_get(v, "slots")),
 		    json_integer_value(json_object_get(v, "running")),
 		    json_integer_value(json_object_get(v, "deaths")),
-		    why != NULL ? why : "-");
+		    sick != NULL    ? sick :
+		        why != NULL ? why :
+		                      "-");
 	}
 	json_decref(reply);
 	return 0;
@@ -1030,7 +1210,7 @@ dataset_add(struct ctl *x, int argc, char **argv)
 	if (framing != NULL && framing_parse(framing, &f) < 0)
 		return usage("--framing %s is not lines, nul or len32",
 		    framing);
-	if (read_stdin_file(splits, &b) < 0) {
+	if (read_stdin_file(splits, &b, SIZE_MAX) < 0) {
 		buf_free(&b);
 		return cli_fail(ST_INVALID_ARGUMENT, "--splits %s: %s", splits,
 		    strerror(errno));

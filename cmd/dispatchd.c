@@ -4,6 +4,7 @@
  * jobs whose splits workers lease.
  */
 #include <getopt.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,7 @@ static const char synopsis[] =
     "                 [--queue-max N] [--worker-recovery DUR] "
     "[--watchdog DUR]\n"
     "                 [--max-worker-deaths N] [--max-closure-size BYTES]\n"
+    "                 [--max-store-bytes BYTES]\n"
     "                 [--static-workers NAME,...] [--client-timeout DUR] "
     "[--job-gc-timeout DUR]\n"
     "                 [--threads N] [--max-connections N] "
@@ -81,6 +83,7 @@ parse_args(int argc, char **argv, struct daemon_options *d,
 	    {"watchdog", required_argument, NULL, 'W'},
 	    {"max-worker-deaths", required_argument, NULL, 'D'},
 	    {"max-closure-size", required_argument, NULL, 'M'},
+	    {"max-store-bytes", required_argument, NULL, 'B'},
 	    {"static-workers", required_argument, NULL, 'S'},
 	    {"client-timeout", required_argument, NULL, 'C'},
 	    {"job-gc-timeout", required_argument, NULL, 'G'},
@@ -132,6 +135,14 @@ parse_args(int argc, char **argv, struct daemon_options *d,
 				    "at least 1K (like 64K, 16M)",
 				    optarg);
 			break;
+		case 'B':
+			if (parse_size(optarg, &dc->cq.max_store) < 0 ||
+			    dc->cq.max_store < 1024)
+				return cli_usage_error(synopsis,
+				    "--max-store-bytes %s is not a size of "
+				    "at least 1K (like 512M, 4G)",
+				    optarg);
+			break;
 		case 'S':
 			if (static_workers(optarg, &dc->ds) < 0) {
 				fprintf(stderr,
@@ -166,6 +177,7 @@ parse_args(int argc, char **argv, struct daemon_options *d,
 	/* A schedule request carries many closures; a result, a value of
 	 * up to 16 MiB in base64. */
 	d->max_body = dc->cq.max_spec / 3 * 4 + (64u << 20);
+	dc->max_body = d->max_body;
 	return 0;
 }
 
@@ -180,6 +192,14 @@ main(int argc, char **argv)
 	enum status st;
 	int rc;
 
+	/*
+	 * Values are held until forgotten, between requests whose bodies
+	 * come and go: allocations of 128 KiB and more get pages of their
+	 * own (glibc would raise this threshold as they are freed, and carve
+	 * later values out of the heap between freed bodies, which held
+	 * 1.5 to 2.9 times the values).
+	 */
+	mallopt(M_MMAP_THRESHOLD, 128 * 1024);
 	log_init(argv[0], 0);
 	daemon_options_init(&d, 7701);
 	if ((rc = parse_args(argc, argv, &d, &dc)) != 0)

@@ -20,6 +20,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +41,7 @@
 #include "log.h"
 #include "parse.h"
 #include "proc.h"
+#include "sigfd.h"
 #include "task.h"
 #include "text.h"
 
@@ -101,6 +103,7 @@ struct worker {
 	char workdir[1024];
 	int made_workdir;
 	sigset_t blocked;
+	int sigfd; /* SIGTERM, SIGINT and SIGHUP, as they come */
 	struct slot *slots;
 	int hb_cancel[2];
 	char err[512]; /* why registering failed */
@@ -193,6 +196,26 @@ drain_fd(int fd)
 
 	while (read(fd, b, sizeof(b)) > 0)
 		;
+}
+
+static void
+close_pair(int p[2])
+{
+	for (int i = 0; i < 2; i++)
+		if (p[i] >= 0) {
+			close(p[i]);
+			p[i] = -1;
+		}
+}
+
+/*
+ * Whether exec failed for want of this machine's resources (memory, file
+ * descriptors, processes), not because of the command it was given.
+ */
+static int
+exec_errno_local(int e)
+{
+	return e == ENOMEM || e == EMFILE || e == ENFILE || e == EAGAIN;
 }
 
 /* Stops what slot s runs: why 1 cancelled, 2 preempted or superseded. */
@@ -325,7 +348,11 @@ report_resource(struct slot *s, const char *name, const char *state,
 
 static int mkdirs(const char *path);
 
-/* Runs argv in dir and waits; its exit code, or -1 (err says why). */
+/*
+ * Runs argv in dir and waits; its exit code (127 or 126 when it cannot
+ * be run at all), or -1 when this worker could not start it (err says
+ * why).
+ */
 static int
 run_resource(struct slot *s, char **argv, const char *dir, char *err,
     size_t errlen)
@@ -344,11 +371,16 @@ run_resource(struct slot *s, char **argv, const char *dir, char *err,
 		    strerror(errno));
 		return -1;
 	}
-	if ((env = proc_env(environ, set)) == NULL ||
+	if ((env = proc_env_child(environ, set)) == NULL ||
 	    pipe2(ep, O_CLOEXEC) < 0 ||
 	    (devnull = open("/dev/null", O_RDWR | O_CLOEXEC)) < 0) {
+		snprintf(err, errlen, "%s",
+		    strerror(env == NULL ? ENOMEM : errno));
 		free(env);
-		snprintf(err, errlen, "%s", strerror(errno));
+		if (ep[0] >= 0) {
+			close(ep[0]);
+			close(ep[1]);
+		}
 		return -1;
 	}
 	struct proc_spec spec = {argv, env, &s->wk->blocked, SIGKILL, devnull,
@@ -359,7 +391,8 @@ run_resource(struct slot *s, char **argv, const char *dir, char *err,
 	free(env);
 	if (pid < 0) {
 		close(ep[0]);
-		return e != 0 ? proc_exec_status(e) : -1;
+		return e != 0 && !exec_errno_local(e) ? proc_exec_status(e) :
+		                                        -1;
 	}
 	for (;;) {
 		char b[4096];
@@ -392,7 +425,7 @@ run_resource(struct slot *s, char **argv, const char *dir, char *err,
 /*
  * Makes sure resource def is built on this worker: builds it (one slot
  * does, the others wait for it). 0 and its directory in dir; else its exit
- * code, with why in msg.
+ * code, with why in msg, or -1 when this worker could not start it.
  */
 static int
 ensure_resource(struct slot *s, json_t *def, char *dir, size_t dirlen,
@@ -443,12 +476,20 @@ ensure_resource(struct slot *s, json_t *def, char *dir, size_t dirlen,
 	report_resource(s, name, "building", NULL);
 	char **argv = calloc(json_array_size(jargv) + 1, sizeof(char *));
 	char err[1024] = "";
-	json_array_foreach(jargv, i, v)
-		argv[i] = (char *)json_string_value(v);
-	log_debug("building resource %s in %s", name, r->dir);
-	code = run_resource(s, argv, r->dir, err, sizeof(err));
+	if (argv != NULL) {
+		json_array_foreach(jargv, i, v)
+			argv[i] = (char *)json_string_value(v);
+		log_debug("building resource %s in %s", name, r->dir);
+		code = run_resource(s, argv, r->dir, err, sizeof(err));
+	} else {
+		snprintf(err, sizeof(err), "%s", strerror(ENOMEM));
+		code = -1;
+	}
 	free(argv);
-	if (code != 0)
+	if (code < 0)
+		snprintf(msg, msglen, "resource %s could not be started: %s",
+		    name, err);
+	else if (code != 0)
 		snprintf(msg, msglen, "resource %s failed on %s: %s", name,
 		    wk->o.task, err);
 	report_resource(s, name, code == 0 ? "ready" : "failed",
@@ -456,16 +497,24 @@ ensure_resource(struct slot *s, json_t *def, char *dir, size_t dirlen,
 
 	pthread_mutex_lock(&wk->mu);
 	/* Still ours? A new incarnation freed the list meanwhile. */
-	if (gen == wk->gen) {
+	if (gen == wk->gen && code < 0) {
+		/* This worker's failure, not the resource's: it is built
+		 * again by the next closure that needs it. */
+		struct res **pp = &wk->res;
+		while (*pp != r)
+			pp = &(*pp)->next;
+		*pp = r->next;
+		free(r);
+	} else if (gen == wk->gen) {
 		r->state = code == 0 ? 1 : 2;
-		r->code = code < 0 ? 1 : code;
+		r->code = code;
 		if (code != 0)
 			r->message = strdup(msg);
 	}
 	snprintf(dir, dirlen, "%s/%s/%s", wk->workdir, wk->inc, name);
 	pthread_cond_broadcast(&wk->cond);
 	pthread_mutex_unlock(&wk->mu);
-	return code < 0 ? 1 : code;
+	return code;
 }
 
 /* Closures. */
@@ -481,8 +530,9 @@ struct run {
 	struct buf out, err;
 	int truncated;
 	char message[1280];
-	int aborted; /* stopped: preempted, or superseded */
-	int skip;    /* cancelled: nothing to report */
+	int aborted;      /* stopped: preempted, or superseded */
+	int skip;         /* cancelled: nothing to report */
+	int start_failed; /* not started, this worker's failure: given back */
 };
 
 static void
@@ -554,6 +604,31 @@ free_strv(char **v)
 	free(v);
 }
 
+static void not_started(struct slot *s, struct run *r, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/*
+ * r could not be started here, for a reason of this worker's (no file
+ * descriptors, no memory, no fork, no /bin/sh for --serve): it goes back
+ * to dispatchd, which runs it elsewhere or later and rests this worker.
+ */
+static void
+not_started(struct slot *s, struct run *r, const char *fmt, ...)
+{
+	char why[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	r->start_failed = 1;
+	snprintf(r->message, sizeof(r->message),
+	    "cannot start closure %" PRIu64 " on %s: %s", r->id, s->wk->o.task,
+	    why);
+	log_info("%s: given back to dispatchd; this worker is unhealthy",
+	    r->message);
+}
+
 /* Runs r as a process of its own, filling its end. */
 static void
 run_fork(struct slot *s, struct run *r)
@@ -564,8 +639,9 @@ run_fork(struct slot *s, struct run *r)
 	    json_integer_value(json_object_get(r->spec, "timeout_ms"));
 	struct buf in = {0};
 	size_t inoff = 0, i;
-	int ip[2] = {-1, -1}, op[2], ep[2], e, status = 0;
-	char **argv, **env, **owned = NULL;
+	int ip[2] = {-1, -1}, op[2] = {-1, -1}, ep[2] = {-1, -1}, e, status = 0;
+	char **argv, **env = NULL, **owned = NULL, why[1024];
+	const char *what = NULL;
 	struct proc_stop stop = {0};
 	int64_t start = duration_now_ms();
 	pid_t pid;
@@ -575,34 +651,49 @@ run_fork(struct slot *s, struct run *r)
 		text_base64_decode(&in, json_string_value(jin),
 		    json_string_length(jin));
 	argv = calloc(json_array_size(jargv) + 1, sizeof(char *));
-	json_array_foreach(jargv, i, v)
-		argv[i] = (char *)json_string_value(v);
-	owned = closure_vars(s, r);
-	env = owned != NULL ? proc_env(environ, owned) : NULL;
-	if (in.len > 0) {
-		if (pipe2(ip, O_CLOEXEC) < 0)
-			ip[0] = ip[1] = -1;
-	} else {
-		ip[0] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (argv != NULL) {
+		json_array_foreach(jargv, i, v)
+			argv[i] = (char *)json_string_value(v);
 	}
-	if (pipe2(op, O_CLOEXEC) < 0 || pipe2(ep, O_CLOEXEC) < 0 || ip[0] < 0 ||
-	    argv == NULL || env == NULL) {
-		snprintf(r->message, sizeof(r->message),
-		    "cannot start the closure on %s: %s", s->wk->o.task,
-		    strerror(errno));
-		r->exited = 1;
-		r->code = 126;
+	if (argv != NULL && (owned = closure_vars(s, r)) != NULL)
+		env = proc_env_child(environ, owned);
+	/* What fails before the closure's own command is reached is this
+	 * worker's failure, not the closure's: it is given back. */
+	if (argv == NULL || env == NULL) {
+		errno = ENOMEM;
+		what = "its environment";
+	} else if (in.len > 0 ?
+	        pipe2(ip, O_CLOEXEC) < 0 :
+	        (ip[0] = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0) {
+		what = in.len > 0 ? "a pipe for its stdin" : "/dev/null";
+	} else if (pipe2(op, O_CLOEXEC) < 0 || pipe2(ep, O_CLOEXEC) < 0) {
+		what = "pipes for its output";
+	}
+	if (what != NULL) {
+		not_started(s, r, "%s: %s", what, strerror(errno));
+		close_pair(ip);
+		close_pair(op);
+		close_pair(ep);
 		goto out;
 	}
 	struct proc_spec spec = {argv, env, &s->wk->blocked, SIGKILL, ip[0],
 	    op[1], ep[1], NULL};
-	pid = proc_spawn(&spec, &e, r->message, sizeof(r->message));
+	pid = proc_spawn(&spec, &e, why, sizeof(why));
 	close(ip[0]);
 	close(op[1]);
 	close(ep[1]);
 	if (pid < 0) {
-		r->exited = 1;
-		r->code = e != 0 ? proc_exec_status(e) : 126;
+		/* The closure's command could not be run (not found, not
+		 * executable): its failure, 127 or 126 as from a shell. The
+		 * process could not be made, or exec ran out of this
+		 * machine's memory or files: this worker's. */
+		if (e != 0 && !exec_errno_local(e)) {
+			r->exited = 1;
+			r->code = proc_exec_status(e);
+			snprintf(r->message, sizeof(r->message), "%s", why);
+		} else {
+			not_started(s, r, "%s", why);
+		}
 		close(op[0]);
 		close(ep[0]);
 		if (ip[1] >= 0)
@@ -775,6 +866,7 @@ serve_close(struct slot *s, int kill_it)
 	buf_reset(&s->serve_buf);
 }
 
+/* Starts the slot's --serve process: 0, or -1 with err filled. */
 static int
 serve_start(struct slot *s, char *err, size_t errlen)
 {
@@ -784,13 +876,17 @@ serve_start(struct slot *s, char *err, size_t errlen)
 
 	snprintf(envs, sizeof(envs), "MUSTER_SLOT=%d", s->n);
 	snprintf(envw, sizeof(envw), "MUSTER_WORKER=%s", s->wk->o.task);
-	if ((env = proc_env(environ, set)) == NULL)
+	if ((env = proc_env_child(environ, set)) == NULL) {
+		snprintf(err, errlen, "%s", strerror(ENOMEM));
 		return -1;
+	}
 	if (pipe2(ip, O_CLOEXEC) < 0) {
+		snprintf(err, errlen, "pipe: %s", strerror(errno));
 		free(env);
 		return -1;
 	}
 	if (pipe2(op, O_CLOEXEC) < 0) {
+		snprintf(err, errlen, "pipe: %s", strerror(errno));
 		close(ip[0]);
 		close(ip[1]);
 		free(env);
@@ -868,15 +964,16 @@ run_serve(struct slot *s, struct run *r)
 	int64_t timeout =
 	    json_integer_value(json_object_get(r->spec, "timeout_ms"));
 	int timed_out = 0;
-	char **owned = NULL;
-	json_t *jenv = json_object();
+	char **owned = NULL, why[1024];
+	json_t *jenv;
 
-	if (s->serve_pid == 0 &&
-	    serve_start(s, r->message, sizeof(r->message)) < 0) {
-		r->exited = 1;
-		r->code = 126;
+	/* No --serve process (no /bin/sh, no pipes, no fork): this worker's
+	 * failure. One that starts and then dies is the closure's. */
+	if (s->serve_pid == 0 && serve_start(s, why, sizeof(why)) < 0) {
+		not_started(s, r, "--serve: %s", why);
 		return;
 	}
+	jenv = json_object();
 	/* The closure's environment, as the process would have had it
 	 * (MUSTER_ and its own), for the serve process to apply. */
 	owned = closure_vars(s, r);
@@ -966,6 +1063,16 @@ result_json(struct run *r, struct buf *b)
 		buf_puts(b, ",\"aborted\":true}");
 		return;
 	}
+	if (r->start_failed) {
+		/* Given back, and this worker says why it could not. */
+		json_t *m = json_string(r->message);
+		char *t = json_dumps(m, JSON_ENCODE_ANY);
+		buf_printf(b, ",\"aborted\":true,\"unhealthy\":%s}",
+		    t != NULL ? t : "\"\"");
+		free(t);
+		json_decref(m);
+		return;
+	}
 	buf_printf(b, r->exited ? ",\"exit\":%d" : ",\"signal\":%d", r->code);
 	if (r->out.len > 0) {
 		buf_puts(b, ",\"stdout\":\"");
@@ -1015,6 +1122,10 @@ run_one(struct slot *s, json_t *cl, struct run *r)
 		char dir[4096] = "", msg[1200] = "";
 		int code =
 		    ensure_resource(s, d, dir, sizeof(dir), msg, sizeof(msg));
+		if (code < 0) {
+			not_started(s, r, "%s", msg);
+			goto done;
+		}
 		if (code != 0) {
 			r->exited = 1;
 			r->code = code;
@@ -1067,12 +1178,29 @@ start_delay(struct slot *s)
 	}
 }
 
+/*
+ * Whether results refused with st are to be kept and sent again: dispatchd
+ * did not take them (its disk is full, it is away or restarting, the
+ * reply was lost), and the closures stay running there until it does.
+ * They are dropped only when dispatchd will never take them: this
+ * incarnation is gone (its closures were queued again), or the request
+ * itself is wrong.
+ */
+static int
+results_kept(enum status st)
+{
+	return st != ST_ABORTED && st != ST_INVALID_ARGUMENT &&
+	    st != ST_NOT_FOUND;
+}
+
 static void *
 slot_main(void *arg)
 {
 	struct slot *s = arg;
 	struct worker *wk = s->wk;
-	struct buf body = {0};
+	struct buf body = {0}; /* results dispatchd has not taken yet */
+	unsigned long body_gen = 0;
+	int held = 0; /* they were refused at least once */
 	json_t *reply = NULL;
 	char path[512], inc[17];
 	unsigned long gen;
@@ -1088,9 +1216,17 @@ slot_main(void *arg)
 		memcpy(inc, wk->inc, sizeof(inc));
 		gen = wk->gen;
 		pthread_mutex_unlock(&wk->mu);
+		if (body.len > 0 && body_gen != gen) {
+			/* Registered again meanwhile: dispatchd queued this
+			 * incarnation's closures again already. */
+			log_info("slot %d: results of a former incarnation "
+			         "dropped: their closures run again",
+			    s->n);
+			buf_reset(&body);
+			held = 0;
+		}
 		wait = dispatch_poll_wait(HTTP_NO_DEADLINE, POLL_MS, &hd);
 		if (body.len > 0) {
-			buf_puts(&body, "]}");
 			snprintf(path, sizeof(path),
 			    "/v1/workers/%.200s/results?incarnation=%.16s&take=1&"
 			    "wait=%" PRId64 "ms",
@@ -1105,9 +1241,26 @@ slot_main(void *arg)
 		    body.len > 0 ? body.data : NULL, body.len, hd, DC_POLL,
 		    &reply, &errbody, NULL);
 		json_decref(errbody);
-		buf_reset(&body);
 		if (st == ST_CANCELLED || atomic_load(&wk->stopping))
 			break;
+		if (st != ST_OK && body.len > 0 && results_kept(st)) {
+			if (!held)
+				log_info("slot %d: dispatchd did not take its "
+				         "results (%s: %s): kept, and sent "
+				         "again until it does",
+				    s->n, status_name(st),
+				    dispatch_client_error(s->dc));
+			held = 1;
+			nap(200);
+			continue;
+		}
+		if (held && st == ST_OK)
+			log_info("slot %d: dispatchd took its results", s->n);
+		if (body.len > 0 && st != ST_OK)
+			log_info("slot %d: results dropped: %s", s->n,
+			    dispatch_client_error(s->dc));
+		buf_reset(&body);
+		held = 0;
 		if (st != ST_OK) {
 			/* Not registered any more: the heartbeat registers
 			 * again; wait for the new incarnation. */
@@ -1139,15 +1292,19 @@ slot_main(void *arg)
 			buf_free(&r.out);
 			buf_free(&r.err);
 		}
+		if (body.len > 0) {
+			buf_puts(&body, "]}");
+			body_gen = gen;
+		}
 		json_decref(reply);
 		reply = NULL;
 	}
 	json_decref(reply);
-	/* Stopped with results in hand (aborted ones): report them, so
-	 * that they run again at once. */
-	if (body.len > 0) {
-		buf_puts(&body, "]}");
-		pthread_mutex_lock(&wk->mu);
+	/* Stopped with results in hand (aborted ones, or ends dispatchd has
+	 * not taken): report them, so that they run again at once. What
+	 * cannot be sent in time runs again once this worker is gone. */
+	pthread_mutex_lock(&wk->mu);
+	if (body.len > 0 && body_gen == wk->gen) {
 		snprintf(path, sizeof(path),
 		    "/v1/workers/%.200s/results?incarnation=%.16s", wk->o.task,
 		    wk->inc);
@@ -1159,6 +1316,8 @@ slot_main(void *arg)
 		        NULL) == ST_OK)
 			json_decref(reply);
 		json_decref(errbody);
+	} else {
+		pthread_mutex_unlock(&wk->mu);
 	}
 	buf_free(&body);
 	serve_close(s, 1);
@@ -1335,6 +1494,34 @@ parse_args(int argc, char **argv, struct opts *o)
 	return 0;
 }
 
+static const int stop_sigs[] = {SIGTERM, SIGINT, SIGHUP};
+
+/*
+ * The first registration, for as long as dispatchd is away, but no longer
+ * than a signal: SIGTERM or SIGINT ends it at once (exit 128 + the
+ * signal), as before any work was taken there is nothing to hand back.
+ * 0, or the exit code.
+ */
+static int
+register_first(struct worker *wk, struct dispatch_client *dc)
+{
+	enum status st;
+	int sig;
+
+	dispatch_client_set_cancel(dc, wk->sigfd);
+	while ((st = register_worker(wk, dc)) == ST_CANCELLED) {
+		if ((sig = sigfd_read(wk->sigfd)) == SIGHUP || sig == 0)
+			continue;
+		log_info("%s: stopped by %s before it could register with %s",
+		    wk->o.task, strsignal(sig), wk->o.addr);
+		return 128 + sig;
+	}
+	dispatch_client_set_cancel(dc, -1);
+	if (st != ST_OK)
+		return cli_fail(st, "%s", wk->err);
+	return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -1352,11 +1539,12 @@ main(int argc, char **argv)
 	wk->o.task = strdup(task_format(&tn, name, sizeof(name)));
 	pthread_mutex_init(&wk->mu, NULL);
 	pthread_cond_init(&wk->cond, NULL);
-	sigemptyset(&wk->blocked);
-	sigaddset(&wk->blocked, SIGTERM);
-	sigaddset(&wk->blocked, SIGINT);
-	sigaddset(&wk->blocked, SIGHUP);
-	pthread_sigmask(SIG_BLOCK, &wk->blocked, NULL);
+	/* Before any thread starts: every thread has them blocked, and they
+	 * wait on the descriptor (a shell may have started us with them
+	 * ignored: they are ours again). */
+	if ((wk->sigfd = sigfd_open(stop_sigs,
+	         sizeof(stop_sigs) / sizeof(stop_sigs[0]), &wk->blocked)) < 0)
+		return cli_fail(ST_INTERNAL, "signalfd: %s", strerror(errno));
 	signal(SIGPIPE, SIG_IGN);
 	if (wk->o.dir != NULL) {
 		snprintf(wk->workdir, sizeof(wk->workdir), "%s", wk->o.dir);
@@ -1384,11 +1572,8 @@ main(int argc, char **argv)
 		rc = cli_fail(ST_UNAVAILABLE, "%s", err);
 		goto out;
 	}
-	enum status st = register_worker(wk, dc);
-	if (st != ST_OK) {
-		rc = cli_fail(st, "%s", wk->err);
+	if ((rc = register_first(wk, dc)) != 0)
 		goto out;
-	}
 	if (pipe2(wk->hb_cancel, O_CLOEXEC) < 0 ||
 	    (wk->slots = calloc((size_t)wk->o.slots, sizeof(*wk->slots))) ==
 	        NULL) {

@@ -1026,7 +1026,7 @@ reader_spawn(struct rd *rd, const struct split *sp, uint64_t skip0, int *out,
 
 	snprintf(msg, msglen, "%s", strerror(ENOMEM));
 	if (reader_vars(rd, sp, skip0, set) < 0 ||
-	    (env = proc_env(environ, set)) == NULL) {
+	    (env = proc_env_child(environ, set)) == NULL) {
 		free_vars(set);
 		return -1;
 	}

@@ -944,10 +944,8 @@ flusher(void *arg)
 		}
 		/* snap_cut counts queue bytes: only right with all of it. */
 		if (j->snap_queued && j->queue.len == 0) {
-			struct buf t = snap;
-
 			snap = j->snap;
-			j->snap = t;
+			j->snap = (struct buf){0};
 			snap_seq = j->snap_seq;
 			cut += j->snap_cut;
 			j->snap_queued = 0;
@@ -1010,7 +1008,10 @@ flusher(void *arg)
 		last = e == 0 ? j->batch_last : j->next_seq - 1;
 		if (compacted)
 			j->snapshot_bytes = HEADER_SIZE + snap.len;
-		buf_reset(&snap);
+		/* Freed, not kept for the next one: it is the whole state
+		 * (every value a dispatchd holds), and kept it held it all
+		 * once more, twice with the one it was swapped for. */
+		buf_free(&snap);
 		/* A batch written but not synced is not written again. */
 		if (e == 0 || wrote)
 			buf_reset(&j->batch);

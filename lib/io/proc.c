@@ -78,8 +78,32 @@ fail:
 	_exit(proc_exec_status(errno));
 }
 
-char **
-proc_env(char *const *base, char *const *set)
+/* Whether the name of entry (up to '=') holds word. */
+static int
+name_has(const char *entry, size_t namelen, const char *word)
+{
+	size_t wl = strlen(word);
+
+	for (size_t i = 0; i + wl <= namelen; i++)
+		if (memcmp(entry + i, word, wl) == 0)
+			return 1;
+	return 0;
+}
+
+int
+proc_env_credential(const char *entry)
+{
+	size_t n = strcspn(entry, "=");
+
+	if (n < 7 || memcmp(entry, "MUSTER_", 7) != 0)
+		return 0;
+	return name_has(entry, n, "TOKEN") || name_has(entry, n, "SECRET") ||
+	    (n == 20 && memcmp(entry, "MUSTER_TLS_CERT_FILE", n) == 0) ||
+	    (n == 19 && memcmp(entry, "MUSTER_TLS_KEY_FILE", n) == 0);
+}
+
+static char **
+env_build(char *const *base, char *const *set, int scrub)
 {
 	size_t n = 0, m = 0, k = 0;
 	char **env;
@@ -91,7 +115,7 @@ proc_env(char *const *base, char *const *set)
 	if ((env = calloc(n + m + 1, sizeof(*env))) == NULL)
 		return NULL;
 	for (size_t i = 0; i < n; i++) {
-		int replaced = 0;
+		int replaced = scrub && proc_env_credential(base[i]);
 		for (size_t j = 0; j < m && !replaced; j++) {
 			size_t len = strcspn(set[j], "=") + 1;
 			replaced = strncmp(base[i], set[j], len) == 0;
@@ -103,6 +127,18 @@ proc_env(char *const *base, char *const *set)
 		env[k++] = set[j];
 	env[k] = NULL;
 	return env;
+}
+
+char **
+proc_env(char *const *base, char *const *set)
+{
+	return env_build(base, set, 0);
+}
+
+char **
+proc_env_child(char *const *base, char *const *set)
+{
+	return env_build(base, set, 1);
 }
 
 int

@@ -39,6 +39,23 @@ pid_t proc_spawn(const struct proc_spec *spec, int *exec_errno, char *err,
  */
 char **proc_env(char *const *base, char *const *set);
 
+/*
+ * Whether "NAME=value" is one of muster's own credentials, which a
+ * command run for someone else (a closure, a dataset's reader, a resource's
+ * build) must not inherit from the program that starts it: the token file
+ * (MUSTER_TOKEN_FILE), any other MUSTER_ variable that names a token or a
+ * secret (MUSTER_TASK_SECRET), and the TLS client's certificate and key
+ * (MUSTER_TLS_CERT_FILE, MUSTER_TLS_KEY_FILE). MUSTER_TLS_CA_FILE, which
+ * only says whom to trust, is not one.
+ */
+int proc_env_credential(const char *entry);
+
+/*
+ * proc_env for such a command: base without muster's credentials, with
+ * set in place (set may give one back on purpose).
+ */
+char **proc_env_child(char *const *base, char *const *set);
+
 /* The exit status a shell gives a command it could not run. */
 int proc_exec_status(int exec_errno);
 

@@ -254,6 +254,7 @@ worker_free(void *v)
 	free(w->stop_attempt);
 	strmap_free(w->resources, resource_state_free);
 	free(w->why);
+	free(w->sick_why);
 	free(w);
 }
 
@@ -283,6 +284,8 @@ cq_new(const struct cq_config *cfg, cq_observer_fn fn, void *arg, int64_t now)
 		cq->cfg.hb_timeout_ms = 10000;
 	if (cq->cfg.max_spec == 0)
 		cq->cfg.max_spec = 64u << 20;
+	if (cq->cfg.max_store == 0)
+		cq->cfg.max_store = (size_t)1 << 30;
 	cq->observe = fn;
 	cq->arg = arg;
 	cq->nid = 1;
@@ -387,6 +390,14 @@ cq_room(const struct cq *cq, const struct cq_queue *q)
 {
 	return q->queued >= cq->cfg.queue_max ? 0 :
 	                                        cq->cfg.queue_max - q->queued;
+}
+
+size_t
+cq_store_room(const struct cq *cq)
+{
+	size_t held = cq->v.value_bytes + cq->v.spec_bytes;
+
+	return held >= cq->cfg.max_store ? 0 : cq->cfg.max_store - held;
 }
 
 int
@@ -772,6 +783,7 @@ cq_enqueue(struct cq *cq, struct cq_queue *q, struct cq_closure *c, int64_t now,
 	q->scheduled++;
 	cq->v.queued++;
 	cq->v.closures++;
+	cq->v.spec_bytes += c->speclen;
 	*id = c->id;
 	emit(cq, CQ_EV_WORK, NULL, NULL, NULL);
 	jflush(cq);
@@ -788,50 +800,89 @@ cq_closure(struct cq *cq, uint64_t id)
 	return id > 0 && id < cq->nbyid ? cq->byid[id] : NULL;
 }
 
-static void
-cancel_list(struct cq *cq, struct cq_pending *l, struct cq_queue *q,
-    int64_t now)
-{
-	struct cq_closure *c = l->head, *next;
+static void stop_add(struct cq_worker *w, uint64_t id, long attempt);
 
-	for (; c != NULL; c = next) {
-		next = c->next;
-		if (c->q == q)
-			cancel_queued(cq, c, now);
-	}
+/*
+ * Ends running closure c CANCELLED at once; its worker is told to stop it
+ * (TERM, its grace, KILL) with its next heartbeat, and a result of that
+ * attempt that comes after is stale. The caller emits CQ_EV_STOP for w.
+ */
+static struct cq_worker *
+cancel_running(struct cq *cq, struct cq_closure *c, int64_t now)
+{
+	struct cq_worker *w = c->worker;
+
+	stop_add(w, c->id, c->attempts);
+	run_unlink(c);
+	c->q->inflight--;
+	cq->v.inflight--;
+	end(cq, c, CQ_CANCELLED, now);
+	return w;
 }
 
 struct cancel_ctx {
 	struct cq *cq;
 	struct cq_queue *q;
 	int64_t now;
+	const char *why;
 };
+
+/* Says why c was cancelled: its queue's error. */
+static void
+cancelled_by(struct cq *cq, struct cq_closure *c, const char *why)
+{
+	result_clear(cq, &c->res);
+	c->res.message = strdup(why);
+}
 
 static void
 cancel_worker_list(const char *k, size_t kl, void *v, void *arg)
 {
 	struct cancel_ctx *x = arg;
 	struct cq_worker *w = v;
+	struct cq_closure *c, *next;
+	int stopped = 0;
 
 	(void)k;
 	(void)kl;
-	cancel_list(x->cq, &w->pinned, x->q, x->now);
+	for (c = w->pinned.head; c != NULL; c = next) {
+		next = c->next;
+		if (c->q == x->q) {
+			cancelled_by(x->cq, c, x->why);
+			cancel_queued(x->cq, c, x->now);
+		}
+	}
+	for (c = w->run_head; c != NULL; c = next) {
+		next = c->next;
+		if (c->q == x->q) {
+			cancelled_by(x->cq, c, x->why);
+			cancel_running(x->cq, c, x->now);
+			stopped = 1;
+		}
+	}
+	if (stopped)
+		emit(x->cq, CQ_EV_STOP, NULL, NULL, w);
 }
 
 struct cq_closure *
-cq_take_error(struct cq *cq, struct cq_queue *q, int64_t now, int *wait)
+cq_take_error(struct cq *cq, struct cq_queue *q, int64_t now)
 {
-	struct cq_closure *e = q->error;
-	struct cancel_ctx x = {cq, q, now};
+	struct cq_closure *e = q->error, *c, *next;
+	char why[CQ_NAME_MAX + 96];
+	struct cancel_ctx x = {cq, q, now, why};
 
-	*wait = 0;
 	if (e == NULL)
 		return NULL;
-	if (q->inflight > 0) {
-		*wait = 1;
-		return NULL;
+	snprintf(why, sizeof(why),
+	    "cancelled: closure %" PRIu64 " of queue %s failed", e->id,
+	    q->name);
+	for (c = cq->pending.head; c != NULL; c = next) {
+		next = c->next;
+		if (c->q == q) {
+			cancelled_by(cq, c, why);
+			cancel_queued(cq, c, now);
+		}
 	}
-	cancel_list(cq, &cq->pending, q, now);
 	strmap_each(cq->workers, cancel_worker_list, &x);
 	q->error = NULL;
 	jmark_q(cq, q);
@@ -884,16 +935,9 @@ cq_cancel(struct cq *cq, struct cq_closure *c, int64_t now)
 
 	switch (c->state) {
 	case CQ_QUEUED: cancel_queued(cq, c, now); break;
-	case CQ_RUNNING: {
-		struct cq_worker *w = c->worker;
-		stop_add(w, c->id, c->attempts);
-		run_unlink(c);
-		q->inflight--;
-		cq->v.inflight--;
-		end(cq, c, CQ_CANCELLED, now);
-		emit(cq, CQ_EV_STOP, NULL, NULL, w);
+	case CQ_RUNNING:
+		emit(cq, CQ_EV_STOP, NULL, NULL, cancel_running(cq, c, now));
 		break;
-	}
 	default: return ST_FAILED_PRECONDITION;
 	}
 	emit(cq, CQ_EV_QUEUE, NULL, q, NULL);
@@ -912,6 +956,7 @@ cq_forget(struct cq *cq, struct cq_closure *c)
 		free(strmap_del(c->q->keys, c->key, strlen(c->key)));
 	cq->byid[c->id] = NULL;
 	cq->v.closures--;
+	cq->v.spec_bytes -= c->speclen;
 	if (cq->jfn != NULL) {
 		struct buf item = {0};
 		if (jforget_item(&item, c->id) == 0)
@@ -933,6 +978,24 @@ cq_each_closure(struct cq *cq, struct cq_queue *q,
 		if (c != NULL && (q == NULL || c->q == q))
 			fn(c, arg);
 	}
+}
+
+uint64_t
+cq_each_closure_after(struct cq *cq, struct cq_queue *q, uint64_t after,
+    size_t max, int (*fn)(struct cq_closure *c, void *arg), void *arg,
+    int *more)
+{
+	uint64_t id = after;
+	size_t seen = 0;
+
+	while (id + 1 < cq->nbyid && seen < max) {
+		struct cq_closure *c = cq->byid[++id];
+		seen++;
+		if (c != NULL && (q == NULL || c->q == q) && fn(c, arg) != 0)
+			break;
+	}
+	*more = id + 1 < cq->nbyid;
+	return id;
 }
 
 static void
@@ -1033,6 +1096,9 @@ cq_register(struct cq *cq, const char *name, long slots, int64_t now, char *msg,
 		    now);
 	w->inc = task_new_incarnation();
 	w->live = 1;
+	/* A new process: whatever ailed the last one may be gone. */
+	w->sick_until = 0;
+	w->sick_streak = 0;
 	w->slots = slots;
 	w->last_seen = now;
 	w->incarnations++;
@@ -1077,9 +1143,35 @@ takeable(const struct cq_closure *c)
 }
 
 int
-cq_has_work(const struct cq *cq, const struct cq_worker *w)
+cq_worker_sick(const struct cq_worker *w, int64_t now)
 {
-	if (!w->live)
+	return w->sick_until != 0 && now < w->sick_until;
+}
+
+void
+cq_worker_unhealthy(struct cq *cq, struct cq_worker *w, const char *why,
+    int64_t now)
+{
+	int64_t pause = 2000;
+
+	for (unsigned i = 0; i < w->sick_streak && pause < CQ_SICK_MAX_MS; i++)
+		pause *= 2;
+	if (pause > CQ_SICK_MAX_MS)
+		pause = CQ_SICK_MAX_MS;
+	w->sick_until = now + pause;
+	if (w->sick_until == 0)
+		w->sick_until = 1;
+	w->sick_streak++;
+	w->start_failures++;
+	cq->v.start_failures++;
+	free(w->sick_why);
+	w->sick_why = strdup(why);
+}
+
+int
+cq_has_work(const struct cq *cq, const struct cq_worker *w, int64_t now)
+{
+	if (!w->live || cq_worker_sick(w, now))
 		return 0;
 	for (const struct cq_closure *c = w->pinned.head; c != NULL;
 	     c = c->next)
@@ -1139,7 +1231,7 @@ cq_take(struct cq *cq, struct cq_worker *w, size_t max, int64_t now,
 {
 	size_t n;
 
-	if (!w->live)
+	if (!w->live || cq_worker_sick(w, now))
 		return 0;
 	n = take_from(cq, w, &w->pinned, max, now, out);
 	n += take_from(cq, w, &cq->pending, max - n, now, out + n);
@@ -1176,6 +1268,11 @@ cq_report(struct cq *cq, struct cq_worker *w, uint64_t id, long attempt,
 	q = c->q;
 	run_unlink(c);
 	jmark_c(cq, c, 1);
+	if (!aborted) {
+		/* It started a closure: whatever ailed it has passed. */
+		w->sick_until = 0;
+		w->sick_streak = 0;
+	}
 	if (aborted) {
 		put_back(cq, c, 1, now);
 	} else if (retryable(c, res)) {
@@ -1216,6 +1313,10 @@ scan_one(const char *k, size_t kl, void *v, void *arg)
 
 	(void)k;
 	(void)kl;
+	if (w->sick_until != 0 && x->now >= w->sick_until) {
+		w->sick_until = 0;
+		emit(x->cq, CQ_EV_WORK, NULL, NULL, w);
+	}
 	if (!w->live || w->hb_parked ||
 	    x->now - w->last_seen <= x->cq->cfg.hb_timeout_ms)
 		return;
@@ -2204,6 +2305,7 @@ j_closure_new(struct cq *cq, struct jclosure *x, int64_t now, struct dec *d)
 	}
 	cq->byid[x->id] = c;
 	cq->v.closures++;
+	cq->v.spec_bytes += c->speclen;
 	if (x->id >= cq->nid)
 		cq->nid = x->id + 1;
 	return c;
@@ -2306,6 +2408,7 @@ apply_forget(struct cq *cq, uint64_t id)
 		free(strmap_del(c->q->keys, c->key, strlen(c->key)));
 	cq->byid[id] = NULL;
 	cq->v.closures--;
+	cq->v.spec_bytes -= c->speclen;
 	closure_free(cq, c);
 }
 

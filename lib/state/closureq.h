@@ -12,9 +12,9 @@
  * by attempt number and worker incarnation).
  *
  * A queue's first error (a closure that ended badly while its worker lived,
- * past its retries) is kept until a schedule, join or done takes it: with
- * no closure of the queue in flight, that call cancels every closure still
- * queued, reports the error once and clears it.
+ * past its retries) is kept until a schedule, join or done takes it: that
+ * call cancels every closure of the queue, queued or in flight (its worker
+ * is told to stop it), reports the error once and clears it.
  *
  * Not thread-safe: the caller holds one lock around every call and passes
  * the monotonic time in. What others must hear of goes to the observer,
@@ -118,6 +118,12 @@ struct cq_worker {
 	struct strmap *resources; /* name -> struct cq_resource_state */
 	unsigned long incarnations, deaths;
 	char *why; /* why it last failed */
+	/* It could not start a closure (a failure of its own): no work for
+	 * it until then (monotonic ms; 0: healthy). Not journaled. */
+	int64_t sick_until;
+	unsigned sick_streak; /* such failures in a row */
+	char *sick_why;       /* the last one */
+	unsigned long start_failures;
 	struct cq *cq;
 	struct cq_worker *jnext; /* changed since the last record */
 	int jdirty;
@@ -128,6 +134,7 @@ struct cq_config {
 	long max_deaths;       /* 0: CQ_MAX_DEATHS_DEFAULT */
 	int64_t hb_timeout_ms; /* 0: 10 s */
 	size_t max_spec;       /* bytes of one closure's JSON; 0: 64 MiB */
+	size_t max_store;      /* bytes of closures and values held; 0: 1 GiB */
 };
 
 enum cq_event_type {
@@ -165,6 +172,13 @@ void cq_each_queue(struct cq *cq, void (*fn)(struct cq_queue *q, void *arg),
 /* How many more closures q takes now. */
 size_t cq_room(const struct cq *cq, const struct cq_queue *q);
 /*
+ * Bytes of closures the store takes before max_store: what is held is
+ * every closure's spec and every value (stdout and stderr tail) until it
+ * is forgotten. A value may take it past the cap (a closure scheduled
+ * under it still ends); then there is no room until forgets make some.
+ */
+size_t cq_store_room(const struct cq *cq);
+/*
  * A closure from what item describes ({"argv":[...], "env":{...},
  * "stdin": base64, "timeout_ms", "retry_exit":[...], "max_retries", "on",
  * "needs":[...], "key"}), in no queue yet; NULL when item is bad
@@ -182,12 +196,13 @@ void cq_closure_discard(struct cq *cq, struct cq_closure *c);
 enum status cq_enqueue(struct cq *cq, struct cq_queue *q, struct cq_closure *c,
     int64_t now, uint64_t *id, int *dup, char *msg, size_t msglen);
 /*
- * The closure whose error q holds, once nothing of q is in flight: every
- * closure still queued in q is cancelled and the error is cleared. NULL
- * when q has no error, or must wait (*wait set) for what is in flight.
+ * The closure whose error q holds, or NULL when there is none. Every
+ * closure of q still queued or running is cancelled at once (a running
+ * one's worker gets it on its stop list), with a message naming the
+ * error, and the error is cleared.
  */
-struct cq_closure *cq_take_error(struct cq *cq, struct cq_queue *q, int64_t now,
-    int *wait);
+struct cq_closure *cq_take_error(struct cq *cq, struct cq_queue *q,
+    int64_t now);
 /* Whether q has nothing queued and nothing in flight. */
 int cq_idle(const struct cq_queue *q);
 
@@ -199,13 +214,24 @@ enum status cq_forget(struct cq *cq, struct cq_closure *c);
 /* Calls fn for each closure of q (all queues when q is NULL), by id. */
 void cq_each_closure(struct cq *cq, struct cq_queue *q,
     void (*fn)(struct cq_closure *c, void *arg), void *arg);
+/*
+ * A page of cq_each_closure: the closures with ids past after, by id,
+ * until fn returns non-zero or max ids were looked at. Returns the last id
+ * looked at (the next page's after), with *more set when there are ids
+ * past it.
+ */
+uint64_t cq_each_closure_after(struct cq *cq, struct cq_queue *q,
+    uint64_t after, size_t max, int (*fn)(struct cq_closure *c, void *arg),
+    void *arg, int *more);
 
 /* Counters, for /metrics and status. */
 struct cq_view {
 	size_t queued, inflight, closures, workers_live, workers;
 	unsigned long done, failed, retried, cancelled, aborted, deaths;
 	unsigned long put_back, stale;
+	unsigned long start_failures; /* closures given back unstarted */
 	size_t value_bytes;
+	size_t spec_bytes; /* of the closures held, their commands and stdin */
 };
 const struct cq_view *cq_view(const struct cq *cq);
 
@@ -230,7 +256,20 @@ void cq_seen(struct cq *cq, struct cq_worker *w, int64_t now);
 size_t cq_take(struct cq *cq, struct cq_worker *w, size_t max, int64_t now,
     struct cq_closure **out);
 /* Whether w could take a closure now. */
-int cq_has_work(const struct cq *cq, const struct cq_worker *w);
+int cq_has_work(const struct cq *cq, const struct cq_worker *w, int64_t now);
+/*
+ * w could not start a closure for a reason of its own (no file
+ * descriptors, no memory, no fork; not the closure's command), and gave
+ * it back (cq_report, aborted). It gets no closure for a while: 2 s, then
+ * twice as long each time in a row, up to CQ_SICK_MAX_MS; cq_scan hands
+ * it work again after that, and a closure that ends there (any status)
+ * makes it healthy.
+ */
+void cq_worker_unhealthy(struct cq *cq, struct cq_worker *w, const char *why,
+    int64_t now);
+/* Whether w is kept from work now, as cq_worker_unhealthy said. */
+int cq_worker_sick(const struct cq_worker *w, int64_t now);
+#define CQ_SICK_MAX_MS 30000
 
 /*
  * w reports attempt of closure id. aborted: the worker stopped it (it is
@@ -246,7 +285,8 @@ void cq_worker_failed(struct cq *cq, struct cq_worker *w, const char *why,
     int64_t now);
 /* w leaves: the same, without counting a death against its closures. */
 void cq_worker_leave(struct cq *cq, struct cq_worker *w, int64_t now);
-/* Fails every live worker unheard of for longer than the timeout. */
+/* Fails every live worker unheard of for longer than the timeout, and
+ * hands work again to those unhealthy long enough. */
 void cq_scan(struct cq *cq, int64_t now);
 /* Empties w's stop list into the arrays (the caller frees them). */
 size_t cq_take_stops(struct cq_worker *w, uint64_t **ids, long **attempts);

@@ -392,8 +392,7 @@ dispatch_body(struct http_req *req)
 
 /*
  * Tries to schedule what x holds into q for req: 1 when answered, 0 when
- * it must wait (a full queue with block set, or an error to report once
- * what is in flight ends).
+ * it must wait (a full queue with block set).
  */
 static int
 try_schedule(struct dispatch *d, struct http_req *req, struct cq_queue *q,
@@ -404,15 +403,12 @@ try_schedule(struct dispatch *d, struct http_req *req, struct cq_queue *q,
 	struct cq_closure *e;
 	json_t *ids;
 	size_t dups = 0;
-	int wait;
 	char msg[512];
 
-	if ((e = cq_take_error(d->cq, q, now, &wait)) != NULL) {
+	if ((e = cq_take_error(d->cq, q, now)) != NULL) {
 		reply_queue_error(req, e);
 		return 1;
 	}
-	if (wait)
-		return 0;
 	room = cq_room(d->cq, q);
 	if (room == 0) {
 		if (x->block)
@@ -424,6 +420,21 @@ try_schedule(struct dispatch *d, struct http_req *req, struct cq_queue *q,
 	}
 	if (n > room)
 		n = room;
+	/* As many as the store has room for; a full store is refused at
+	 * once, block or not: only forgets make room. */
+	room = cq_store_room(d->cq);
+	for (i = 0; i < n && x->cs[i]->speclen <= room; i++)
+		room -= x->cs[i]->speclen;
+	if (i == 0) {
+		const struct cq_view *v = cq_view(d->cq);
+		http_reply_error(req, ST_RESOURCE_EXHAUSTED,
+		    "dispatchd holds %zu bytes of closures and values, "
+		    "--max-store-bytes %zu: forget some (dispatchctl forget)",
+		    v->value_bytes + v->spec_bytes,
+		    cq_config(d->cq)->max_store);
+		return 1;
+	}
+	n = i;
 	ids = json_array();
 	for (i = 0; i < n; i++) {
 		uint64_t id;
@@ -450,14 +461,9 @@ schedule_expire(struct parked *w)
 {
 	struct waitctx *x = w->ctx;
 
-	if (x->q->error != NULL)
-		http_reply_error(w->req, ST_DEADLINE_EXCEEDED,
-		    "waited for the closures of queue %s in flight to end",
-		    x->q->name);
-	else
-		http_reply_error(w->req, ST_DEADLINE_EXCEEDED,
-		    "queue %s stayed full (%zu closures queued)", x->q->name,
-		    x->q->queued);
+	http_reply_error(w->req, ST_DEADLINE_EXCEEDED,
+	    "queue %s stayed full (%zu closures queued)", x->q->name,
+	    x->q->queued);
 	dispatch_free_ctx(w);
 }
 
@@ -496,20 +502,10 @@ join_expire(struct parked *w)
 	dispatch_free_ctx(w);
 }
 
-static void
-done_expire(struct parked *w)
-{
-	struct waitctx *x = w->ctx;
-
-	http_reply_error(w->req, ST_DEADLINE_EXCEEDED,
-	    "waited for the closures of queue %s in flight to end", x->q->name);
-	dispatch_free_ctx(w);
-}
-
 /*
  * Answers q's waiters in the order they came, as far as they can be: the
- * first one to find q's error (once nothing is in flight) reports it, and
- * it is cleared for the rest.
+ * first one to find q's error reports it (what is in flight is cancelled
+ * then), and it is cleared for the rest.
  */
 static void
 settle_queue(struct dispatch *d, struct cq_queue *q)
@@ -524,17 +520,14 @@ settle_queue(struct dispatch *d, struct cq_queue *q)
 	for (struct parked *p = l->head, *next; p != NULL; p = next) {
 		struct waitctx *x = p->ctx;
 		struct cq_closure *e;
-		int wait;
 
 		next = p->next;
-		if ((e = cq_take_error(d->cq, q, now, &wait)) != NULL) {
+		if ((e = cq_take_error(d->cq, q, now)) != NULL) {
 			park_take(p);
 			reply_queue_error(p->req, e);
 			dispatch_free_ctx(p);
 			continue;
 		}
-		if (wait)
-			break;
 		switch (x->kind) {
 		case W_JOIN:
 			if (cq_idle(q)) {
@@ -545,11 +538,6 @@ settle_queue(struct dispatch *d, struct cq_queue *q)
 				park_take(p);
 				join_expire(p);
 			}
-			break;
-		case W_DONE:
-			park_take(p);
-			http_reply_json(p->req, 200, queue_counts(q));
-			dispatch_free_ctx(p);
 			break;
 		case W_SCHEDULE:
 			if (cq_room(d->cq, q) > 0) {
@@ -644,6 +632,7 @@ schedule_route(struct dispatch *d, struct http_req *req, struct cq_queue *q)
 		w->obj = d;
 }
 
+/* GET .../join (parked until the queue ends) and .../done (at once). */
 static void
 join_route(struct dispatch *d, struct http_req *req, struct cq_queue *q,
     int is_done)
@@ -653,28 +642,24 @@ join_route(struct dispatch *d, struct http_req *req, struct cq_queue *q,
 	struct waitctx *x;
 	struct park_list *l;
 	struct parked *w;
-	int must_wait;
 
-	if (park_wait_arg(req, "wait", is_done ? PARK_WAIT_DEFAULT_MS : 0,
-	        &wait) < 0)
+	if (park_wait_arg(req, "wait", 0, &wait) < 0)
 		return;
-	if ((e = cq_take_error(d->cq, q, now, &must_wait)) != NULL) {
+	if ((e = cq_take_error(d->cq, q, now)) != NULL) {
 		reply_queue_error(req, e);
 		return;
 	}
-	if (!must_wait) {
-		if (is_done || cq_idle(q)) {
-			http_reply_json(req, 200, queue_counts(q));
-			return;
-		}
-		if (no_workers(d, now, &until) || wait == 0) {
-			reply_join_pending(d, req, q);
-			return;
-		}
-		if (until > 0 && until - now < wait)
-			wait = until - now;
+	if (is_done || cq_idle(q)) {
+		http_reply_json(req, 200, queue_counts(q));
+		return;
 	}
-	if ((x = dispatch_ctx_new(is_done ? W_DONE : W_JOIN)) == NULL) {
+	if (no_workers(d, now, &until) || wait == 0) {
+		reply_join_pending(d, req, q);
+		return;
+	}
+	if (until > 0 && until - now < wait)
+		wait = until - now;
+	if ((x = dispatch_ctx_new(W_JOIN)) == NULL) {
 		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
@@ -683,8 +668,7 @@ join_route(struct dispatch *d, struct http_req *req, struct cq_queue *q,
 		free(x);
 		return;
 	}
-	w = dispatch_park(d, req, l, wait, is_done ? done_expire : join_expire,
-	    x);
+	w = dispatch_park(d, req, l, wait, join_expire, x);
 	if (w != NULL)
 		w->obj = d;
 }
@@ -817,19 +801,30 @@ closure_route(struct http_req *req, const struct route_match *m, void *arg)
 	dispatch_unlock(d);
 }
 
+/*
+ * A list of closures is paged: LS_LIMIT closures at most (limit=), and at
+ * most LS_SCAN ids looked at, so that no reply is built for long under
+ * the lock, nor held large (eight lists of 100,000 closures took 565 MB).
+ */
+#define LS_LIMIT 1000
+#define LS_LIMIT_MAX 10000
+#define LS_SCAN 100000
+
 struct ls_ctx {
 	json_t *a;
 	int state; /* -1: any */
+	size_t n, limit;
 };
 
-static void
+static int
 ls_one(struct cq_closure *c, void *arg)
 {
 	struct ls_ctx *x = arg;
 
 	if (x->state >= 0 && (int)c->state != x->state)
-		return;
+		return 0;
 	json_array_append_new(x->a, value_json(c, 0));
+	return ++x->n >= x->limit;
 }
 
 static void
@@ -838,10 +833,31 @@ closures_route(struct http_req *req, const struct route_match *m, void *arg)
 	struct dispatch *d = arg;
 	const char *qn = http_req_arg(req, "queue");
 	const char *st = http_req_arg(req, "state");
-	struct ls_ctx x = {json_array(), -1};
+	const char *af = http_req_arg(req, "after");
+	struct ls_ctx x = {NULL, -1, 0, LS_LIMIT};
 	struct cq_queue *q = NULL;
+	uint64_t after = 0, next;
+	long limit;
+	char *end;
+	int more;
 
 	(void)m;
+	if (dispatch_arg_long(req, "limit", LS_LIMIT, 1, LS_LIMIT_MAX, &limit) <
+	    0)
+		return;
+	x.limit = (size_t)limit;
+	if (af != NULL) {
+		after = strtoull(af, &end, 10);
+		if (*af < '0' || *af > '9' || *end != '\0') {
+			http_reply_error(req, ST_INVALID_ARGUMENT,
+			    "after=%s is not a closure id", af);
+			return;
+		}
+	}
+	if ((x.a = json_array()) == NULL) {
+		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
+		return;
+	}
 	if (st != NULL) {
 		static const char *names[] = {"queued", "running", "ready",
 		    "aborted", "cancelled"};
@@ -862,8 +878,14 @@ closures_route(struct http_req *req, const struct route_match *m, void *arg)
 		json_decref(x.a);
 		http_reply_error(req, ST_NOT_FOUND, "no queue %s", qn);
 	} else {
-		cq_each_closure(d->cq, q, ls_one, &x);
-		http_reply_json(req, 200, json_pack("{s:o}", "closures", x.a));
+		json_t *o;
+		next = cq_each_closure_after(d->cq, q, after, LS_SCAN, ls_one,
+		    &x, &more);
+		o = json_pack("{s:o,s:b}", "closures", x.a, "more", more);
+		if (more)
+			json_object_set_new(o, "next",
+			    json_integer((json_int_t)next));
+		http_reply_json(req, 200, o);
 	}
 	dispatch_unlock(d);
 }
@@ -907,10 +929,15 @@ res_state_json(const char *k, size_t kl, void *v, void *arg)
 	json_object_setn_new(x->o, k, kl, o);
 }
 
+struct workers_ctx {
+	json_t *a;
+	int64_t now;
+};
+
 static void
 worker_json(struct cq_worker *w, void *arg)
 {
-	json_t *a = arg;
+	struct workers_ctx *x = arg;
 	json_t *run = json_array(), *res = json_object();
 	struct res_ctx rx = {res, NULL};
 	char inc[17];
@@ -928,7 +955,16 @@ worker_json(struct cq_worker *w, void *arg)
 		    json_string(task_format_incarnation(w->inc, inc)));
 	if (w->why != NULL)
 		json_object_set_new(o, "last_failure", json_string(w->why));
-	json_array_append_new(a, o);
+	json_object_set_new(o, "healthy",
+	    json_boolean(!cq_worker_sick(w, x->now)));
+	json_object_set_new(o, "start_failures",
+	    json_integer((json_int_t)w->start_failures));
+	if (cq_worker_sick(w, x->now))
+		json_object_set_new(o, "unhealthy",
+		    json_pack("{s:s,s:I}", "message",
+		        w->sick_why != NULL ? w->sick_why : "?", "retry_in_ms",
+		        (json_int_t)(w->sick_until - x->now)));
+	json_array_append_new(x->a, o);
 }
 
 static json_t *
@@ -936,10 +972,14 @@ status_json(struct dispatch *d)
 {
 	const struct cq_view *v = cq_view(d->cq);
 	json_t *qs = json_array(), *ws = json_array();
+	struct workers_ctx wx = {ws, duration_now_ms()};
 
 	cq_each_queue(d->cq, queue_json, qs);
-	cq_each_worker(d->cq, worker_json, ws);
-	return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:o}",
+	cq_each_worker(d->cq, worker_json, &wx);
+	return json_pack(
+	    "{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:o}",
+	    "store_bytes", (json_int_t)(v->value_bytes + v->spec_bytes),
+	    "max_store_bytes", (json_int_t)cq_config(d->cq)->max_store,
 	    "queued", (json_int_t)v->queued, "inflight",
 	    (json_int_t)v->inflight, "closures", (json_int_t)v->closures,
 	    "done", (json_int_t)v->done, "failed", (json_int_t)v->failed,
@@ -958,6 +998,25 @@ status_route(struct http_req *req, const struct route_match *m, void *arg)
 	dispatch_lock(d);
 	http_reply_json(req, 200, status_json(d));
 	dispatch_unlock(d);
+}
+
+/*
+ * What dispatchd takes, so that a client stops reading its input there
+ * instead of holding all of it first (a --stdin of /dev/zero).
+ */
+static void
+limits_route(struct http_req *req, const struct route_match *m, void *arg)
+{
+	struct dispatch *d = arg;
+	const struct cq_config *c = cq_config(d->cq);
+
+	(void)m;
+	http_reply_json(req, 200,
+	    json_pack("{s:I,s:I,s:I,s:I}", "max_closure_size",
+	        (json_int_t)c->max_spec, "max_batch",
+	        (json_int_t)d->cfg.max_batch, "max_request_bytes",
+	        (json_int_t)d->cfg.max_body, "queue_max",
+	        (json_int_t)c->queue_max));
 }
 
 /* Resources. */
@@ -1095,7 +1154,7 @@ serve_takers(struct dispatch *d)
 		struct waitctx *x = p->ctx;
 		size_t n;
 		next = p->next;
-		if (!cq_has_work(d->cq, x->w))
+		if (!cq_has_work(d->cq, x->w, now))
 			continue;
 		n = cq_take(d->cq, x->w, x->max, now, cs);
 		if (n == 0)
@@ -1181,13 +1240,33 @@ heartbeat(struct dispatch *d, struct http_req *req, struct cq_worker *w,
 	}
 }
 
+/*
+ * The bytes of base64 string s, in memory of their size: a value is held
+ * until it is forgotten, and a buffer grown by doubling would hold up to
+ * twice it. -1 when s is not base64, or memory runs out.
+ */
+static int
+decode_value(json_t *s, char **out, size_t *len)
+{
+	size_t n = json_string_length(s), cap = n / 4 * 3 + 4;
+	struct buf b = {malloc(cap), 0, cap};
+
+	if (b.data == NULL ||
+	    text_base64_decode(&b, json_string_value(s), n) < 0) {
+		buf_free(&b);
+		return -1;
+	}
+	*len = b.len;
+	*out = b.data;
+	return 0;
+}
+
 static int
 result_of(json_t *r, struct cq_result *res, char *msg, size_t msglen)
 {
 	json_t *out = json_object_get(r, "stdout");
 	json_t *err = json_object_get(r, "stderr_tail");
 	json_t *m = json_object_get(r, "message");
-	struct buf b = {0};
 
 	memset(res, 0, sizeof(*res));
 	if (json_is_integer(json_object_get(r, "exit"))) {
@@ -1201,27 +1280,18 @@ result_of(json_t *r, struct cq_result *res, char *msg, size_t msglen)
 		return -1;
 	}
 	res->truncated = json_is_true(json_object_get(r, "stdout_truncated"));
-	if (out != NULL) {
-		if (!json_is_string(out) ||
-		    text_base64_decode(&b, json_string_value(out),
-		        json_string_length(out)) < 0)
-			goto bad;
-		res->outlen = b.len;
-		res->out = buf_take(&b, NULL);
-	}
-	if (err != NULL) {
-		if (!json_is_string(err) ||
-		    text_base64_decode(&b, json_string_value(err),
-		        json_string_length(err)) < 0)
-			goto bad;
-		res->errlen = b.len;
-		res->err = buf_take(&b, NULL);
-	}
+	if (out != NULL &&
+	    (!json_is_string(out) ||
+	        decode_value(out, &res->out, &res->outlen) < 0))
+		goto bad;
+	if (err != NULL &&
+	    (!json_is_string(err) ||
+	        decode_value(err, &res->err, &res->errlen) < 0))
+		goto bad;
 	if (json_is_string(m))
 		res->message = strdup(json_string_value(m));
 	return 0;
 bad:
-	buf_free(&b);
 	free(res->out);
 	free(res->err);
 	memset(res, 0, sizeof(*res));
@@ -1249,6 +1319,8 @@ results(struct dispatch *d, struct http_req *req, struct cq_worker *w,
 		json_t *jid = json_object_get(r, "id");
 		json_t *jat = json_object_get(r, "attempt");
 		int aborted = json_is_true(json_object_get(r, "aborted"));
+		const char *sick =
+		    json_string_value(json_object_get(r, "unhealthy"));
 		struct cq_result res;
 
 		if (!json_is_integer(jid) || !json_is_integer(jat)) {
@@ -1271,6 +1343,18 @@ results(struct dispatch *d, struct http_req *req, struct cq_worker *w,
 			free(res.out);
 			free(res.err);
 			free(res.message);
+		}
+		/* It could not start the closure, for a reason of its own:
+		 * given back (aborted), and the worker rests a while. */
+		if (aborted && sick != NULL) {
+			char d1[32];
+			cq_worker_unhealthy(d->cq, w, sick, now);
+			log_info(
+			    "worker %s could not start closure %" JSON_INTEGER_FORMAT
+			    ": %s; it gets no closure for %s",
+			    w->name, json_integer_value(jid), sick,
+			    duration_format(w->sick_until - now, d1,
+			        sizeof(d1)));
 		}
 	}
 	cq_seen(d->cq, w, now);
@@ -1414,10 +1498,11 @@ workers_route(struct http_req *req, const struct route_match *m, void *arg)
 {
 	struct dispatch *d = arg;
 	json_t *a = json_array();
+	struct workers_ctx wx = {a, duration_now_ms()};
 
 	(void)m;
 	dispatch_lock(d);
-	cq_each_worker(d->cq, worker_json, a);
+	cq_each_worker(d->cq, worker_json, &wx);
 	http_reply_json(req, 200, json_pack("{s:o}", "workers", a));
 	dispatch_unlock(d);
 }
@@ -1517,6 +1602,7 @@ dispatch_new(const struct dispatch_config *cfg, char *err, size_t errlen)
 		d->cfg.worker_recovery_ms = 3600 * 1000;
 	if (d->cfg.max_batch == 0)
 		d->cfg.max_batch = 100000;
+
 	if ((d->park = park_new(&d->mu, err, errlen)) == NULL)
 		goto fail;
 	if ((d->fetchers = park_index_new()) == NULL ||
@@ -1528,6 +1614,10 @@ dispatch_new(const struct dispatch_config *cfg, char *err, size_t errlen)
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
+	/* As dispatchd sets it: a schedule of many closures, or a value. */
+	if (d->cfg.max_body == 0)
+		d->cfg.max_body =
+		    cq_config(d->cq)->max_spec / 3 * 4 + (64u << 20);
 	park_set_max_wait(d->park, cfg->max_wait_ms);
 	d->scan.fire = scan;
 	d->watchdog.fire = watchdog;
@@ -1618,6 +1708,10 @@ metrics(struct buf *b, void *arg)
 	    "# HELP muster_dispatch_value_bytes Bytes of values held.\n"
 	    "# TYPE muster_dispatch_value_bytes gauge\n"
 	    "muster_dispatch_value_bytes %zu\n"
+	    "# HELP muster_dispatch_store_bytes Bytes of closures and "
+	    "values held (--max-store-bytes).\n"
+	    "# TYPE muster_dispatch_store_bytes gauge\n"
+	    "muster_dispatch_store_bytes %zu\n"
 	    "# HELP muster_dispatch_done_total Closures that ran to an end.\n"
 	    "# TYPE muster_dispatch_done_total counter\n"
 	    "muster_dispatch_done_total %lu\n"
@@ -1639,6 +1733,10 @@ metrics(struct buf *b, void *arg)
 	    "# HELP muster_dispatch_stale_total Results of superseded "
 	    "attempts, dropped.\n# TYPE muster_dispatch_stale_total counter\n"
 	    "muster_dispatch_stale_total %lu\n"
+	    "# HELP muster_dispatch_start_failures_total Closures a worker "
+	    "could not start and gave back.\n"
+	    "# TYPE muster_dispatch_start_failures_total counter\n"
+	    "muster_dispatch_start_failures_total %lu\n"
 	    "# HELP muster_dispatch_workers Workers known.\n"
 	    "# TYPE muster_dispatch_workers gauge\n"
 	    "muster_dispatch_workers %zu\n"
@@ -1648,9 +1746,10 @@ metrics(struct buf *b, void *arg)
 	    "# HELP muster_dispatch_worker_deaths_total Workers failed.\n"
 	    "# TYPE muster_dispatch_worker_deaths_total counter\n"
 	    "muster_dispatch_worker_deaths_total %lu\n",
-	    v->queued, v->inflight, v->closures, v->value_bytes, v->done,
-	    v->failed, v->retried, v->cancelled, v->aborted, v->put_back,
-	    v->stale, v->workers, v->workers_live, v->deaths);
+	    v->queued, v->inflight, v->closures, v->value_bytes,
+	    v->value_bytes + v->spec_bytes, v->done, v->failed, v->retried,
+	    v->cancelled, v->aborted, v->put_back, v->stale, v->start_failures,
+	    v->workers, v->workers_live, v->deaths);
 	{
 		struct ds_view dv;
 		ds_view(d->ds, &dv);
@@ -1715,6 +1814,7 @@ static const struct route routes[] = {
     {"/v1/closures/*", ROUTE_GET | ROUTE_DELETE, closure_route},
     {"/v1/closures/*/*", ROUTE_POST, closure_route},
     {"/v1/status", ROUTE_GET, status_route},
+    {"/v1/limits", ROUTE_GET, limits_route},
     {"/v1/workers", ROUTE_GET, workers_route},
     {"/v1/workers/*", ROUTE_POST | ROUTE_DELETE, worker_route},
     {"/v1/workers/*/*", ROUTE_POST, worker_route},

@@ -24,6 +24,7 @@ struct dispatch_config {
 	int64_t watchdog_ms;        /* 0: no watchdog */
 	int64_t max_wait_ms;        /* 0: PARK_WAIT_DEFAULT_MS */
 	size_t max_batch;           /* closures per schedule request */
+	size_t max_body;            /* bytes of a request's body, as served */
 };
 
 struct dispatch *dispatch_new(const struct dispatch_config *cfg, char *err,

@@ -19,7 +19,7 @@
 #include "timer.h"
 
 /* What a parked request waits as. */
-enum wait_kind { W_JOIN, W_DONE, W_SCHEDULE, W_TAKE, W_HEARTBEAT, W_LEASE };
+enum wait_kind { W_JOIN, W_SCHEDULE, W_TAKE, W_HEARTBEAT, W_LEASE };
 
 struct waitctx {
 	enum wait_kind kind;

@@ -57,26 +57,57 @@ ds_changed(const void *rec, size_t len, void *arg)
 	append(arg, 'D', rec, len);
 }
 
+/*
+ * A blob (rec_put_blob: its length, then its bytes) written in place:
+ * blob_open leaves room for the longest length, the caller appends the
+ * bytes, blob_close puts the length before them. The closures' snapshot
+ * holds every value: made apart and then copied, a compaction held them
+ * three times.
+ */
+#define BLOB_ROOM 10
+
+static int
+blob_open(struct buf *out, size_t *at)
+{
+	static const char room[BLOB_ROOM];
+
+	*at = out->len;
+	return buf_append(out, room, BLOB_ROOM);
+}
+
+static int
+blob_close(struct buf *out, size_t at)
+{
+	size_t n = out->len - at - BLOB_ROOM;
+	struct buf len = {0};
+	struct rec_out o = {.b = &len};
+
+	rec_put_u(&o, n);
+	if (o.err || len.len > BLOB_ROOM) {
+		buf_free(&len);
+		return -1;
+	}
+	memmove(out->data + at + len.len, out->data + at + BLOB_ROOM, n);
+	memcpy(out->data + at, len.data, len.len);
+	out->len = at + len.len + n;
+	out->data[out->len] = '\0';
+	buf_free(&len);
+	return 0;
+}
+
 static int
 write_snapshot(struct buf *out, void *arg)
 {
 	struct dispatch *d = arg;
-	struct buf part = {0};
 	struct rec_out o = {.b = out};
+	size_t at;
 
 	rec_put_u(&o, SNAPSHOT_VERSION);
-	if (cq_snapshot(d->cq, &part) < 0)
-		goto fail;
-	rec_put_blob(&o, part.data, part.len);
-	buf_reset(&part);
-	if (ds_snapshot(d->ds, &part) < 0)
-		goto fail;
-	rec_put_blob(&o, part.data, part.len);
-	buf_free(&part);
-	return o.err ? -1 : 0;
-fail:
-	buf_free(&part);
-	return -1;
+	if (o.err || blob_open(out, &at) < 0 || cq_snapshot(d->cq, out) < 0 ||
+	    blob_close(out, at) < 0 || blob_open(out, &at) < 0 ||
+	    ds_snapshot(d->ds, out) < 0 || blob_close(out, at) < 0)
+		return -1;
+	return 0;
 }
 
 void

@@ -103,10 +103,10 @@ op_enqueue(struct cq *cq, int64_t now, uint64_t *maxid)
 	enum status st;
 	char msg[256];
 	uint64_t id;
-	int dup, wait;
+	int dup;
 
 	if (q->error != NULL || cq_room(cq, q) == 0) {
-		cq_take_error(cq, q, now, &wait);
+		cq_take_error(cq, q, now);
 		json_decref(item);
 		return;
 	}
@@ -187,7 +187,6 @@ op(struct cq *cq, int64_t *now, uint64_t *maxid)
 	char msg[256];
 	uint64_t *ids;
 	long *ats;
-	int wait;
 
 	*now += (int64_t)pick(60);
 	switch (pick(20)) {
@@ -255,8 +254,7 @@ op(struct cq *cq, int64_t *now, uint64_t *maxid)
 		}
 		break;
 	case 19:
-		cq_take_error(cq, cq_queue(cq, queues[pick(3)], 1), *now,
-		    &wait);
+		cq_take_error(cq, cq_queue(cq, queues[pick(3)], 1), *now);
 		break;
 	}
 }
@@ -273,7 +271,7 @@ same_view(struct cq *a, struct cq *b)
 	    x->failed == y->failed && x->retried == y->retried &&
 	    x->cancelled == y->cancelled && x->aborted == y->aborted &&
 	    x->deaths == y->deaths && x->put_back == y->put_back &&
-	    x->value_bytes == y->value_bytes;
+	    x->value_bytes == y->value_bytes && x->spec_bytes == y->spec_bytes;
 }
 
 /* Each key of a's closures names the same closure in b's queue. */
@@ -687,6 +685,73 @@ workers_must_beat_again_after_a_restore(void)
 	buf_free(&snap);
 }
 
+/*
+ * The schedule, join or done that takes a queue's error cancels its
+ * closures in flight at once (upstream's cancellation of inflight
+ * closures), not only those queued; a copy fed the records agrees.
+ */
+static void
+error_cancels_what_is_in_flight(void)
+{
+	long ev = 0;
+	struct recs rs = {0};
+	struct cq *cq = cq_new(&cfg, quiet, &ev, 0);
+	struct cq *re = cq_new(&cfg, quiet, &ev, 0);
+	struct cq_worker *w0, *w1;
+	struct cq_closure *c, *e, *out[1];
+	struct cq_queue *q;
+	struct cq_result bad = {.exited = 1, .code = 3}, late = {.exited = 1};
+	json_t *item = json_pack("{s:[s]}", "argv", "true");
+	enum status st;
+	char msg[256], want[64];
+	uint64_t id[3], *ids;
+	long *ats;
+	int dup;
+	size_t n;
+
+	cq_set_journal(cq, keep, &rs);
+	q = cq_queue(cq, "q0", 1);
+	for (int i = 0; i < 3; i++) {
+		c = cq_closure_new(cq, item, &st, msg, sizeof(msg));
+		cq_enqueue(cq, q, c, 0, &id[i], &dup, msg, sizeof(msg));
+	}
+	json_decref(item);
+	w0 = cq_register(cq, "w:0", 1, 0, msg, sizeof(msg));
+	w1 = cq_register(cq, "w:1", 1, 0, msg, sizeof(msg));
+	CHECK(cq_take(cq, w0, 1, 0, out) == 1 && out[0]->id == id[0]);
+	CHECK(cq_take(cq, w1, 1, 0, out) == 1 && out[0]->id == id[1]);
+	CHECK(cq_report(cq, w0, id[0], 1, 0, &bad, 10, msg, sizeof(msg)) ==
+	    ST_OK);
+	CHECK(q->error != NULL && q->inflight == 1);
+	e = cq_take_error(cq, q, 20);
+	CHECK(e != NULL && e->id == id[0] && q->error == NULL);
+	CHECK(q->inflight == 0 && q->queued == 0 && w1->running == 0);
+	CHECK(cq_view(cq)->inflight == 0 && cq_view(cq)->cancelled == 2);
+	snprintf(want, sizeof(want), "closure %" PRIu64 " of queue q0 failed",
+	    id[0]);
+	for (int i = 1; i < 3; i++) {
+		c = cq_closure(cq, id[i]);
+		CHECK(c->state == CQ_CANCELLED && c->res.message != NULL &&
+		    strstr(c->res.message, want) != NULL);
+	}
+	/* Its worker is told to stop it; a result that comes after is
+	 * stale. */
+	n = cq_take_stops(w1, &ids, &ats);
+	CHECK(n == 1 && ids[0] == id[1] && ats[0] == 1);
+	free(ids);
+	free(ats);
+	CHECK(cq_report(cq, w1, id[1], 1, 0, &late, 30, msg, sizeof(msg)) ==
+	    ST_ABORTED);
+	CHECK(cq_take_error(cq, q, 40) == NULL);
+	for (size_t i = 0; i < rs.n; i++)
+		CHECK(cq_apply(re, rs.r[i].data, rs.r[i].len, 50, msg,
+		          sizeof(msg)) == 0);
+	CHECK(same_state(cq, re));
+	recs_free(&rs);
+	cq_free(cq);
+	cq_free(re);
+}
+
 static double
 ms_since(const struct timespec *t0)
 {
@@ -758,6 +823,8 @@ UNIT_TESTS(cqjournal_tests) = {
         damage_is_refused},
     {"closureq_journal: workers must beat again after a restore",
         workers_must_beat_again_after_a_restore},
+    {"closureq: a queue's error cancels its closures in flight at once",
+        error_cancels_what_is_in_flight},
     {"closureq_journal: a snapshot of 100000 closures",
         snapshot_of_100000_closures},
     {NULL, NULL},

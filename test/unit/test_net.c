@@ -7,6 +7,7 @@
 #include "duration.h"
 #include "http_client.h"
 #include "http_server.h"
+#include "proc.h"
 #include "timer.h"
 #include "unit.h"
 
@@ -303,11 +304,48 @@ http_client_addresses(void)
 	CHECK(http_client_new("", 1, err, sizeof(err)) == NULL);
 }
 
+static void
+proc_env_scrubs_credentials(void)
+{
+	char *base[] = {"PATH=/bin", "MUSTER_TOKEN_FILE=/t", "MUSTER_TOKEN=x",
+	    "MUSTER_TASK_SECRET=s", "MUSTER_TLS_CERT_FILE=/c",
+	    "MUSTER_TLS_KEY_FILE=/k", "MUSTER_TLS_CA_FILE=/ca",
+	    "MUSTER_DISPATCHER=d", "MY_TOKEN=mine", "MUSTER_X=TOKEN", NULL};
+	char *set[] = {"MUSTER_CLOSURE_ID=7", "MUSTER_TOKEN_FILE=/given", NULL};
+	char **env = proc_env_child(base, set);
+	const char *want[] = {"PATH=/bin", "MUSTER_TLS_CA_FILE=/ca",
+	    "MUSTER_DISPATCHER=d", "MY_TOKEN=mine", "MUSTER_X=TOKEN",
+	    "MUSTER_CLOSURE_ID=7", "MUSTER_TOKEN_FILE=/given"};
+	size_t n = 0;
+
+	CHECK(proc_env_credential("MUSTER_TOKEN_FILE=/t"));
+	CHECK(proc_env_credential("MUSTER_WORKER_TOKEN=1"));
+	CHECK(!proc_env_credential("MUSTER_TLS_CA_FILE=/ca"));
+	CHECK(!proc_env_credential("MUSTER_TLS_KEY_FILE_X=1"));
+	CHECK(!proc_env_credential("TOKEN=1"));
+	CHECK(env != NULL);
+	while (env != NULL && env[n] != NULL)
+		n++;
+	CHECK(n == sizeof(want) / sizeof(want[0]));
+	for (size_t i = 0; env != NULL && i < n && i < 7; i++)
+		CHECK(strcmp(env[i], want[i]) == 0);
+	free(env);
+	/* proc_env itself keeps them: a training command needs them. */
+	env = proc_env(base, set);
+	n = 0;
+	while (env != NULL && env[n] != NULL)
+		n++;
+	CHECK(n == 11);
+	free(env);
+}
+
 UNIT_TESTS(http_tests) = {
     {"http: request, reply, errors, body limit", http_round_trip},
     {"http: parked requests are answered from another thread",
         http_parked_requests},
     {"http: client retries until its deadline", http_client_waits_for_server},
     {"http: client addresses", http_client_addresses},
+    {"proc: a command run for someone else gets no credential of ours",
+        proc_env_scrubs_credentials},
     {NULL, NULL},
 };
