@@ -2699,7 +2699,7 @@ apply_job(struct ds *ds, struct rec_in *in, int v2, int64_t now, char *err,
 	}
 	if (ended_badly(in) || mode > DS_HINT || hasfs > 1 || finished > 1 ||
 	    iteration == 0 || retired > 1 || kept > 1 ||
-	    (secret != NULL && strlen(secret) != 32) ||
+	    (secret != NULL && strlen(secret) != 32 && *secret != '\0') ||
 	    (run != NULL && !run_ok(run)) ||
 	    (mode == DS_FILE_OR_DATA ? eff != DS_FILE && eff != DS_DATA :
 	                               eff != mode) ||
@@ -2756,8 +2756,8 @@ apply_job(struct ds *ds, struct rec_in *in, int v2, int64_t now, char *err,
 	j->retired = (int)retired;
 	free(j->start);
 	j->start = start;
-	if (secret != NULL)
-		memcpy(j->secret, secret, sizeof(j->secret));
+	snprintf(j->secret, sizeof(j->secret), "%s",
+	    secret != NULL ? secret : "");
 	free(secret);
 	free(j->run);
 	j->run = run;
