@@ -127,7 +127,8 @@ expected() {
 	id=$(dataset 30 4 'for i in 1 2 3 4; do echo "$MUSTER_SPLIT.$i"; sleep 0.01; done')
 	dispatchctl read --job shared "$id" >out1 &
 	p1=$!
-	dispatchctl read --job shared "$id" >out2 &
+	# Options after the dataset, as the synopsis shows them.
+	dispatchctl read "$id" --job shared >out2 &
 	p2=$!
 	BG_PIDS+=("$p1" "$p2")
 	wait_exit "$p1" 120

@@ -135,6 +135,10 @@ dcrash() {
 	# Room again: the file system grows, and schedules come back.
 	mount -o remount,size=4m "$T/small"
 	again=$(dispatchctl schedule --no-block -- echo again)
+	# The log says so, once, named once.
+	wait_grep '^dispatchd: the state directory is written again$' "$T/dispatchd.log"
+	grep -q '^dispatchd: the state directory cannot be written: No space' "$T/dispatchd.log"
+	! grep -q 'dispatchd: dispatchd:' "$T/dispatchd.log"
 	dcrash
 	start_dispatchd -l "127.0.0.1:$DPORT" --state-dir "$T/small/dstate"
 	assert_equal "$(closure_field "$first" phase)" queued

@@ -29,11 +29,11 @@ durable(uint64_t seq, int err, void *arg)
 
 	pthread_mutex_lock(&c->mu);
 	if (err != 0 && !c->failing)
-		log_info("%s: the state directory cannot be written: %s; "
-		         "changes are refused until it can",
-		    c->daemon, strerror(err));
+		log_info("the state directory cannot be written: %s; changes "
+		         "are refused until it can",
+		    strerror(err));
 	else if (err == 0 && c->failing)
-		log_info("%s: the state directory is written again", c->daemon);
+		log_info("the state directory is written again");
 	c->failing = err != 0;
 	if (err == 0 && seq > c->durable)
 		c->durable = seq;
@@ -97,8 +97,7 @@ commit_compact(struct commit *c, int (*write_fn)(struct buf *out, void *arg),
 	journal_size(c->j, &jb, &sb);
 	if (jb > c->max_bytes && jb > 2 * sb &&
 	    journal_compact(c->j, write_fn, arg) < 0)
-		log_info("%s: compaction not started: %s", c->daemon,
-		    strerror(errno));
+		log_info("compaction not started: %s", strerror(errno));
 }
 
 uint64_t
@@ -167,9 +166,8 @@ commit_detach(struct commit *c)
 	uint64_t last = atomic_load(&c->last);
 
 	if (last != 0 && journal_wait(c->j, last) < 0)
-		log_info("%s: changes before shutdown could not be made "
-		         "durable: %m",
-		    c->daemon);
+		log_info("changes before shutdown could not be made durable: "
+		         "%m");
 	pthread_mutex_lock(&c->mu);
 	c->detached = 1;
 	if (c->srv != NULL)
