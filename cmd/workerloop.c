@@ -44,6 +44,7 @@
 #include "sigfd.h"
 #include "task.h"
 #include "text.h"
+#include "tls.h"
 
 extern char **environ;
 
@@ -55,7 +56,7 @@ static const char synopsis[] =
     "                  [--dir DIR] [--serve COMMAND] [--listen ADDR]\n"
     "                  [--host NAME] [--buffer BYTES] [--lease N]\n"
     "                  [--max-connections N] [--request-timeout DUR]\n"
-    "                  [--reader-retries N]\n";
+    "                  [--reader-retries N] [--tls-cert FILE --tls-key FILE]\n";
 
 #define ERR_TAIL 4096
 #define POLL_MS 30000
@@ -75,6 +76,7 @@ struct opts {
 	long max_conns;
 	int64_t request_ms;
 	long reader_retries;
+	const char *tls_cert, *tls_key;
 };
 
 /* A resource, as built on this worker in this incarnation. */
@@ -1373,6 +1375,8 @@ parse_args(int argc, char **argv, struct opts *o)
 	    {"max-connections", required_argument, NULL, 'C'},
 	    {"request-timeout", required_argument, NULL, 'R'},
 	    {"reader-retries", required_argument, NULL, 'r'},
+	    {"tls-cert", required_argument, NULL, 'X'},
+	    {"tls-key", required_argument, NULL, 'K'},
 	    {"verbose", no_argument, NULL, 'v'},
 	    CLI_STD_LONGOPTS,
 	    {NULL, 0, NULL, 0},
@@ -1470,6 +1474,8 @@ parse_args(int argc, char **argv, struct opts *o)
 			        optarg, 0, 1000, &o->reader_retries) != 0)
 				return 2;
 			break;
+		case 'X': o->tls_cert = optarg; break;
+		case 'K': o->tls_key = optarg; break;
 		case 'v': verbose = 1; break;
 		default: return cli_std_option(c, synopsis);
 		}
@@ -1477,6 +1483,19 @@ parse_args(int argc, char **argv, struct opts *o)
 	if (optind != argc)
 		return cli_usage_error(synopsis, "unexpected argument %s",
 		    argv[optind]);
+	if ((o->tls_cert != NULL) != (o->tls_key != NULL))
+		return cli_usage_error(synopsis,
+		    "--tls-cert and --tls-key go together");
+	if (o->tls_cert != NULL) {
+		/* Checked now, as the daemons do: a bad file is a usage
+		 * error, not a server that never comes up. */
+		char err[512];
+		struct tls_server *probe =
+		    tls_server_new(o->tls_cert, o->tls_key, err, sizeof(err));
+		if (probe == NULL)
+			return cli_usage_error(synopsis, "%s", err);
+		tls_server_free(probe);
+	}
 	if (o->task == NULL)
 		o->task = getenv("MUSTER_TASK");
 	if (o->task == NULL || *o->task == '\0')
@@ -1567,7 +1586,8 @@ main(int argc, char **argv)
 	/* Listening first: registration advertises the address. */
 	struct dataserve_config dsc = {wk->o.listen, wk->o.host, wk->o.addr,
 	    wk->o.task, wk->o.buffer, wk->o.lease, &wk->blocked,
-	    wk->o.max_conns, wk->o.request_ms, wk->o.reader_retries};
+	    wk->o.max_conns, wk->o.request_ms, wk->o.reader_retries,
+	    wk->o.tls_cert, wk->o.tls_key};
 	if ((wk->ds = dataserve_start(&dsc, err, sizeof(err))) == NULL) {
 		rc = cli_fail(ST_UNAVAILABLE, "%s", err);
 		goto out;

@@ -177,3 +177,33 @@ start_https() {
 	MUSTER_TLS_CA_FILE=$C/ca.pem LD_DEBUG=files kvctl put k v 2>ld.tls
 	grep -q 'file=libgnutls.so.30' ld.tls
 }
+
+@test "a worker's data port over TLS: workerloop --tls-cert, consumers verify it and show the job's secret; plain HTTP and an untrusted worker get nothing" {
+	run -2 workerloop -t a:0 --tls-cert "$C/server.pem"
+	[[ $output == *"--tls-cert and --tls-key go together"* ]]
+	run -2 workerloop -t a:0 --tls-cert "$C/server.pem" --tls-key "$C/worker.key"
+	start_dispatchd --tls-cert "$C/server.pem" --tls-key "$C/server.key"
+	MUSTER_DISPATCHER=https://127.0.0.1:$DISPATCH_PORT
+	export MUSTER_TLS_CA_FILE=$C/ca.pem
+	start_worker a:0 --tls-cert "$C/server.pem" --tls-key "$C/server.key"
+	addr=$(sed -n 's/.*serving data on //p' "$T/a:0.log")
+	[[ $addr == https://127.0.0.1:* ]]
+	id=$(seq 1 20 | dispatchctl dataset add --splits - --reader \
+		'for i in 1 2 3; do echo "$MUSTER_SPLIT.$i"; done')
+	run -0 dispatchctl read "$id"
+	[ "$(sort <<<"$output")" = "$(for s in $(seq 1 20); do for i in 1 2 3; do echo "$s.$i"; done; done | sort)" ]
+	# Plain HTTP gets no reply; HTTPS without the job's secret gets 401.
+	run curl -s -m 10 "http://${addr#https://}/v1/tasks/1/elements"
+	[ -z "$output" ]
+	run curl -s -m 10 --cacert "$C/ca.pem" -o /dev/null -w '%{http_code}' "$addr/v1/tasks/1/elements"
+	[ "$output" = 401 ]
+	# A consumer that does not trust the worker's certificate stops,
+	# saying why, rather than read in the clear or wait for ever.
+	a=$WORKER_PID
+	start_worker b:0 --tls-cert "$C/elsewhere.pem" --tls-key "$C/elsewhere.key"
+	kill "$a"
+	a_gone() { ! worker_live a:0; }
+	wait_for 30 a_gone
+	run -9 dispatchctl read "$id"
+	[[ $output == *"not trusted"* || $output == *"certificate"* ]]
+}

@@ -295,7 +295,9 @@ start_worker() {
 
 # worker_live NAME: dispatchd lists NAME as live.
 worker_live() {
-	curl -s -m 5 "http://$MUSTER_DISPATCHER/v1/workers" |
+	local url=http://$MUSTER_DISPATCHER
+	[[ $MUSTER_DISPATCHER == https://* ]] && url=$MUSTER_DISPATCHER
+	curl -s -m 5 ${MUSTER_TLS_CA_FILE:+--cacert "$MUSTER_TLS_CA_FILE"} "$url/v1/workers" |
 		jq -e --arg n "$1" '.workers[] | select(.name == $n and .live)' >/dev/null
 }
 

@@ -35,6 +35,7 @@
 #include "duration.h"
 #include "iov.h"
 #include "log.h"
+#include "tls.h"
 #include "vec.h"
 
 /* How long a worker holds a request for elements when it has none. */
@@ -122,10 +123,17 @@ struct rr_task {
 	char addr[280];
 };
 
+/* A connection to a worker: its socket, and its TLS session for an
+ * https:// address (NULL: plain). */
+struct wconn {
+	int fd;
+	struct tls *tls;
+};
+
 /* A round-robin reader's kept-alive connection to one task. */
 struct rr_conn {
 	int64_t id;
-	int fd;
+	struct wconn wc;
 };
 
 struct reader {
@@ -327,12 +335,17 @@ write_start(struct reader *r)
 
 /* Workers' sockets */
 
-/* The host of HOST:PORT or [V6]:PORT into host, and its port; NULL. */
+/* The host of [https://]HOST:PORT or [V6]:PORT into host, and its port;
+ * NULL. */
 static const char *
 addr_split(const char *addr, char *host, size_t size)
 {
-	const char *port, *h = addr;
+	const char *port, *h;
 	size_t hlen;
+
+	if (strncmp(addr, "https://", 8) == 0)
+		addr += 8;
+	h = addr;
 
 	if (*addr == '[') {
 		h = addr + 1;
@@ -371,9 +384,15 @@ connect_within(int fd, const struct addrinfo *ai)
 	return fcntl(fd, F_SETFL, 0);
 }
 
-/* A connection to a worker's address; -1 on failure. */
+/*
+ * A connection to a worker's address into wc, TLS for an https:// one
+ * (trusting what MUSTER_TLS_CA_FILE, or the system, trusts): 0; -1 when
+ * it cannot be reached now; -2 when TLS failed, which will not mend by
+ * itself (an untrusted certificate, say), with why in err.
+ */
 static int
-conn_open(const char *addr, int64_t io_ms)
+conn_open(const char *addr, int64_t io_ms, struct wconn *wc, char *err,
+    size_t errlen)
 {
 	struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
 	    .ai_flags = AI_NUMERICSERV};
@@ -401,31 +420,93 @@ conn_open(const char *addr, int64_t io_ms)
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	return fd;
+	wc->fd = fd;
+	wc->tls = NULL;
+	if (strncmp(addr, "https://", 8) == 0) {
+		/* A blocking socket: the handshake ends, or times out. */
+		int rc = -2;
+		err[0] = '\0';
+		if ((wc->tls = tls_new(fd, host, err, errlen)) != NULL &&
+		    (rc = tls_handshake(wc->tls, err, errlen)) != 0) {
+			if (rc == TLS_LOST || rc == TLS_WANT_READ ||
+			    rc == TLS_WANT_WRITE)
+				rc = -1; /* broken, or timed out: again */
+			else
+				rc = -2;
+		}
+		if (rc != 0) {
+			tls_free(wc->tls);
+			close(fd);
+			wc->fd = -1;
+			wc->tls = NULL;
+			return rc;
+		}
+	}
+	return 0;
 }
 
-/* A request on fd, showing the job's secret to the worker. */
+static void
+conn_close(struct wconn *wc)
+{
+	tls_free(wc->tls);
+	if (wc->fd >= 0)
+		close(wc->fd);
+	wc->fd = -1;
+	wc->tls = NULL;
+}
+
+/* Sends all n bytes of p on wc: 0, or -1. */
 static int
-send_get(int fd, const char *path, const char *addr, const char *secret)
+conn_send(struct wconn *wc, const char *p, size_t n)
+{
+	while (n > 0) {
+		ssize_t w = wc->tls != NULL ? tls_send(wc->tls, p, n) :
+		                              send(wc->fd, p, n, MSG_NOSIGNAL);
+		if (w < 0 && wc->tls == NULL && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1; /* broken, or its timeout */
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+/* Receives up to n bytes into p (all of them with all): the count, 0 at
+ * the end, or -1 (broken, or its timeout). */
+static ssize_t
+conn_recv(struct wconn *wc, char *p, size_t n, int all)
+{
+	size_t got = 0;
+
+	do {
+		ssize_t r = wc->tls != NULL ?
+		    tls_recv(wc->tls, p + got, n - got) :
+		    recv(wc->fd, p + got, n - got, all ? MSG_WAITALL : 0);
+		if (r < 0 && wc->tls == NULL && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -1;
+		if (r == 0)
+			return (ssize_t)got;
+		got += (size_t)r;
+	} while (all && got < n);
+	return (ssize_t)got;
+}
+
+/* A request on wc, showing the job's secret to the worker. */
+static int
+send_get(struct wconn *wc, const char *path, const char *addr,
+    const char *secret)
 {
 	char req[640];
 	int n = snprintf(req, sizeof(req),
 	    "GET %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n\r\n",
 	    path, addr, secret);
-	const char *p = req;
 
 	if (n < 0 || (size_t)n >= sizeof(req))
 		return -1;
-	while (n > 0) {
-		ssize_t w = send(fd, p, (size_t)n, MSG_NOSIGNAL);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		p += w;
-		n -= (int)w;
-	}
-	return 0;
+	return conn_send(wc, req, (size_t)n);
 }
 
 /* A worker's reply, its body inside the reader's buffer. */
@@ -484,7 +565,8 @@ parse_head(const char *data, size_t len, struct reply *rp,
  * connection broke, timed out or carried something else than a reply.
  */
 static int
-recv_reply(int fd, char **buf, size_t *cap, size_t want, struct reply *rp)
+recv_reply(struct wconn *wc, char **buf, size_t *cap, size_t want,
+    struct reply *rp)
 {
 	size_t have = 0, head;
 	unsigned long long clen;
@@ -493,9 +575,7 @@ recv_reply(int fd, char **buf, size_t *cap, size_t want, struct reply *rp)
 	if (vec_grow(buf, cap, want, 1) < 0)
 		return -1;
 	while (eoh == NULL) {
-		ssize_t n = recv(fd, *buf + have, *cap - have, 0);
-		if (n < 0 && errno == EINTR)
-			continue;
+		ssize_t n = conn_recv(wc, *buf + have, *cap - have, 0);
 		if (n <= 0)
 			return -1;
 		have += (size_t)n;
@@ -508,10 +588,7 @@ recv_reply(int fd, char **buf, size_t *cap, size_t want, struct reply *rp)
 	    vec_grow(buf, cap, head + clen, 1) < 0)
 		return -1;
 	while (have < head + clen) {
-		ssize_t n =
-		    recv(fd, *buf + have, head + clen - have, MSG_WAITALL);
-		if (n < 0 && errno == EINTR)
-			continue;
+		ssize_t n = conn_recv(wc, *buf + have, head + clen - have, 1);
 		if (n <= 0)
 			return -1;
 		have += (size_t)n;
@@ -609,11 +686,20 @@ static void
 task_set_fd(struct task *t, int fd)
 {
 	pthread_mutex_lock(&t->r->mu);
-	if (fd < 0 && t->fd >= 0)
-		close(t->fd);
 	t->fd = fd;
 	if (fd >= 0 && (t->stop || t->r->stopping))
 		shutdown(fd, SHUT_RDWR);
+	pthread_mutex_unlock(&t->r->mu);
+}
+
+/* Closes the task's connection, no longer published: a stop never cuts
+ * a descriptor that has since been given to something else. */
+static void
+task_close(struct task *t, struct wconn *wc)
+{
+	pthread_mutex_lock(&t->r->mu);
+	t->fd = -1;
+	conn_close(wc);
 	pthread_mutex_unlock(&t->r->mu);
 }
 
@@ -778,15 +864,16 @@ task_take(struct task *t, const struct reply *rp)
 
 /* A consumer idle with a split's end unreported reports it now. */
 static void
-idle_report(struct task *t, int fd)
+idle_report(struct task *t, struct wconn *wc)
 {
-	struct pollfd p = {.fd = fd, .events = POLLIN};
+	struct pollfd p = {.fd = wc->fd, .events = POLLIN};
 	int pending;
 
 	pthread_mutex_lock(&t->r->mu);
 	pending = t->r->split_end;
 	pthread_mutex_unlock(&t->r->mu);
-	if (pending && poll(&p, 1, IDLE_MS) == 0)
+	if (pending && (wc->tls == NULL || tls_pending(wc->tls) == 0) &&
+	    poll(&p, 1, IDLE_MS) == 0)
 		poke(t->r);
 }
 
@@ -826,7 +913,7 @@ await_report(struct task *t)
 
 /* One request for elements and its reply. */
 static enum step
-task_step(struct task *t, int *fd)
+task_step(struct task *t, struct wconn *wc)
 {
 	struct reader *r = t->r;
 	char path[128];
@@ -837,14 +924,21 @@ task_step(struct task *t, int *fd)
 	if (await_report(t) < 0)
 		return STEP_RETRY;
 
-	if (*fd < 0) {
-		if ((*fd = conn_open(t->addr, ELEMENTS_WAIT_MS + IO_GRACE_MS)) <
-		    0) {
+	if (wc->fd < 0) {
+		char err[512];
+		if ((rc = conn_open(t->addr, ELEMENTS_WAIT_MS + IO_GRACE_MS, wc,
+		         err, sizeof(err))) == -2) {
+			fail(r, ST_UNAVAILABLE,
+			    "task %" PRId64 ": worker %s: %s", t->id, t->addr,
+			    err);
+			return STEP_FAIL;
+		}
+		if (rc < 0) {
 			log_debug("task %" PRId64 ": cannot reach %s", t->id,
 			    t->addr);
 			return STEP_RETRY;
 		}
-		task_set_fd(t, *fd);
+		task_set_fd(t, wc->fd);
 		if (expect_again(t) < 0) {
 			fail(r, ST_RESOURCE_EXHAUSTED, "out of memory");
 			return STEP_FAIL;
@@ -855,15 +949,15 @@ task_step(struct task *t, int *fd)
 	    r->o->max_bytes, ELEMENTS_WAIT_MS);
 	if (task_io(t, 1) < 0)
 		return STEP_RETRY;
-	rc = send_get(*fd, path, t->addr, r->secret) < 0 ||
-	    (idle_report(t, *fd),
-	        recv_reply(*fd, &t->buf, &t->cap, r->o->max_bytes + REPLY_SLACK,
+	rc = send_get(wc, path, t->addr, r->secret) < 0 ||
+	    (idle_report(t, wc),
+	        recv_reply(wc, &t->buf, &t->cap, r->o->max_bytes + REPLY_SLACK,
 	            &rp)) < 0;
 	task_io(t, 0);
 	if (rc) {
 		log_debug("task %" PRId64 ": %s: the connection broke", t->id,
 		    t->addr);
-		task_set_fd(t, *fd = -1);
+		task_close(t, wc);
 		return STEP_RETRY;
 	}
 	/* Not yet known to its worker (dispatchd told us first), or
@@ -872,7 +966,7 @@ task_step(struct task *t, int *fd)
 	if (rp.code == status_http(ST_UNAUTHENTICATED)) {
 		fail(r, ST_UNAUTHENTICATED, "task %" PRId64 " (%s): %s", t->id,
 		    t->addr, reply_message(&rp));
-		task_set_fd(t, *fd = -1);
+		task_close(t, wc);
 		return STEP_FAIL;
 	}
 	s = rp.code == 200 ? task_take(t, &rp) : STEP_RETRY;
@@ -880,7 +974,7 @@ task_step(struct task *t, int *fd)
 		log_debug("task %" PRId64 ": %s replied HTTP %ld", t->id,
 		    t->addr, rp.code);
 	if (rp.close)
-		task_set_fd(t, *fd = -1);
+		task_close(t, wc);
 	return s;
 }
 
@@ -892,7 +986,7 @@ task_step(struct task *t, int *fd)
  * answer in time, the reply goes back to the worker: at least once.
  */
 static void
-task_ack(struct task *t, int fd)
+task_ack(struct task *t, struct wconn *wc)
 {
 	struct timeval tv = {.tv_sec = 0, .tv_usec = ACK_MS * 1000};
 	char path[128];
@@ -906,12 +1000,12 @@ task_ack(struct task *t, int fd)
 	pthread_mutex_unlock(&t->r->mu);
 	if (!ok)
 		return;
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	setsockopt(wc->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(wc->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	snprintf(path, sizeof(path), "/v1/tasks/%" PRId64 "/elements?max=0",
 	    t->id);
-	if (send_get(fd, path, t->addr, t->r->secret) < 0 ||
-	    recv_reply(fd, &t->buf, &t->cap, REPLY_SLACK, &rp) < 0)
+	if (send_get(wc, path, t->addr, t->r->secret) < 0 ||
+	    recv_reply(wc, &t->buf, &t->cap, REPLY_SLACK, &rp) < 0)
 		log_debug("task %" PRId64 ": %s: the last reply was not "
 		          "acknowledged",
 		    t->id, t->addr);
@@ -931,10 +1025,10 @@ task_main(void *arg)
 	struct reader *r = t->r;
 	int64_t backoff = BACKOFF_MIN_MS;
 	int ended = 0;
-	int fd = -1;
+	struct wconn wc = {-1, NULL};
 
 	while (!task_stopping(t)) {
-		enum step s = task_step(t, &fd);
+		enum step s = task_step(t, &wc);
 		if (s == STEP_END)
 			ended = 1;
 		if (s == STEP_END || s == STEP_FAIL)
@@ -947,9 +1041,9 @@ task_main(void *arg)
 		backoff =
 		    backoff * 2 < BACKOFF_MAX_MS ? backoff * 2 : BACKOFF_MAX_MS;
 	}
-	if (fd >= 0)
-		task_ack(t, fd);
-	task_set_fd(t, -1);
+	if (wc.fd >= 0)
+		task_ack(t, &wc);
+	task_close(t, &wc);
 	pthread_mutex_lock(&r->mu);
 	/* Once a dynamic job has finished no split waits for our word. */
 	if (!ended && t->stop && !(r->dynamic && r->finished))
@@ -1022,21 +1116,28 @@ rr_pick_locked(const struct reader *r, int64_t round)
 	return NULL;
 }
 
-/* The kept-alive connection to task id; -1 when it cannot be reached. */
-static int
-rr_conn(struct rr_conn **conns, size_t *n, size_t *cap, int64_t id,
-    const char *addr)
+/* The kept-alive connection to task id; NULL when it cannot be reached. */
+static struct wconn *
+rr_conn(struct reader *r, struct rr_conn **conns, size_t *n, size_t *cap,
+    int64_t id, const char *addr)
 {
-	int fd;
+	struct wconn wc;
+	char err[512];
+	int rc;
 
 	for (size_t i = 0; i < *n; i++)
 		if ((*conns)[i].id == id)
-			return (*conns)[i].fd;
-	if (vec_grow(conns, cap, *n + 1, sizeof(**conns)) < 0 ||
-	    (fd = conn_open(addr, ROUND_WAIT_MS + IO_GRACE_MS)) < 0)
-		return -1;
-	(*conns)[(*n)++] = (struct rr_conn){id, fd};
-	return fd;
+			return &(*conns)[i].wc;
+	if (vec_grow(conns, cap, *n + 1, sizeof(**conns)) < 0)
+		return NULL;
+	if ((rc = conn_open(addr, ROUND_WAIT_MS + IO_GRACE_MS, &wc, err,
+	         sizeof(err))) == -2)
+		fail(r, ST_UNAVAILABLE, "task %" PRId64 ": worker %s: %s", id,
+		    addr, err);
+	if (rc < 0)
+		return NULL;
+	(*conns)[*n] = (struct rr_conn){id, wc};
+	return &(*conns)[(*n)++].wc;
 }
 
 static void
@@ -1044,7 +1145,7 @@ rr_drop(struct rr_conn *conns, size_t *n, int64_t id)
 {
 	for (size_t i = 0; i < *n; i++)
 		if (conns[i].id == id) {
-			close(conns[i].fd);
+			conn_close(&conns[i].wc);
 			conns[i] = conns[--*n];
 			return;
 		}
@@ -1097,21 +1198,21 @@ rr_step(struct reader *r, const struct rr_task *t, int64_t round,
 	char path[160];
 	struct reply rp;
 	enum step s;
-	int fd = rr_conn(conns, nconns, capconns, t->id, t->addr);
+	struct wconn *wc = rr_conn(r, conns, nconns, capconns, t->id, t->addr);
 
 	*pause = 1;
-	if (fd < 0)
+	if (wc == NULL)
 		return STEP_RETRY;
 	pthread_mutex_lock(&r->mu);
-	r->rr_fd = fd;
+	r->rr_fd = wc->fd;
 	if (r->stopping)
-		shutdown(fd, SHUT_RDWR);
+		shutdown(wc->fd, SHUT_RDWR);
 	pthread_mutex_unlock(&r->mu);
 	snprintf(path, sizeof(path),
 	    "/v1/tasks/%" PRId64 "/rounds/%" PRId64 "?consumer=%ld", t->id,
 	    round, r->o->consumer_index);
-	if (send_get(fd, path, t->addr, r->secret) < 0 ||
-	    recv_reply(fd, buf, cap, 65536, &rp) < 0)
+	if (send_get(wc, path, t->addr, r->secret) < 0 ||
+	    recv_reply(wc, buf, cap, 65536, &rp) < 0)
 		rp.code = 0;
 	pthread_mutex_lock(&r->mu);
 	r->rr_fd = -1;

@@ -47,6 +47,7 @@
 #include "proc.h"
 #include "splitorder.h"
 #include "text.h"
+#include "tls.h"
 #include "token.h"
 
 extern char **environ;
@@ -156,6 +157,7 @@ struct task {
 struct conn {
 	struct dataserve *ds;
 	int fd;
+	struct tls *tls; /* HTTPS: the session; NULL: plain */
 	struct conn *next;
 	struct task *ht;    /* the task of the held chunks */
 	struct chunk *held; /* the last reply's chunks */
@@ -171,7 +173,8 @@ struct dataserve {
 	int lfd;
 	long max_conns, nconns;
 	int64_t request_ms;
-	unsigned long refused; /* connections over max_conns */
+	struct tls_server *tls; /* HTTPS; NULL: plain */
+	unsigned long refused;  /* connections over max_conns */
 	pthread_t accept_th;
 	pthread_mutex_t mu;
 	pthread_cond_t idle; /* the last thread ended */
@@ -732,14 +735,40 @@ spare_take(struct task *t, size_t size)
 }
 
 /*
+ * Round robin: whether every consumer waits for the newest round, which is
+ * not full, with nothing queued to fill it. Its first elements may hold
+ * the whole buffer (a block is freed only when all its elements are), and
+ * no more can be read: a block beyond the buffer is given then. No
+ * consumer is ahead, so this is the round's own elements, no more. Under
+ * t's lock.
+ */
+static int
+rounds_starved(const struct task *t)
+{
+	const struct round *last = NULL;
+
+	if (t->consumers == 0 || t->asked == NULL || t->head != NULL)
+		return 0;
+	for (const struct round *r = t->rounds; r != NULL; r = r->next)
+		last = r;
+	if (last == NULL || last->have >= t->consumers)
+		return 0;
+	for (long i = 0; i < t->consumers; i++)
+		if (t->asked[i] != (int64_t)last->r)
+			return 0;
+	return 1;
+}
+
+/*
  * Makes room in the block for a read of at least ROOM_MIN, and for the
  * whole pending element when its size is known: the block is used again
  * from its start once no chunk points into it, grown while nothing but
  * the pending element is in it, or else replaced by a spare or a new one
  * (the pending bytes move along). Waits while the task's buffer is full,
  * except for a block that would be its only one: one element may be
- * larger than the buffer, though not than a chunk's 32-bit length. 0, or
- * -1 when the task is dropped or the reading cannot go on.
+ * larger than the buffer, though not than a chunk's 32-bit length, nor
+ * a round-robin task's rounds_starved. 0, or -1 when the task is dropped
+ * or the reading cannot go on.
  */
 static int
 rd_room(struct rd *rd)
@@ -776,7 +805,8 @@ rd_room(struct rd *rd)
 		} else if ((nb = spare_take(t, size)) != NULL) {
 			how = SPARE;
 			break;
-		} else if (t->mem + size <= t->buffer || t->mem == 0) {
+		} else if (t->mem + size <= t->buffer || t->mem == 0 ||
+		    rounds_starved(t)) {
 			how = FRESH;
 			add = size;
 			break;
@@ -1592,8 +1622,24 @@ reason(int code)
 
 /* Writes all of iov (changing it); 0, or -1 when the peer is gone. */
 static int
-send_iov(int fd, struct iovec *iov, size_t n)
+send_iov(struct conn *c, struct iovec *iov, size_t n)
 {
+	int fd = c->fd;
+
+	/* HTTPS: each buffer in turn, into the session's records. */
+	for (size_t i = 0; c->tls != NULL && i < n; i++) {
+		const char *p = iov[i].iov_base;
+		size_t left = iov[i].iov_len;
+		while (left > 0) {
+			ssize_t w = tls_send(c->tls, p, left);
+			if (w <= 0)
+				return -1; /* gone, or SEND_MS passed */
+			p += w;
+			left -= (size_t)w;
+		}
+	}
+	if (c->tls != NULL)
+		return 0;
 	while (n > 0) {
 		struct msghdr m = {0};
 		ssize_t w;
@@ -1622,7 +1668,7 @@ send_simple(struct conn *c, int code, const char *ctype, const char *body,
 
 	iov[0] = (struct iovec){head, (size_t)n};
 	iov[1] = (struct iovec){(void *)body, len};
-	return send_iov(c->fd, iov, len > 0 ? 2 : 1);
+	return send_iov(c, iov, len > 0 ? 2 : 1);
 }
 
 static int
@@ -1691,7 +1737,7 @@ send_chunks(struct conn *c, const struct chunk *list, int keep)
 				iov[k++] =
 				    (struct iovec){(void *)p->p, p->h.len};
 		}
-		rc = send_iov(c->fd, iov, k);
+		rc = send_iov(c, iov, k);
 	}
 	free(iov);
 	free(wire);
@@ -2010,6 +2056,8 @@ rounds_asked(struct task *t, long who, int64_t r)
 		if (p->done && (int64_t)p->r < low)
 			round_free(t, p);
 	}
+	/* The reader may be waiting for what rounds_starved tells. */
+	pthread_cond_signal(&t->room);
 }
 
 /* Rounds take the queue's elements in the order they were asked for. */
@@ -2179,11 +2227,21 @@ recv_by(struct conn *c, void *p, size_t n, int64_t deadline)
 		ssize_t got;
 		if (c->held == NULL && left <= 0)
 			return -1;
+		/* What the session holds already, poll(2) does not see. */
+		if (c->tls != NULL && tls_pending(c->tls) > 0) {
+			got = tls_recv(c->tls, p, n);
+			return got > 0 ? got : -1;
+		}
 		if (poll(&pf, 1, c->held != NULL ? -1 : (int)left) < 0 &&
 		    errno != EINTR)
 			return -1;
 		if (pf.revents == 0)
 			continue;
+		if (c->tls != NULL) {
+			/* A record comes whole within the socket's timeout. */
+			got = tls_recv(c->tls, p, n);
+			return got > 0 ? got : -1;
+		}
 		got = recv(c->fd, p, n, MSG_DONTWAIT);
 		if (got < 0 && (errno == EINTR || errno == EAGAIN))
 			continue;
@@ -2272,13 +2330,21 @@ conn_main(void *arg)
 	struct dataserve *ds = c->ds;
 	struct conn **pp;
 	struct req r;
+	char err[256];
 
-	while (read_request(c, &r) == 0) {
-		int rc = route(c, &r);
-		memmove(c->in, c->in + r.len, c->inlen - r.len);
-		c->inlen -= r.len;
-		if (rc < 0 || !r.keep)
-			break;
+	if (ds->tls != NULL &&
+	    ((c->tls = tls_accept(ds->tls, c->fd, err, sizeof(err))) == NULL ||
+	        tls_handshake(c->tls, err, sizeof(err)) != 0)) {
+		/* A client that does not speak TLS, or not to us. */
+		log_debug("data server: %s", err);
+	} else {
+		while (read_request(c, &r) == 0) {
+			int rc = route(c, &r);
+			memmove(c->in, c->in + r.len, c->inlen - r.len);
+			c->inlen -= r.len;
+			if (rc < 0 || !r.keep)
+				break;
+		}
 	}
 	conn_release(c, 0);
 	pthread_mutex_lock(&ds->mu);
@@ -2287,6 +2353,7 @@ conn_main(void *arg)
 	*pp = c->next;
 	ds->nconns--;
 	pthread_mutex_unlock(&ds->mu);
+	tls_free(c->tls);
 	close(c->fd);
 	free(c);
 	thread_done(ds);
@@ -2296,13 +2363,17 @@ conn_main(void *arg)
 /* A consumer's host that dies without closing its connection is found
  * out by TCP keepalive, so that the chunks it held go back. */
 static void
-conn_options(int fd)
+conn_options(int fd, int64_t recv_ms)
 {
 	int one = 1, idle = 30, intvl = 10, cnt = 3;
 	struct timeval tv = {SEND_MS / 1000, 0};
+	struct timeval rv = {recv_ms / 1000, (recv_ms % 1000) * 1000};
 
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	/* Reads wait in poll(2); this bounds a TLS handshake or record that
+	 * stops half-way. */
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &rv, sizeof(rv));
 	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
 	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
 	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
@@ -2344,13 +2415,15 @@ accept_main(void *arg)
 				         "so far)",
 				    ds->nconns, ds->refused);
 			pthread_mutex_unlock(&ds->mu);
-			(void)!send(fd, busy, sizeof(busy) - 1,
-			    MSG_DONTWAIT | MSG_NOSIGNAL);
+			/* Plain HTTP only: a TLS client gets a close. */
+			if (ds->tls == NULL)
+				(void)!send(fd, busy, sizeof(busy) - 1,
+				    MSG_DONTWAIT | MSG_NOSIGNAL);
 			close(fd);
 			continue;
 		}
 		pthread_mutex_unlock(&ds->mu);
-		conn_options(fd);
+		conn_options(fd, ds->request_ms);
 		if ((c = calloc(1, sizeof(*c))) == NULL) {
 			close(fd);
 			continue;
@@ -2651,6 +2724,7 @@ dataserve_start(const struct dataserve_config *c, char *err, size_t errlen)
 	ds->c = *c;
 	ds->hb_timeout = 10000;
 	ds->lfd = -1;
+	ds->report_cancel[0] = ds->report_cancel[1] = -1;
 	ds->max_conns = c->max_conns > 0 ? c->max_conns : dataserve_max_conns();
 	ds->request_ms = c->request_ms > 0 ? c->request_ms : REQUEST_MS;
 	if (parse_listen(c->listen, host, sizeof(host), &port) < 0) {
@@ -2662,11 +2736,16 @@ dataserve_start(const struct dataserve_config *c, char *err, size_t errlen)
 		    why);
 		goto fail;
 	}
+	if (c->tls_cert != NULL &&
+	    (ds->tls = tls_server_new(c->tls_cert, c->tls_key, err, errlen)) ==
+	        NULL)
+		goto fail;
 	/* Every address: consumers elsewhere reach us by our name. */
 	if (strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0)
 		snprintf(host, sizeof(host), "%s", c->host);
 	snprintf(ds->addr, sizeof(ds->addr),
-	    strchr(host, ':') != NULL ? "[%s]:%d" : "%s:%d", host, port);
+	    strchr(host, ':') != NULL ? "%s[%s]:%d" : "%s%s:%d",
+	    ds->tls != NULL ? "https://" : "", host, port);
 	ds->dispatcher = strdup(c->dispatcher);
 	ds->worker = strdup(c->worker);
 	pthread_mutex_init(&ds->mu, NULL);
@@ -2692,6 +2771,7 @@ fail:
 		close(ds->report_cancel[0]);
 		close(ds->report_cancel[1]);
 	}
+	tls_server_free(ds->tls);
 	free(ds->dispatcher);
 	free(ds->worker);
 	free(ds);
@@ -2723,6 +2803,7 @@ dataserve_stop(struct dataserve *ds)
 	pthread_cond_destroy(&ds->idle);
 	pthread_cond_destroy(&ds->report);
 	free(ds->dispatcher);
+	tls_server_free(ds->tls);
 	free(ds->worker);
 	free(ds);
 }

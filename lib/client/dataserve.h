@@ -37,6 +37,9 @@ struct dataserve_config {
 	int64_t request_ms; /* to send a request in; 0: 60 s */
 	/* Runs again of a reader killed by a signal, per split. */
 	long reader_retries;
+	/* HTTPS with this certificate chain and key (PEM files); NULL:
+	 * plain HTTP. The address registered is then https://HOST:PORT. */
+	const char *tls_cert, *tls_key;
 };
 
 /*

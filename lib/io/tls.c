@@ -26,6 +26,7 @@
 	X(gnutls_error_is_fatal)                        \
 	X(gnutls_handshake)                             \
 	X(gnutls_init)                                  \
+	X(gnutls_record_check_pending)                  \
 	X(gnutls_record_get_direction)                  \
 	X(gnutls_record_recv)                           \
 	X(gnutls_record_send)                           \
@@ -53,7 +54,7 @@ struct tls {
 };
 
 static int
-load(char *err, size_t errlen)
+load_once(char *err, size_t errlen)
 {
 	void *h = dlopen(GNUTLS_SONAME, RTLD_NOW | RTLD_LOCAL);
 
@@ -76,6 +77,25 @@ load(char *err, size_t errlen)
 		return -1;
 	}
 	return 0;
+}
+
+/* GnuTLS, loaded once for the process: 0, or -1 with err. */
+static int
+load(char *err, size_t errlen)
+{
+	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	static int loaded; /* 1 ready, -1 failed (why) */
+	static char why[512];
+	int rc;
+
+	pthread_mutex_lock(&mu);
+	if (loaded == 0)
+		loaded = load_once(why, sizeof(why)) == 0 ? 1 : -1;
+	rc = loaded;
+	pthread_mutex_unlock(&mu);
+	if (rc < 0)
+		snprintf(err, errlen, "%s", why);
+	return rc < 0 ? -1 : 0;
 }
 
 /* The credentials: whom we trust, and who we are if asked. */
@@ -280,4 +300,76 @@ tls_free(struct tls *t)
 		return;
 	g.gnutls_deinit(t->s);
 	free(t);
+}
+
+size_t
+tls_pending(struct tls *t)
+{
+	return g.gnutls_record_check_pending(t->s);
+}
+
+struct tls_server {
+	gnutls_certificate_credentials_t cred;
+};
+
+struct tls_server *
+tls_server_new(const char *cert, const char *key, char *err, size_t errlen)
+{
+	struct tls_server *srv;
+	int rc;
+
+	if (load(err, errlen) < 0)
+		return NULL;
+	if ((srv = calloc(1, sizeof(*srv))) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	if ((rc = g.gnutls_certificate_allocate_credentials(&srv->cred)) < 0) {
+		snprintf(err, errlen, "TLS: %s", g.gnutls_strerror(rc));
+		free(srv);
+		return NULL;
+	}
+	if ((rc = g.gnutls_certificate_set_x509_key_file(srv->cred, cert, key,
+	         GNUTLS_X509_FMT_PEM)) < 0) {
+		snprintf(err, errlen, "--tls-cert %s, --tls-key %s: %s", cert,
+		    key, g.gnutls_strerror(rc));
+		tls_server_free(srv);
+		return NULL;
+	}
+	return srv;
+}
+
+void
+tls_server_free(struct tls_server *srv)
+{
+	if (srv == NULL)
+		return;
+	g.gnutls_certificate_free_credentials(srv->cred);
+	free(srv);
+}
+
+struct tls *
+tls_accept(struct tls_server *srv, int fd, char *err, size_t errlen)
+{
+	struct tls *t = calloc(1, sizeof(*t));
+	int rc;
+
+	if (t == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	if ((rc = g.gnutls_init(&t->s, GNUTLS_SERVER | GNUTLS_NONBLOCK)) < 0) {
+		snprintf(err, errlen, "TLS: %s", g.gnutls_strerror(rc));
+		free(t);
+		return NULL;
+	}
+	if ((rc = g.gnutls_set_default_priority(t->s)) < 0 ||
+	    (rc = g.gnutls_credentials_set(t->s, GNUTLS_CRD_CERTIFICATE,
+	         srv->cred)) < 0) {
+		snprintf(err, errlen, "TLS: %s", g.gnutls_strerror(rc));
+		tls_free(t);
+		return NULL;
+	}
+	g.gnutls_transport_set_int2(t->s, fd, fd);
+	return t;
 }

@@ -12,8 +12,10 @@
  * The server's certificate must name the host of the address (DNS name or
  * IP address in its subjectAltName).
  *
- * The calls never block: each returns TLS_WANT_READ or TLS_WANT_WRITE when
- * the socket must become ready first, and the caller polls.
+ * The calls never block on a non-blocking socket: each returns
+ * TLS_WANT_READ or TLS_WANT_WRITE when the socket must become ready first,
+ * and the caller polls (on a blocking one with a timeout, they say so when
+ * it passes).
  */
 #ifndef MUSTER_TLS_H
 #define MUSTER_TLS_H
@@ -42,5 +44,21 @@ ssize_t tls_send(struct tls *t, const void *p, size_t n);
 ssize_t tls_recv(struct tls *t, void *p, size_t n);
 /* Frees the session; the socket stays the caller's to close. */
 void tls_free(struct tls *t);
+/* Bytes received and decrypted, not yet read: poll(2) will not see them. */
+size_t tls_pending(struct tls *t);
+
+/*
+ * The server side, for a server of our own (a worker's data server): its
+ * certificate chain and key, PEM files, loaded with GnuTLS as above. NULL
+ * with err saying why (a missing library, a bad or mismatched file).
+ */
+struct tls_server;
+struct tls_server *tls_server_new(const char *cert, const char *key, char *err,
+    size_t errlen);
+void tls_server_free(struct tls_server *srv);
+/* A server session on accepted socket fd; tls_handshake then. NULL (err)
+ * on failure. */
+struct tls *tls_accept(struct tls_server *srv, int fd, char *err,
+    size_t errlen);
 
 #endif
