@@ -1133,8 +1133,6 @@ ds_job_open(struct ds *ds, json_t *req, int64_t now, struct ds_job **job,
 			job_collect(ds, j);
 		j = NULL;
 	}
-	if (j != NULL && j->kept)
-		job_unkeep(ds, j);
 	if (j != NULL) {
 		const char *what = j->ds != d  ? "dataset" :
 		    j->mode != mode            ? "mode" :
@@ -1151,6 +1149,8 @@ ds_job_open(struct ds *ds, json_t *req, int64_t now, struct ds_job **job,
 			    j->seed, j->consumers, what);
 			return ST_INVALID_ARGUMENT;
 		}
+		if (j->kept)
+			job_unkeep(ds, j);
 	} else {
 		if ((s = job_make(ds, req, d, mode, name, repeat,
 		         (uint64_t)seedl, consumers, &j, msg, msglen)) != ST_OK)
