@@ -171,18 +171,19 @@ main(int argc, char **argv)
 	log_init(argv[0], d.verbose);
 	if (d.check) {
 		printf("coordd: configuration ok\n");
-		return 0;
-	}
-	if ((co = coord_new(&cc, err, sizeof(err))) == NULL)
-		return cli_fail(ST_INTERNAL, "%s", err);
-	if (d.state_dir != NULL &&
+		rc = 0;
+	} else if ((co = coord_new(&cc, err, sizeof(err))) == NULL) {
+		rc = cli_fail(ST_INTERNAL, "%s", err);
+	} else if (d.state_dir != NULL &&
 	    (st = coord_journal_open(co, d.state_dir, d.fsync, d.journal_max,
 	         err, sizeof(err))) != ST_OK) {
 		coord_free(co);
-		return cli_fail(st, "%s", err);
+		rc = cli_fail(st, "%s", err);
+	} else {
+		coord_service(co, &svc);
+		rc = daemon_run(&d, &svc);
+		coord_free(co);
 	}
-	coord_service(co, &svc);
-	rc = daemon_run(&d, &svc);
-	coord_free(co);
+	daemon_options_free(&d);
 	return rc;
 }

@@ -207,18 +207,19 @@ main(int argc, char **argv)
 	log_init(argv[0], d.verbose);
 	if (d.check) {
 		printf("dispatchd: configuration ok\n");
-		return 0;
-	}
-	if ((ds = dispatch_new(&dc, err, sizeof(err))) == NULL)
-		return cli_fail(ST_INTERNAL, "%s", err);
-	if (d.state_dir != NULL &&
+		rc = 0;
+	} else if ((ds = dispatch_new(&dc, err, sizeof(err))) == NULL) {
+		rc = cli_fail(ST_INTERNAL, "%s", err);
+	} else if (d.state_dir != NULL &&
 	    (st = dispatch_journal_open(ds, d.state_dir, d.fsync, d.journal_max,
 	         err, sizeof(err))) != ST_OK) {
 		dispatch_free(ds);
-		return cli_fail(st, "%s", err);
+		rc = cli_fail(st, "%s", err);
+	} else {
+		dispatch_service(ds, &svc);
+		rc = daemon_run(&d, &svc);
+		dispatch_free(ds);
 	}
-	dispatch_service(ds, &svc);
-	rc = daemon_run(&d, &svc);
-	dispatch_free(ds);
+	daemon_options_free(&d);
 	return rc;
 }

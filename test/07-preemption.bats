@@ -13,34 +13,6 @@ bats_require_minimum_version 1.5.0
 
 LOOP=$BATS_TEST_DIRNAME/../examples/train-loop.sh
 
-# spw NAME ARGS...: pw NAME ARGS, with the socket syncpoint talks to under
-# $T/NAME.tmp (preemptwatch makes it in TMPDIR), so that step_of can ask.
-spw() {
-	mkdir -p "$T/$1.tmp"
-	TMPDIR=$T/$1.tmp pw "$@"
-}
-
-# step_of NAME: the last step the command of preemptwatch NAME (started
-# with spw) reached, as it told syncpoint; -1 before its first step.
-step_of() {
-	local sock
-	for sock in "$T/$1.tmp"/muster-sync.*/sock; do :; done
-	MUSTER_SYNC_SOCKET=$sock syncpoint --status --json 2>/dev/null |
-		jq -r '.step // -1'
-}
-
-# at_step NAME N: the command of preemptwatch NAME reached step N.
-at_step() {
-	local s
-	s=$(step_of "$1") && [ "${s:--1}" -ge "$2" ]
-}
-
-# script NAME: a bash script from stdin, made executable, at $T/NAME.
-script() {
-	{ echo '#!/bin/bash'; cat; } >"$T/$1"
-	chmod +x "$T/$1"
-}
-
 # two_arrived: coordd shows a barrier that two tasks arrived at; its
 # barriers are left in $T/barriers.json.
 two_arrived() {

@@ -15,6 +15,12 @@ PATH="$MUSTER_BIN:$PATH"
 export PATH
 unset MUSTER_COORD MUSTER_TASK
 
+# ASAN=1 when the programs under test are built with AddressSanitizer
+# (make asan): it reserves terabytes of address space and doubles memory,
+# so limits on address space and memory figures do not hold there.
+ASAN=
+grep -qa __asan_init "$MUSTER_BIN/dispatchd" 2>/dev/null && ASAN=1
+
 # The system's python3 when there is one (the one with Debian's modules;
 # it starts faster than a shim).
 PYTHON=/usr/bin/python3
@@ -270,6 +276,34 @@ pw() {
 	preemptwatch "$@" >"$T/$name.out" 2>"$T/$name.err" 3>&- &
 	PID=$!
 	BG_PIDS+=("$PID")
+}
+
+# spw NAME ARGS...: pw NAME ARGS, with the socket syncpoint talks to under
+# $T/NAME.tmp (preemptwatch makes it in TMPDIR), so that step_of can ask.
+spw() {
+	mkdir -p "$T/$1.tmp"
+	TMPDIR=$T/$1.tmp pw "$@"
+}
+
+# step_of NAME: the last step the command of preemptwatch NAME (started
+# with spw) reached, as it told syncpoint; -1 before its first step.
+step_of() {
+	local sock
+	for sock in "$T/$1.tmp"/muster-sync.*/sock; do :; done
+	MUSTER_SYNC_SOCKET=$sock syncpoint --status --json 2>/dev/null |
+		jq -r '.step // -1'
+}
+
+# at_step NAME N: the command of preemptwatch NAME reached step N.
+at_step() {
+	local s
+	s=$(step_of "$1") && [ "${s:--1}" -ge "$2" ]
+}
+
+# script NAME: a bash script from stdin, made executable, at $T/NAME.
+script() {
+	{ echo '#!/bin/bash'; cat; } >"$T/$1"
+	chmod +x "$T/$1"
 }
 
 # start_dispatchd [ARGS]: dispatchd on an ephemeral port; exports

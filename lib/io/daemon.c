@@ -246,12 +246,18 @@ tls_options_check(struct daemon_options *o, const char *synopsis)
 fail:
 	if (cred != NULL)
 		gnutls_certificate_free_credentials(cred);
+	daemon_options_free(o);
+	fprintf(stderr, "%s: %s\n", log_prog(), err);
+	return status_exit(ST_USAGE);
+}
+
+void
+daemon_options_free(struct daemon_options *o)
+{
 	free(o->tls_cert_pem);
 	free(o->tls_key_pem);
 	free(o->tls_client_ca_pem);
 	o->tls_cert_pem = o->tls_key_pem = o->tls_client_ca_pem = NULL;
-	fprintf(stderr, "%s: %s\n", log_prog(), err);
-	return status_exit(ST_USAGE);
 }
 
 int

@@ -107,6 +107,8 @@ int daemon_option(struct daemon_options *o, int c, const char *arg,
  * token refuses, unless told --insecure (Redis's protected mode).
  */
 int daemon_options_check(struct daemon_options *o, const char *synopsis);
+/* Frees what daemon_options_check read (the TLS files' contents). */
+void daemon_options_free(struct daemon_options *o);
 
 /*
  * Serves svc on the options' address until SIGINT or SIGTERM; returns
