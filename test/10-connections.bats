@@ -181,9 +181,15 @@ eof_within() {
 	start_coordd --cluster worker=1
 	# coordd stopped: the connection and the request wait in the kernel.
 	kill -STOP "$COORD_PID"
-	connect
-	printf 'POST /v1/tasks/worker/0/register?incarnation=1 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n' >&"$CONN"
-	exec {CONN}>&-
+	# From a process of its own, which closes the connection for sure
+	# when it exits: a copy of a descriptor of the test's shell held by
+	# any other process would keep it open, and the request would run.
+	"$PYTHON" -c '
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"POST /v1/tasks/worker/0/register?incarnation=1 HTTP/1.1\r\n"
+          b"Host: x\r\nContent-Length: 0\r\n\r\n")
+s.close()' "$COORD_PORT"
 	kill -CONT "$COORD_PID"
 	wait_metric muster_http_abandoned_total 1
 	# The register never ran: the task is not connected, and so is not
