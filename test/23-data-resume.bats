@@ -98,7 +98,12 @@ done_exactly() {
 		consume "$d" "$id"
 		wait_exit "$EAT_PID" 120
 		wait_exit "$READ_PID" 30
-		[ "$STATUS" = 0 ] || { echo "trial $trial: read $STATUS"; cat "$d/read.err"; return 1; }
+		[ "$STATUS" = 0 ] || {
+			echo "trial $trial (stopped at records:$stops): read $STATUS"
+			cat "$d/read.err" "$d/eat.err" "$d/ckpt"
+			done_exactly "$d"
+			return 1
+		}
 		run done_exactly "$d"
 		echo "trial $trial ($sig, stopped at records:$stops): $output" >>"$T/trials"
 		[ "$status" -eq 0 ] || { cat "$T/trials"; cat "$d"/*.err; return 1; }
@@ -167,6 +172,26 @@ consume_shared() {
 	run -0 bash -c "set -o pipefail; dispatchctl read $id --close-ok | head -1"
 	run -8 bash -c "set -o pipefail; dispatchctl read $id | head -1"
 	[[ $output == *"CANCELLED"*"closed by its reader"* ]]
+	# All of it fits in the pipe: the read wrote everything before its
+	# consumer left without reading it, and still says so.
+	cat >leave.py <<-'EOF'
+		import fcntl, os, struct, sys, termios, time
+		want = int(sys.argv[1])
+		end = time.monotonic() + 120
+		while time.monotonic() < end:
+		    n = struct.unpack("i", fcntl.ioctl(0, termios.FIONREAD, b"\0" * 4))[0]
+		    if n >= want:
+		        sys.exit(0)
+		    time.sleep(0.01)
+		sys.exit(1)
+	EOF
+	size=$(wc -c <"$T/expected")
+	run -8 bash -c "set -o pipefail; dispatchctl read $id | $PYTHON leave.py $size"
+	[[ $output == *"CANCELLED"*"closed by its reader with $size bytes"*"unread"* ]]
+	run -0 bash -c "set -o pipefail; dispatchctl read $id --close-ok | $PYTHON leave.py $size"
+	# A consumer that took it all, however slowly, ends the read with 0.
+	run -0 bash -c "set -o pipefail; dispatchctl read $id | { $PYTHON leave.py $size && cat; } | wc -c"
+	[ "$output" = "$size" ]
 	# The whole positioned stream: a consumer sees its end; cut short, it
 	# raises rather than end as if the data had.
 	dispatchctl read --positions "$id" >stream
