@@ -24,9 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -159,7 +157,6 @@ struct reader {
 	enum status fail;
 	char failmsg[1024];
 	int closed;       /* the output's reader went away */
-	size_t unread;    /* bytes it left in the pipe when it went */
 	char secret[33];  /* the job's: workers ask it of its consumers */
 	uint64_t written; /* elements written, under out_mu */
 	json_t *start;    /* the job's start position (DYNAMIC) */
@@ -1484,45 +1481,6 @@ heartbeat(struct reader *r, int64_t deadline, char *err, size_t errlen)
 	return st;
 }
 
-/*
- * The read wrote everything; when the output is a pipe, waits until its
- * reader has taken all of it, so that 0 means the consumer read every
- * byte (the pipe was made deep: the end of the data may all sit in it).
- * A reader that closes the pipe with bytes still in it is a broken
- * output, as a write to it would have been. Stops waiting when stop_fd
- * becomes readable; no pipe, or FIONREAD refused: nothing to wait for.
- */
-static void
-drain_out(struct reader *r)
-{
-	struct stat sb;
-	int left, ms = 1;
-
-	if (fstat(r->o->out, &sb) < 0 || !S_ISFIFO(sb.st_mode))
-		return;
-	while (ioctl(r->o->out, FIONREAD, &left) == 0 && left > 0) {
-		/* No events asked: the write end reports POLLERR once the
-		 * last reader is gone. */
-		struct pollfd p[2] = {{.fd = r->o->out, .events = 0},
-		    {.fd = r->o->stop_fd, .events = POLLIN}};
-		int n = poll(p, 2, ms);
-
-		if (n < 0 && errno != EINTR)
-			return;
-		if (n > 0 && (p[1].revents & POLLIN) != 0)
-			return;
-		if (n > 0 && (p[0].revents & (POLLERR | POLLHUP)) != 0) {
-			pthread_mutex_lock(&r->mu);
-			r->closed = 1;
-			r->unread = (size_t)left;
-			pthread_mutex_unlock(&r->mu);
-			return;
-		}
-		if (ms < 50)
-			ms *= 2;
-	}
-}
-
 /* Whether the read is over, and how: 1 with *st and err, or 0. */
 static int
 read_over(struct reader *r, enum status *st, char *err, size_t errlen)
@@ -1536,14 +1494,7 @@ read_over(struct reader *r, enum status *st, char *err, size_t errlen)
 		snprintf(err, errlen, "%s", r->failmsg);
 	} else if (r->closed) {
 		log_debug("the output was closed: the read ends");
-		if (!r->o->close_ok && r->unread > 0) {
-			*st = ST_CANCELLED;
-			snprintf(err, errlen,
-			    "the output was closed by its reader with %zu bytes "
-			    "of the last of it unread; those count as delivered "
-			    "(--close-ok when that is expected)",
-			    r->unread);
-		} else if (!r->o->close_ok) {
+		if (!r->o->close_ok) {
 			*st = ST_CANCELLED;
 			snprintf(err, errlen,
 			    "the output was closed by its reader after %" PRIu64
@@ -1830,10 +1781,6 @@ dataread_run(struct dispatch_client *dc, const struct dataread_opts *o,
 	if (st == ST_OK && o->positions && !r->closed &&
 	    write_record(r, CHUNK_END, NULL, 0) < 0)
 		read_over(r, &st, err, errlen);
-	if (st == ST_OK && !r->closed) {
-		drain_out(r);
-		read_over(r, &st, err, errlen);
-	}
 	farewell(r, st);
 	if (all)
 		reader_free(r);
