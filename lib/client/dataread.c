@@ -23,7 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -33,6 +32,7 @@
 #include "dataread.h"
 #include "datawire.h"
 #include "duration.h"
+#include "http1.h"
 #include "iov.h"
 #include "log.h"
 #include "tls.h"
@@ -517,48 +517,6 @@ struct reply {
 	int close; /* the worker closes the connection after it */
 };
 
-/* The value of header name in head (NUL-terminated), or NULL. */
-static const char *
-header(const char *head, const char *name)
-{
-	size_t n = strlen(name);
-
-	for (const char *p = strstr(head, "\r\n"); p != NULL;
-	     p = strstr(p, "\r\n")) {
-		p += 2;
-		if (strncasecmp(p, name, n) == 0 && p[n] == ':') {
-			for (p += n + 1; *p == ' ' || *p == '\t'; p++)
-				;
-			return p;
-		}
-	}
-	return NULL;
-}
-
-/* Parses a reply's header block of len bytes; 0, or -1. */
-static int
-parse_head(const char *data, size_t len, struct reply *rp,
-    unsigned long long *clen)
-{
-	char head[MAX_HEAD + 1];
-	const char *v;
-	char *end;
-
-	if (len > MAX_HEAD)
-		return -1;
-	memcpy(head, data, len);
-	head[len] = '\0';
-	if (sscanf(head, "HTTP/1.%*d %ld", &rp->code) != 1 ||
-	    (v = header(head, "Content-Length")) == NULL)
-		return -1;
-	*clen = strtoull(v, &end, 10);
-	if (end == v || *clen > MAX_REPLY)
-		return -1;
-	v = header(head, "Connection");
-	rp->close = v != NULL && strncasecmp(v, "close", 5) == 0;
-	return 0;
-}
-
 /*
  * Receives one reply into *buf (grown to fit; at least want bytes, so
  * that the first read may take a whole reply). 0, or -1 when the
@@ -568,33 +526,37 @@ static int
 recv_reply(struct wconn *wc, char **buf, size_t *cap, size_t want,
     struct reply *rp)
 {
-	size_t have = 0, head;
-	unsigned long long clen;
-	char *eoh = NULL;
+	size_t have = 0, head = 0;
+	struct http1_reply h;
 
 	if (vec_grow(buf, cap, want, 1) < 0)
 		return -1;
-	while (eoh == NULL) {
+	while (head == 0) {
 		ssize_t n = conn_recv(wc, *buf + have, *cap - have, 0);
 		if (n <= 0)
 			return -1;
 		have += (size_t)n;
-		eoh = memmem(*buf, have, "\r\n\r\n", 4);
-		if (eoh == NULL && have > MAX_HEAD)
+		head = http1_head_len(*buf, have);
+		if (head == 0 && have > MAX_HEAD)
 			return -1;
 	}
-	head = (size_t)(eoh - *buf) + 4;
-	if (parse_head(*buf, head, rp, &clen) < 0 || have > head + clen ||
-	    vec_grow(buf, cap, head + clen, 1) < 0)
+	/* A worker's reply says how long it is. */
+	if (head > MAX_HEAD || http1_parse_reply(*buf, head, &h) < 0 ||
+	    h.length < 0 || (unsigned long long)h.length > MAX_REPLY ||
+	    have > head + (size_t)h.length ||
+	    vec_grow(buf, cap, head + (size_t)h.length, 1) < 0)
 		return -1;
-	while (have < head + clen) {
-		ssize_t n = conn_recv(wc, *buf + have, head + clen - have, 1);
+	while (have < head + (size_t)h.length) {
+		ssize_t n = conn_recv(wc, *buf + have,
+		    head + (size_t)h.length - have, 1);
 		if (n <= 0)
 			return -1;
 		have += (size_t)n;
 	}
+	rp->code = h.code;
+	rp->close = h.close;
 	rp->body = *buf + head;
-	rp->len = (size_t)clen;
+	rp->len = (size_t)h.length;
 	return 0;
 }
 

@@ -28,7 +28,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -41,6 +40,7 @@
 #include "dataserve.h"
 #include "datawire.h"
 #include "duration.h"
+#include "http1.h"
 #include "iov.h"
 #include "log.h"
 #include "parse.h"
@@ -1599,10 +1599,8 @@ out:
 /* The HTTP server: a thread per connection, GET only. */
 
 struct req {
-	char *method, *path, *query;
-	char auth[80]; /* the bearer token shown, or "" */
-	int keep;
-	size_t len; /* of the request, body included */
+	struct http1_request h; /* method, path, query, token, keep */
+	size_t len;             /* of the request, body included */
 };
 
 static const char *
@@ -1919,7 +1917,9 @@ static int
 allowed(const struct task *t, const struct req *r)
 {
 	return t->secret[0] == '\0' ||
-	    token_equal(r->auth, strlen(r->auth), t->secret, strlen(t->secret));
+	    (r->h.auth != NULL &&
+	        token_equal(r->h.auth, r->h.auth_len, t->secret,
+	            strlen(t->secret)));
 }
 
 static int
@@ -1937,8 +1937,8 @@ send_unauthorized(struct conn *c, uint64_t id, int keep)
 static int
 serve_elements(struct conn *c, uint64_t id, const struct req *r)
 {
-	const char *q = r->query;
-	int keep = r->keep;
+	const char *q = r->h.query;
+	int keep = r->h.keep;
 	size_t max = REPLY_DEFAULT;
 	int64_t wait, until;
 	struct task *t;
@@ -2077,8 +2077,8 @@ rounds_fill(struct task *t)
 static int
 serve_round(struct conn *c, uint64_t id, uint64_t r, const struct req *req)
 {
-	const char *q = req->query;
-	int keep = req->keep;
+	const char *q = req->h.query;
+	int keep = req->h.keep;
 	struct chunk one = {0};
 	struct round *rd = NULL;
 	struct task *t;
@@ -2166,15 +2166,17 @@ static int
 route(struct conn *c, struct req *r)
 {
 	uint64_t id, round;
-	char *p = r->path, *end;
+	const char *p = r->h.path;
+	char *end;
 
-	if (strcmp(r->method, "GET") != 0)
-		return send_error(c, ST_INVALID_ARGUMENT, r->keep,
-		    "%s: only GET is served here", r->method);
+	if (strcmp(r->h.method, "GET") != 0)
+		return send_error(c, ST_INVALID_ARGUMENT, r->h.keep,
+		    "%s: only GET is served here", r->h.method);
 	if (strcmp(p, "/healthz") == 0)
-		return send_simple(c, 200, "text/plain", "ok\n", 3, r->keep);
+		return send_simple(c, 200, "text/plain", "ok\n", 3, r->h.keep);
 	if (strncmp(p, "/v1/tasks/", 10) != 0 || p[10] < '0' || p[10] > '9')
-		return send_error(c, ST_NOT_FOUND, r->keep, "no such resource");
+		return send_error(c, ST_NOT_FOUND, r->h.keep,
+		    "no such resource");
 	id = strtoull(p + 10, &end, 10);
 	if (strcmp(end, "/elements") == 0)
 		return serve_elements(c, id, r);
@@ -2184,28 +2186,7 @@ route(struct conn *c, struct req *r)
 		if (*end == '\0')
 			return serve_round(c, id, round, r);
 	}
-	return send_error(c, ST_NOT_FOUND, r->keep, "no such resource");
-}
-
-/* A header's value from the head's lines, copied to out; NULL when
- * absent. */
-static const char *
-header(const char *lines, const char *name, char *out, size_t size)
-{
-	size_t nl = strlen(name);
-
-	for (const char *l = lines; l != NULL && *l != '\0';) {
-		const char *next = strstr(l, "\r\n");
-		if (strncasecmp(l, name, nl) == 0 && l[nl] == ':') {
-			const char *v = l + nl + 1 + strspn(l + nl + 1, " \t");
-			size_t len =
-			    next != NULL ? (size_t)(next - v) : strlen(v);
-			snprintf(out, size, "%.*s", (int)len, v);
-			return out;
-		}
-		l = next != NULL ? next + 2 : NULL;
-	}
-	return NULL;
+	return send_error(c, ST_NOT_FOUND, r->h.keep, "no such resource");
 }
 
 /*
@@ -2252,13 +2233,11 @@ recv_by(struct conn *c, void *p, size_t n, int64_t deadline)
 static int
 read_request(struct conn *c, struct req *r)
 {
-	char *eoh, *sp, *lines, v[64];
 	int64_t deadline = duration_now_ms() + c->ds->request_ms;
 	size_t head, left;
-	long body = 0;
 	ssize_t n;
 
-	while ((eoh = memmem(c->in, c->inlen, "\r\n\r\n", 4)) == NULL) {
+	while ((head = http1_head_len(c->in, c->inlen)) == 0) {
 		if (c->inlen == sizeof(c->in) - 1) {
 			send_error(c, ST_RESOURCE_EXHAUSTED, 0,
 			    "request head larger than %d bytes", REQ_MAX);
@@ -2270,43 +2249,24 @@ read_request(struct conn *c, struct req *r)
 			return -1;
 		c->inlen += (size_t)n;
 	}
-	head = (size_t)(eoh - c->in) + 4;
-	eoh[2] = '\0';
-	r->method = c->in;
-	if ((lines = strstr(c->in, "\r\n")) == NULL ||
-	    (sp = strchr(c->in, ' ')) == NULL || sp > lines)
-		return -1;
-	*lines = '\0';
-	lines += 2;
-	*sp++ = '\0';
-	r->path = sp;
-	if ((sp = strchr(sp, ' ')) == NULL)
-		return -1;
-	*sp++ = '\0';
-	r->keep = strcmp(sp, "HTTP/1.1") == 0;
-	if ((r->query = strchr(r->path, '?')) != NULL)
-		*r->query++ = '\0';
-	if (header(lines, "Connection", v, sizeof(v)) != NULL)
-		r->keep = strcasecmp(v, "close") != 0 &&
-		    (r->keep || strcasecmp(v, "keep-alive") == 0);
-	r->auth[0] = '\0';
-	if (header(lines, "Authorization", r->auth, sizeof(r->auth)) != NULL &&
-	    strncasecmp(r->auth, "Bearer ", 7) == 0)
-		memmove(r->auth, r->auth + 7, strlen(r->auth + 7) + 1);
-	else
-		r->auth[0] = '\0';
-	if (header(lines, "Transfer-Encoding", v, sizeof(v)) != NULL) {
+	switch (http1_parse_request(c->in, head, &r->h)) {
+	case HTTP1_OK: break;
+	case HTTP1_CHUNKED:
 		send_error(c, ST_INVALID_ARGUMENT, 0,
 		    "a request body in chunks is not read here");
 		return -1;
+	case HTTP1_BAD_LENGTH:
+		send_error(c, ST_RESOURCE_EXHAUSTED, 0,
+		    "a request body of at most %d bytes", BODY_MAX);
+		return -1;
+	default: return -1;
 	}
-	if (header(lines, "Content-Length", v, sizeof(v)) != NULL &&
-	    parse_long(v, 0, BODY_MAX, &body) < 0) {
+	if (r->h.length > BODY_MAX) {
 		send_error(c, ST_RESOURCE_EXHAUSTED, 0,
 		    "a request body of at most %d bytes", BODY_MAX);
 		return -1;
 	}
-	r->len = head + (size_t)body;
+	r->len = head + (size_t)r->h.length;
 	if (c->inlen >= r->len)
 		return 0;
 	/* A GET has no use for a body: skip it, to find the next request. */
@@ -2342,7 +2302,7 @@ conn_main(void *arg)
 			int rc = route(c, &r);
 			memmove(c->in, c->in + r.len, c->inlen - r.len);
 			c->inlen -= r.len;
-			if (rc < 0 || !r.keep)
+			if (rc < 0 || !r.h.keep)
 				break;
 		}
 	}

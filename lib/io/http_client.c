@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "duration.h"
+#include "http1.h"
 #include "http_client.h"
 #include "iov.h"
 #include "log.h"
@@ -416,25 +417,6 @@ consume(struct buf *b, size_t n)
 	b->data[b->len] = '\0';
 }
 
-static const char *
-header_value(const char *head, size_t headlen, const char *name)
-{
-	size_t n = strlen(name);
-	const char *p = strstr(head, "\r\n"), *end = head + headlen;
-
-	while (p != NULL && p + 2 < end) {
-		p += 2;
-		if (strncasecmp(p, name, n) == 0 && p[n] == ':') {
-			p += n + 1;
-			while (*p == ' ' || *p == '\t')
-				p++;
-			return p;
-		}
-		p = strstr(p, "\r\n");
-	}
-	return NULL;
-}
-
 /*
  * Reads one reply. Content-Length, chunked and read-to-close bodies are
  * understood; anything else is a protocol error.
@@ -443,15 +425,15 @@ static enum fail
 read_reply(struct http_client *c, int64_t at, struct http_resp *resp, int *keep,
     char *err, size_t errlen)
 {
-	char *eoh;
-	size_t headlen;
+	size_t headlen, n;
+	struct http1_reply h;
 	const char *v;
-	long long clen = -1;
-	int chunked = 0, timed_out = 0, got_any = 0, r;
+	long long clen;
+	int chunked, timed_out = 0, got_any = 0, r;
 
 	*keep = 1;
-	while ((eoh = strstr(c->in.data != NULL ? c->in.data : "",
-	            "\r\n\r\n")) == NULL) {
+	while ((headlen = http1_head_len(c->in.data != NULL ? c->in.data : "",
+	            c->in.len)) == 0) {
 		if (c->in.len > MAX_HEAD) {
 			snprintf(err, errlen,
 			    "%s sent an oversized reply header", c->addr);
@@ -467,25 +449,21 @@ read_reply(struct http_client *c, int64_t at, struct http_resp *resp, int *keep,
 		}
 		got_any = 1;
 	}
-	headlen = (size_t)(eoh - c->in.data) + 4;
-	if (sscanf(c->in.data, "HTTP/1.%*d %ld", &resp->code) != 1) {
+	if (http1_parse_reply(c->in.data, headlen, &h) < 0) {
 		snprintf(err, errlen, "%s sent a malformed reply", c->addr);
 		return F_PROTOCOL;
 	}
-	eoh[2] = '\0'; /* header_value stops here */
-	if ((v = header_value(c->in.data, headlen, "Content-Length")) != NULL)
-		clen = strtoll(v, NULL, 10);
-	if ((v = header_value(c->in.data, headlen, "Transfer-Encoding")) !=
-	        NULL &&
-	    strncasecmp(v, "chunked", 7) == 0)
-		chunked = 1;
-	if ((v = header_value(c->in.data, headlen, "Connection")) != NULL &&
-	    strncasecmp(v, "close", 5) == 0)
-		*keep = 0;
-	if ((v = header_value(c->in.data, headlen, "X-Muster-Revision")) !=
-	    NULL)
-		resp->revision = strtoll(v, NULL, 10);
-	if (header_value(c->in.data, headlen, "Retry-After") != NULL)
+	resp->code = h.code;
+	clen = h.length;
+	chunked = h.chunked;
+	*keep = !h.close;
+	if ((v = http1_header(c->in.data, headlen, "X-Muster-Revision", &n)) !=
+	    NULL) {
+		char num[24];
+		snprintf(num, sizeof(num), "%.*s", (int)(n < 23 ? n : 23), v);
+		resp->revision = strtoll(num, NULL, 10);
+	}
+	if (http1_header(c->in.data, headlen, "Retry-After", &n) != NULL)
 		resp->retry_after = 1;
 	consume(&c->in, headlen);
 

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "duration.h"
+#include "http1.h"
 #include "http_client.h"
 #include "http_server.h"
 #include "proc.h"
@@ -339,12 +340,85 @@ proc_env_scrubs_credentials(void)
 	free(env);
 }
 
+/* The heads peers send, and those they must not get through. */
+static void
+http1_heads(void)
+{
+	char req[] = "GET /v1/tasks/7/elements?max=10&wait=5 HTTP/1.1\r\n"
+	             "Host: h\r\nauthorization:   bearer  s3cret \t\r\n"
+	             "Connection: Keep-Alive\r\n\r\nnext";
+	char req10[] = "GET /healthz HTTP/1.0\r\nContent-Length: 12\r\n\r\n";
+	char close11[] = "GET / HTTP/1.1\r\nConnection: close\r\n\r\n";
+	char chunked[] =
+	    "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+	char badlen[] = "GET / HTTP/1.1\r\nContent-Length: 1x\r\n\r\n";
+	const char *bad[] = {"GET  / HTTP/1.1\r\n\r\n", "GET /\r\n\r\n",
+	    " / HTTP/1.1\r\n\r\n", "GET / FTP/1\r\n\r\n",
+	    "G(T / HTTP/1.1\r\n\r\n", "GET / HTTP/1.1 x\r\n\r\n"};
+	const char *reply =
+	    "HTTP/1.1 404 Not Found\r\nContent-Length: 17\r\n"
+	    "Transfer-Encoding: Chunked\r\nConnection: close\r\n"
+	    "X-Muster-Revision: 42\r\n\r\n";
+	struct http1_request r;
+	struct http1_reply rp;
+	size_t n, len = http1_head_len(req, strlen(req));
+	const char *v;
+
+	CHECK(len == strlen(req) - 4);
+	CHECK(http1_head_len(req, len - 1) == 0);
+	CHECK(http1_parse_request(req, len, &r) == HTTP1_OK);
+	CHECK(strcmp(r.method, "GET") == 0);
+	CHECK(strcmp(r.path, "/v1/tasks/7/elements") == 0);
+	CHECK(strcmp(r.query, "max=10&wait=5") == 0);
+	CHECK(r.auth != NULL && r.auth_len == 6 &&
+	    memcmp(r.auth, "s3cret", 6) == 0);
+	CHECK(r.keep == 1 && r.length == 0);
+	CHECK(http1_parse_request(req10, strlen(req10), &r) == HTTP1_OK);
+	CHECK(r.keep == 0 && r.length == 12 && r.query[0] == '\0');
+	CHECK(r.auth == NULL);
+	CHECK(http1_parse_request(close11, strlen(close11), &r) == HTTP1_OK);
+	CHECK(r.keep == 0);
+	CHECK(
+	    http1_parse_request(chunked, strlen(chunked), &r) == HTTP1_CHUNKED);
+	CHECK(http1_parse_request(badlen, strlen(badlen), &r) ==
+	    HTTP1_BAD_LENGTH);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char copy[64];
+		snprintf(copy, sizeof(copy), "%s", bad[i]);
+		CHECK(http1_parse_request(copy, strlen(copy), &r) ==
+		    HTTP1_MALFORMED);
+	}
+
+	CHECK(http1_parse_reply(reply, strlen(reply), &rp) == 0);
+	CHECK(rp.code == 404 && rp.length == 17 && rp.chunked && rp.close);
+	v = http1_header(reply, strlen(reply), "x-muster-revision", &n);
+	CHECK(v != NULL && n == 2 && memcmp(v, "42", 2) == 0);
+	CHECK(http1_header(reply, strlen(reply), "X-Muster", &n) == NULL);
+	/* The first line is no header; nothing after the blank line is. */
+	CHECK(http1_header(reply, strlen(reply), "HTTP/1.1 404 Not Found",
+	          &n) == NULL);
+	CHECK(http1_header("HTTP/1.1 200 OK\r\n\r\nA: b\r\n", 25, "A", &n) ==
+	    NULL);
+	CHECK(http1_parse_reply("HTTP/1.1 200 OK\r\n\r\n", 19, &rp) == 0 &&
+	    rp.length == -1 && !rp.close && !rp.chunked);
+	CHECK(http1_parse_reply("HTTP/1.1 200\r\n\r\n", 16, &rp) == 0);
+	CHECK(http1_parse_reply("HTTP/2 200 OK\r\n\r\n", 17, &rp) < 0);
+	CHECK(http1_parse_reply("HTTP/1.1 20 OK\r\n\r\n", 18, &rp) < 0);
+	CHECK(http1_parse_reply("HTTP/1.1 2000 OK\r\n\r\n", 20, &rp) < 0);
+	CHECK(http1_parse_reply("HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+	          39, &rp) < 0);
+	CHECK(http1_parse_reply("HTTP/1.1 200 OK\r\nContent-Length: "
+	                        "99999999999999999999\r\n\r\n",
+	          57, &rp) < 0);
+}
+
 UNIT_TESTS(http_tests) = {
     {"http: request, reply, errors, body limit", http_round_trip},
     {"http: parked requests are answered from another thread",
         http_parked_requests},
     {"http: client retries until its deadline", http_client_waits_for_server},
     {"http: client addresses", http_client_addresses},
+    {"http1: request and reply heads, and those refused", http1_heads},
     {"proc: a command run for someone else gets no credential of ours",
         proc_env_scrubs_credentials},
     {NULL, NULL},
