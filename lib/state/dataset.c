@@ -1039,7 +1039,7 @@ ds_job_open(struct ds *ds, json_t *req, int64_t now, struct ds_job **job,
 	const char *name = json_string_value(json_object_get(req, "name"));
 	char key[32];
 	struct ds_dataset *d;
-	struct ds_job *j;
+	struct ds_job *j, *old = NULL;
 	struct ds_client *c;
 	enum ds_mode mode = DS_DYNAMIC;
 	long repeat, consumers, index, seedl;
@@ -1107,12 +1107,19 @@ ds_job_open(struct ds *ds, json_t *req, int64_t now, struct ds_job **job,
 		    ds_mode_name(mode));
 		return ST_FAILED_PRECONDITION;
 	}
+	/* Nothing changes before every refusal is past: the client first. */
+	if ((c = calloc(1, sizeof(*c))) == NULL) {
+		snprintf(msg, msglen, "out of memory");
+		return ST_RESOURCE_EXHAUSTED;
+	}
 	j = name != NULL ? ds_job_find(ds, name) : NULL;
 	if (j != NULL && (anew = job_anew(j, req)) == NOMEM) {
+		free(c);
 		snprintf(msg, msglen, "out of memory");
 		return ST_RESOURCE_EXHAUSTED;
 	}
 	if (j != NULL && anew == CONFLICT) {
+		free(c);
 		snprintf(msg, msglen,
 		    "job %s%s%s started from another state: the readers of a "
 		    "run resume from the same states (a new run, with its "
@@ -1125,12 +1132,10 @@ ds_job_open(struct ds *ds, json_t *req, int64_t now, struct ds_job **job,
 		/* Its next iteration: the name is read anew, as tf.data's
 		 * repetitions, or from another state. Never an empty read of
 		 * what is over; the readers of the one it replaces, if any,
-		 * read on from it, under its id. */
+		 * read on from it, under its id. It is retired once the new
+		 * one is made: a refused reader leaves it as it was. */
+		old = j;
 		iteration = j->iteration + 1;
-		j->retired = 1;
-		jr_job(ds, j);
-		if (j->nclients == 0)
-			job_collect(ds, j);
 		j = NULL;
 	}
 	if (j != NULL) {
@@ -1141,6 +1146,7 @@ ds_job_open(struct ds *ds, json_t *req, int64_t now, struct ds_job **job,
 		    j->consumers != consumers  ? "consumers" :
 		                                 NULL;
 		if (what != NULL) {
+			free(c);
 			snprintf(msg, msglen,
 			    "job %s exists with dataset %" PRIu64
 			    ", mode %s, repeat %ld, seed %" PRIu64
@@ -1153,8 +1159,19 @@ ds_job_open(struct ds *ds, json_t *req, int64_t now, struct ds_job **job,
 			job_unkeep(ds, j);
 	} else {
 		if ((s = job_make(ds, req, d, mode, name, repeat,
-		         (uint64_t)seedl, consumers, &j, msg, msglen)) != ST_OK)
+		         (uint64_t)seedl, consumers, &j, msg, msglen)) !=
+		    ST_OK) {
+			free(c);
 			return s;
+		}
+		if (old != NULL) {
+			/* Retired before the new one is recorded, which
+			 * replay finds the name free for. */
+			old->retired = 1;
+			jr_job(ds, old);
+			if (old->nclients == 0)
+				job_collect(ds, old);
+		}
 		j->iteration = iteration;
 		j->link = ds->jobs;
 		ds->jobs = j;
@@ -1164,10 +1181,6 @@ ds_job_open(struct ds *ds, json_t *req, int64_t now, struct ds_job **job,
 			jr_open(ds, j, l);
 		for (struct ds_worker *w = ds->workers; w != NULL; w = w->next)
 			task_make(ds, j, w, 0);
-	}
-	if ((c = calloc(1, sizeof(*c))) == NULL) {
-		snprintf(msg, msglen, "out of memory");
-		return ST_RESOURCE_EXHAUSTED;
 	}
 	c->id = ++ds->next_client;
 	c->job = j;

@@ -357,6 +357,31 @@ pending_task_protocol(void)
 	ds_free(ds);
 }
 
+/* A reader refused for its state leaves the job of the name as it was:
+ * its run's readers join it still. */
+static void
+refused_reader_keeps_the_job(void)
+{
+	struct ds *ds = fresh();
+	struct ds_client *c1, *c2, *c3;
+	struct ds_job *j, *j3;
+
+	add(ds, "{\"splits\":[\"a\",\"b\"],\"reader\":\"cat\"}");
+	ds_worker_up(ds, "w:0", 1, "127.0.0.1:1", "h");
+	j = open_job(ds, "{\"dataset\":\"1\",\"name\":\"x\",\"run\":\"r1\"}",
+	    &c1, 0);
+	CHECK(j != NULL);
+	CHECK(open_job(ds,
+	          "{\"dataset\":\"1\",\"name\":\"x\",\"run\":\"r2\","
+	          "\"from_state\":{\"version\":1,\"next\":\"bad\"}}",
+	          &c2, 1) == NULL);
+	CHECK(ds_job_find(ds, "x") == j && !j->retired);
+	j3 = open_job(ds, "{\"dataset\":\"1\",\"name\":\"x\",\"run\":\"r1\"}",
+	    &c3, 2);
+	CHECK(j3 == j && j->nclients == 2);
+	ds_free(ds);
+}
+
 UNIT_TESTS(dataset_tests) = {
     {"split order: identity at seed 0, a permutation of seed and epoch",
         split_order_is_a_permutation},
@@ -369,6 +394,8 @@ UNIT_TESTS(dataset_tests) = {
         checkpoint_and_resume},
     {"named jobs are shared; clients time out; idle jobs are collected",
         named_jobs_and_collection},
+    {"a reader refused for its state leaves the job of the name as it was",
+        refused_reader_keeps_the_job},
     {"round robin: the reference's pending-task example",
         pending_task_protocol},
     {NULL, NULL},
