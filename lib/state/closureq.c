@@ -516,6 +516,19 @@ cancel_queued(struct cq *cq, struct cq_closure *c, int64_t now)
 	end(cq, c, CQ_CANCELLED, now);
 }
 
+/* Says why c is cancelled: the error its queue holds. */
+static void
+cancelled_by_error(struct cq *cq, struct cq_closure *c)
+{
+	char why[CQ_NAME_MAX + 96];
+
+	snprintf(why, sizeof(why),
+	    "cancelled: closure %" PRIu64 " of queue %s failed",
+	    c->q->error->id, c->q->name);
+	result_clear(cq, &c->res);
+	c->res.message = strdup(why);
+}
+
 /*
  * A closure that did not finish goes back to the front of its list (it
  * waited longest), or is cancelled when its queue already failed.
@@ -526,6 +539,7 @@ put_back(struct cq *cq, struct cq_closure *c, int front, int64_t now)
 	c->q->inflight--;
 	cq->v.inflight--;
 	if (c->q->error != NULL) {
+		cancelled_by_error(cq, c);
 		end(cq, c, CQ_CANCELLED, now);
 		return;
 	}
@@ -824,15 +838,22 @@ struct cancel_ctx {
 	struct cq *cq;
 	struct cq_queue *q;
 	int64_t now;
-	const char *why;
 };
 
-/* Says why c was cancelled: its queue's error. */
+/* Cancels q's closures waiting in l. */
 static void
-cancelled_by(struct cq *cq, struct cq_closure *c, const char *why)
+cancel_list(struct cq *cq, struct cq_pending *l, struct cq_queue *q,
+    int64_t now)
 {
-	result_clear(cq, &c->res);
-	c->res.message = strdup(why);
+	struct cq_closure *c, *next;
+
+	for (c = l->head; c != NULL; c = next) {
+		next = c->next;
+		if (c->q == q) {
+			cancelled_by_error(cq, c);
+			cancel_queued(cq, c, now);
+		}
+	}
 }
 
 static void
@@ -845,17 +866,11 @@ cancel_worker_list(const char *k, size_t kl, void *v, void *arg)
 
 	(void)k;
 	(void)kl;
-	for (c = w->pinned.head; c != NULL; c = next) {
-		next = c->next;
-		if (c->q == x->q) {
-			cancelled_by(x->cq, c, x->why);
-			cancel_queued(x->cq, c, x->now);
-		}
-	}
+	cancel_list(x->cq, &w->pinned, x->q, x->now);
 	for (c = w->run_head; c != NULL; c = next) {
 		next = c->next;
 		if (c->q == x->q) {
-			cancelled_by(x->cq, c, x->why);
+			cancelled_by_error(x->cq, c);
 			cancel_running(x->cq, c, x->now);
 			stopped = 1;
 		}
@@ -867,22 +882,12 @@ cancel_worker_list(const char *k, size_t kl, void *v, void *arg)
 struct cq_closure *
 cq_take_error(struct cq *cq, struct cq_queue *q, int64_t now)
 {
-	struct cq_closure *e = q->error, *c, *next;
-	char why[CQ_NAME_MAX + 96];
-	struct cancel_ctx x = {cq, q, now, why};
+	struct cq_closure *e = q->error;
+	struct cancel_ctx x = {cq, q, now};
 
 	if (e == NULL)
 		return NULL;
-	snprintf(why, sizeof(why),
-	    "cancelled: closure %" PRIu64 " of queue %s failed", e->id,
-	    q->name);
-	for (c = cq->pending.head; c != NULL; c = next) {
-		next = c->next;
-		if (c->q == q) {
-			cancelled_by(cq, c, why);
-			cancel_queued(cq, c, now);
-		}
-	}
+	cancel_list(cq, &cq->pending, q, now);
 	strmap_each(cq->workers, cancel_worker_list, &x);
 	q->error = NULL;
 	jmark_q(cq, q);

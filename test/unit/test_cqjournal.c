@@ -752,6 +752,55 @@ error_cancels_what_is_in_flight(void)
 	cq_free(re);
 }
 
+/* A closure given back while its queue holds an error is cancelled,
+ * saying why, as those the taking of the error cancels. */
+static void
+given_back_after_an_error_says_why(void)
+{
+	long ev = 0;
+	struct recs rs = {0};
+	struct cq *cq = cq_new(&cfg, quiet, &ev, 0);
+	struct cq *re = cq_new(&cfg, quiet, &ev, 0);
+	struct cq_worker *w0, *w1;
+	struct cq_closure *c, *out[1];
+	struct cq_queue *q;
+	struct cq_result bad = {.exited = 1, .code = 3}, none = {0};
+	json_t *item = json_pack("{s:[s]}", "argv", "true");
+	enum status st;
+	char msg[256], want[64];
+	uint64_t id[2];
+	int dup;
+
+	cq_set_journal(cq, keep, &rs);
+	q = cq_queue(cq, "q0", 1);
+	for (int i = 0; i < 2; i++) {
+		c = cq_closure_new(cq, item, &st, msg, sizeof(msg));
+		cq_enqueue(cq, q, c, 0, &id[i], &dup, msg, sizeof(msg));
+	}
+	json_decref(item);
+	w0 = cq_register(cq, "w:0", 1, 0, msg, sizeof(msg));
+	w1 = cq_register(cq, "w:1", 1, 0, msg, sizeof(msg));
+	CHECK(cq_take(cq, w0, 1, 0, out) == 1 && out[0]->id == id[0]);
+	CHECK(cq_take(cq, w1, 1, 0, out) == 1 && out[0]->id == id[1]);
+	CHECK(cq_report(cq, w0, id[0], 1, 0, &bad, 10, msg, sizeof(msg)) ==
+	    ST_OK);
+	CHECK(cq_report(cq, w1, id[1], 1, 1, &none, 20, msg, sizeof(msg)) ==
+	    ST_OK);
+	snprintf(want, sizeof(want), "closure %" PRIu64 " of queue q0 failed",
+	    id[0]);
+	c = cq_closure(cq, id[1]);
+	CHECK(c->state == CQ_CANCELLED && c->res.message != NULL &&
+	    strstr(c->res.message, want) != NULL);
+	CHECK(cq_take_error(cq, q, 30) != NULL);
+	for (size_t i = 0; i < rs.n; i++)
+		CHECK(cq_apply(re, rs.r[i].data, rs.r[i].len, 50, msg,
+		          sizeof(msg)) == 0);
+	CHECK(same_state(cq, re));
+	recs_free(&rs);
+	cq_free(cq);
+	cq_free(re);
+}
+
 static double
 ms_since(const struct timespec *t0)
 {
@@ -825,6 +874,9 @@ UNIT_TESTS(cqjournal_tests) = {
         workers_must_beat_again_after_a_restore},
     {"closureq: a queue's error cancels its closures in flight at once",
         error_cancels_what_is_in_flight},
+    {"closureq: a closure given back while its queue holds an error is "
+     "cancelled, saying why",
+        given_back_after_an_error_says_why},
     {"closureq_journal: a snapshot of 100000 closures",
         snapshot_of_100000_closures},
     {NULL, NULL},
