@@ -158,7 +158,8 @@ struct reader {
 	char failmsg[1024];
 	int closed;       /* the output's reader went away */
 	char secret[33];  /* the job's: workers ask it of its consumers */
-	uint64_t written; /* elements written, under out_mu */
+	uint64_t written; /* elements written (atomic: out_mu may be held
+	                   * long by a writer blocked on the output) */
 	json_t *start;    /* the job's start position (DYNAMIC) */
 	char framing[16]; /* the dataset's */
 	/* Round robin: */
@@ -804,7 +805,9 @@ task_take(struct task *t, const struct reply *rp)
 	rc = write_out(r, t->iov, t->niov);
 	if (rc == 0) {
 		for (size_t i = 0; i < t->ncur; i++)
-			r->written += t->cur[i].dup ? 0 : t->cur[i].count;
+			__atomic_add_fetch(&r->written,
+			    t->cur[i].dup ? 0 : t->cur[i].count,
+			    __ATOMIC_RELAXED);
 		task_delivered(t);
 	}
 	pthread_mutex_unlock(&r->out_mu);
@@ -1133,7 +1136,8 @@ rr_take(struct reader *r, const struct rr_task *t, const struct reply *rp)
 		iov = (struct iovec){(void *)p, (size_t)h.len};
 		pthread_mutex_lock(&r->out_mu);
 		if ((rc = write_out(r, &iov, 1)) == 0)
-			r->written += h.count;
+			__atomic_add_fetch(&r->written, h.count,
+			    __ATOMIC_RELAXED);
 		pthread_mutex_unlock(&r->out_mu);
 		if (rc < 0)
 			return STEP_FAIL;
@@ -1462,7 +1466,7 @@ read_over(struct reader *r, enum status *st, char *err, size_t errlen)
 			    "the output was closed by its reader after %" PRIu64
 			    " elements were written to it; those it did not read "
 			    "count as delivered (--close-ok when that is expected)",
-			    r->written);
+			    __atomic_load_n(&r->written, __ATOMIC_RELAXED));
 		}
 	} else if (r->o->consumers > 0) {
 		over = r->rr_done;
@@ -1699,7 +1703,7 @@ dataread_run(struct dispatch_client *dc, const struct dataread_opts *o,
 {
 	struct reader *r = calloc(1, sizeof(*r));
 	enum status st;
-	int all;
+	int all, closed;
 
 	if (r == NULL || pipe2(r->wake, O_CLOEXEC | O_NONBLOCK) < 0) {
 		free(r);
@@ -1738,9 +1742,12 @@ dataread_run(struct dispatch_client *dc, const struct dataread_opts *o,
 	st = run(r, err, errlen);
 	/* Threads still blocked on the output keep r: the process ends. */
 	all = stop_threads(r);
+	pthread_mutex_lock(&r->mu);
+	closed = r->closed;
+	pthread_mutex_unlock(&r->mu);
 	/* The end of the data, which a consumer tells from a read that was
 	 * cut short. */
-	if (st == ST_OK && o->positions && !r->closed &&
+	if (st == ST_OK && o->positions && !closed &&
 	    write_record(r, CHUNK_END, NULL, 0) < 0)
 		read_over(r, &st, err, errlen);
 	farewell(r, st);

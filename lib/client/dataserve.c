@@ -558,11 +558,14 @@ task_new(struct dataserve *ds, json_t *o)
 	cond_init(&t->more);
 	cond_init(&t->room);
 	t->rounds_end = &t->rounds;
-	if (t->consumers > 0 && t->bad[0] == '\0' &&
-	    (t->asked = malloc((size_t)t->consumers * sizeof(*t->asked))) !=
-	        NULL)
-		for (long i = 0; i < t->consumers; i++)
+	if (t->consumers > 0 && t->bad[0] == '\0') {
+		/* Without it the task cannot be read: it fails, saying so. */
+		t->asked = malloc((size_t)t->consumers * sizeof(*t->asked));
+		if (t->asked == NULL)
+			snprintf(t->bad, sizeof(t->bad), "out of memory");
+		for (long i = 0; t->asked != NULL && i < t->consumers; i++)
 			t->asked[i] = -1;
+	}
 	t->reading = 1;
 	return t;
 }
@@ -2290,7 +2293,7 @@ conn_main(void *arg)
 	struct dataserve *ds = c->ds;
 	struct conn **pp;
 	struct req r;
-	char err[256];
+	char err[256] = "the TLS handshake did not end in time";
 
 	if (ds->tls != NULL &&
 	    ((c->tls = tls_accept(ds->tls, c->fd, err, sizeof(err))) == NULL ||
