@@ -105,6 +105,11 @@ class _Position:
             if seq - self.next >= _OPEN_MAX:
                 raise StreamError("seq %d is too far beyond %d"
                                   % (seq, self.next))
+            if len(self.open) + (seq - self.next) >= _OPEN_MAX:
+                raise StreamError("the position would hold more than %d "
+                                  "splits open (each split shared with "
+                                  "other consumers of the job stays open "
+                                  "in this one's position)" % _OPEN_MAX)
             for s in range(self.next, seq + 1):
                 self.open[s] = [-1, []]
             self.next = seq + 1

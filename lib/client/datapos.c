@@ -286,11 +286,16 @@ datapos_add(struct datapos *p, uint64_t seq, uint64_t first, uint64_t end,
 	if (seq >= p->next) {
 		/* The seqs between were leased to others, or are not read
 		 * yet: open, with nothing delivered. */
-		if (seq - p->next >= DATAPOS_OPEN_MAX ||
-		    p->nopen + (seq - p->next) >= DATAPOS_OPEN_MAX)
+		if (seq - p->next >= DATAPOS_OPEN_MAX)
 			return fail(err, errlen,
 			    "seq %" PRIu64 " is too far beyond %" PRIu64, seq,
 			    p->next);
+		if (p->nopen + (seq - p->next) >= DATAPOS_OPEN_MAX)
+			return fail(err, errlen,
+			    "the position would hold more than %u splits open "
+			    "(each split shared with other consumers of the "
+			    "job stays open in this one's position)",
+			    DATAPOS_OPEN_MAX);
 		if (vec_grow(&p->open, &p->capopen,
 		        p->nopen + (size_t)(seq - p->next) + 1,
 		        sizeof(*p->open)) < 0)

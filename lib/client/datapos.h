@@ -38,7 +38,10 @@
 
 #define DATAPOS_VERSION 1
 /* The most seqs a position may hold open, and the widest gap a stream
- * may open at once: a bound on what bad input can make us allocate. */
+ * may open at once: a bound on what bad input can make us allocate. A
+ * consumer of a job read by several keeps open in its own position every
+ * split it shared with the others (their positions merged close them):
+ * an endless job (repeat 0) read that way reaches the bound in time. */
 #define DATAPOS_OPEN_MAX (1u << 20)
 
 struct datapos;

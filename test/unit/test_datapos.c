@@ -220,10 +220,34 @@ reader_counts_elements(void)
 	free(stream);
 }
 
+/* Seqs held open are bounded: a gap too wide, and open seqs too many,
+ * each say which. */
+static void
+open_seqs_are_bounded(void)
+{
+	struct datapos *p = datapos_new();
+	char err[256];
+	json_t *j = pos("{\"dataset\":\"" FP "\",\"repeat\":0,\"seed\":0,"
+	                "\"next\":0,\"open\":[]}");
+
+	CHECK(datapos_load(p, j, err, sizeof(err)) == 0);
+	CHECK(datapos_add(p, DATAPOS_OPEN_MAX, 0, 1, -1, err, sizeof(err)) < 0);
+	CHECK(strstr(err, "too far beyond") != NULL);
+	CHECK(datapos_add(p, DATAPOS_OPEN_MAX / 2, 0, 1, -1, err,
+	          sizeof(err)) == 0);
+	CHECK(datapos_add(p, DATAPOS_OPEN_MAX + 10, 0, 1, -1, err,
+	          sizeof(err)) < 0);
+	CHECK(strstr(err, "splits open") != NULL);
+	json_decref(j);
+	datapos_free(p);
+}
+
 UNIT_TESTS(datapos_tests) = {
     {"positions: delivered ranges close seqs; seqs skipped stay open",
         add_and_complete},
     {"positions: malformed ones are refused with a reason", bad_positions},
+    {"positions: open seqs are bounded, and the refusal says which bound",
+        open_seqs_are_bounded},
     {"positions of a job's consumers merge into their union", merge_is_a_union},
     {"a positioned stream: its elements, and an error when cut short",
         reader_counts_elements},
