@@ -355,6 +355,22 @@ coord_errors_now(struct coord_client *cc, int64_t deadline, json_t **errors)
 	return errors_call(cc, 0, deadline, CALL_REPEAT, errors);
 }
 
+static const char *
+field(const json_t *e, const char *name, const char *def)
+{
+	const char *v = json_string_value(json_object_get(e, name));
+
+	return v != NULL ? v : def;
+}
+
+void
+coord_task_error(const json_t *e, struct coord_task_error *out)
+{
+	out->task = field(e, "task", "?");
+	out->code = field(e, "code", "?");
+	out->message = field(e, "message", "");
+}
+
 enum status
 coord_barrier_wait(struct coord_client *cc, const struct coord_agent *a,
     const char *id, int64_t timeout_ms, json_t *tasks, int64_t deadline,

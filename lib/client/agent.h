@@ -87,6 +87,12 @@ enum status coord_poll_errors(struct coord_client *cc, int64_t deadline,
 /* The same errors as they are now, without waiting for one. */
 enum status coord_errors_now(struct coord_client *cc, int64_t deadline,
     json_t **errors);
+/* The fields of one of those errors, "?" (task, code) or "" (message)
+ * for one it lacks; they live as long as e. */
+struct coord_task_error {
+	const char *task, *code, *message;
+};
+void coord_task_error(const json_t *e, struct coord_task_error *out);
 /*
  * Waits at barrier id. timeout_ms is the barrier's own timeout (fixed by
  * the first arrival); tasks NULL means all connected tasks. poll_ms bounds

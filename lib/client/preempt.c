@@ -117,15 +117,10 @@ none_failed(struct coord_client *cc, int64_t deadline, char *why, size_t whylen)
 		return st;
 	}
 	if ((e = json_array_get(errors, 0)) != NULL) {
-		const char *task =
-		    json_string_value(json_object_get(e, "task"));
-		const char *code =
-		    json_string_value(json_object_get(e, "code"));
-		const char *msg =
-		    json_string_value(json_object_get(e, "message"));
+		struct coord_task_error te;
+		coord_task_error(e, &te);
 		snprintf(why, whylen, "task %s is in error: %s: %.700s",
-		    task != NULL ? task : "?", code != NULL ? code : "?",
-		    msg != NULL ? msg : "");
+		    te.task, te.code, te.message);
 		st = ST_INTERNAL;
 	}
 	json_decref(errors);

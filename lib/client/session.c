@@ -151,19 +151,16 @@ poller_main(void *arg)
 			continue;
 		}
 		json_array_foreach(errors, i, e) {
-			const char *task =
-			    json_string_value(json_object_get(e, "task"));
-			const char *code =
-			    json_string_value(json_object_get(e, "code"));
-			const char *msg =
-			    json_string_value(json_object_get(e, "message"));
-			int own = task != NULL && strcmp(task, s->a.task) == 0;
+			struct coord_task_error te;
+			int own;
 
+			coord_task_error(e, &te);
+			own = strcmp(te.task, s->a.task) == 0;
 			session_post(s->q, SESSION_FAILED, s->gen,
-			    status_from_name(code), 0, "%s%s%s failed: %s: %s",
-			    own ? "this task (" : "task ",
-			    task != NULL ? task : "?", own ? ")" : "",
-			    code != NULL ? code : "?", msg != NULL ? msg : "");
+			    status_from_name(te.code), 0,
+			    "%s%s%s failed: %s: %s",
+			    own ? "this task (" : "task ", te.task,
+			    own ? ")" : "", te.code, te.message);
 			json_decref(errors);
 			goto out;
 		}
