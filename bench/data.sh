@@ -8,19 +8,15 @@
 # Prints figures and ratios next to their targets; never fails on one.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-bin=${MUSTER_BIN:-$here/../build/bin}
-PATH=$bin:$PATH
 py=/usr/bin/python3
 dur=${WRK_DURATION:-4s}
 batch=${LEASE_BATCH:-256}
 small_mb=${SMALL_MB:-200}
 big_n=${BIG_RECORDS:-256}
-T=$(mktemp -d)
-pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$T"' EXIT
 
 # shellcheck source=bench/lib.sh
 . "$here/lib.sh"
+bench_setup
 mbps() { awk -v b="$1" -v ms="$2" 'BEGIN { if (ms > 0) printf "%.0f\n", b / 1048576 * 1000 / ms; else print "n/a" }'; }
 
 start_dispatchd() {

@@ -10,17 +10,13 @@
 # Prints figures and ratios next to their targets; never fails on one.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-bin=${MUSTER_BIN:-$here/../build/bin}
-PATH=$bin:$PATH
 N=${CLOSURES:-2000}
 NE=${ENQUEUE:-100000}
 py=/usr/bin/python3
-T=$(mktemp -d)
-pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$T"' EXIT
 
 # shellcheck source=bench/lib.sh
 . "$here/lib.sh"
+bench_setup
 rate() { awk -v n="$1" -v ms="$2" 'BEGIN { if (ms > 0) printf "%.0f\n", n * 1000 / ms; else print "n/a" }'; }
 
 start_dispatchd() {

@@ -1,6 +1,15 @@
-# lib.sh: what the benchmark scripts share, sourced after they set T (a
-# scratch directory), bin (the programs) and pids (an array: what the
-# exit trap stops).
+# lib.sh: what the benchmark scripts share, sourced once they set here
+# (their folder). bench_setup gives a script bin (the programs, first on
+# PATH), T (a scratch directory) and pids (an array: what the exit trap
+# stops); a script with a cleanup of its own sets those itself.
+
+bench_setup() {
+	bin=${MUSTER_BIN:-$here/../build/bin}
+	PATH=$bin:$PATH
+	T=$(mktemp -d)
+	pids=()
+	trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$T"' EXIT
+}
 
 note() { printf 'bench: %s\n' "$*" >&2; }
 

@@ -10,16 +10,12 @@
 # Prints figures; never fails on one.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-bin=${MUSTER_BIN:-$here/../build/bin}
-PATH=$bin:$PATH
 N=${VALUES:-200}
 SLOTS=${SLOTS:-8}
-T=$(mktemp -d)
-pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$T"' EXIT
 
 # shellcheck source=bench/lib.sh
 . "$here/lib.sh"
+bench_setup
 
 # kib PID FIELD: a field of /proc/PID/status, in KiB.
 kib() {
