@@ -41,9 +41,13 @@ struct ds {
 	ds_journal_fn jfn;
 	void *jarg;
 	struct buf jbuf;     /* the record being made */
-	int applying;        /* replaying: no events, no records */
+	int applying;        /* in an apply_*: no records from it */
+	int replaying;       /* in ds_apply: no events either */
 	unsigned long jlost; /* records memory ran out for */
 };
+
+/* The longest removal record: its type and two varints. */
+#define GONE_MAX 32
 
 /* The journal's records (see "Journal" below). */
 enum {
@@ -74,11 +78,15 @@ static void jr_open(struct ds *ds, const struct ds_job *j,
     const struct ds_lease *l);
 static void jr_task(struct ds *ds, const struct ds_task *t);
 static void jr_client(struct ds *ds, const struct ds_client *c);
-static void jr_gone(struct ds *ds, int type, uint64_t a, uint64_t b);
-static void jr_lease(struct ds *ds, const struct ds_job *j,
-    const struct ds_lease *l);
-static void jr_grant(struct ds *ds, const struct ds_task *t,
-    const uint64_t *seqs, size_t n);
+static void rec_start(struct ds *ds, struct rec_out *o, int type);
+static void enc_ranges(struct rec_out *o, const struct ds_lease *l);
+static int commit(struct ds *ds, struct rec_out *o, int64_t now, char *msg,
+    size_t msglen);
+static void gone(struct ds *ds, int type, uint64_t a, uint64_t b, int64_t now);
+static int grant(struct ds *ds, struct ds_task *t, uint64_t id,
+    const uint64_t *seqs, size_t n, char *msg, size_t msglen);
+static int apply_one(struct ds *ds, struct rec_in *in, int64_t now, char *err,
+    size_t errlen);
 
 static const char *const mode_names[] = {"off", "dynamic", "file", "data",
     "file_or_data", "hint"};
@@ -114,7 +122,7 @@ emit(struct ds *ds, enum ds_event_type type, const char *worker, uint64_t job)
 {
 	struct ds_event ev = {type, worker, job};
 
-	if (!ds->applying)
+	if (!ds->replaying)
 		ds->fn(&ev, ds->arg);
 }
 
@@ -140,26 +148,38 @@ map_get(struct lease_map *m, uint64_t seq)
 	}
 }
 
+/* Room in m for n leases, so that the puts up to n cannot fail. */
+static int
+map_reserve(struct lease_map *m, size_t n)
+{
+	size_t cap = m->cap != 0 ? m->cap : 64;
+	struct ds_lease **s;
+
+	while (n * 2 > cap)
+		cap *= 2;
+	if (cap == m->cap)
+		return 0;
+	if ((s = calloc(cap, sizeof(*s))) == NULL)
+		return -1;
+	for (size_t i = 0; i < m->cap; i++) {
+		if (m->slot[i] == NULL)
+			continue;
+		size_t j = hash_seq(m->slot[i]->seq, cap);
+		while (s[j] != NULL)
+			j = (j + 1) & (cap - 1);
+		s[j] = m->slot[i];
+	}
+	free(m->slot);
+	m->slot = s;
+	m->cap = cap;
+	return 0;
+}
+
 static int
 map_put(struct lease_map *m, struct ds_lease *l)
 {
-	if ((m->count + 1) * 2 > m->cap) {
-		size_t cap = m->cap != 0 ? m->cap * 2 : 64;
-		struct ds_lease **s = calloc(cap, sizeof(*s));
-		if (s == NULL)
-			return -1;
-		for (size_t i = 0; i < m->cap; i++) {
-			if (m->slot[i] == NULL)
-				continue;
-			size_t j = hash_seq(m->slot[i]->seq, cap);
-			while (s[j] != NULL)
-				j = (j + 1) & (cap - 1);
-			s[j] = m->slot[i];
-		}
-		free(m->slot);
-		m->slot = s;
-		m->cap = cap;
-	}
+	if (map_reserve(m, m->count + 1) < 0)
+		return -1;
 	size_t i = hash_seq(l->seq, m->cap);
 	while (m->slot[i] != NULL)
 		i = (i + 1) & (m->cap - 1);
@@ -604,16 +624,9 @@ task_release_leases(struct ds *ds, struct ds_task *t)
 static void
 task_settle(struct ds *ds, struct ds_task *t)
 {
-	struct ds_task **pp;
-
 	if (t->state != DS_TASK_FAILED || t->nacks > 0)
 		return;
-	jr_gone(ds, R_TASK_GONE, t->job->id, t->id);
-	task_release_leases(ds, t);
-	for (pp = &t->job->tasks; *pp != t; pp = &(*pp)->next)
-		;
-	*pp = t->next;
-	task_free(t);
+	gone(ds, R_TASK_GONE, t->job->id, t->id, 0);
 }
 
 static void job_check_done(struct ds *ds, struct ds_job *j);
@@ -742,16 +755,13 @@ ds_client_release(struct ds *ds, struct ds_client *c, int64_t now)
 {
 	struct ds_job *j = c->job;
 	struct ds_task *t, *next;
+	uint64_t id = c->id;
 
-	jr_gone(ds, R_CLIENT_GONE, c->id, 0);
-	client_unlink(j, c);
+	gone(ds, R_CLIENT_GONE, id, 0, now); /* frees c */
 	for (t = j->tasks; t != NULL; t = next) {
 		next = t->next;
-		task_ack(ds, t, c->id);
+		task_ack(ds, t, id);
 	}
-	if (j->nclients == 0)
-		j->idle_since = now;
-	free(c);
 	rr_settle(ds, j);
 }
 
@@ -1330,28 +1340,40 @@ ds_client_find(struct ds *ds, uint64_t id)
 	return NULL;
 }
 
-/* Records that elements [a, b) of seq were delivered (total: -1 or all). */
+/* Records that elements [a, b) of seq were delivered (total: -1 or all):
+ * R_LEASE, the lease's ranges with [a, b) added, or R_DONE once they
+ * cover it. */
 static void
 delivered(struct ds *ds, struct ds_job *j, uint64_t seq, uint64_t a, uint64_t b,
     int64_t total)
 {
-	struct ds_lease *l = map_get(j->leases, seq);
+	struct ds_lease *l = map_get(j->leases, seq), x = {0};
+	struct rec_out o;
 
 	if (l == NULL)
 		return; /* done already, or never leased */
-	if (range_add(l, a, b) < 0)
+	x.total = total >= 0 ? total : l->total;
+	if (l->nr > 0 && (x.r = malloc(l->nr * sizeof(*x.r))) == NULL)
 		return;
-	if (total >= 0)
-		l->total = total;
-	if (!lease_complete(l)) {
-		jr_lease(ds, j, l);
+	if (l->nr > 0)
+		memcpy(x.r, l->r, l->nr * sizeof(*x.r));
+	x.nr = x.capr = l->nr;
+	if (range_add(&x, a, b) < 0) {
+		free(x.r);
 		return;
 	}
-	jr_gone(ds, R_DONE, j->id, seq);
-	list_unlink(l->task != NULL ? &l->task->leases : &j->queue, l);
-	map_del(j->leases, seq);
-	lease_free(l);
-	j->done++;
+	if (lease_complete(&x)) {
+		rec_start(ds, &o, R_DONE);
+		rec_put_u(&o, j->id);
+		rec_put_u(&o, seq);
+	} else {
+		rec_start(ds, &o, R_LEASE);
+		rec_put_u(&o, j->id);
+		rec_put_u(&o, seq);
+		enc_ranges(&o, &x);
+	}
+	free(x.r);
+	(void)commit(ds, &o, 0, NULL, 0);
 }
 
 /* What "delivered" lists: [seq, first, end, total] each. */
@@ -1747,21 +1769,6 @@ json_quote(struct buf *b, const char *s)
 	buf_append(b, "\"", 1);
 }
 
-/* seq was given in reply to the task's last lease request. */
-static void
-last_add(struct ds_task *t, uint64_t seq)
-{
-	if (t->nlast == t->caplast) {
-		size_t cap = t->caplast != 0 ? t->caplast * 2 : 16;
-		uint64_t *v = realloc(t->last, cap * sizeof(*v));
-		if (v == NULL)
-			return;
-		t->last = v;
-		t->caplast = cap;
-	}
-	t->last[t->nlast++] = seq;
-}
-
 /* One leased seq's object onto out. */
 static void
 lease_json(struct ds_job *j, const struct ds_lease *l, int first,
@@ -1829,36 +1836,17 @@ ds_lease(struct ds *ds, struct ds_task *t, long want, uint64_t id,
 	}
 	if (j->queue.count == 0 && j->next >= j->total)
 		return ST_UNAVAILABLE;
-	t->lease_id = id;
-	t->nlast = 0;
+	/* The queue's first, then new ones. */
+	for (struct ds_lease *l = j->queue.head; l != NULL && n < want;
+	     l = l->next)
+		seqs[n++] = l->seq;
+	for (uint64_t s = j->next; s < j->total && n < want; s++)
+		seqs[n++] = s;
+	if (grant(ds, t, id, seqs, (size_t)n, msg, msglen) < 0)
+		return ST_RESOURCE_EXHAUSTED;
 	buf_puts(out, "{\"splits\":[");
-	while (n < want) {
-		struct ds_lease *l = j->queue.head;
-		if (l != NULL) {
-			list_unlink(&j->queue, l);
-		} else if (j->next < j->total) {
-			if ((l = calloc(1, sizeof(*l))) == NULL)
-				break;
-			l->seq = j->next;
-			l->total = -1;
-			if (map_put(j->leases, l) < 0) {
-				free(l);
-				break;
-			}
-			j->next++;
-		} else {
-			break;
-		}
-		l->task = t;
-		list_push(&t->leases, l, 0);
-		ds->leases++;
-		if (id != 0)
-			last_add(t, l->seq);
-		seqs[n] = l->seq;
-		lease_json(j, l, n == 0, out);
-		n++;
-	}
-	jr_grant(ds, t, seqs, (size_t)n);
+	for (long i = 0; i < n; i++)
+		lease_json(j, map_get(j->leases, seqs[i]), i == 0, out);
 	buf_puts(out, "],\"end\":false}");
 	return ST_OK;
 }
@@ -1924,12 +1912,8 @@ static void
 job_keep(struct ds *ds, struct ds_job *j)
 {
 	while (j->tasks != NULL) {
-		struct ds_task *t = j->tasks;
-		struct ds_worker *w = t->w;
-		jr_gone(ds, R_TASK_GONE, j->id, t->id);
-		task_release_leases(ds, t);
-		j->tasks = t->next;
-		task_free(t);
+		struct ds_worker *w = j->tasks->w;
+		gone(ds, R_TASK_GONE, j->id, j->tasks->id, 0);
 		tasks_changed(ds, w);
 	}
 	j->kept = 1;
@@ -1949,18 +1933,11 @@ job_unkeep(struct ds *ds, struct ds_job *j)
 static void
 job_collect(struct ds *ds, struct ds_job *j)
 {
-	struct ds_job **pp;
-
 	job_finish(ds, j);
 	for (struct ds_task *t = j->tasks; t != NULL; t = t->next)
 		tasks_changed(ds, t->w);
 	emit(ds, DS_EV_SPLITS, NULL, j->id);
-	for (pp = &ds->jobs; *pp != j; pp = &(*pp)->link)
-		;
-	*pp = j->link;
-	ds->collected++;
-	jr_gone(ds, R_JOB_GONE, j->id, 0);
-	job_free(j);
+	gone(ds, R_JOB_GONE, j->id, 0, 0);
 }
 
 void
@@ -2013,6 +1990,11 @@ ds_new(const struct ds_config *cfg, ds_observer_fn fn, void *arg)
 
 	if (ds == NULL)
 		return NULL;
+	/* Room for any removal's record (gone() cannot fail). */
+	if (buf_reserve(&ds->jbuf, GONE_MAX) < 0) {
+		free(ds);
+		return NULL;
+	}
 	ds->cfg = *cfg;
 	ds->fn = fn;
 	ds->arg = arg;
@@ -2293,45 +2275,77 @@ jr_client(struct ds *ds, const struct ds_client *c)
 	jr_end(ds, &o);
 }
 
-/* R_JOB_GONE job, R_TASK_GONE job task, R_CLIENT_GONE client, R_DONE job
- * seq. */
+/* A record to be committed begins in ds->jbuf. */
 static void
-jr_gone(struct ds *ds, int type, uint64_t a, uint64_t b)
+rec_start(struct ds *ds, struct rec_out *o, int type)
+{
+	buf_reset(&ds->jbuf);
+	o->b = &ds->jbuf;
+	o->err = 0;
+	rec_put_u(o, (uint64_t)type);
+}
+
+/*
+ * The one way leases are granted, delivered and done, and tasks, clients
+ * and jobs removed, live and in replay alike: the change is made as a
+ * record (rec_start), applied by the function that applies it in replay
+ * (apply_one; live, its events are sent), and then handed to the journal.
+ * A record that cannot be made or applied (memory ran out) changes
+ * nothing: -1, and msg says why.
+ */
+static int
+commit(struct ds *ds, struct rec_out *o, int64_t now, char *msg, size_t msglen)
+{
+	struct rec_in in;
+	char err[256];
+	int r;
+
+	if (o->err) {
+		snprintf(msg, msglen, "out of memory");
+		return -1;
+	}
+	rec_in_init(&in, o->b->data, o->b->len);
+	ds->applying = 1;
+	r = apply_one(ds, &in, now, err, sizeof(err));
+	ds->applying = 0;
+	if (r < 0) {
+		snprintf(msg, msglen, "%s", err);
+		return -1;
+	}
+	if (ds->jfn != NULL)
+		ds->jfn(o->b->data, o->b->len, ds->jarg);
+	return 0;
+}
+
+/* Removes a job (R_JOB_GONE job), a task (R_TASK_GONE job task) or a job
+ * client (R_CLIENT_GONE client; now is when its job went idle). Cannot
+ * fail: the record fits in the room ds_new made, and applies to what
+ * exists. */
+static void
+gone(struct ds *ds, int type, uint64_t a, uint64_t b, int64_t now)
 {
 	struct rec_out o;
 
-	if (!jr_begin(ds, &o, type))
-		return;
+	rec_start(ds, &o, type);
 	rec_put_u(&o, a);
-	if (type == R_TASK_GONE || type == R_DONE)
+	if (type == R_TASK_GONE)
 		rec_put_u(&o, b);
-	jr_end(ds, &o);
+	(void)commit(ds, &o, now, NULL, 0);
 }
 
-static void
-jr_lease(struct ds *ds, const struct ds_job *j, const struct ds_lease *l)
-{
-	struct rec_out o;
-
-	if (!jr_begin(ds, &o, R_LEASE))
-		return;
-	rec_put_u(&o, j->id);
-	rec_put_u(&o, l->seq);
-	enc_ranges(&o, l);
-	jr_end(ds, &o);
-}
-
-static void
-jr_grant(struct ds *ds, const struct ds_task *t, const uint64_t *seqs, size_t n)
+/* Leases seqs to t in reply to lease request id (R_GRANT): the seqs in
+ * runs of consecutive ones. */
+static int
+grant(struct ds *ds, struct ds_task *t, uint64_t id, const uint64_t *seqs,
+    size_t n, char *msg, size_t msglen)
 {
 	struct rec_out o;
 	size_t runs = 0;
 
-	if (!jr_begin(ds, &o, R_GRANT))
-		return;
+	rec_start(ds, &o, R_GRANT);
 	rec_put_u(&o, t->job->id);
 	rec_put_u(&o, t->id);
-	rec_put_u(&o, t->lease_id);
+	rec_put_u(&o, id);
 	for (size_t i = 0; i < n; i++)
 		runs += i == 0 || seqs[i] != seqs[i - 1] + 1;
 	rec_put_u(&o, runs);
@@ -2341,7 +2355,7 @@ jr_grant(struct ds *ds, const struct ds_task *t, const uint64_t *seqs, size_t n)
 		rec_put_u(&o, seqs[i]);
 		rec_put_u(&o, k - i);
 	}
-	jr_end(ds, &o);
+	return commit(ds, &o, 0, msg, msglen);
 }
 
 /* Snapshots. */
@@ -3071,57 +3085,93 @@ apply_done(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
 	return 0;
 }
 
+/* Room in t's list of last leased seqs for n. */
+static int
+last_reserve(struct ds_task *t, size_t n)
+{
+	uint64_t *v;
+
+	if (n <= t->caplast)
+		return 0;
+	if ((v = realloc(t->last, n * sizeof(*v))) == NULL)
+		return -1;
+	t->last = v;
+	t->caplast = n;
+	return 0;
+}
+
+/* R_GRANT: job, task, lease request id, and runs of seqs (first, count),
+ * each waiting in the job's queue or the next new one. Checked and its
+ * memory found first: a grant is whole or not at all. */
 static int
 apply_grant(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
 {
 	uint64_t jid = rec_get_u(in), tid = rec_get_u(in);
-	uint64_t id = rec_get_u(in), runs = rec_get_u(in), n = 0;
-	uint64_t rv[2 * DS_WANT_MAX];
+	uint64_t id = rec_get_u(in), runs = rec_get_u(in), next;
+	uint64_t seqs[DS_WANT_MAX];
+	struct ds_lease *made[DS_WANT_MAX];
+	size_t n = 0, nmade = 0, used = 0;
 	struct ds_job *j = job_by_id(ds, jid);
 	struct ds_task *t = j != NULL ? job_task(j, tid) : NULL;
 
 	if (in->err || runs > DS_WANT_MAX || t == NULL || j->eff != DS_DYNAMIC)
 		goto fail;
 	for (uint64_t i = 0; i < runs; i++) {
-		rv[2 * i] = rec_get_u(in);
-		rv[2 * i + 1] = rec_get_u(in);
-		if (rv[2 * i + 1] > DS_WANT_MAX - n ||
-		    rv[2 * i] > UINT64_MAX - rv[2 * i + 1])
+		uint64_t first = rec_get_u(in), count = rec_get_u(in);
+		if (in->err || count > DS_WANT_MAX - n ||
+		    first > UINT64_MAX - count)
 			goto fail;
-		n += rv[2 * i + 1];
+		for (uint64_t k = 0; k < count; k++)
+			seqs[n++] = first + k;
 	}
 	if (ended_badly(in))
 		goto fail;
+	next = j->next;
+	for (size_t i = 0; i < n; i++) {
+		struct ds_lease *l = map_get(j->leases, seqs[i]);
+		if (l != NULL) {
+			if (l->task != NULL)
+				goto fail;
+			for (size_t k = 0; k < i; k++)
+				if (seqs[k] == seqs[i])
+					goto fail;
+		} else if (seqs[i] == next && next < j->total) {
+			next++;
+		} else {
+			goto fail;
+		}
+	}
+	for (; nmade < next - j->next; nmade++)
+		if ((made[nmade] = calloc(1, sizeof(**made))) == NULL)
+			goto nomem;
+	if (map_reserve(j->leases, j->leases->count + nmade) < 0 ||
+	    (id != 0 && last_reserve(t, n) < 0))
+		goto nomem;
 	t->lease_id = id;
 	t->nlast = 0;
-	for (uint64_t i = 0; i < runs; i++)
-		for (uint64_t s = rv[2 * i]; s < rv[2 * i] + rv[2 * i + 1];
-		     s++) {
-			struct ds_lease *l = map_get(j->leases, s);
-			if (l != NULL) {
-				if (l->task != NULL)
-					goto fail;
-				list_unlink(&j->queue, l);
-			} else if (s == j->next && j->next < j->total) {
-				if ((l = calloc(1, sizeof(*l))) == NULL)
-					goto fail;
-				l->seq = s;
-				l->total = -1;
-				if (map_put(j->leases, l) < 0) {
-					free(l);
-					goto fail;
-				}
-				j->next++;
-			} else {
-				goto fail;
-			}
-			l->task = t;
-			list_push(&t->leases, l, 0);
-			ds->leases++;
-			if (id != 0)
-				last_add(t, s);
+	for (size_t i = 0; i < n; i++) {
+		struct ds_lease *l = map_get(j->leases, seqs[i]);
+		if (l != NULL) {
+			list_unlink(&j->queue, l);
+		} else {
+			l = made[used++];
+			l->seq = seqs[i];
+			l->total = -1;
+			(void)map_put(j->leases, l); /* reserved */
+			j->next++;
 		}
+		l->task = t;
+		list_push(&t->leases, l, 0);
+		ds->leases++;
+		if (id != 0)
+			t->last[t->nlast++] = seqs[i];
+	}
 	return 0;
+nomem:
+	while (nmade > 0)
+		free(made[--nmade]);
+	return bad(err, errlen, "grant to task %" PRIu64 ": out of memory",
+	    tid);
 fail:
 	return bad(err, errlen,
 	    "grant to task %" PRIu64 " of job %" PRIu64
@@ -3163,9 +3213,9 @@ ds_apply(struct ds *ds, const void *rec, size_t len, int64_t now, char *err,
 	int r;
 
 	rec_in_init(&in, rec, len);
-	ds->applying = 1;
+	ds->applying = ds->replaying = 1;
 	r = apply_one(ds, &in, now, err, errlen);
-	ds->applying = 0;
+	ds->applying = ds->replaying = 0;
 	return r;
 }
 
