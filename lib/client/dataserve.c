@@ -49,6 +49,7 @@
 #include "text.h"
 #include "tls.h"
 #include "token.h"
+#include "vec.h"
 
 extern char **environ;
 
@@ -1779,15 +1780,10 @@ acked_add(struct task *t, const struct chunk *list)
 			a->total = total;
 			continue;
 		}
-		if (t->nacked == t->capacked) {
-			size_t cap = t->capacked > 0 ? 2 * t->capacked : 64;
-			struct acked *v = realloc(t->acked, cap * sizeof(*v));
-			/* The consumer's own report still counts. */
-			if (v == NULL)
-				return;
-			t->acked = v;
-			t->capacked = cap;
-		}
+		/* Out of memory: the consumer's own report still counts. */
+		if (vec_grow(&t->acked, &t->capacked, t->nacked + 1,
+		        sizeof(*t->acked)) < 0)
+			return;
 		t->acked[t->nacked++] = (struct acked){c->h.seq, c->h.first,
 		    c->h.first + c->h.count, total};
 	}
@@ -2414,14 +2410,11 @@ accept_main(void *arg)
 static void
 acked_put_back(struct task *t, const struct acked *v, size_t n)
 {
-	struct acked *nv = realloc(t->acked, (t->nacked + n) * sizeof(*nv));
-
-	if (nv == NULL)
+	if (vec_grow(&t->acked, &t->capacked, t->nacked + n,
+	        sizeof(*t->acked)) < 0)
 		return;
-	memcpy(nv + t->nacked, v, n * sizeof(*v));
-	t->acked = nv;
+	memcpy(t->acked + t->nacked, v, n * sizeof(*v));
 	t->nacked += n;
-	t->capacked = t->nacked;
 }
 
 /* Sends t's acknowledged ranges; those a dispatchd that cannot be reached
@@ -2470,7 +2463,7 @@ report_acked(struct task *t, struct coord_client *cc)
 static struct task **
 tasks_acked(struct dataserve *ds, size_t *n)
 {
-	struct task **v = NULL, **nv;
+	struct task **v = NULL;
 	size_t cap = 0;
 
 	*n = 0;
@@ -2480,12 +2473,8 @@ tasks_acked(struct dataserve *ds, size_t *n)
 		pthread_mutex_unlock(&t->mu);
 		if (!some)
 			continue;
-		if (*n == cap) {
-			cap = cap > 0 ? 2 * cap : 8;
-			if ((nv = realloc(v, cap * sizeof(*v))) == NULL)
-				break;
-			v = nv;
-		}
+		if (vec_grow(&v, &cap, *n + 1, sizeof(*v)) < 0)
+			break;
 		atomic_fetch_add(&t->refs, 1);
 		v[(*n)++] = t;
 	}

@@ -27,6 +27,7 @@
 #include "http_server.h"
 #include "log.h"
 #include "text.h"
+#include "vec.h"
 
 /*
  * How long a connection may take to send a request. A connection that is
@@ -391,16 +392,13 @@ static int
 byfd_put(struct http_server *srv, struct conn *c)
 {
 	if ((size_t)c->fd >= srv->nbyfd) {
-		size_t n = srv->nbyfd != 0 ? srv->nbyfd : 1024;
-		struct conn **v;
+		size_t was = srv->nbyfd;
 
-		while (n <= (size_t)c->fd)
-			n *= 2;
-		if ((v = realloc(srv->byfd, n * sizeof(*v))) == NULL)
+		if (vec_grow(&srv->byfd, &srv->nbyfd, (size_t)c->fd + 1,
+		        sizeof(*srv->byfd)) < 0)
 			return -1;
-		memset(v + srv->nbyfd, 0, (n - srv->nbyfd) * sizeof(*v));
-		srv->byfd = v;
-		srv->nbyfd = n;
+		memset(srv->byfd + was, 0,
+		    (srv->nbyfd - was) * sizeof(*srv->byfd));
 	}
 	srv->byfd[c->fd] = c;
 	return 0;

@@ -4,6 +4,7 @@
 
 #include "duration.h"
 #include "timer.h"
+#include "vec.h"
 
 struct timers {
 	pthread_mutex_t *mu;
@@ -78,14 +79,8 @@ timers_add(struct timers *ts, struct timer *t, int64_t at)
 {
 	if (t->slot != 0)
 		timers_cancel(ts, t);
-	if (ts->len == ts->cap) {
-		size_t cap = ts->cap != 0 ? ts->cap * 2 : 64;
-		struct timer **h = realloc(ts->heap, cap * sizeof(*h));
-		if (h == NULL)
-			return -1;
-		ts->heap = h;
-		ts->cap = cap;
-	}
+	if (vec_grow(&ts->heap, &ts->cap, ts->len + 1, sizeof(*ts->heap)) < 0)
+		return -1;
 	t->at = at;
 	place(ts, ts->len++, t);
 	sift_up(ts, ts->len - 1);

@@ -16,6 +16,7 @@
 #include "strmap.h"
 #include "task.h"
 #include "text.h"
+#include "vec.h"
 
 struct cq {
 	struct cq_config cfg;
@@ -558,16 +559,10 @@ put_back(struct cq *cq, struct cq_closure *c, int front, int64_t now)
 static int
 byid_grow(struct cq *cq, uint64_t id)
 {
-	if (id >= cq->capid) {
-		size_t cap = cq->capid != 0 ? cq->capid : 1024;
-		while (cap <= id)
-			cap *= 2;
-		struct cq_closure **v = realloc(cq->byid, cap * sizeof(*v));
-		if (v == NULL)
-			return -1;
-		cq->byid = v;
-		cq->capid = cap;
-	}
+	if (id >= SIZE_MAX ||
+	    vec_grow(&cq->byid, &cq->capid, (size_t)id + 1, sizeof(*cq->byid)) <
+	        0)
+		return -1;
 	for (; cq->nbyid <= id; cq->nbyid++)
 		cq->byid[cq->nbyid] = NULL;
 	return 0;
@@ -1325,14 +1320,8 @@ scan_one(const char *k, size_t kl, void *v, void *arg)
 	if (!w->live || w->hb_parked ||
 	    x->now - w->last_seen <= x->cq->cfg.hb_timeout_ms)
 		return;
-	if (x->n == x->cap) {
-		size_t cap = x->cap != 0 ? x->cap * 2 : 8;
-		struct cq_worker **l = realloc(x->late, cap * sizeof(*l));
-		if (l == NULL)
-			return;
-		x->late = l;
-		x->cap = cap;
-	}
+	if (vec_grow(&x->late, &x->cap, x->n + 1, sizeof(*x->late)) < 0)
+		return;
 	x->late[x->n++] = w;
 }
 
@@ -1505,15 +1494,9 @@ kvs_add(const char *k, size_t kl, void *v, void *arg)
 {
 	struct kvs *s = arg;
 
-	if (s->n == s->cap) {
-		size_t cap = s->cap != 0 ? s->cap * 2 : 16;
-		struct kv *a = realloc(s->a, cap * sizeof(*a));
-		if (a == NULL) {
-			s->err = 1;
-			return;
-		}
-		s->a = a;
-		s->cap = cap;
+	if (vec_grow(&s->a, &s->cap, s->n + 1, sizeof(*s->a)) < 0) {
+		s->err = 1;
+		return;
 	}
 	s->a[s->n++] = (struct kv){k, kl, v};
 }

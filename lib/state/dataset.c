@@ -12,6 +12,7 @@
 #include "dataset.h"
 #include "rec.h"
 #include "token.h"
+#include "vec.h"
 
 /* Open seqs of a job: open addressing, linear probing, no deletes left
  * behind (backward shift). */
@@ -274,14 +275,8 @@ range_add(struct ds_lease *l, uint64_t a, uint64_t b)
 			b = l->r[j].b;
 	}
 	if (j == i) {
-		if (l->nr == l->capr) {
-			size_t cap = l->capr != 0 ? l->capr * 2 : 4;
-			struct ds_range *r = realloc(l->r, cap * sizeof(*r));
-			if (r == NULL)
-				return -1;
-			l->r = r;
-			l->capr = cap;
-		}
+		if (vec_grow(&l->r, &l->capr, l->nr + 1, sizeof(*l->r)) < 0)
+			return -1;
 		memmove(l->r + i + 1, l->r + i, (l->nr - i) * sizeof(*l->r));
 		l->nr++;
 	} else if (j > i + 1) {
@@ -1428,14 +1423,8 @@ ids_add(uint64_t **v, size_t *n, size_t *cap, uint64_t id)
 {
 	if (ids_has(*v, *n, id))
 		return;
-	if (*n == *cap) {
-		size_t c = *cap != 0 ? *cap * 2 : 4;
-		uint64_t *x = realloc(*v, c * sizeof(*x));
-		if (x == NULL)
-			return;
-		*v = x;
-		*cap = c;
-	}
+	if (vec_grow(v, cap, *n + 1, sizeof(**v)) < 0)
+		return;
 	(*v)[(*n)++] = id;
 }
 

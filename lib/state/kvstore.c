@@ -11,6 +11,7 @@
 #include "skiplist.h"
 #include "strmap.h"
 #include "text.h"
+#include "vec.h"
 
 struct kvstore {
 	struct kv_limits lim;
@@ -233,16 +234,11 @@ record(struct kvstore *kv, enum kv_event_type type, const char *key,
 		kv->len -= kv->first;
 		kv->first = 0;
 	}
-	if (kv->len == kv->cap) {
-		size_t cap = kv->cap != 0 ? kv->cap * 2 : 256;
-		struct kv_event *p = realloc(kv->events, cap * sizeof(*p));
-		if (p == NULL) {
-			free(ev.key);
-			kv->floor = kv->rev;
-			return;
-		}
-		kv->events = p;
-		kv->cap = cap;
+	if (vec_grow(&kv->events, &kv->cap, kv->len + 1, sizeof(*kv->events)) <
+	    0) {
+		free(ev.key);
+		kv->floor = kv->rev;
+		return;
 	}
 	/* The history shares the value's bytes with the store. */
 	blob_ref(ev.val);
@@ -533,15 +529,9 @@ kv_dir(const struct kvstore *kv, const char *prefix, size_t plen,
 			*more = 1;
 			break;
 		}
-		if (n == cap) {
-			size_t c = cap != 0 ? cap * 2 : 16;
-			const struct kv_entry **p = realloc(v, c * sizeof(*p));
-			if (p == NULL) {
-				free(v);
-				return (size_t)-1;
-			}
-			v = p;
-			cap = c;
+		if (vec_grow(&v, &cap, n + 1, sizeof(*v)) < 0) {
+			free(v);
+			return (size_t)-1;
 		}
 		v[n++] = e;
 		bytes += e->vlen;
@@ -712,15 +702,9 @@ restore_event(struct kvstore *kv, int64_t rev, int type, const char *key,
 {
 	struct kv_event ev = {.rev = rev, .type = type, .klen = klen};
 
-	if (kv->len == kv->cap) {
-		size_t cap = kv->cap != 0 ? kv->cap * 2 : 256;
-		struct kv_event *p = realloc(kv->events, cap * sizeof(*p));
-
-		if (p == NULL)
-			return -1;
-		kv->events = p;
-		kv->cap = cap;
-	}
+	if (vec_grow(&kv->events, &kv->cap, kv->len + 1, sizeof(*kv->events)) <
+	    0)
+		return -1;
 	if ((ev.key = malloc(klen + 1)) == NULL)
 		return -1;
 	memcpy(ev.key, key, klen);

@@ -12,6 +12,7 @@
 #include "coord_int.h"
 #include "duration.h"
 #include "log.h"
+#include "vec.h"
 #include "wallclock.h"
 
 void
@@ -63,16 +64,10 @@ observe(const struct reg_event *ev, void *arg)
 	struct coord *co = arg;
 
 	co->ctl_dirty = 1;
-	if (co->nevents == co->capevents) {
-		size_t cap = co->capevents != 0 ? co->capevents * 2 : 16;
-		struct reg_event *v = realloc(co->events, cap * sizeof(*v));
-		if (v == NULL) {
-			log_info(
-			    "internal: out of memory; a task event is lost");
-			return;
-		}
-		co->events = v;
-		co->capevents = cap;
+	if (vec_grow(&co->events, &co->capevents, co->nevents + 1,
+	        sizeof(*co->events)) < 0) {
+		log_info("internal: out of memory; a task event is lost");
+		return;
 	}
 	co->events[co->nevents++] = *ev;
 }

@@ -31,6 +31,7 @@
 #include "parse.h"
 #include "task.h"
 #include "text.h"
+#include "vec.h"
 
 #define WATCH_WAIT_DEFAULT_MS 30000
 /*
@@ -148,15 +149,9 @@ snap_add(struct snap *s, const char *key, size_t klen, struct blob *val,
 
 	if (s->nomem)
 		return;
-	if (s->n == s->cap) {
-		size_t cap = s->cap != 0 ? s->cap * 2 : 16;
-		struct snap_item *v = realloc(s->v, cap * sizeof(*v));
-		if (v == NULL) {
-			s->nomem = 1;
-			return;
-		}
-		s->v = v;
-		s->cap = cap;
+	if (vec_grow(&s->v, &s->cap, s->n + 1, sizeof(*s->v)) < 0) {
+		s->nomem = 1;
+		return;
 	}
 	it = &s->v[s->n];
 	if ((it->key = malloc(klen + 1)) == NULL) {

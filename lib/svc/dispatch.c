@@ -25,6 +25,7 @@
 #include "task.h"
 #include "text.h"
 #include "timer.h"
+#include "vec.h"
 
 static void settle_queue(struct dispatch *d, struct cq_queue *q);
 static void serve_takers(struct dispatch *d);
@@ -180,15 +181,10 @@ observe(const struct cq_event *ev, void *arg)
 		d->work = 1;
 		return;
 	}
-	if (d->nevents == d->capevents) {
-		size_t cap = d->capevents != 0 ? d->capevents * 2 : 64;
-		struct cq_event *v = realloc(d->events, cap * sizeof(*v));
-		if (v == NULL) {
-			log_info("internal: out of memory; an event is lost");
-			return;
-		}
-		d->events = v;
-		d->capevents = cap;
+	if (vec_grow(&d->events, &d->capevents, d->nevents + 1,
+	        sizeof(*d->events)) < 0) {
+		log_info("internal: out of memory; an event is lost");
+		return;
 	}
 	d->events[d->nevents++] = *ev;
 }

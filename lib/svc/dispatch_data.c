@@ -15,21 +15,17 @@
 #include "duration.h"
 #include "log.h"
 #include "task.h"
+#include "vec.h"
 
 void
 dispatch_data_observe(const struct ds_event *ev, void *arg)
 {
 	struct dispatch *d = arg;
 
-	if (d->ndsev == d->capdsev) {
-		size_t cap = d->capdsev != 0 ? d->capdsev * 2 : 32;
-		struct ds_event *v = realloc(d->dsev, cap * sizeof(*v));
-		if (v == NULL) {
-			log_info("internal: out of memory; an event is lost");
-			return;
-		}
-		d->dsev = v;
-		d->capdsev = cap;
+	if (vec_grow(&d->dsev, &d->capdsev, d->ndsev + 1, sizeof(*d->dsev)) <
+	    0) {
+		log_info("internal: out of memory; an event is lost");
+		return;
 	}
 	d->dsev[d->ndsev++] = *ev;
 }
