@@ -27,6 +27,7 @@
 #include "duration.h"
 #include "log.h"
 #include "parse.h"
+#include "shardmode.h"
 #include "sigfd.h"
 #include "splitorder.h"
 #include "task.h"
@@ -1632,13 +1633,9 @@ cmd_splits(int argc, char **argv)
 static int
 valid_mode(const char *m)
 {
-	static const char *const modes[] = {"off", "dynamic", "file", "data",
-	    "file_or_data", "hint"};
+	enum shard_mode x;
 
-	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++)
-		if (strcmp(m, modes[i]) == 0)
-			return 1;
-	return 0;
+	return shard_mode_parse(m, &x) == 0;
 }
 
 /*

@@ -13,6 +13,9 @@
 #include "dataset.h"
 #include "fuzz.h"
 
+/* Whether the last ds_lease found nothing to lease yet. */
+static int later;
+
 static char *static_workers[] = {"w:0", "w:1"};
 
 static void
@@ -55,7 +58,8 @@ base(struct ds *ds)
 	ds_worker_up(ds, "w:9", 1, "127.0.0.1:2", "h");
 	FUZZ_CHECK(ds_job_open(ds, req, 0, &j, &c, &created, msg,
 	               sizeof(msg)) == ST_OK);
-	FUZZ_CHECK(ds_lease(ds, j->tasks, 2, 1, &b, msg, sizeof(msg)) == ST_OK);
+	FUZZ_CHECK(ds_lease(ds, j->tasks, 2, 1, &later, &b, msg, sizeof(msg)) ==
+	    ST_OK);
 	buf_free(&b);
 	json_decref(def);
 	json_decref(req);
@@ -79,8 +83,8 @@ exercise(struct ds *ds)
 			struct buf b = {0};
 			json_t *l = json_pack("[[i,i,i,i],[i,i,i,i]]", 0, 0, 3,
 			    3, 1, 0, 1, -1);
-			ds_lease(ds, t, 3, 1, &b, msg, sizeof(msg));
-			ds_lease(ds, t, 3, 1, &b, msg, sizeof(msg));
+			ds_lease(ds, t, 3, 1, &later, &b, msg, sizeof(msg));
+			ds_lease(ds, t, 3, 1, &later, &b, msg, sizeof(msg));
 			ds_task_delivered(ds, t, l, msg, sizeof(msg));
 			json_decref(l);
 			buf_free(&b);

@@ -45,6 +45,7 @@
 #include "log.h"
 #include "parse.h"
 #include "proc.h"
+#include "shardmode.h"
 #include "splitorder.h"
 #include "text.h"
 #include "tls.h"
@@ -80,10 +81,6 @@ extern char **environ;
 #define BODY_MAX 65536
 #define SPARE_CAP (4u << 20) /* the largest block kept to be filled again */
 #define REPORT_MS 250        /* between reports of acknowledged ranges */
-
-enum mode { M_OFF, M_DYNAMIC, M_FILE, M_DATA, M_HINT, M_COUNT };
-static const char *const mode_names[M_COUNT] = {"off", "dynamic", "file",
-    "data", "hint"};
 
 enum tstate { T_RUNNING, T_FINISHED, T_FAILED };
 
@@ -126,7 +123,7 @@ struct task {
 	char *job, *dataset, *reader;
 	char inc[17];
 	int64_t hb_timeout;
-	enum mode mode;
+	enum shard_mode mode;
 	enum framing framing;
 	int reader_skips;
 	uint64_t repeat, seed;
@@ -482,13 +479,10 @@ task_check(struct task *t, json_t *o)
 {
 	const char *mode = json_string_value(json_object_get(o, "mode"));
 	const char *framing = json_string_value(json_object_get(o, "framing"));
-	int m;
 
-	for (m = 0; mode != NULL && m < M_COUNT; m++)
-		if (strcmp(mode, mode_names[m]) == 0)
-			break;
-	t->mode = (enum mode)m;
-	if (mode == NULL || m == M_COUNT)
+	/* file_or_data is resolved by dispatchd: a task has file or data. */
+	if (shard_mode_parse(mode, &t->mode) < 0 ||
+	    t->mode == SHARD_FILE_OR_DATA)
 		snprintf(t->bad, sizeof(t->bad), "mode %.64s is not served",
 		    mode != NULL ? mode : "(none)");
 	else if (*t->reader == '\0')
@@ -496,7 +490,7 @@ task_check(struct task *t, json_t *o)
 	else if (framing != NULL && framing_parse(framing, &t->framing) < 0)
 		snprintf(t->bad, sizeof(t->bad), "framing %.64s is unknown",
 		    framing);
-	else if (*t->dataset == '\0' && t->mode != M_DYNAMIC)
+	else if (*t->dataset == '\0' && t->mode != SHARD_DYNAMIC)
 		snprintf(t->bad, sizeof(t->bad), "the task has no dataset");
 	else if (t->shard_count < 1 || t->shard_index < 0 ||
 	    t->shard_index >= t->shard_count)
@@ -895,7 +889,7 @@ elem_kept(struct rd *rd)
 		rd->sk++;
 	if (rd->sk < rd->nskip && rd->skip[rd->sk].a <= rd->e)
 		return 0;
-	return t->mode != M_DATA ||
+	return t->mode != SHARD_DATA ||
 	    rd->ee % (uint64_t)t->shard_count == (uint64_t)t->shard_index;
 }
 
@@ -1415,7 +1409,7 @@ run_static(struct rd *rd)
 		for (size_t p = 0; p < n; p++) {
 			struct split sp = {splits[order[p]], order[p], ep,
 			    ep * n + p, NULL};
-			if (t->mode == M_FILE &&
+			if (t->mode == SHARD_FILE &&
 			    p % (size_t)t->shard_count !=
 			        (size_t)t->shard_index)
 				continue;
@@ -1573,7 +1567,7 @@ task_main(void *arg)
 	char err[512];
 
 	log_debug("task %" PRIu64 " of job %s: %s, dataset %s", t->id, t->job,
-	    t->mode < M_COUNT ? mode_names[t->mode] : "?", t->dataset);
+	    shard_mode_name(t->mode), t->dataset);
 	if ((rd.cc = coord_client_new(ds->dispatcher, err, sizeof(err))) ==
 	    NULL) {
 		task_fail(&rd, err, 0);
@@ -1582,7 +1576,7 @@ task_main(void *arg)
 	coord_client_set_cancel(rd.cc, t->cancel[0]);
 	if (t->bad[0] != '\0')
 		task_fail(&rd, t->bad, 1);
-	else if (t->mode == M_DYNAMIC)
+	else if (t->mode == SHARD_DYNAMIC)
 		run_dynamic(&rd);
 	else
 		run_static(&rd);
@@ -1800,7 +1794,7 @@ conn_release(struct conn *c, int acked)
 	if (t == NULL)
 		return;
 	pthread_mutex_lock(&t->mu);
-	if (acked && t->mode == M_DYNAMIC)
+	if (acked && t->mode == SHARD_DYNAMIC)
 		acked_add(t, c->held);
 	if (acked || t->dropped) {
 		chunks_free(t, c->held);

@@ -89,33 +89,11 @@ static int grant(struct ds *ds, struct ds_task *t, uint64_t id,
 static int apply_one(struct ds *ds, struct rec_in *in, int64_t now, char *err,
     size_t errlen);
 
-static const char *const mode_names[] = {"off", "dynamic", "file", "data",
-    "file_or_data", "hint"};
-
-const char *
-ds_mode_name(enum ds_mode m)
-{
-	return (size_t)m < sizeof(mode_names) / sizeof(mode_names[0]) ?
-	    mode_names[m] :
-	    "?";
-}
-
-int
-ds_mode_parse(const char *s, enum ds_mode *m)
-{
-	for (size_t i = 0; i < sizeof(mode_names) / sizeof(mode_names[0]); i++)
-		if (strcmp(s, mode_names[i]) == 0) {
-			*m = (enum ds_mode)i;
-			return 0;
-		}
-	return -1;
-}
-
 static int
-is_static(enum ds_mode m)
+is_static(enum shard_mode m)
 {
-	return m == DS_FILE || m == DS_DATA || m == DS_FILE_OR_DATA ||
-	    m == DS_HINT;
+	return m == SHARD_FILE || m == SHARD_DATA || m == SHARD_FILE_OR_DATA ||
+	    m == SHARD_HINT;
 }
 
 static void
@@ -639,7 +617,7 @@ task_fail(struct ds *ds, struct ds_task *t)
 	t->acks = NULL;
 	t->nacks = 0;
 	/* Only the clients that were told of t can have read from it. */
-	if (j->eff == DS_DYNAMIC && t->leases.count > 0 && t->ntold > 0 &&
+	if (j->eff == SHARD_DYNAMIC && t->leases.count > 0 && t->ntold > 0 &&
 	    (t->acks = calloc(t->ntold, sizeof(*t->acks))) != NULL) {
 		for (size_t i = 0; i < t->ntold; i++)
 			if (job_has_client(j, t->told[i]))
@@ -683,7 +661,7 @@ job_check_done(struct ds *ds, struct ds_job *j)
 
 	if (j->finished)
 		return;
-	if (j->eff == DS_DYNAMIC) {
+	if (j->eff == SHARD_DYNAMIC) {
 		if (j->total != UINT64_MAX && j->done >= j->total)
 			job_finish(ds, j);
 		return;
@@ -860,7 +838,7 @@ job_restore(struct ds_job *j, json_t *st, char *msg, size_t msglen)
 	const char *fp = json_string_value(json_object_get(st, "dataset"));
 	size_t i, k;
 
-	if (j->eff != DS_DYNAMIC) {
+	if (j->eff != SHARD_DYNAMIC) {
 		snprintf(msg, msglen, "from_state needs mode dynamic");
 		return ST_INVALID_ARGUMENT;
 	}
@@ -942,7 +920,7 @@ job_restore(struct ds_job *j, json_t *st, char *msg, size_t msglen)
 }
 
 static enum status
-job_make(struct ds *ds, json_t *req, struct ds_dataset *d, enum ds_mode mode,
+job_make(struct ds *ds, json_t *req, struct ds_dataset *d, enum shard_mode mode,
     const char *name, long repeat, uint64_t seed, long consumers,
     struct ds_job **out, char *msg, size_t msglen)
 {
@@ -978,9 +956,9 @@ job_make(struct ds *ds, json_t *req, struct ds_dataset *d, enum ds_mode mode,
 	j->total = repeat == 0 ? UINT64_MAX : (uint64_t)repeat * d->nsplits;
 	if (is_static(mode)) {
 		j->shards = (long)ds->cfg.nstatic;
-		if (mode == DS_FILE_OR_DATA)
-			j->eff =
-			    d->nsplits >= ds->cfg.nstatic ? DS_FILE : DS_DATA;
+		if (mode == SHARD_FILE_OR_DATA)
+			j->eff = d->nsplits >= ds->cfg.nstatic ? SHARD_FILE :
+			                                         SHARD_DATA;
 		if ((j->finished_shards = calloc((size_t)j->shards, 1)) ==
 		    NULL) {
 			job_free(j);
@@ -1046,7 +1024,7 @@ ds_job_open(struct ds *ds, json_t *req, int64_t now, struct ds_job **job,
 	struct ds_dataset *d;
 	struct ds_job *j, *old = NULL;
 	struct ds_client *c;
-	enum ds_mode mode = DS_DYNAMIC;
+	enum shard_mode mode = SHARD_DYNAMIC;
 	long repeat, consumers, index, seedl;
 	const char *run = json_string_value(json_object_get(req, "run"));
 	uint64_t iteration = 1;
@@ -1067,7 +1045,7 @@ ds_job_open(struct ds *ds, json_t *req, int64_t now, struct ds_job **job,
 		snprintf(msg, msglen, "no dataset %s", key);
 		return ST_NOT_FOUND;
 	}
-	if (mname != NULL && ds_mode_parse(mname, &mode) < 0) {
+	if (mname != NULL && shard_mode_parse(mname, &mode) < 0) {
 		snprintf(msg, msglen,
 		    "mode %s is not off, dynamic, file, data, file_or_data or "
 		    "hint",
@@ -1094,7 +1072,7 @@ ds_job_open(struct ds *ds, json_t *req, int64_t now, struct ds_job **job,
 		    "run: 1 to 128 of A-Z a-z 0-9 - _ ., with a job name");
 		return ST_INVALID_ARGUMENT;
 	}
-	if (consumers > 0 && (name == NULL || mode == DS_DYNAMIC)) {
+	if (consumers > 0 && (name == NULL || mode == SHARD_DYNAMIC)) {
 		snprintf(msg, msglen,
 		    "round-robin reads (consumers) need a job name and a mode "
 		    "other than dynamic");
@@ -1109,7 +1087,7 @@ ds_job_open(struct ds *ds, json_t *req, int64_t now, struct ds_job **job,
 		snprintf(msg, msglen,
 		    "static sharding (mode %s) needs dispatchd "
 		    "--static-workers",
-		    ds_mode_name(mode));
+		    shard_mode_name(mode));
 		return ST_FAILED_PRECONDITION;
 	}
 	/* Nothing changes before every refusal is past: the client first. */
@@ -1156,8 +1134,8 @@ ds_job_open(struct ds *ds, json_t *req, int64_t now, struct ds_job **job,
 			    "job %s exists with dataset %" PRIu64
 			    ", mode %s, repeat %ld, seed %" PRIu64
 			    ", consumers %ld: its %s differs",
-			    name, j->ds->id, ds_mode_name(j->mode), j->repeat,
-			    j->seed, j->consumers, what);
+			    name, j->ds->id, shard_mode_name(j->mode),
+			    j->repeat, j->seed, j->consumers, what);
 			return ST_INVALID_ARGUMENT;
 		}
 		if (j->kept)
@@ -1241,25 +1219,25 @@ ds_job_json(const struct ds_job *j)
 	    j->name != NULL ? json_string(j->name) : json_null(), "iteration",
 	    (json_int_t)j->iteration, "retired", j->retired, "kept", j->kept,
 	    "run", j->run != NULL ? json_string(j->run) : json_null(),
-	    "dataset", (json_int_t)j->ds->id, "mode", ds_mode_name(j->mode),
+	    "dataset", (json_int_t)j->ds->id, "mode", shard_mode_name(j->mode),
 	    "repeat", (json_int_t)j->repeat, "seed", (json_int_t)j->seed,
 	    "consumers",
 	    j->consumers > 0 ? json_integer(j->consumers) : json_null(),
 	    "clients", (json_int_t)j->nclients, "finished", j->finished,
 	    "error", j->error != NULL ? json_string(j->error) : json_null(),
 	    "splits", (json_int_t)j->ds->nsplits, "done",
-	    j->eff == DS_DYNAMIC ? json_integer((json_int_t)j->done) :
-	                           json_null(),
+	    j->eff == SHARD_DYNAMIC ? json_integer((json_int_t)j->done) :
+	                              json_null(),
 	    "leased", (json_int_t)leased, "next",
-	    j->eff == DS_DYNAMIC ? json_integer((json_int_t)j->next) :
-	                           json_null(),
+	    j->eff == SHARD_DYNAMIC ? json_integer((json_int_t)j->next) :
+	                              json_null(),
 	    "tasks", tasks);
 }
 
 json_t *
 ds_job_start(const struct ds_job *j)
 {
-	if (j->eff != DS_DYNAMIC)
+	if (j->eff != SHARD_DYNAMIC)
 		return NULL;
 	if (j->start != NULL)
 		return json_loads(j->start, 0, NULL);
@@ -1296,11 +1274,11 @@ ds_checkpoint(const struct ds_job *j, json_t **out, char *msg, size_t msglen)
 	json_t *open;
 	size_t n = 0;
 
-	if (j->eff != DS_DYNAMIC) {
+	if (j->eff != SHARD_DYNAMIC) {
 		snprintf(msg, msglen,
 		    "job %" PRIu64 " reads in mode %s: only dynamic jobs have "
 		    "a position to resume from",
-		    j->id, ds_mode_name(j->mode));
+		    j->id, shard_mode_name(j->mode));
 		return ST_FAILED_PRECONDITION;
 	}
 	if ((v = calloc(m->count + 1, sizeof(*v))) == NULL ||
@@ -1319,7 +1297,7 @@ ds_checkpoint(const struct ds_job *j, json_t **out, char *msg, size_t msglen)
 		        ranges_json(v[i])));
 	free(v);
 	*out = json_pack("{s:i,s:s,s:s,s:I,s:I,s:I,s:I,s:o}", "version", 1,
-	    "dataset", j->ds->fp, "mode", ds_mode_name(j->mode), "repeat",
+	    "dataset", j->ds->fp, "mode", shard_mode_name(j->mode), "repeat",
 	    (json_int_t)j->repeat, "seed", (json_int_t)j->seed, "next",
 	    (json_int_t)j->next, "done", (json_int_t)j->done, "open", open);
 	return *out != NULL ? ST_OK : ST_RESOURCE_EXHAUSTED;
@@ -1391,7 +1369,7 @@ deliveries(struct ds *ds, struct ds_job *j, json_t *list, char *msg,
 			    i);
 			return -1;
 		}
-		if (j->eff == DS_DYNAMIC)
+		if (j->eff == SHARD_DYNAMIC)
 			delivered(ds, j, (uint64_t)json_integer_value(s),
 			    (uint64_t)json_integer_value(a),
 			    (uint64_t)json_integer_value(b),
@@ -1664,9 +1642,10 @@ ds_worker_tasks_json(struct ds *ds, const char *name)
 			              "s:I,s:I,s:I,s:I,s:s}",
 			        "id", (json_int_t)t->id, "job",
 			        (json_int_t)j->id, "dataset", id, "mode",
-			        ds_mode_name(j->eff), "reader", j->ds->reader,
-			        "framing", framing_name(j->ds->framing),
-			        "reader_skips", j->ds->reader_skips, "repeat",
+			        shard_mode_name(j->eff), "reader",
+			        j->ds->reader, "framing",
+			        framing_name(j->ds->framing), "reader_skips",
+			        j->ds->reader_skips, "repeat",
 			        (json_int_t)j->repeat, "seed",
 			        (json_int_t)j->seed, "splits",
 			        (json_int_t)j->ds->nsplits, "shard_index",
@@ -1795,13 +1774,14 @@ lease_again(struct ds_task *t, struct buf *out)
 }
 
 enum status
-ds_lease(struct ds *ds, struct ds_task *t, long want, uint64_t id,
+ds_lease(struct ds *ds, struct ds_task *t, long want, uint64_t id, int *later,
     struct buf *out, char *msg, size_t msglen)
 {
 	struct ds_job *j = t->job;
 	uint64_t seqs[DS_WANT_MAX];
 	long n = 0;
 
+	*later = 0;
 	if (want > DS_WANT_MAX)
 		want = DS_WANT_MAX;
 	if (j->error != NULL) {
@@ -1809,10 +1789,10 @@ ds_lease(struct ds *ds, struct ds_task *t, long want, uint64_t id,
 		    j->error);
 		return ST_FAILED_PRECONDITION;
 	}
-	if (j->eff != DS_DYNAMIC) {
+	if (j->eff != SHARD_DYNAMIC) {
 		snprintf(msg, msglen,
 		    "job %" PRIu64 " reads in mode %s: it leases no splits",
-		    j->id, ds_mode_name(j->eff));
+		    j->id, shard_mode_name(j->eff));
 		return ST_FAILED_PRECONDITION;
 	}
 	if (j->finished) {
@@ -1823,8 +1803,10 @@ ds_lease(struct ds *ds, struct ds_task *t, long want, uint64_t id,
 		lease_again(t, out);
 		return ST_OK;
 	}
-	if (j->queue.count == 0 && j->next >= j->total)
-		return ST_UNAVAILABLE;
+	if (j->queue.count == 0 && j->next >= j->total) {
+		*later = 1;
+		return ST_OK;
+	}
 	/* The queue's first, then new ones. */
 	for (struct ds_lease *l = j->queue.head; l != NULL && n < want;
 	     l = l->next)
@@ -1888,7 +1870,7 @@ ds_task_end(struct ds *ds, struct ds_task *t, int failed, const char *message)
 static int
 job_keeps(const struct ds_job *j)
 {
-	return j->eff == DS_DYNAMIC && j->name != NULL && !j->retired &&
+	return j->eff == SHARD_DYNAMIC && j->name != NULL && !j->retired &&
 	    !job_ended(j);
 }
 
@@ -2713,21 +2695,23 @@ apply_job(struct ds *ds, struct rec_in *in, int v2, int64_t now, char *err,
 		run = rec_get_s(in, DS_NAME_MAX);
 		kept = rec_get_u(in);
 	}
-	if (ended_badly(in) || mode > DS_HINT || hasfs > 1 || finished > 1 ||
+	if (ended_badly(in) || mode > SHARD_HINT || hasfs > 1 || finished > 1 ||
 	    iteration == 0 || retired > 1 || kept > 1 ||
 	    (secret != NULL && strlen(secret) != 32 && *secret != '\0') ||
 	    (run != NULL && !run_ok(run)) ||
-	    (mode == DS_FILE_OR_DATA ? eff != DS_FILE && eff != DS_DATA :
-	                               eff != mode) ||
+	    (mode == SHARD_FILE_OR_DATA ?
+	            eff != SHARD_FILE && eff != SHARD_DATA :
+	            eff != mode) ||
 	    repeat > (1UL << 30) || consumers > 4096 || seed > INT64_MAX ||
-	    (int)hasfs != is_static((enum ds_mode)mode) ||
+	    (int)hasfs != is_static((enum shard_mode)mode) ||
 	    (hasfs ? fs == NULL || shards == 0 : shards != 0) || d == NULL ||
 	    id == 0 || (name != NULL && !name_ok(name)))
 		goto fail;
 	if ((j = job_by_id(ds, id)) != NULL) {
-		if (j->ds != d || j->mode != (enum ds_mode)mode ||
-		    j->eff != (enum ds_mode)eff || j->repeat != (long)repeat ||
-		    j->seed != seed || j->consumers != (long)consumers ||
+		if (j->ds != d || j->mode != (enum shard_mode)mode ||
+		    j->eff != (enum shard_mode)eff ||
+		    j->repeat != (long)repeat || j->seed != seed ||
+		    j->consumers != (long)consumers ||
 		    j->shards != (long)shards || !same_name(j->name, name))
 			goto fail;
 		free(name);
@@ -2750,8 +2734,8 @@ apply_job(struct ds *ds, struct rec_in *in, int v2, int64_t now, char *err,
 		j->id = id;
 		j->name = name;
 		j->ds = d;
-		j->mode = (enum ds_mode)mode;
-		j->eff = (enum ds_mode)eff;
+		j->mode = (enum shard_mode)mode;
+		j->eff = (enum shard_mode)eff;
 		j->repeat = (long)repeat;
 		j->seed = seed;
 		j->consumers = (long)consumers;
@@ -2981,7 +2965,7 @@ lease_of(struct ds *ds, uint64_t jid, uint64_t seq, struct ds_job **jp)
 	struct ds_job *j = job_by_id(ds, jid);
 
 	*jp = j;
-	if (j == NULL || j->eff != DS_DYNAMIC)
+	if (j == NULL || j->eff != SHARD_DYNAMIC)
 		return NULL;
 	return map_get(j->leases, seq);
 }
@@ -3014,7 +2998,7 @@ apply_open(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
 	struct ds_lease *l = lease_of(ds, jid, seq, &j);
 	struct ds_task *t = NULL;
 
-	if (in->err || j == NULL || j->eff != DS_DYNAMIC || l != NULL ||
+	if (in->err || j == NULL || j->eff != SHARD_DYNAMIC || l != NULL ||
 	    seq >= j->next || (tid != 0 && (t = job_task(j, tid)) == NULL))
 		goto fail;
 	if ((l = calloc(1, sizeof(*l))) == NULL)
@@ -3103,7 +3087,8 @@ apply_grant(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
 	struct ds_job *j = job_by_id(ds, jid);
 	struct ds_task *t = j != NULL ? job_task(j, tid) : NULL;
 
-	if (in->err || runs > DS_WANT_MAX || t == NULL || j->eff != DS_DYNAMIC)
+	if (in->err || runs > DS_WANT_MAX || t == NULL ||
+	    j->eff != SHARD_DYNAMIC)
 		goto fail;
 	for (uint64_t i = 0; i < runs; i++) {
 		uint64_t first = rec_get_u(in), count = rec_get_u(in);
@@ -3253,7 +3238,7 @@ ds_restore(struct ds *ds, const void *p, size_t len, int64_t now, char *err,
 			    "snapshot: dataset %" PRIu64 " above its counter",
 			    d->id);
 	for (struct ds_job *j = ds->jobs; j != NULL; j = j->link) {
-		if (j->eff == DS_DYNAMIC &&
+		if (j->eff == SHARD_DYNAMIC &&
 		    j->done + j->leases->count != j->next)
 			return bad(err, errlen,
 			    "snapshot: job %" PRIu64 " has %" PRIu64

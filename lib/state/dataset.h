@@ -26,13 +26,12 @@
 #include <jansson.h>
 
 #include "buf.h"
+#include "shardmode.h"
 #include "splitorder.h"
 #include "status.h"
 
 #define DS_SPLIT_MAX 4096
 #define DS_WANT_MAX 1024
-
-enum ds_mode { DS_OFF, DS_DYNAMIC, DS_FILE, DS_DATA, DS_FILE_OR_DATA, DS_HINT };
 
 struct ds_dataset {
 	uint64_t id;
@@ -115,9 +114,9 @@ struct ds_job {
 	int kept;           /* idle past the GC timeout: kept, without tasks */
 	char secret[33];    /* consumers show it to workers' data servers */
 	struct ds_dataset *ds;
-	enum ds_mode mode; /* as asked */
-	enum ds_mode eff;  /* FILE_OR_DATA resolved */
-	long repeat;       /* epochs; 0: for ever */
+	enum shard_mode mode; /* as asked */
+	enum shard_mode eff;  /* FILE_OR_DATA resolved */
+	long repeat;          /* epochs; 0: for ever */
 	uint64_t seed;
 	long consumers; /* round robin; 0: none */
 	long shards;    /* static modes: the worker list's length */
@@ -167,8 +166,6 @@ struct ds;
 
 struct ds *ds_new(const struct ds_config *cfg, ds_observer_fn fn, void *arg);
 void ds_free(struct ds *ds);
-const char *ds_mode_name(enum ds_mode m);
-int ds_mode_parse(const char *s, enum ds_mode *m);
 
 /*
  * Registers what def describes ({"splits":[...], "reader", "framing",
@@ -240,14 +237,15 @@ int ds_worker_changed(struct ds *ds, const char *name, int clear);
 struct ds_task *ds_task_of(struct ds *ds, const char *name, uint64_t inc,
     uint64_t id, enum status *st, char *msg, size_t msglen);
 /*
- * Leases up to want (at most DS_WANT_MAX) seqs to t: out gets {"splits":[...], "end"} as JSON
- * text. ST_UNAVAILABLE (nothing written) when there is nothing to lease
- * yet and the job goes on: the caller waits for DS_EV_SPLITS. A request
- * sent again after its reply was lost (the same id, not 0) gets the seqs
- * of that reply again, those still open.
+ * Leases up to want (at most DS_WANT_MAX) seqs to t: out gets
+ * {"splits":[...], "end"} as JSON text. *later is set (and nothing
+ * written) when there is nothing to lease yet and the job goes on: the
+ * caller waits for DS_EV_SPLITS. A request sent again after its reply was
+ * lost (the same id, not 0) gets the seqs of that reply again, those
+ * still open.
  */
 enum status ds_lease(struct ds *ds, struct ds_task *t, long want, uint64_t id,
-    struct buf *out, char *msg, size_t msglen);
+    int *later, struct buf *out, char *msg, size_t msglen);
 /*
  * The ranges of t's splits its consumers acknowledged (asked for more
  * after), as [seq, first, end, total] each: what a consumer that died

@@ -62,14 +62,14 @@ job_key(uint64_t id, char *buf, size_t size)
 }
 
 static void
-reply_lease(struct http_req *req, enum status st, struct buf *b,
+reply_lease(struct http_req *req, enum status st, int later, struct buf *b,
     const char *msg)
 {
-	if (st == ST_UNAVAILABLE)
+	if (st != ST_OK)
+		http_reply_error(req, st, "%s", msg);
+	else if (later)
 		http_reply_json(req, 200,
 		    json_pack("{s:[],s:b}", "splits", "end", 0));
-	else if (st != ST_OK)
-		http_reply_error(req, st, "%s", msg);
 	else
 		http_reply(req, 200, "application/json", b->data, b->len);
 	buf_free(b);
@@ -83,6 +83,7 @@ answer_lease(struct dispatch *d, struct parked *p, int final)
 	struct cq_worker *w = x->w;
 	char msg[512];
 	enum status st;
+	int later;
 	struct ds_task *t =
 	    ds_task_of(d->ds, w->name, x->inc, x->task, &st, msg, sizeof(msg));
 	struct buf b = {0};
@@ -98,10 +99,11 @@ answer_lease(struct dispatch *d, struct parked *p, int final)
 			http_reply_error(p->req, st, "%s", msg);
 		return 1;
 	}
-	st = ds_lease(d->ds, t, x->want, x->lease, &b, msg, sizeof(msg));
-	if (st == ST_UNAVAILABLE && !final)
+	st =
+	    ds_lease(d->ds, t, x->want, x->lease, &later, &b, msg, sizeof(msg));
+	if (st == ST_OK && later && !final)
 		return 0;
-	reply_lease(p->req, st, &b, msg);
+	reply_lease(p->req, st, later, &b, msg);
 	return 1;
 }
 
@@ -170,6 +172,7 @@ dispatch_data_lease(struct dispatch *d, struct http_req *req,
 	    0;
 	long want = json_is_integer(jw) ? (long)json_integer_value(jw) : 1;
 	int64_t cap = cq_config(d->cq)->hb_timeout_ms / 2;
+	int later;
 	struct waitctx *x;
 	struct parked *p;
 	struct park_list *l;
@@ -189,9 +192,9 @@ dispatch_data_lease(struct dispatch *d, struct http_req *req,
 		http_reply_error(req, st, "%s", msg);
 		return;
 	}
-	st = ds_lease(d->ds, t, want, id, &b, msg, sizeof(msg));
-	if (st != ST_UNAVAILABLE || wait == 0) {
-		reply_lease(req, st, &b, msg);
+	st = ds_lease(d->ds, t, want, id, &later, &b, msg, sizeof(msg));
+	if (st != ST_OK || !later || wait == 0) {
+		reply_lease(req, st, later, &b, msg);
 		return;
 	}
 	if (wait > cap)
@@ -364,7 +367,7 @@ dispatch_jobs_route(struct http_req *req, const struct route_match *m,
 				log_debug("job %" PRIu64 " (%s) of dataset "
 				          "%" PRIu64 ", mode %s",
 				    j->id, j->name != NULL ? j->name : "-",
-				    j->ds->id, ds_mode_name(j->mode));
+				    j->ds->id, shard_mode_name(j->mode));
 			json_t *start = ds_job_start(j);
 			http_reply_json(req, 200,
 			    json_pack(
@@ -375,7 +378,7 @@ dispatch_jobs_route(struct http_req *req, const struct route_match *m,
 			        j->name != NULL ? json_string(j->name) :
 			                          json_null(),
 			        "iteration", (json_int_t)j->iteration, "mode",
-			        ds_mode_name(j->mode), "repeat",
+			        shard_mode_name(j->mode), "repeat",
 			        (json_int_t)j->repeat, "seed",
 			        (json_int_t)j->seed, "consumers",
 			        j->consumers > 0 ? json_integer(j->consumers) :

@@ -12,6 +12,9 @@
 #include "splitorder.h"
 #include "unit.h"
 
+/* Whether the last ds_lease found nothing to lease yet. */
+static int later;
+
 static int nevents;
 
 static void
@@ -116,7 +119,8 @@ lease(struct ds *ds, struct ds_task *t, long want)
 	char msg[256];
 	json_t *j = NULL;
 
-	if (ds_lease(ds, t, want, 0, &b, msg, sizeof(msg)) == ST_OK)
+	if (ds_lease(ds, t, want, 0, &later, &b, msg, sizeof(msg)) == ST_OK &&
+	    !later)
 		j = json_loadb(b.data, b.len, 0, NULL);
 	buf_free(&b);
 	return j;
@@ -221,11 +225,14 @@ lease_sent_again(void)
 	add(ds, "{\"splits\":[\"a\",\"b\",\"c\",\"d\"],\"reader\":\"cat\"}");
 	ds_worker_up(ds, "w:0", 1, "127.0.0.1:1", "h");
 	j = open_job(ds, "{\"dataset\":\"1\"}", &c, 0);
-	CHECK(ds_lease(ds, j->tasks, 2, 7, &a, msg, sizeof(msg)) == ST_OK);
-	CHECK(ds_lease(ds, j->tasks, 2, 7, &b, msg, sizeof(msg)) == ST_OK);
+	CHECK(ds_lease(ds, j->tasks, 2, 7, &later, &a, msg, sizeof(msg)) ==
+	    ST_OK);
+	CHECK(ds_lease(ds, j->tasks, 2, 7, &later, &b, msg, sizeof(msg)) ==
+	    ST_OK);
 	CHECK(a.len == b.len && memcmp(a.data, b.data, a.len) == 0);
 	CHECK(j->next == 2);
-	CHECK(ds_lease(ds, j->tasks, 2, 8, &x, msg, sizeof(msg)) == ST_OK);
+	CHECK(ds_lease(ds, j->tasks, 2, 8, &later, &x, msg, sizeof(msg)) ==
+	    ST_OK);
 	CHECK(j->next == 4 && strstr(x.data, "\"seq\":2") != NULL);
 	buf_free(&a);
 	buf_free(&b);

@@ -15,6 +15,9 @@
 #include "dataset.h"
 #include "unit.h"
 
+/* Whether the last ds_lease found nothing to lease yet. */
+static int later;
+
 struct rec {
 	void *p;
 	size_t n;
@@ -289,7 +292,7 @@ op_lease(struct run *r)
 	if (t == NULL)
 		return;
 	id = rnd(3) == 0 ? 0 : rnd(2) == 0 ? t->lease_id : 1 + rnd(1000000);
-	ds_lease(r->ds, t, 1 + (long)rnd(4), id, &b, msg, sizeof(msg));
+	ds_lease(r->ds, t, 1 + (long)rnd(4), id, &later, &b, msg, sizeof(msg));
 	buf_free(&b);
 }
 
@@ -646,7 +649,8 @@ restored_clients_and_workers_time_out(void)
 	CHECK(ds_client_beat(ds, c, body, 1000000, &reply, msg, sizeof(msg)) ==
 	    ST_OK); /* c is told of the task */
 	json_decref(reply);
-	CHECK(ds_lease(ds, j->tasks, 3, 0, &b, msg, sizeof(msg)) == ST_OK);
+	CHECK(ds_lease(ds, j->tasks, 3, 0, &later, &b, msg, sizeof(msg)) ==
+	    ST_OK);
 	buf_free(&b);
 	s = snap(ds);
 	ds_free(ds);
@@ -694,7 +698,8 @@ restored_clients_and_workers_time_out(void)
 	json_decref(reply);
 	ds_scan(ds2, 1100);
 	CHECK(j->nclients == 1);
-	CHECK(ds_lease(ds2, j->tasks, 3, 0, &b, msg, sizeof(msg)) == ST_OK);
+	CHECK(ds_lease(ds2, j->tasks, 3, 0, &later, &b, msg, sizeof(msg)) ==
+	    ST_OK);
 	CHECK(strstr(b.data, "\"seq\":3") != NULL && j->next == 4);
 	buf_free(&b);
 	ds_free(ds2);
@@ -761,7 +766,8 @@ a_million_splits_load_fast(void)
 	        3, "from_state", cp),
 	    0);
 	CHECK(j != NULL && j->done == 600000);
-	CHECK(ds_lease(ds, j->tasks, 256, 9, &b, msg, sizeof(msg)) == ST_OK);
+	CHECK(ds_lease(ds, j->tasks, 256, 9, &later, &b, msg, sizeof(msg)) ==
+	    ST_OK);
 	buf_free(&b);
 	t0 = secs();
 	s = snap(ds);
@@ -787,8 +793,9 @@ a_million_splits_load_fast(void)
 	while (!j->finished) {
 		json_t *dl = json_array();
 		struct ds_lease *l;
-		if (ds_lease(ds, j->tasks, 256, 0, &b, msg, sizeof(msg)) !=
-		    ST_OK)
+		if (ds_lease(ds, j->tasks, 256, 0, &later, &b, msg,
+		        sizeof(msg)) != ST_OK ||
+		    later)
 			break;
 		buf_reset(&b);
 		for (l = j->tasks->leases.head; l != NULL; l = l->next)
