@@ -1,0 +1,326 @@
+/*
+ * dataset_grant.c: tasks made for a job on a worker, leasing a dynamic
+ * job's splits and what is delivered of them (made as records and applied
+ * by ds_commit), and a job's end once every task of it has ended.
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "dataset_int.h"
+#include "rec.h"
+#include "token.h"
+#include "vec.h"
+
+/* Makes worker w's task in job j, if it should have one. */
+void
+ds_task_make(struct ds *ds, struct ds_job *j, struct ds_worker *w, int pending)
+{
+	struct ds_task *t, **pp;
+	long shard = 0;
+
+	if (j->finished || j->kept || !w->live)
+		return;
+	if (ds_is_static(j->mode)) {
+		if ((shard = ds_static_index(ds, w->name)) < 0)
+			return;
+	}
+	if ((t = calloc(1, sizeof(*t))) == NULL)
+		return;
+	t->id = ++ds->next_task;
+	t->job = j;
+	t->w = w;
+	t->inc = w->inc;
+	t->shard = shard;
+	t->state = DS_TASK_RUNNING;
+	t->pending = pending && j->consumers > 0;
+	t->start_round = 0;
+	for (pp = &j->tasks; *pp != NULL; pp = &(*pp)->next)
+		;
+	*pp = t;
+	ds_jr_task(ds, t);
+	if (t->pending && j->rr_target < 0) {
+		j->rr_delta = 1;
+		j->rr_target = j->rr_latest + j->rr_delta;
+		ds_jr_job(ds, j);
+	}
+	ds_tasks_changed(ds, w);
+}
+
+/* Jobs. */
+
+void
+ds_job_finish(struct ds *ds, struct ds_job *j)
+{
+	if (j->finished)
+		return;
+	j->finished = 1;
+	ds_jr_job(ds, j);
+	ds_emit(ds, DS_EV_SPLITS, NULL, j->id);
+	for (struct ds_task *t = j->tasks; t != NULL; t = t->next)
+		ds_tasks_changed(ds, t->w);
+}
+
+void
+ds_job_check_done(struct ds *ds, struct ds_job *j)
+{
+	int running = 0, finished = 0;
+
+	if (j->finished)
+		return;
+	if (j->eff == SHARD_DYNAMIC) {
+		if (j->total != UINT64_MAX && j->done >= j->total)
+			ds_job_finish(ds, j);
+		return;
+	}
+	if (j->finished_shards != NULL) {
+		for (long i = 0; i < j->shards; i++)
+			if (!j->finished_shards[i])
+				return;
+		ds_job_finish(ds, j);
+		return;
+	}
+	for (struct ds_task *t = j->tasks; t != NULL; t = t->next) {
+		running += t->state == DS_TASK_RUNNING;
+		finished += t->read_all;
+	}
+	if (running == 0 && finished > 0)
+		ds_job_finish(ds, j);
+}
+
+/* Records that elements [a, b) of seq were delivered (total: -1 or all):
+ * R_LEASE, the lease's ranges with [a, b) added, or R_DONE once they
+ * cover it. */
+void
+ds_delivered(struct ds *ds, struct ds_job *j, uint64_t seq, uint64_t a,
+    uint64_t b, int64_t total)
+{
+	struct ds_lease *l = ds_map_get(j->leases, seq), x = {0};
+	struct rec_out o;
+
+	if (l == NULL)
+		return; /* done already, or never leased */
+	x.total = total >= 0 ? total : l->total;
+	if (l->nr > 0 && (x.r = malloc(l->nr * sizeof(*x.r))) == NULL)
+		return;
+	if (l->nr > 0)
+		memcpy(x.r, l->r, l->nr * sizeof(*x.r));
+	x.nr = x.capr = l->nr;
+	if (ds_range_add(&x, a, b) < 0) {
+		free(x.r);
+		return;
+	}
+	if (ds_lease_complete(&x)) {
+		ds_rec_start(ds, &o, R_DONE);
+		rec_put_u(&o, j->id);
+		rec_put_u(&o, seq);
+	} else {
+		ds_rec_start(ds, &o, R_LEASE);
+		rec_put_u(&o, j->id);
+		rec_put_u(&o, seq);
+		ds_enc_ranges(&o, &x);
+	}
+	free(x.r);
+	(void)ds_commit(ds, &o, 0, NULL, 0);
+}
+
+/* What "delivered" lists: [seq, first, end, total] each. */
+int
+ds_deliveries(struct ds *ds, struct ds_job *j, json_t *list, char *msg,
+    size_t msglen)
+{
+	json_t *v;
+	size_t i;
+
+	json_array_foreach(list, i, v) {
+		json_t *s = json_array_get(v, 0), *a = json_array_get(v, 1);
+		json_t *b = json_array_get(v, 2), *n = json_array_get(v, 3);
+		if (!json_is_integer(s) || !json_is_integer(a) ||
+		    !json_is_integer(b) || json_integer_value(s) < 0 ||
+		    json_integer_value(a) < 0 ||
+		    json_integer_value(b) < json_integer_value(a)) {
+			snprintf(msg, msglen,
+			    "delivered[%zu] must be [seq, first, end, total]",
+			    i);
+			return -1;
+		}
+		if (j->eff == SHARD_DYNAMIC)
+			ds_delivered(ds, j, (uint64_t)json_integer_value(s),
+			    (uint64_t)json_integer_value(a),
+			    (uint64_t)json_integer_value(b),
+			    json_is_integer(n) ? json_integer_value(n) : -1);
+	}
+	return 0;
+}
+
+/* The index in the dataset of the split seq names. */
+static int
+split_index(struct ds_job *j, uint64_t seq, uint32_t *index)
+{
+	size_t n = j->ds->nsplits;
+	uint64_t epoch = seq / n;
+
+	if (j->seed == 0) {
+		*index = (uint32_t)(seq % n);
+		return 0;
+	}
+	if (j->order == NULL || j->order_epoch != epoch) {
+		if (j->order == NULL &&
+		    (j->order = malloc(n * sizeof(*j->order))) == NULL)
+			return -1;
+		split_order(j->seed, epoch, j->order, n);
+		j->order_epoch = epoch;
+	}
+	*index = j->order[seq % n];
+	return 0;
+}
+
+/* s as a JSON string, quoted, onto b. */
+static void
+json_quote(struct buf *b, const char *s)
+{
+	static const char hex[] = "0123456789abcdef";
+	const char *run = s;
+
+	buf_append(b, "\"", 1);
+	for (; *s != '\0'; s++) {
+		unsigned char c = (unsigned char)*s;
+		char e[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+		if (c >= 0x20 && c != '"' && c != '\\')
+			continue;
+		buf_append(b, run, (size_t)(s - run));
+		if (c == '"' || c == '\\') {
+			e[1] = (char)c;
+			buf_append(b, e, 2);
+		} else {
+			buf_append(b, e, 6);
+		}
+		run = s + 1;
+	}
+	buf_append(b, run, (size_t)(s - run));
+	buf_append(b, "\"", 1);
+}
+
+/* One leased seq's object onto out. */
+static void
+lease_json(struct ds_job *j, const struct ds_lease *l, int first,
+    struct buf *out)
+{
+	uint32_t index;
+
+	if (split_index(j, l->seq, &index) < 0)
+		index = 0;
+	buf_printf(out,
+	    "%s{\"seq\":%" PRIu64 ",\"index\":%" PRIu32 ",\"epoch\":%" PRIu64
+	    ",\"split\":",
+	    first ? "" : ",", l->seq, index, l->seq / j->ds->nsplits);
+	json_quote(out, j->ds->splits[index]);
+	buf_puts(out, ",\"skip\":[");
+	for (size_t i = 0; i < l->nr; i++)
+		buf_printf(out, "%s[%" PRIu64 ",%" PRIu64 "]", i > 0 ? "," : "",
+		    l->r[i].a, l->r[i].b);
+	buf_puts(out, "]}");
+}
+
+/* The reply to a lease request sent again: its seqs t still holds. */
+static void
+lease_again(struct ds_task *t, struct buf *out)
+{
+	int n = 0;
+
+	buf_puts(out, "{\"splits\":[");
+	for (size_t i = 0; i < t->nlast; i++) {
+		struct ds_lease *l = ds_map_get(t->job->leases, t->last[i]);
+		if (l != NULL && l->task == t)
+			lease_json(t->job, l, n++ == 0, out);
+	}
+	buf_puts(out, "],\"end\":false}");
+}
+
+enum status
+ds_lease(struct ds *ds, struct ds_task *t, long want, uint64_t id, int *later,
+    struct buf *out, char *msg, size_t msglen)
+{
+	struct ds_job *j = t->job;
+	uint64_t seqs[DS_WANT_MAX];
+	long n = 0;
+
+	*later = 0;
+	if (want > DS_WANT_MAX)
+		want = DS_WANT_MAX;
+	if (j->error != NULL) {
+		snprintf(msg, msglen, "job %" PRIu64 " failed: %s", j->id,
+		    j->error);
+		return ST_FAILED_PRECONDITION;
+	}
+	if (j->eff != SHARD_DYNAMIC) {
+		snprintf(msg, msglen,
+		    "job %" PRIu64 " reads in mode %s: it leases no splits",
+		    j->id, shard_mode_name(j->eff));
+		return ST_FAILED_PRECONDITION;
+	}
+	if (j->finished) {
+		buf_puts(out, "{\"splits\":[],\"end\":true}");
+		return ST_OK;
+	}
+	if (id != 0 && id == t->lease_id) {
+		lease_again(t, out);
+		return ST_OK;
+	}
+	if (j->queue.count == 0 && j->next >= j->total) {
+		*later = 1;
+		return ST_OK;
+	}
+	/* The queue's first, then new ones. */
+	for (struct ds_lease *l = j->queue.head; l != NULL && n < want;
+	     l = l->next)
+		seqs[n++] = l->seq;
+	for (uint64_t s = j->next; s < j->total && n < want; s++)
+		seqs[n++] = s;
+	if (ds_grant(ds, t, id, seqs, (size_t)n, msg, msglen) < 0)
+		return ST_RESOURCE_EXHAUSTED;
+	buf_puts(out, "{\"splits\":[");
+	for (long i = 0; i < n; i++)
+		lease_json(j, ds_map_get(j->leases, seqs[i]), i == 0, out);
+	buf_puts(out, "],\"end\":false}");
+	return ST_OK;
+}
+
+enum status
+ds_task_delivered(struct ds *ds, struct ds_task *t, json_t *list, char *msg,
+    size_t msglen)
+{
+	if (ds_deliveries(ds, t->job, list, msg, msglen) < 0)
+		return ST_INVALID_ARGUMENT;
+	ds_job_check_done(ds, t->job);
+	return ST_OK;
+}
+
+/* Leases seqs to t in reply to lease request id (R_GRANT): the seqs in
+ * runs of consecutive ones. */
+int
+ds_grant(struct ds *ds, struct ds_task *t, uint64_t id, const uint64_t *seqs,
+    size_t n, char *msg, size_t msglen)
+{
+	struct rec_out o;
+	size_t runs = 0;
+
+	ds_rec_start(ds, &o, R_GRANT);
+	rec_put_u(&o, t->job->id);
+	rec_put_u(&o, t->id);
+	rec_put_u(&o, id);
+	for (size_t i = 0; i < n; i++)
+		runs += i == 0 || seqs[i] != seqs[i - 1] + 1;
+	rec_put_u(&o, runs);
+	for (size_t i = 0, k; i < n; i = k) {
+		for (k = i + 1; k < n && seqs[k] == seqs[k - 1] + 1; k++)
+			;
+		rec_put_u(&o, seqs[i]);
+		rec_put_u(&o, k - i);
+	}
+	return ds_commit(ds, &o, 0, msg, msglen);
+}

@@ -1,0 +1,188 @@
+/*
+ * dataset_lease.c: a dynamic job's open splits: the map of open seqs, the
+ * lists of leases (a task's, the job's queue) and the ranges of each that
+ * were delivered. Plain structures: no records, no events.
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "dataset_int.h"
+#include "rec.h"
+#include "token.h"
+#include "vec.h"
+
+/* The lease map. */
+
+static size_t
+hash_seq(uint64_t seq, size_t cap)
+{
+	seq *= 0x9e3779b97f4a7c15ULL;
+	return (size_t)(seq >> 17) & (cap - 1);
+}
+
+struct ds_lease *
+ds_map_get(struct lease_map *m, uint64_t seq)
+{
+	if (m->cap == 0)
+		return NULL;
+	for (size_t i = hash_seq(seq, m->cap);; i = (i + 1) & (m->cap - 1)) {
+		if (m->slot[i] == NULL)
+			return NULL;
+		if (m->slot[i]->seq == seq)
+			return m->slot[i];
+	}
+}
+
+/* Room in m for n leases, so that the puts up to n cannot fail. */
+int
+ds_map_reserve(struct lease_map *m, size_t n)
+{
+	size_t cap = m->cap != 0 ? m->cap : 64;
+	struct ds_lease **s;
+
+	while (n * 2 > cap)
+		cap *= 2;
+	if (cap == m->cap)
+		return 0;
+	if ((s = calloc(cap, sizeof(*s))) == NULL)
+		return -1;
+	for (size_t i = 0; i < m->cap; i++) {
+		if (m->slot[i] == NULL)
+			continue;
+		size_t j = hash_seq(m->slot[i]->seq, cap);
+		while (s[j] != NULL)
+			j = (j + 1) & (cap - 1);
+		s[j] = m->slot[i];
+	}
+	free(m->slot);
+	m->slot = s;
+	m->cap = cap;
+	return 0;
+}
+
+int
+ds_map_put(struct lease_map *m, struct ds_lease *l)
+{
+	if (ds_map_reserve(m, m->count + 1) < 0)
+		return -1;
+	size_t i = hash_seq(l->seq, m->cap);
+	while (m->slot[i] != NULL)
+		i = (i + 1) & (m->cap - 1);
+	m->slot[i] = l;
+	m->count++;
+	return 0;
+}
+
+void
+ds_map_del(struct lease_map *m, uint64_t seq)
+{
+	size_t i = hash_seq(seq, m->cap), j;
+
+	while (m->slot[i] != NULL && m->slot[i]->seq != seq)
+		i = (i + 1) & (m->cap - 1);
+	if (m->slot[i] == NULL)
+		return;
+	m->slot[i] = NULL;
+	m->count--;
+	/* Shift back what the hole would hide from its probe. */
+	for (j = (i + 1) & (m->cap - 1); m->slot[j] != NULL;
+	     j = (j + 1) & (m->cap - 1)) {
+		size_t h = hash_seq(m->slot[j]->seq, m->cap);
+		if ((j > i && (h <= i || h > j)) ||
+		    (j < i && h <= i && h > j)) {
+			m->slot[i] = m->slot[j];
+			m->slot[j] = NULL;
+			i = j;
+		}
+	}
+}
+
+/* Lease lists. */
+
+void
+ds_list_push(struct ds_lease_list *l, struct ds_lease *x, int front)
+{
+	x->prev = x->next = NULL;
+	if (l->head == NULL) {
+		l->head = l->tail = x;
+	} else if (front) {
+		x->next = l->head;
+		l->head->prev = x;
+		l->head = x;
+	} else {
+		x->prev = l->tail;
+		l->tail->next = x;
+		l->tail = x;
+	}
+	l->count++;
+}
+
+void
+ds_list_unlink(struct ds_lease_list *l, struct ds_lease *x)
+{
+	if (x->prev != NULL)
+		x->prev->next = x->next;
+	else
+		l->head = x->next;
+	if (x->next != NULL)
+		x->next->prev = x->prev;
+	else
+		l->tail = x->prev;
+	x->prev = x->next = NULL;
+	l->count--;
+}
+
+void
+ds_lease_free(struct ds_lease *l)
+{
+	if (l == NULL)
+		return;
+	free(l->r);
+	free(l);
+}
+
+/* Adds [a, b) to what l delivered. */
+int
+ds_range_add(struct ds_lease *l, uint64_t a, uint64_t b)
+{
+	size_t i = 0, j;
+
+	if (a >= b)
+		return 0;
+	while (i < l->nr && l->r[i].b < a)
+		i++;
+	/* l->r[i..j) touch [a, b): merge them into one. */
+	for (j = i; j < l->nr && l->r[j].a <= b; j++) {
+		if (l->r[j].a < a)
+			a = l->r[j].a;
+		if (l->r[j].b > b)
+			b = l->r[j].b;
+	}
+	if (j == i) {
+		if (vec_grow(&l->r, &l->capr, l->nr + 1, sizeof(*l->r)) < 0)
+			return -1;
+		memmove(l->r + i + 1, l->r + i, (l->nr - i) * sizeof(*l->r));
+		l->nr++;
+	} else if (j > i + 1) {
+		memmove(l->r + i + 1, l->r + j, (l->nr - j) * sizeof(*l->r));
+		l->nr -= j - i - 1;
+	}
+	l->r[i].a = a;
+	l->r[i].b = b;
+	return 0;
+}
+
+int
+ds_lease_complete(const struct ds_lease *l)
+{
+	if (l->total < 0)
+		return 0;
+	if (l->total == 0)
+		return 1;
+	return l->nr == 1 && l->r[0].a == 0 && l->r[0].b >= (uint64_t)l->total;
+}
