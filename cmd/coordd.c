@@ -53,9 +53,9 @@ parse_recoverable(const char *arg, struct registry_config *rc)
 }
 
 static int
-parse_args(int argc, char **argv, struct daemon_options *d,
-    struct coord_config *cc)
+parse_args(int argc, char **argv, struct daemon_options *d, void *cfg)
 {
+	struct coord_config *cc = cfg;
 	static const struct option longopts[] = {
 	    DAEMON_LONGOPTS,
 	    {"max-value-size", required_argument, NULL, 'M'},
@@ -153,37 +153,38 @@ parse_args(int argc, char **argv, struct daemon_options *d,
 	return 0;
 }
 
+static int
+open_service(const struct daemon_options *d, void *cfg,
+    struct daemon_service *svc)
+{
+	struct coord *co;
+	char err[512];
+	enum status st;
+
+	if ((co = coord_new(cfg, err, sizeof(err))) == NULL)
+		return cli_fail(ST_INTERNAL, "%s", err);
+	if (d->state_dir != NULL &&
+	    (st = coord_journal_open(co, d->state_dir, d->fsync, d->journal_max,
+	         err, sizeof(err))) != ST_OK) {
+		coord_free(co);
+		return cli_fail(st, "%s", err);
+	}
+	coord_service(co, svc);
+	return 0;
+}
+
+static void
+close_service(struct daemon_service *svc)
+{
+	coord_free(svc->arg);
+}
+
 int
 main(int argc, char **argv)
 {
 	static struct coord_config cc;
-	struct daemon_options d;
-	struct daemon_service svc;
-	struct coord *co;
-	char err[512];
-	enum status st;
-	int rc;
+	static const struct daemon_program p = {"coordd", 7700, &cc, parse_args,
+	    open_service, close_service};
 
-	log_init(argv[0], 0);
-	daemon_options_init(&d, 7700);
-	if ((rc = parse_args(argc, argv, &d, &cc)) != 0)
-		return rc;
-	log_init(argv[0], d.verbose);
-	if (d.check) {
-		printf("coordd: configuration ok\n");
-		rc = 0;
-	} else if ((co = coord_new(&cc, err, sizeof(err))) == NULL) {
-		rc = cli_fail(ST_INTERNAL, "%s", err);
-	} else if (d.state_dir != NULL &&
-	    (st = coord_journal_open(co, d.state_dir, d.fsync, d.journal_max,
-	         err, sizeof(err))) != ST_OK) {
-		coord_free(co);
-		rc = cli_fail(st, "%s", err);
-	} else {
-		coord_service(co, &svc);
-		rc = daemon_run(&d, &svc);
-		coord_free(co);
-	}
-	daemon_options_free(&d);
-	return rc;
+	return daemon_main(&p, argc, argv);
 }

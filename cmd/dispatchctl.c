@@ -1837,6 +1837,61 @@ cmd_read(struct ctl *x, int argc, char **argv)
 	return st == ST_OK ? 0 : cli_fail(st, "%s", err);
 }
 
+/* The verbs, as the synopsis lists them. */
+
+static int
+verb_join(struct ctl *x, int argc, char **argv)
+{
+	return cmd_join(x, argc, argv, 0);
+}
+
+static int
+verb_done(struct ctl *x, int argc, char **argv)
+{
+	return cmd_join(x, argc, argv, 1);
+}
+
+static int
+verb_cancel(struct ctl *x, int argc, char **argv)
+{
+	return cmd_each_id(x, argc, argv, "POST", "/cancel");
+}
+
+static int
+verb_forget(struct ctl *x, int argc, char **argv)
+{
+	return cmd_each_id(x, argc, argv, "DELETE", "");
+}
+
+static int
+verb_splits(struct ctl *x, int argc, char **argv)
+{
+	(void)x;
+	return cmd_splits(argc, argv);
+}
+
+static const struct verb {
+	const char *name;
+	int (*run)(struct ctl *x, int argc, char **argv);
+	int local; /* needs no dispatchd */
+} verbs[] = {
+    {"schedule", cmd_schedule, 0},
+    {"fetch", cmd_fetch, 0},
+    {"join", verb_join, 0},
+    {"done", verb_done, 0},
+    {"cancel", verb_cancel, 0},
+    {"forget", verb_forget, 0},
+    {"ls", cmd_ls, 0},
+    {"status", cmd_status, 0},
+    {"resource", cmd_resource, 0},
+    {"dataset", cmd_dataset, 0},
+    {"splits", verb_splits, 1},
+    {"read", cmd_read, 0},
+    {"checkpoint", cmd_checkpoint, 0},
+    {"job", cmd_job, 0},
+    {NULL, NULL, 0},
+};
+
 int
 main(int argc, char **argv)
 {
@@ -1849,6 +1904,7 @@ main(int argc, char **argv)
 	};
 	struct ctl x = {.queue = "default"};
 	const char *addr = NULL, *verb;
+	const struct verb *v;
 	char err[512];
 	int c, rc;
 
@@ -1874,45 +1930,16 @@ main(int argc, char **argv)
 		return usage("-q %s is not a queue name (letters, digits, "
 		             "_-.:)",
 		    x.queue);
-	static const char *verbs[] = {"schedule", "fetch", "join", "done",
-	    "cancel", "forget", "ls", "status", "resource", "dataset", "read",
-	    "checkpoint", "job", "splits"};
-	int known = 0;
-	for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++)
-		known |= strcmp(verb, verbs[i]) == 0;
-	if (!known)
+	for (v = verbs; v->name != NULL && strcmp(verb, v->name) != 0; v++)
+		;
+	if (v->name == NULL)
 		return usage("unknown verb %s", verb);
-	if (strcmp(verb, "splits") == 0)
-		return cmd_splits(argc, argv);
+	if (v->local)
+		return v->run(&x, argc, argv);
 	x.addr = cli_dispatch_addr(addr);
 	if ((x.dc = dispatch_client_new(x.addr, err, sizeof(err))) == NULL)
 		return cli_fail(ST_INVALID_ARGUMENT, "%s", err);
-	if (strcmp(verb, "schedule") == 0)
-		rc = cmd_schedule(&x, argc, argv);
-	else if (strcmp(verb, "fetch") == 0)
-		rc = cmd_fetch(&x, argc, argv);
-	else if (strcmp(verb, "join") == 0)
-		rc = cmd_join(&x, argc, argv, 0);
-	else if (strcmp(verb, "done") == 0)
-		rc = cmd_join(&x, argc, argv, 1);
-	else if (strcmp(verb, "cancel") == 0)
-		rc = cmd_each_id(&x, argc, argv, "POST", "/cancel");
-	else if (strcmp(verb, "forget") == 0)
-		rc = cmd_each_id(&x, argc, argv, "DELETE", "");
-	else if (strcmp(verb, "ls") == 0)
-		rc = cmd_ls(&x, argc, argv);
-	else if (strcmp(verb, "status") == 0)
-		rc = cmd_status(&x, argc, argv);
-	else if (strcmp(verb, "resource") == 0)
-		rc = cmd_resource(&x, argc, argv);
-	else if (strcmp(verb, "dataset") == 0)
-		rc = cmd_dataset(&x, argc, argv);
-	else if (strcmp(verb, "read") == 0)
-		rc = cmd_read(&x, argc, argv);
-	else if (strcmp(verb, "checkpoint") == 0)
-		rc = cmd_checkpoint(&x, argc, argv);
-	else
-		rc = cmd_job(&x, argc, argv);
+	rc = v->run(&x, argc, argv);
 	dispatch_client_free(x.dc);
 	return rc;
 }

@@ -72,9 +72,9 @@ bad:
 }
 
 static int
-parse_args(int argc, char **argv, struct daemon_options *d,
-    struct dispatch_config *dc)
+parse_args(int argc, char **argv, struct daemon_options *d, void *cfg)
 {
+	struct dispatch_config *dc = cfg;
 	static const struct option longopts[] = {
 	    DAEMON_LONGOPTS,
 	    {"heartbeat-timeout", required_argument, NULL, 'H'},
@@ -181,16 +181,38 @@ parse_args(int argc, char **argv, struct daemon_options *d,
 	return 0;
 }
 
+static int
+open_service(const struct daemon_options *d, void *cfg,
+    struct daemon_service *svc)
+{
+	struct dispatch *ds;
+	char err[512];
+	enum status st;
+
+	if ((ds = dispatch_new(cfg, err, sizeof(err))) == NULL)
+		return cli_fail(ST_INTERNAL, "%s", err);
+	if (d->state_dir != NULL &&
+	    (st = dispatch_journal_open(ds, d->state_dir, d->fsync,
+	         d->journal_max, err, sizeof(err))) != ST_OK) {
+		dispatch_free(ds);
+		return cli_fail(st, "%s", err);
+	}
+	dispatch_service(ds, svc);
+	return 0;
+}
+
+static void
+close_service(struct daemon_service *svc)
+{
+	dispatch_free(svc->arg);
+}
+
 int
 main(int argc, char **argv)
 {
 	static struct dispatch_config dc;
-	struct daemon_options d;
-	struct daemon_service svc;
-	struct dispatch *ds;
-	char err[512];
-	enum status st;
-	int rc;
+	static const struct daemon_program p = {"dispatchd", 7701, &dc,
+	    parse_args, open_service, close_service};
 
 	/*
 	 * Values are held until forgotten, between requests whose bodies
@@ -200,26 +222,5 @@ main(int argc, char **argv)
 	 * 1.5 to 2.9 times the values).
 	 */
 	mallopt(M_MMAP_THRESHOLD, 128 * 1024);
-	log_init(argv[0], 0);
-	daemon_options_init(&d, 7701);
-	if ((rc = parse_args(argc, argv, &d, &dc)) != 0)
-		return rc;
-	log_init(argv[0], d.verbose);
-	if (d.check) {
-		printf("dispatchd: configuration ok\n");
-		rc = 0;
-	} else if ((ds = dispatch_new(&dc, err, sizeof(err))) == NULL) {
-		rc = cli_fail(ST_INTERNAL, "%s", err);
-	} else if (d.state_dir != NULL &&
-	    (st = dispatch_journal_open(ds, d.state_dir, d.fsync, d.journal_max,
-	         err, sizeof(err))) != ST_OK) {
-		dispatch_free(ds);
-		rc = cli_fail(st, "%s", err);
-	} else {
-		dispatch_service(ds, &svc);
-		rc = daemon_run(&d, &svc);
-		dispatch_free(ds);
-	}
-	daemon_options_free(&d);
-	return rc;
+	return daemon_main(&p, argc, argv);
 }

@@ -581,3 +581,26 @@ daemon_health_lock(pthread_mutex_t *mu, const char *name, char *why, size_t len)
 	}
 	return 0;
 }
+
+int
+daemon_main(const struct daemon_program *p, int argc, char **argv)
+{
+	struct daemon_options o;
+	struct daemon_service svc;
+	int rc;
+
+	log_init(argv[0], 0);
+	daemon_options_init(&o, p->port);
+	if ((rc = p->parse(argc, argv, &o, p->cfg)) != 0)
+		return rc;
+	log_init(argv[0], o.verbose);
+	if (o.check) {
+		printf("%s: configuration ok\n", p->name);
+		rc = 0;
+	} else if ((rc = p->open(&o, p->cfg, &svc)) == 0) {
+		rc = daemon_run(&o, &svc);
+		p->close(&svc);
+	}
+	daemon_options_free(&o);
+	return rc;
+}

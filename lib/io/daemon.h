@@ -91,6 +91,33 @@ struct daemon_options {
 /* clang-format on */
 #define DAEMON_SHORTOPTS "hl:nv"
 
+/*
+ * A daemon program: its name and port, its own options and its service.
+ * daemon_main does the rest, the same for every daemon.
+ */
+struct daemon_program {
+	const char *name; /* "coordd" */
+	int port;         /* the default port */
+	void *cfg;        /* the program's configuration, for its hooks */
+	/* Reads the options (the skeleton's through daemon_option) into o
+	 * and cfg: 0, or the exit code. */
+	int (
+	    *parse)(int argc, char **argv, struct daemon_options *o, void *cfg);
+	/* Makes the service, with its journal when o->state_dir is set,
+	 * and fills svc: 0, or the exit code (the reason said). */
+	int (*open)(const struct daemon_options *o, void *cfg,
+	    struct daemon_service *svc);
+	/* Frees the service open made (svc->arg). */
+	void (*close)(struct daemon_service *svc);
+};
+
+/*
+ * A daemon's main: logging, the options, -n (the options are checked and
+ * nothing runs), the service opened, served (daemon_run) and closed. The
+ * exit code.
+ */
+int daemon_main(const struct daemon_program *p, int argc, char **argv);
+
 /* Fills o with the defaults (listen on 127.0.0.1:port). */
 void daemon_options_init(struct daemon_options *o, int port);
 
