@@ -361,12 +361,13 @@ ds_client_beat(struct ds *ds, struct ds_client *c, json_t *body, int64_t now,
 {
 	struct ds_job *j = c->job;
 	json_t *v, *tasks;
+	enum status st;
 	size_t i;
 
 	c->last_seen = now;
-	if (ds_deliveries(ds, j, json_object_get(body, "delivered"), msg,
-	        msglen) < 0)
-		return ST_INVALID_ARGUMENT;
+	if ((st = ds_deliveries(ds, j, json_object_get(body, "delivered"), msg,
+	         msglen)) != ST_OK)
+		return st;
 	json_array_foreach(json_object_get(body, "lost"), i, v) {
 		struct ds_task *t;
 		if (json_is_integer(v) &&

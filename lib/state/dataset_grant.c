@@ -94,8 +94,8 @@ ds_job_check_done(struct ds *ds, struct ds_job *j)
 
 /* Records that elements [a, b) of seq were delivered (total: -1 or all):
  * R_LEASE, the lease's ranges with [a, b) added, or R_DONE once they
- * cover it. */
-void
+ * cover it. -1: memory ran out, and nothing changed. */
+int
 ds_delivered(struct ds *ds, struct ds_job *j, uint64_t seq, uint64_t a,
     uint64_t b, int64_t total)
 {
@@ -103,16 +103,16 @@ ds_delivered(struct ds *ds, struct ds_job *j, uint64_t seq, uint64_t a,
 	struct rec_out o;
 
 	if (l == NULL)
-		return; /* done already, or never leased */
+		return 0; /* done already, or never leased */
 	x.total = total >= 0 ? total : l->total;
 	if (l->nr > 0 && (x.r = malloc(l->nr * sizeof(*x.r))) == NULL)
-		return;
+		return -1;
 	if (l->nr > 0)
 		memcpy(x.r, l->r, l->nr * sizeof(*x.r));
 	x.nr = x.capr = l->nr;
 	if (ds_range_add(&x, a, b) < 0) {
 		free(x.r);
-		return;
+		return -1;
 	}
 	if (ds_lease_complete(&x)) {
 		ds_rec_start(ds, &o, R_DONE);
@@ -125,11 +125,14 @@ ds_delivered(struct ds *ds, struct ds_job *j, uint64_t seq, uint64_t a,
 		ds_enc_ranges(&o, &x);
 	}
 	free(x.r);
-	(void)ds_commit(ds, &o, 0, NULL, 0);
+	return ds_commit(ds, &o, 0, NULL, 0);
 }
 
-/* What "delivered" lists: [seq, first, end, total] each. */
-int
+/* What "delivered" lists: [seq, first, end, total] each. ST_OK,
+ * ST_INVALID_ARGUMENT for a list that is not one, or ST_UNAVAILABLE when
+ * memory ran out (what was recorded stays; the rest is to be sent again,
+ * and a range sent twice is recorded once). */
+enum status
 ds_deliveries(struct ds *ds, struct ds_job *j, json_t *list, char *msg,
     size_t msglen)
 {
@@ -146,15 +149,21 @@ ds_deliveries(struct ds *ds, struct ds_job *j, json_t *list, char *msg,
 			snprintf(msg, msglen,
 			    "delivered[%zu] must be [seq, first, end, total]",
 			    i);
-			return -1;
+			return ST_INVALID_ARGUMENT;
 		}
-		if (j->eff == SHARD_DYNAMIC)
-			ds_delivered(ds, j, (uint64_t)json_integer_value(s),
-			    (uint64_t)json_integer_value(a),
-			    (uint64_t)json_integer_value(b),
-			    json_is_integer(n) ? json_integer_value(n) : -1);
+		if (j->eff == SHARD_DYNAMIC &&
+		    ds_delivered(ds, j, (uint64_t)json_integer_value(s),
+		        (uint64_t)json_integer_value(a),
+		        (uint64_t)json_integer_value(b),
+		        json_is_integer(n) ? json_integer_value(n) : -1) < 0) {
+			snprintf(msg, msglen,
+			    "out of memory recording delivered[%zu]: send it "
+			    "again",
+			    i);
+			return ST_UNAVAILABLE;
+		}
 	}
-	return 0;
+	return ST_OK;
 }
 
 /* The index in the dataset of the split seq names. */
@@ -294,10 +303,10 @@ enum status
 ds_task_delivered(struct ds *ds, struct ds_task *t, json_t *list, char *msg,
     size_t msglen)
 {
-	if (ds_deliveries(ds, t->job, list, msg, msglen) < 0)
-		return ST_INVALID_ARGUMENT;
+	enum status st = ds_deliveries(ds, t->job, list, msg, msglen);
+
 	ds_job_check_done(ds, t->job);
-	return ST_OK;
+	return st;
 }
 
 /* Leases seqs to t in reply to lease request id (R_GRANT): the seqs in

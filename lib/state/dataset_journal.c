@@ -903,6 +903,14 @@ apply_done(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
 	return 0;
 }
 
+static int
+cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
 /* Room in t's list of last leased seqs for n. */
 static int
 last_reserve(struct ds_task *t, size_t n)
@@ -926,9 +934,9 @@ apply_grant(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
 {
 	uint64_t jid = rec_get_u(in), tid = rec_get_u(in);
 	uint64_t id = rec_get_u(in), runs = rec_get_u(in), next;
-	uint64_t seqs[DS_WANT_MAX];
+	uint64_t seqs[DS_WANT_MAX], waiting[DS_WANT_MAX];
 	struct ds_lease *made[DS_WANT_MAX];
-	size_t n = 0, nmade = 0, used = 0;
+	size_t n = 0, nwaiting = 0, nmade = 0, used = 0;
 	struct ds_job *j = job_by_id(ds, jid);
 	struct ds_task *t = j != NULL ? ds_job_task(j, tid) : NULL;
 
@@ -948,18 +956,18 @@ apply_grant(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
 	next = j->next;
 	for (size_t i = 0; i < n; i++) {
 		struct ds_lease *l = ds_map_get(j->leases, seqs[i]);
-		if (l != NULL) {
-			if (l->task != NULL)
-				goto fail;
-			for (size_t k = 0; k < i; k++)
-				if (seqs[k] == seqs[i])
-					goto fail;
-		} else if (seqs[i] == next && next < j->total) {
+		if (l != NULL && l->task == NULL)
+			waiting[nwaiting++] = seqs[i];
+		else if (l == NULL && seqs[i] == next && next < j->total)
 			next++;
-		} else {
+		else
 			goto fail;
-		}
 	}
+	/* None of the waiting ones twice. */
+	qsort(waiting, nwaiting, sizeof(*waiting), cmp_u64);
+	for (size_t i = 1; i < nwaiting; i++)
+		if (waiting[i] == waiting[i - 1])
+			goto fail;
 	for (; nmade < next - j->next; nmade++)
 		if ((made[nmade] = calloc(1, sizeof(**made))) == NULL)
 			goto nomem;
