@@ -175,36 +175,53 @@ numeric(const char *host)
 	    inet_pton(AF_INET6, host, a) == 1;
 }
 
+/* A session on fd, either end (GNUTLS_CLIENT or GNUTLS_SERVER), with the
+ * default priorities and the certificates c; NULL, err says why. */
+static struct tls *
+session_new(unsigned flags, gnutls_certificate_credentials_t c, int fd,
+    char *err, size_t errlen)
+{
+	struct tls *t = calloc(1, sizeof(*t));
+	int rc;
+
+	if (t == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	if ((rc = g.gnutls_init(&t->s, flags | GNUTLS_NONBLOCK)) < 0) {
+		snprintf(err, errlen, "TLS: %s", g.gnutls_strerror(rc));
+		free(t);
+		return NULL;
+	}
+	if ((rc = g.gnutls_set_default_priority(t->s)) < 0 ||
+	    (rc = g.gnutls_credentials_set(t->s, GNUTLS_CRD_CERTIFICATE, c)) <
+	        0) {
+		snprintf(err, errlen, "TLS: %s", g.gnutls_strerror(rc));
+		tls_free(t);
+		return NULL;
+	}
+	g.gnutls_transport_set_int2(t->s, fd, fd);
+	return t;
+}
+
 struct tls *
 tls_new(int fd, const char *host, char *err, size_t errlen)
 {
 	struct tls *t;
 	int rc;
 
-	if (tls_client_init(err, errlen) < 0)
+	if (tls_client_init(err, errlen) < 0 ||
+	    (t = session_new(GNUTLS_CLIENT, cred, fd, err, errlen)) == NULL)
 		return NULL;
-	if ((t = calloc(1, sizeof(*t))) == NULL) {
-		snprintf(err, errlen, "out of memory");
-		return NULL;
-	}
-	if ((rc = g.gnutls_init(&t->s, GNUTLS_CLIENT | GNUTLS_NONBLOCK)) < 0) {
-		snprintf(err, errlen, "TLS: %s", g.gnutls_strerror(rc));
-		free(t);
-		return NULL;
-	}
-	if ((rc = g.gnutls_set_default_priority(t->s)) < 0 ||
-	    (rc = g.gnutls_credentials_set(t->s, GNUTLS_CRD_CERTIFICATE,
-	         cred)) < 0 ||
-	    (!numeric(host) &&
-	        (rc = g.gnutls_server_name_set(t->s, GNUTLS_NAME_DNS, host,
-	             strlen(host))) < 0)) {
+	if (!numeric(host) &&
+	    (rc = g.gnutls_server_name_set(t->s, GNUTLS_NAME_DNS, host,
+	         strlen(host))) < 0) {
 		snprintf(err, errlen, "TLS: %s", g.gnutls_strerror(rc));
 		tls_free(t);
 		return NULL;
 	}
 	/* The certificate must be trusted and name host. */
 	g.gnutls_session_set_verify_cert(t->s, host, 0);
-	g.gnutls_transport_set_int2(t->s, fd, fd);
 	return t;
 }
 
@@ -351,25 +368,5 @@ tls_server_free(struct tls_server *srv)
 struct tls *
 tls_accept(struct tls_server *srv, int fd, char *err, size_t errlen)
 {
-	struct tls *t = calloc(1, sizeof(*t));
-	int rc;
-
-	if (t == NULL) {
-		snprintf(err, errlen, "out of memory");
-		return NULL;
-	}
-	if ((rc = g.gnutls_init(&t->s, GNUTLS_SERVER | GNUTLS_NONBLOCK)) < 0) {
-		snprintf(err, errlen, "TLS: %s", g.gnutls_strerror(rc));
-		free(t);
-		return NULL;
-	}
-	if ((rc = g.gnutls_set_default_priority(t->s)) < 0 ||
-	    (rc = g.gnutls_credentials_set(t->s, GNUTLS_CRD_CERTIFICATE,
-	         srv->cred)) < 0) {
-		snprintf(err, errlen, "TLS: %s", g.gnutls_strerror(rc));
-		tls_free(t);
-		return NULL;
-	}
-	g.gnutls_transport_set_int2(t->s, fd, fd);
-	return t;
+	return session_new(GNUTLS_SERVER, srv->cred, fd, err, errlen);
 }
