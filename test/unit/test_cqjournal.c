@@ -690,6 +690,39 @@ workers_must_beat_again_after_a_restore(void)
  * closures in flight at once (upstream's cancellation of inflight
  * closures), not only those queued; a copy fed the records agrees.
  */
+/*
+ * n closures in queue q0 of cq (journaled into rs), the first taken by
+ * w:0 and the second by w:1; w:0's exits with status 3, so q0 holds an
+ * error while w:1's runs. Their ids in id.
+ */
+static struct cq_queue *
+one_failed_one_running(struct cq *cq, struct recs *rs, int n, uint64_t *id,
+    struct cq_worker **w0, struct cq_worker **w1)
+{
+	struct cq_closure *c, *out[1];
+	struct cq_queue *q;
+	struct cq_result bad = {.exited = 1, .code = 3};
+	json_t *item = json_pack("{s:[s]}", "argv", "true");
+	enum status st;
+	char msg[256];
+	int dup;
+
+	cq_set_journal(cq, keep, rs);
+	q = cq_queue(cq, "q0", 1);
+	for (int i = 0; i < n; i++) {
+		c = cq_closure_new(cq, item, &st, msg, sizeof(msg));
+		cq_enqueue(cq, q, c, 0, &id[i], &dup, msg, sizeof(msg));
+	}
+	json_decref(item);
+	*w0 = cq_register(cq, "w:0", 1, 0, msg, sizeof(msg));
+	*w1 = cq_register(cq, "w:1", 1, 0, msg, sizeof(msg));
+	CHECK(cq_take(cq, *w0, 1, 0, out) == 1 && out[0]->id == id[0]);
+	CHECK(cq_take(cq, *w1, 1, 0, out) == 1 && out[0]->id == id[1]);
+	CHECK(cq_report(cq, *w0, id[0], 1, 0, &bad, 10, msg, sizeof(msg)) ==
+	    ST_OK);
+	return q;
+}
+
 static void
 error_cancels_what_is_in_flight(void)
 {
@@ -698,30 +731,15 @@ error_cancels_what_is_in_flight(void)
 	struct cq *cq = cq_new(&cfg, quiet, &ev, 0);
 	struct cq *re = cq_new(&cfg, quiet, &ev, 0);
 	struct cq_worker *w0, *w1;
-	struct cq_closure *c, *e, *out[1];
+	struct cq_closure *c, *e;
 	struct cq_queue *q;
-	struct cq_result bad = {.exited = 1, .code = 3}, late = {.exited = 1};
-	json_t *item = json_pack("{s:[s]}", "argv", "true");
-	enum status st;
+	struct cq_result late = {.exited = 1};
 	char msg[256], want[64];
 	uint64_t id[3], *ids;
 	long *ats;
-	int dup;
 	size_t n;
 
-	cq_set_journal(cq, keep, &rs);
-	q = cq_queue(cq, "q0", 1);
-	for (int i = 0; i < 3; i++) {
-		c = cq_closure_new(cq, item, &st, msg, sizeof(msg));
-		cq_enqueue(cq, q, c, 0, &id[i], &dup, msg, sizeof(msg));
-	}
-	json_decref(item);
-	w0 = cq_register(cq, "w:0", 1, 0, msg, sizeof(msg));
-	w1 = cq_register(cq, "w:1", 1, 0, msg, sizeof(msg));
-	CHECK(cq_take(cq, w0, 1, 0, out) == 1 && out[0]->id == id[0]);
-	CHECK(cq_take(cq, w1, 1, 0, out) == 1 && out[0]->id == id[1]);
-	CHECK(cq_report(cq, w0, id[0], 1, 0, &bad, 10, msg, sizeof(msg)) ==
-	    ST_OK);
+	q = one_failed_one_running(cq, &rs, 3, id, &w0, &w1);
 	CHECK(q->error != NULL && q->inflight == 1);
 	e = cq_take_error(cq, q, 20);
 	CHECK(e != NULL && e->id == id[0] && q->error == NULL);
@@ -762,28 +780,13 @@ given_back_after_an_error_says_why(void)
 	struct cq *cq = cq_new(&cfg, quiet, &ev, 0);
 	struct cq *re = cq_new(&cfg, quiet, &ev, 0);
 	struct cq_worker *w0, *w1;
-	struct cq_closure *c, *out[1];
+	struct cq_closure *c;
 	struct cq_queue *q;
-	struct cq_result bad = {.exited = 1, .code = 3}, none = {0};
-	json_t *item = json_pack("{s:[s]}", "argv", "true");
-	enum status st;
+	struct cq_result none = {0};
 	char msg[256], want[64];
 	uint64_t id[2];
-	int dup;
 
-	cq_set_journal(cq, keep, &rs);
-	q = cq_queue(cq, "q0", 1);
-	for (int i = 0; i < 2; i++) {
-		c = cq_closure_new(cq, item, &st, msg, sizeof(msg));
-		cq_enqueue(cq, q, c, 0, &id[i], &dup, msg, sizeof(msg));
-	}
-	json_decref(item);
-	w0 = cq_register(cq, "w:0", 1, 0, msg, sizeof(msg));
-	w1 = cq_register(cq, "w:1", 1, 0, msg, sizeof(msg));
-	CHECK(cq_take(cq, w0, 1, 0, out) == 1 && out[0]->id == id[0]);
-	CHECK(cq_take(cq, w1, 1, 0, out) == 1 && out[0]->id == id[1]);
-	CHECK(cq_report(cq, w0, id[0], 1, 0, &bad, 10, msg, sizeof(msg)) ==
-	    ST_OK);
+	q = one_failed_one_running(cq, &rs, 2, id, &w0, &w1);
 	CHECK(cq_report(cq, w1, id[1], 1, 1, &none, 20, msg, sizeof(msg)) ==
 	    ST_OK);
 	snprintf(want, sizeof(want), "closure %" PRIu64 " of queue q0 failed",
