@@ -1567,7 +1567,7 @@ task_main(void *arg)
 	char err[512];
 
 	log_debug("task %" PRIu64 " of job %s: %s, dataset %s", t->id, t->job,
-	    shard_mode_name(t->mode), t->dataset);
+	    t->bad[0] == '\0' ? shard_mode_name(t->mode) : "?", t->dataset);
 	if ((rd.cc = coord_client_new(ds->dispatcher, err, sizeof(err))) ==
 	    NULL) {
 		task_fail(&rd, err, 0);
