@@ -13,13 +13,9 @@
 
 #include "datapos.h"
 #include "datawire.h"
+#include "span.h"
 #include "splitorder.h"
 #include "vec.h"
-
-/* Elements [a, b) of a split. */
-struct span {
-	uint64_t a, b;
-};
 
 /* A seq below next not delivered whole. */
 struct seqpos {
@@ -73,52 +69,6 @@ datapos_free(struct datapos *p)
 	open_clear(p);
 	free(p->open);
 	free(p);
-}
-
-/* Spans */
-
-/* Adds [a, b) to s's spans, merged with those it touches. 0, or -1. */
-static int
-span_add(struct seqpos *s, uint64_t a, uint64_t b)
-{
-	size_t i, k;
-
-	if (a >= b)
-		return 0;
-	/* The common case: it continues the last span. */
-	if (s->nr > 0 && s->r[s->nr - 1].b == a) {
-		s->r[s->nr - 1].b = b;
-		return 0;
-	}
-	for (i = 0; i < s->nr && s->r[i].b < a; i++)
-		;
-	/* Spans i .. k-1 touch [a, b): they become one. */
-	for (k = i; k < s->nr && s->r[k].a <= b; k++) {
-		if (s->r[k].a < a)
-			a = s->r[k].a;
-		if (s->r[k].b > b)
-			b = s->r[k].b;
-	}
-	if (k == i) {
-		if (vec_grow(&s->r, &s->capr, s->nr + 1, sizeof(*s->r)) < 0)
-			return -1;
-		memmove(s->r + i + 1, s->r + i, (s->nr - i) * sizeof(*s->r));
-		s->nr++;
-	} else {
-		memmove(s->r + i + 1, s->r + k, (s->nr - k) * sizeof(*s->r));
-		s->nr -= k - i - 1;
-	}
-	s->r[i] = (struct span){a, b};
-	return 0;
-}
-
-/* Whether every element of the split was delivered. */
-static int
-seq_whole(const struct seqpos *s)
-{
-	return s->total == 0 ||
-	    (s->total > 0 && s->nr == 1 && s->r[0].a == 0 &&
-	        s->r[0].b >= (uint64_t)s->total);
 }
 
 /* The open seq's index in p, or where it would go (*found 0). */
@@ -184,7 +134,7 @@ load_open(json_t *o, size_t i, struct seqpos *s, char *err, size_t errlen)
 		    json_u64(json_array_get(r, 1), &b) < 0 || b < a)
 			return fail(err, errlen,
 			    "open[%zu].skip[%zu] must be [first, end]", i, k);
-		if (span_add(s, a, b) < 0)
+		if (span_add(&s->r, &s->nr, &s->capr, a, b) < 0)
 			return fail(err, errlen, "out of memory");
 	}
 	return 0;
@@ -251,7 +201,7 @@ datapos_load(struct datapos *p, json_t *json, char *err, size_t errlen)
 			    "open[%zu]: seq %" PRIu64 " is not below next", i,
 			    s->seq);
 		}
-		if (seq_whole(s))
+		if (span_whole(s->r, s->nr, s->total))
 			free(s->r);
 		else
 			p->nopen = ++n;
@@ -310,9 +260,9 @@ datapos_add(struct datapos *p, uint64_t seq, uint64_t first, uint64_t end,
 	s = &p->open[i];
 	if (total >= 0)
 		s->total = total;
-	if (span_add(s, first, end) < 0)
+	if (span_add(&s->r, &s->nr, &s->capr, first, end) < 0)
 		return fail(err, errlen, "out of memory");
-	if (seq_whole(s))
+	if (span_whole(s->r, s->nr, s->total))
 		open_drop(p, i);
 	return 0;
 }
@@ -339,7 +289,8 @@ fold(struct seqpos *s, const struct datapos *q)
 	if (s->total < 0)
 		s->total = q->open[i].total;
 	for (size_t k = 0; k < q->open[i].nr; k++)
-		if (span_add(s, q->open[i].r[k].a, q->open[i].r[k].b) < 0)
+		if (span_add(&s->r, &s->nr, &s->capr, q->open[i].r[k].a,
+		        q->open[i].r[k].b) < 0)
 			return -1;
 	return 0;
 }
@@ -397,7 +348,7 @@ datapos_merge(struct datapos *p, json_t *json, char *err, size_t errlen)
 				fail(err, errlen, "out of memory");
 				goto out;
 			}
-			if (seq_whole(s))
+			if (span_whole(s->r, s->nr, s->total))
 				free(v[--n].r);
 		}
 	}

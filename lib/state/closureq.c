@@ -1867,7 +1867,7 @@ get_flag(struct dec *d, int *v)
 }
 
 /* Bytes in place; set is 0 for NULL. */
-struct span {
+struct sview {
 	const char *p;
 	size_t n;
 	int set;
@@ -1876,7 +1876,7 @@ struct span {
 enum { SPAN_BYTES, SPAN_TEXT, SPAN_NAME };
 
 static int
-get_span(struct dec *d, struct span *s, int kind, int need, const char *what)
+get_span(struct dec *d, struct sview *s, int kind, int need, const char *what)
 {
 	s->p = rec_get_sn(&d->in, SIZE_MAX, &s->n);
 	if (d->in.err)
@@ -1903,7 +1903,7 @@ get_span(struct dec *d, struct span *s, int kind, int need, const char *what)
 
 /* A name span (checked) as a C string in nm. */
 static const char *
-span_name(const struct span *s, char nm[CQ_NAME_MAX + 1])
+sview_name(const struct sview *s, char nm[CQ_NAME_MAX + 1])
 {
 	memcpy(nm, s->p, s->n);
 	nm[s->n] = '\0';
@@ -1911,7 +1911,7 @@ span_name(const struct span *s, char nm[CQ_NAME_MAX + 1])
 }
 
 static char *
-span_dup(const struct span *s, int *nomem)
+sview_dup(const struct sview *s, int *nomem)
 {
 	char *p;
 
@@ -1938,7 +1938,7 @@ get_count(struct dec *d, uint64_t *n, uint64_t max, const char *what)
 }
 
 struct jworker {
-	struct span name, why;
+	struct sview name, why;
 	long index, slots;
 	uint64_t inc, nres, nstop;
 	int live;
@@ -1947,8 +1947,8 @@ struct jworker {
 };
 
 static int
-get_resource_state(struct dec *d, struct span *name, uint64_t *state,
-    struct span *msg)
+get_resource_state(struct dec *d, struct sview *name, uint64_t *state,
+    struct sview *msg)
 {
 	if (get_span(d, name, SPAN_NAME, 1, "a resource's name") < 0 ||
 	    get_max(d, state, CQ_RES_FAILED, "a resource's state") < 0 ||
@@ -1969,7 +1969,7 @@ get_stop(struct dec *d, uint64_t *id, long *attempt)
 static int
 dec_worker(struct dec *d, struct jworker *x)
 {
-	struct span s;
+	struct sview s;
 	uint64_t u;
 	long l;
 
@@ -1998,7 +1998,7 @@ dec_worker(struct dec *d, struct jworker *x)
 struct jclosure {
 	uint64_t id;
 	int full;
-	struct span queue, spec, on, key;
+	struct sview queue, spec, on, key;
 	uint64_t nneeds;
 	struct dec needs;
 	size_t nretry;
@@ -2007,14 +2007,14 @@ struct jclosure {
 	uint64_t state;
 	int front, failed, exited, truncated;
 	long retries, attempts, deaths;
-	struct span worker, last_worker, out, err, message;
+	struct sview worker, last_worker, out, err, message;
 	int code;
 };
 
 static int
 dec_spec(struct dec *d, struct jclosure *x)
 {
-	struct span s;
+	struct sview s;
 	uint64_t n;
 
 	if (get_span(d, &x->queue, SPAN_NAME, 1, "a closure's queue") < 0 ||
@@ -2073,7 +2073,7 @@ dec_closure(struct dec *d, struct jclosure *x, int full)
 }
 
 struct jqueue {
-	struct span name;
+	struct sview name;
 	unsigned long scheduled, done, failed, cancelled, retried;
 	uint64_t error;
 };
@@ -2166,7 +2166,7 @@ static int
 apply_worker(struct cq *cq, struct jworker *x, int64_t now, struct dec *d)
 {
 	char nm[CQ_NAME_MAX + 1];
-	struct cq_worker *w = worker_get(cq, span_name(&x->name, nm), 1);
+	struct cq_worker *w = worker_get(cq, sview_name(&x->name, nm), 1);
 	struct strmap *m = strmap_new();
 	uint64_t *stop = NULL;
 	long *at = NULL;
@@ -2175,7 +2175,7 @@ apply_worker(struct cq *cq, struct jworker *x, int64_t now, struct dec *d)
 	if (w == NULL || m == NULL)
 		goto nomem;
 	for (uint64_t i = 0; i < x->nres; i++) {
-		struct span name, msg;
+		struct sview name, msg;
 		uint64_t state;
 		struct cq_resource_state *s;
 		get_resource_state(&x->res, &name, &state, &msg);
@@ -2186,7 +2186,7 @@ apply_worker(struct cq *cq, struct jworker *x, int64_t now, struct dec *d)
 		if ((s = calloc(1, sizeof(*s))) == NULL)
 			goto nomem;
 		s->state = (int)state;
-		s->message = span_dup(&msg, &nomem);
+		s->message = sview_dup(&msg, &nomem);
 		if (nomem || strmap_put(m, name.p, name.n, s) < 0) {
 			resource_state_free(s);
 			goto nomem;
@@ -2199,7 +2199,7 @@ apply_worker(struct cq *cq, struct jworker *x, int64_t now, struct dec *d)
 	for (uint64_t i = 0; i < x->nstop; i++)
 		get_stop(&x->stops, &stop[i], &at[i]);
 	free(w->why);
-	w->why = span_dup(&x->why, &nomem);
+	w->why = sview_dup(&x->why, &nomem);
 	if (nomem)
 		goto nomem;
 	strmap_free(w->resources, resource_state_free);
@@ -2244,7 +2244,7 @@ j_closure_new(struct cq *cq, struct jclosure *x, int64_t now, struct dec *d)
 		dbad(d, "closure %" PRIu64 " exists", x->id);
 		return NULL;
 	}
-	if ((q = cq_queue(cq, span_name(&x->queue, nm), 1)) == NULL ||
+	if ((q = cq_queue(cq, sview_name(&x->queue, nm), 1)) == NULL ||
 	    (c = calloc(1, sizeof(*c))) == NULL) {
 		j_nomem(d);
 		return NULL;
@@ -2252,17 +2252,17 @@ j_closure_new(struct cq *cq, struct jclosure *x, int64_t now, struct dec *d)
 	c->id = x->id;
 	c->q = q;
 	c->state = CQ_CANCELLED; /* in no list */
-	c->spec = span_dup(&x->spec, &nomem);
+	c->spec = sview_dup(&x->spec, &nomem);
 	c->speclen = x->spec.n;
-	c->on = span_dup(&x->on, &nomem);
-	c->key = span_dup(&x->key, &nomem);
+	c->on = sview_dup(&x->on, &nomem);
+	c->key = sview_dup(&x->key, &nomem);
 	if (x->nneeds > 0 &&
 	    (c->needs = calloc(x->nneeds + 1, sizeof(char *))) == NULL)
 		nomem = 1;
 	for (uint64_t i = 0; c->needs != NULL && i < x->nneeds; i++) {
-		struct span s;
+		struct sview s;
 		get_span(&x->needs, &s, SPAN_NAME, 1, "a need");
-		c->needs[i] = span_dup(&s, &nomem);
+		c->needs[i] = sview_dup(&s, &nomem);
 	}
 	memcpy(c->retry_exit, x->retry, sizeof(c->retry_exit));
 	c->nretry_exit = x->nretry;
@@ -2315,7 +2315,7 @@ apply_closure(struct cq *cq, struct jclosure *x, int64_t now, struct dec *d)
 		return 0; /* forgotten since, or its first record never came */
 	}
 	if (x->state == CQ_RUNNING &&
-	    (w = worker_get(cq, span_name(&x->worker, nm), 1)) == NULL)
+	    (w = worker_get(cq, sview_name(&x->worker, nm), 1)) == NULL)
 		return j_nomem(d);
 	if (fresh || c->state != (enum cq_state)x->state || c->worker != w) {
 		j_detach(cq, c);
@@ -2328,16 +2328,16 @@ apply_closure(struct cq *cq, struct jclosure *x, int64_t now, struct dec *d)
 	c->deaths = x->deaths;
 	c->failed = x->failed;
 	free(c->last_worker);
-	c->last_worker = span_dup(&x->last_worker, &nomem);
+	c->last_worker = sview_dup(&x->last_worker, &nomem);
 	result_clear(cq, &c->res);
 	c->res.exited = x->exited;
 	c->res.code = x->code;
 	c->res.truncated = x->truncated;
-	c->res.out = span_dup(&x->out, &nomem);
+	c->res.out = sview_dup(&x->out, &nomem);
 	c->res.outlen = c->res.out != NULL ? x->out.n : 0;
-	c->res.err = span_dup(&x->err, &nomem);
+	c->res.err = sview_dup(&x->err, &nomem);
 	c->res.errlen = c->res.err != NULL ? x->err.n : 0;
-	c->res.message = span_dup(&x->message, &nomem);
+	c->res.message = sview_dup(&x->message, &nomem);
 	cq->v.value_bytes += c->res.outlen + c->res.errlen;
 	return nomem ? j_nomem(d) : 0;
 }
@@ -2346,7 +2346,7 @@ static int
 apply_queue(struct cq *cq, struct jqueue *x, struct dec *d)
 {
 	char nm[CQ_NAME_MAX + 1];
-	struct cq_queue *q = cq_queue(cq, span_name(&x->name, nm), 1);
+	struct cq_queue *q = cq_queue(cq, sview_name(&x->name, nm), 1);
 	struct cq_closure *e = NULL;
 
 	if (q == NULL)
@@ -2401,7 +2401,7 @@ apply_forget(struct cq *cq, uint64_t id)
 }
 
 static int
-apply_resource(struct cq *cq, struct span *name, struct span *json,
+apply_resource(struct cq *cq, struct sview *name, struct sview *json,
     struct dec *d)
 {
 	char nm[CQ_NAME_MAX + 1];
@@ -2412,8 +2412,8 @@ apply_resource(struct cq *cq, struct span *name, struct span *json,
 
 	json_decref(o);
 	if (!ok)
-		return dbad(d, "resource %s is not JSON", span_name(name, nm));
-	if ((text = span_dup(json, &nomem)) == NULL)
+		return dbad(d, "resource %s is not JSON", sview_name(name, nm));
+	if ((text = sview_dup(json, &nomem)) == NULL)
 		return j_nomem(d);
 	old = strmap_get(cq->resources, name->p, name->n);
 	if (strmap_put(cq->resources, name->p, name->n, text) < 0) {
@@ -2458,7 +2458,7 @@ j_item(struct cq *cq, struct dec *d, int dry, int64_t now, uint64_t *maxid,
     uint64_t *nid)
 {
 	union jitem x;
-	struct span name, json;
+	struct sview name, json;
 	uint64_t id;
 	int tag = rec_get_tag(&d->in);
 

@@ -27,6 +27,7 @@
 
 #include "buf.h"
 #include "shardmode.h"
+#include "span.h"
 #include "splitorder.h"
 #include "status.h"
 
@@ -45,10 +46,6 @@ struct ds_dataset {
 	struct ds_dataset *next;
 };
 
-struct ds_range {
-	uint64_t a, b; /* [a, b) */
-};
-
 struct ds_task;
 struct ds_worker;
 
@@ -56,7 +53,7 @@ struct ds_worker;
 struct ds_lease {
 	uint64_t seq;
 	struct ds_task *task; /* holding it; NULL when waiting to be leased */
-	struct ds_range *r;   /* delivered, sorted, disjoint */
+	struct span *r;       /* delivered (span.h) */
 	size_t nr, capr;
 	int64_t total;                /* elements in the split, -1 unknown */
 	struct ds_lease *prev, *next; /* its task's list, or the job's queue */

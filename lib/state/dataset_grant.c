@@ -110,11 +110,11 @@ ds_delivered(struct ds *ds, struct ds_job *j, uint64_t seq, uint64_t a,
 	if (l->nr > 0)
 		memcpy(x.r, l->r, l->nr * sizeof(*x.r));
 	x.nr = x.capr = l->nr;
-	if (ds_range_add(&x, a, b) < 0) {
+	if (span_add(&x.r, &x.nr, &x.capr, a, b) < 0) {
 		free(x.r);
 		return -1;
 	}
-	if (ds_lease_complete(&x)) {
+	if (span_whole(x.r, x.nr, x.total)) {
 		ds_rec_start(ds, &o, R_DONE);
 		rec_put_u(&o, j->id);
 		rec_put_u(&o, seq);

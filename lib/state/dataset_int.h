@@ -96,8 +96,6 @@ void ds_map_del(struct lease_map *m, uint64_t seq);
 void ds_list_push(struct ds_lease_list *l, struct ds_lease *x, int front);
 void ds_list_unlink(struct ds_lease_list *l, struct ds_lease *x);
 void ds_lease_free(struct ds_lease *l);
-int ds_range_add(struct ds_lease *l, uint64_t a, uint64_t b);
-int ds_lease_complete(const struct ds_lease *l);
 
 /* dataset_obj.c */
 int ds_is_static(enum shard_mode m);

@@ -130,7 +130,8 @@ job_restore(struct ds_job *j, json_t *st, char *msg, size_t msglen)
 				    i, k);
 				return ST_INVALID_ARGUMENT;
 			}
-			if (ds_range_add(l, (uint64_t)json_integer_value(a),
+			if (span_add(&l->r, &l->nr, &l->capr,
+			        (uint64_t)json_integer_value(a),
 			        (uint64_t)json_integer_value(b)) < 0) {
 				snprintf(msg, msglen, "out of memory");
 				return ST_RESOURCE_EXHAUSTED;

@@ -827,7 +827,8 @@ get_ranges(struct rec_in *in, struct ds_lease *l)
 	l->total = total;
 	for (uint64_t i = 0; i < n; i++) {
 		uint64_t a = rec_get_u(in), b = rec_get_u(in);
-		if (in->err || a >= b || ds_range_add(l, a, b) < 0)
+		if (in->err || a >= b ||
+		    span_add(&l->r, &l->nr, &l->capr, a, b) < 0)
 			return in->err = 1, -1;
 	}
 	return 0;

@@ -19,6 +19,7 @@ static const struct unit_test *groups[] = {
     kvstore_tests,
     timer_tests,
     cli_tests,
+    span_tests,
     http_tests,
     task_tests,
     notice_tests,

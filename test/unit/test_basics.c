@@ -6,6 +6,7 @@
 #include "cli.h"
 #include "duration.h"
 #include "parse.h"
+#include "span.h"
 #include "status.h"
 #include "strmap.h"
 #include "text.h"
@@ -273,6 +274,39 @@ cli_sizes_and_addresses(void)
 	unsetenv(CLI_COORD_ENV);
 	CHECK(strcmp(cli_coord_addr(NULL), CLI_COORD_DEFAULT) == 0);
 }
+
+/* Spans: added in any order, merged when they touch, whole once they
+ * cover [0, total). */
+static void
+span_arithmetic(void)
+{
+	struct span *v = NULL;
+	size_t n = 0, cap = 0;
+
+	CHECK(!span_whole(v, n, -1) && span_whole(v, n, 0) &&
+	    !span_whole(v, n, 3));
+	CHECK(span_add(&v, &n, &cap, 5, 5) == 0 && n == 0);
+	CHECK(span_add(&v, &n, &cap, 10, 12) == 0 && n == 1);
+	CHECK(span_add(&v, &n, &cap, 2, 4) == 0 && n == 2 && v[0].a == 2);
+	CHECK(span_add(&v, &n, &cap, 12, 14) == 0 && n == 2 && v[1].b == 14);
+	CHECK(span_add(&v, &n, &cap, 20, 21) == 0 && n == 3);
+	/* Touching the first and overlapping the next two: one span. */
+	CHECK(span_add(&v, &n, &cap, 4, 20) == 0 && n == 1 && v[0].a == 2 &&
+	    v[0].b == 21);
+	CHECK(!span_whole(v, n, 21));
+	CHECK(span_add(&v, &n, &cap, 0, 3) == 0 && n == 1 && v[0].a == 0);
+	CHECK(span_whole(v, n, 21) && span_whole(v, n, 20) &&
+	    !span_whole(v, n, 22) && !span_whole(v, n, -1));
+	for (uint64_t i = 100; i < 200; i += 2)
+		CHECK(span_add(&v, &n, &cap, i, i + 1) == 0);
+	CHECK(n == 51 && cap >= n);
+	free(v);
+}
+
+UNIT_TESTS(span_tests) = {
+    {"span: delivered ranges merged, whole once covered", span_arithmetic},
+    {NULL, NULL},
+};
 
 UNIT_TESTS(cli_tests) = {
     {"cli: numbers, sizes, listen addresses, coordd address",
