@@ -115,11 +115,11 @@ ds_delivered(struct ds *ds, struct ds_job *j, uint64_t seq, uint64_t a,
 		return -1;
 	}
 	if (span_whole(x.r, x.nr, x.total)) {
-		ds_rec_start(ds, &o, R_DONE);
+		ds_rec_begin(&o, &ds->jbuf, R_DONE);
 		rec_put_u(&o, j->id);
 		rec_put_u(&o, seq);
 	} else {
-		ds_rec_start(ds, &o, R_LEASE);
+		ds_rec_begin(&o, &ds->jbuf, R_LEASE);
 		rec_put_u(&o, j->id);
 		rec_put_u(&o, seq);
 		ds_enc_ranges(&o, &x);
@@ -318,7 +318,7 @@ ds_grant(struct ds *ds, struct ds_task *t, uint64_t id, const uint64_t *seqs,
 	struct rec_out o;
 	size_t runs = 0;
 
-	ds_rec_start(ds, &o, R_GRANT);
+	ds_rec_begin(&o, &ds->jbuf, R_GRANT);
 	rec_put_u(&o, t->job->id);
 	rec_put_u(&o, t->id);
 	rec_put_u(&o, id);

@@ -132,7 +132,7 @@ void ds_jr_open(struct ds *ds, const struct ds_job *j,
     const struct ds_lease *l);
 void ds_jr_task(struct ds *ds, const struct ds_task *t);
 void ds_jr_client(struct ds *ds, const struct ds_client *c);
-void ds_rec_start(struct ds *ds, struct rec_out *o, int type);
+void ds_rec_begin(struct rec_out *o, struct buf *b, int type);
 int ds_commit(struct ds *ds, struct rec_out *o, int64_t now, char *msg,
     size_t msglen);
 void ds_gone(struct ds *ds, int type, uint64_t a, uint64_t b, int64_t now);

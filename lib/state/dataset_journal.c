@@ -152,10 +152,7 @@ jr_begin(struct ds *ds, struct rec_out *o, int type)
 {
 	if (ds->jfn == NULL || ds->applying)
 		return 0;
-	buf_reset(&ds->jbuf);
-	o->b = &ds->jbuf;
-	o->err = 0;
-	rec_put_u(o, (uint64_t)type);
+	ds_rec_begin(o, &ds->jbuf, type);
 	return 1;
 }
 
@@ -249,12 +246,13 @@ ds_jr_client(struct ds *ds, const struct ds_client *c)
 	jr_end(ds, &o);
 }
 
-/* A record to be committed begins in ds->jbuf. */
+/* A record of type begins in b (emptied first): ds->jbuf for the
+ * journal's, a snapshot's scratch buffer for its records. */
 void
-ds_rec_start(struct ds *ds, struct rec_out *o, int type)
+ds_rec_begin(struct rec_out *o, struct buf *b, int type)
 {
-	buf_reset(&ds->jbuf);
-	o->b = &ds->jbuf;
+	buf_reset(b);
+	o->b = b;
 	o->err = 0;
 	rec_put_u(o, (uint64_t)type);
 }
@@ -262,7 +260,7 @@ ds_rec_start(struct ds *ds, struct rec_out *o, int type)
 /*
  * The one way leases are granted, delivered and done, and tasks, clients
  * and jobs removed, live and in replay alike: the change is made as a
- * record (rec_start), applied by the function that applies it in replay
+ * record (ds_rec_begin), applied by the function that applies it in replay
  * (apply_one; live, its events are sent), and then handed to the journal.
  * A record that cannot be made or applied (memory ran out) changes
  * nothing: -1, and msg says why.
@@ -301,7 +299,7 @@ ds_gone(struct ds *ds, int type, uint64_t a, uint64_t b, int64_t now)
 {
 	struct rec_out o;
 
-	ds_rec_start(ds, &o, type);
+	ds_rec_begin(&o, &ds->jbuf, type);
 	rec_put_u(&o, a);
 	if (type == R_TASK_GONE)
 		rec_put_u(&o, b);

@@ -16,15 +16,6 @@
 #include "vec.h"
 
 static void
-snap_begin(struct rec_out *r, struct buf *tmp, int type)
-{
-	buf_reset(tmp);
-	r->b = tmp;
-	r->err = 0;
-	rec_put_u(r, (uint64_t)type);
-}
-
-static void
 snap_end(struct rec_out *o, const struct rec_out *r)
 {
 	o->err |= r->err;
@@ -56,23 +47,23 @@ snap_job(struct rec_out *o, struct buf *tmp, const struct ds_job *j)
 	void **cv;
 	size_t n;
 
-	snap_begin(&r, tmp, R_JOB2);
+	ds_rec_begin(&r, tmp, R_JOB2);
 	ds_enc_job(&r, j);
 	snap_end(o, &r);
 	for (struct ds_task *t = j->tasks; t != NULL; t = t->next) {
-		snap_begin(&r, tmp, R_TASK);
+		ds_rec_begin(&r, tmp, R_TASK);
 		ds_enc_task(&r, t);
 		snap_end(o, &r);
 	}
 	for (struct ds_task *t = j->tasks; t != NULL; t = t->next)
 		for (struct ds_lease *l = t->leases.head; l != NULL;
 		     l = l->next) {
-			snap_begin(&r, tmp, R_OPEN);
+			ds_rec_begin(&r, tmp, R_OPEN);
 			ds_enc_open(&r, j, l);
 			snap_end(o, &r);
 		}
 	for (struct ds_lease *l = j->queue.head; l != NULL; l = l->next) {
-		snap_begin(&r, tmp, R_OPEN);
+		ds_rec_begin(&r, tmp, R_OPEN);
 		ds_enc_open(&r, j, l);
 		snap_end(o, &r);
 	}
@@ -82,7 +73,7 @@ snap_job(struct rec_out *o, struct buf *tmp, const struct ds_job *j)
 		return;
 	}
 	for (size_t i = 0; i < n; i++) {
-		snap_begin(&r, tmp, R_CLIENT);
+		ds_rec_begin(&r, tmp, R_CLIENT);
 		ds_enc_client(&r, cv[i]);
 		snap_end(o, &r);
 	}
@@ -105,7 +96,7 @@ ds_snapshot(struct ds *ds, struct buf *out)
 		goto done;
 	}
 	rec_put_u(&o, DS_SNAP_VERSION);
-	snap_begin(&r, &tmp, R_COUNTERS);
+	ds_rec_begin(&r, &tmp, R_COUNTERS);
 	rec_put_u(&r, ds->next_dataset);
 	rec_put_u(&r, ds->next_job);
 	rec_put_u(&r, ds->next_task);
@@ -115,12 +106,12 @@ ds_snapshot(struct ds *ds, struct buf *out)
 	rec_put_u(&r, ds->collected);
 	snap_end(&o, &r);
 	for (size_t i = 0; i < nw; i++) {
-		snap_begin(&r, &tmp, R_WORKER);
+		ds_rec_begin(&r, &tmp, R_WORKER);
 		ds_enc_worker(&r, wv[i]);
 		snap_end(&o, &r);
 	}
 	for (size_t i = 0; i < nd; i++) {
-		snap_begin(&r, &tmp, R_DATASET);
+		ds_rec_begin(&r, &tmp, R_DATASET);
 		ds_enc_dataset(&r, dv[i]);
 		snap_end(&o, &r);
 	}
@@ -134,7 +125,7 @@ ds_snapshot(struct ds *ds, struct buf *out)
 		for (struct ds_task *t = j->tasks; t != NULL; t = t->next)
 			nrec++;
 	}
-	snap_begin(&r, &tmp, R_END);
+	ds_rec_begin(&r, &tmp, R_END);
 	rec_put_u(&r, nrec);
 	snap_end(&o, &r);
 done:
