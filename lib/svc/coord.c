@@ -1,6 +1,7 @@
 /*
- * coord.c: coordd's service: its lock, what it does when the state machines
- * report a change, /metrics, and the routes.
+ * coord.c: coordd's service, over all its parts: what the pump does with a
+ * change the state machines report (the hooks of coord_core.c), making and
+ * freeing the service, /metrics, and the routes.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -12,38 +13,7 @@
 #include "coord_int.h"
 #include "duration.h"
 #include "log.h"
-#include "vec.h"
 #include "wallclock.h"
-
-void
-coord_lock(struct coord *co)
-{
-	pthread_mutex_lock(&co->mu);
-}
-
-/*
- * Acts on what the registry reported while the lock was held, in order
- * (acting may report more: a failed task can end the shutdown barrier,
- * which fails its stragglers), starts a new epoch once nobody is left,
- * and lets the lock go.
- */
-void
-coord_unlock(struct coord *co)
-{
-	for (;;) {
-		for (size_t i = 0; i < co->nevents; i++) {
-			struct reg_event ev = co->events[i];
-			coord_tasks_react(co, &ev);
-		}
-		co->nevents = 0;
-		registry_settle(co->reg);
-		if (co->nevents == 0)
-			break;
-	}
-	coord_barriers_arm(co);
-	coord_journal_settle(co);
-	park_unlock(co->park);
-}
 
 static void
 unlock_cb(void *arg)
@@ -51,67 +21,18 @@ unlock_cb(void *arg)
 	coord_unlock(arg);
 }
 
-int
-coord_closing(struct coord *co)
-{
-	return atomic_load(&co->closing);
-}
-
-/* The registry's observer: queued, acted on in coord_unlock. */
+/* What acts on the task events once the lock is let go, in order. */
 static void
-observe(const struct reg_event *ev, void *arg)
+react(struct coord *co, const struct reg_event *ev)
 {
-	struct coord *co = arg;
-
-	co->ctl_dirty = 1;
-	if (vec_grow(&co->events, &co->capevents, co->nevents + 1,
-	        sizeof(*co->events)) < 0) {
-		log_info("internal: out of memory; a task event is lost");
-		return;
-	}
-	co->events[co->nevents++] = *ev;
+	coord_tasks_react(co, ev);
 }
 
-void
-coord_answer_all(struct park_list *l, enum status st, const char *msg,
-    json_t *obj)
+static void
+settled(struct coord *co)
 {
-	struct http_shared *sh = NULL;
-
-	if (l->head == NULL) {
-		json_decref(obj);
-		return;
-	}
-	if (st != ST_OK)
-		obj = json_pack("{s:{s:s,s:s}}", "error", "code",
-		    status_name(st), "message", msg != NULL ? msg : "");
-	sh = http_shared_json(st == ST_OK ? 200 : status_http(st), obj);
-	park_answer_all(l, sh);
-	http_shared_release(sh);
-}
-
-int
-coord_refuse(struct coord *co, struct http_req *req)
-{
-	return co->commit != NULL && commit_refuse(co->commit, req);
-}
-
-void
-coord_reply_closing(struct http_req *req)
-{
-	http_set_header(req, "Retry-After", "1");
-	http_reply_error(req, ST_UNAVAILABLE, "coordd is shutting down");
-}
-
-struct parked *
-coord_park(struct coord *co, struct http_req *req, struct park_list *l,
-    int64_t wait, park_fn expire, const char *key, size_t klen)
-{
-	struct parked *w = park_add(co->park, req, l, wait, expire, key, klen);
-
-	if (w == NULL)
-		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
-	return w;
+	coord_barriers_arm(co);
+	coord_journal_settle(co);
 }
 
 struct coord *
@@ -131,8 +52,8 @@ coord_new(const struct coord_config *cfg, char *err, size_t errlen)
 	if ((co->getters = park_index_new()) == NULL ||
 	    (co->watchers = park_index_new()) == NULL ||
 	    (co->kv = kv_new(&cfg->kv, coord_kv_observe, co)) == NULL ||
-	    (co->reg = registry_new(&cfg->cluster, observe, co, err, errlen)) ==
-	        NULL ||
+	    (co->reg = registry_new(&cfg->cluster, coord_task_event, co, err,
+	         errlen)) == NULL ||
 	    (co->bars = barriers_new(co->reg, coord_barrier_ended, co)) ==
 	        NULL) {
 		snprintf(err, errlen, "out of memory");
@@ -159,6 +80,8 @@ coord_new(const struct coord_config *cfg, char *err, size_t errlen)
 	/* Tasks of a coordd that restarted register again within a
 	 * heartbeat timeout: barriers give them that long. */
 	barriers_set_settle(co->bars, duration_now_ms() + co->rv->hb_timeout);
+	co->react = react;
+	co->settled = settled;
 	co->scan.fire = coord_tasks_scan;
 	co->bar_timer.fire = coord_barrier_timer;
 	coord_lock(co);

@@ -51,6 +51,11 @@ struct coord {
 					 * until its agent registers again */
 	struct reg_event *events; /* reported, not yet acted on */
 	size_t nevents, capevents;
+	/* The pump's hooks, set by coord_new: what acts on one task event
+	 * (coord_tasks_react), and what runs once none is left (the barrier
+	 * timer re-armed, the journal settled). */
+	void (*react)(struct coord *co, const struct reg_event *ev);
+	void (*settled)(struct coord *co);
 	atomic_int closing;
 	/*
 	 * What coordd could have heard: the server (once started), per task
@@ -87,63 +92,54 @@ struct coord {
 };
 
 /*
+ * The parts, lowest first; each calls only those above it in this list.
+ *
+ * coord_core.c: the lock, the pump, parking and common answers.
+ */
+void coord_lock(struct coord *co);
+/* Runs the pump (the hooks, until no event is left), then lets go. */
+void coord_unlock(struct coord *co);
+int coord_closing(struct coord *co);
+/* The registry's observer: queues ev for the pump. */
+void coord_task_event(const struct reg_event *ev, void *arg);
+/*
  * Whether req comes from t's current registration: it carries the secret
  * t registered with (if t registered with one), or, with optional, none
  * at all (an operator's reset or cancel). Replies UNAUTHENTICATED if not.
  */
 int coord_task_proven(struct coord *co, struct http_req *req,
     const struct reg_task *t, int optional);
-
-/* Notes that task t was heard from now (under the lock). */
-void coord_heard(struct coord *co, const struct reg_task *t);
-
-/*
- * The state directory. coord_journal_open reads it back (before serving)
- * and journals every change after; coord_journal_settle, at the end of
- * each locked section, writes the tasks' state when it changed and
- * compacts; coord_journal_barrier records an ended barrier.
- */
-void coord_journal_settle(struct coord *co);
-void coord_journal_barrier(struct coord *co, const struct barrier *b);
 /* While the state directory cannot be written: refuses req, 1. */
 int coord_refuse(struct coord *co, struct http_req *req);
-
-void coord_lock(struct coord *co);
-void coord_unlock(struct coord *co);
-int coord_closing(struct coord *co);
-
 /*
  * Answers everyone on l alike: with obj (its reference taken) when st is
  * ST_OK, else with the error st and msg. The reply is built once.
  */
 void coord_answer_all(struct park_list *l, enum status st, const char *msg,
     json_t *obj);
-
 /* UNAVAILABLE with Retry-After: what every request gets while closing. */
 void coord_reply_closing(struct http_req *req);
-
 /* Parks req on l; replies RESOURCE_EXHAUSTED itself when it cannot. */
 struct parked *coord_park(struct coord *co, struct http_req *req,
     struct park_list *l, int64_t wait, park_fn expire, const char *key,
     size_t klen);
 
-/* The routes, by resource. */
+/*
+ * coord_journal.c: the state directory. coord_journal_open reads it back
+ * (before serving) and journals every change after; coord_journal_settle,
+ * at the end of each locked section, writes the tasks' state when it
+ * changed and compacts; coord_journal_barrier records an ended barrier.
+ */
+void coord_journal_settle(struct coord *co);
+void coord_journal_barrier(struct coord *co, const struct barrier *b);
+
+/* coord_kv.c: keys and watches. */
 void coord_kv_route(struct coord *co, struct http_req *req, const char *rest);
 void coord_watch_route(struct coord *co, struct http_req *req,
     const char *rest);
 void coord_kv_observe(const struct kv_event *ev, void *arg);
 
-void coord_tasks_status_route(struct http_req *req, const struct route_match *m,
-    void *arg);
-void coord_task_route(struct http_req *req, const struct route_match *m,
-    void *arg);
-void coord_errors_route(struct coord *co, struct http_req *req);
-void coord_epoch_route(struct coord *co, struct http_req *req);
-/* Acts on one event the registry reported. */
-void coord_tasks_react(struct coord *co, const struct reg_event *ev);
-void coord_tasks_shutdown(struct coord *co);
-void coord_tasks_scan(struct timer *t);
-
+/* coord_barriers.c */
 void coord_barrier_route(struct http_req *req, const struct route_match *m,
     void *arg);
 /* GET /v1/barriers: the barriers in flight. */
@@ -166,5 +162,19 @@ void coord_barriers_drain_rejoins(struct coord *co);
 /* Answers req as barrier b ended (or with the verdict st, msg). */
 void coord_barrier_reply(struct http_req *req, const char *id, enum status st,
     const char *msg);
+
+/* coord_tasks.c: the registry's routes. */
+void coord_tasks_status_route(struct http_req *req, const struct route_match *m,
+    void *arg);
+void coord_task_route(struct http_req *req, const struct route_match *m,
+    void *arg);
+void coord_errors_route(struct coord *co, struct http_req *req);
+void coord_epoch_route(struct coord *co, struct http_req *req);
+/* Notes that task t was heard from now (under the lock). */
+void coord_heard(struct coord *co, const struct reg_task *t);
+/* Acts on one event the registry reported. */
+void coord_tasks_react(struct coord *co, const struct reg_event *ev);
+void coord_tasks_shutdown(struct coord *co);
+void coord_tasks_scan(struct timer *t);
 
 #endif

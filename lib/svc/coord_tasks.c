@@ -433,27 +433,6 @@ reply_refused(struct coord *co, struct http_req *req, enum status st,
 	}
 }
 
-int
-coord_task_proven(struct coord *co, struct http_req *req,
-    const struct reg_task *t, int optional)
-{
-	const struct coord_secret *s = &co->secret[t->index];
-	const char *h = http_req_header(req, COORD_SECRET_HEADER);
-
-	/* Nothing to prove for a task with no secret (not registered with
-	 * this coordd, say): what it asks is judged by its state. */
-	if (s->len == 0 || (h == NULL && optional) ||
-	    (h != NULL && token_equal(h, strlen(h), s->v, s->len)))
-		return 1;
-	http_reply_error(req, ST_UNAUTHENTICATED,
-	    h == NULL ? "task %s registered with a secret, and this request "
-	                "has none (" COORD_SECRET_HEADER ")" :
-	                "the secret is not task %s's: is another process "
-	                "using its name?",
-	    t->name);
-	return 0;
-}
-
 static void
 do_register(struct coord *co, struct http_req *req, struct reg_task *t)
 {
