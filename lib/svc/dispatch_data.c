@@ -18,32 +18,6 @@
 #include "vec.h"
 
 void
-dispatch_data_observe(const struct ds_event *ev, void *arg)
-{
-	struct dispatch *d = arg;
-
-	if (vec_grow(&d->dsev, &d->capdsev, d->ndsev + 1, sizeof(*d->dsev)) <
-	    0) {
-		log_info("internal: out of memory; an event is lost");
-		return;
-	}
-	d->dsev[d->ndsev++] = *ev;
-}
-
-json_t *
-dispatch_beat_json(struct dispatch *d, struct cq_worker *w)
-{
-	json_t *o = dispatch_stops_json(w);
-
-	if (o != NULL && ds_worker_serves(d->ds, w->name)) {
-		ds_worker_changed(d->ds, w->name, 1);
-		json_object_set_new(o, "tasks",
-		    ds_worker_tasks_json(d->ds, w->name));
-	}
-	return o;
-}
-
-void
 dispatch_data_register(struct dispatch *d, struct cq_worker *w, json_t *body)
 {
 	const char *addr = json_string_value(json_object_get(body, "address"));
@@ -107,8 +81,8 @@ answer_lease(struct dispatch *d, struct parked *p, int final)
 	return 1;
 }
 
-static void
-answer_leasers(struct dispatch *d, uint64_t job)
+void
+dispatch_data_splits(struct dispatch *d, uint64_t job)
 {
 	char key[24];
 	struct park_list *l;
@@ -125,32 +99,6 @@ answer_leasers(struct dispatch *d, uint64_t job)
 		}
 	}
 	park_list_release(l);
-}
-
-int
-dispatch_data_events(struct dispatch *d)
-{
-	size_t n = d->ndsev;
-
-	if (n == 0)
-		return 0;
-	for (size_t i = 0; i < n; i++) {
-		struct ds_event ev = d->dsev[i];
-		struct cq_worker *w;
-		if (ev.type == DS_EV_SPLITS) {
-			answer_leasers(d, ev.job);
-		} else if ((w = cq_worker(d->cq, ev.worker)) != NULL &&
-		    w->hb_parked) {
-			/* Its heartbeat goes back now, with the new list. */
-			struct park_list *l =
-			    park_index_find(d->beats, w->name, strlen(w->name));
-			if (l != NULL && l->head != NULL)
-				dispatch_answer_beat(d, w);
-		}
-	}
-	memmove(d->dsev, d->dsev + n, (d->ndsev - n) * sizeof(*d->dsev));
-	d->ndsev -= n;
-	return 1;
 }
 
 static void

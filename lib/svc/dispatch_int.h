@@ -1,7 +1,7 @@
 /*
- * dispatch_int.h: what dispatch.c (closures) and dispatch_data.c
- * (datasets, jobs, splits) share: the dispatcher, its one lock, and the
- * helpers every route uses.
+ * dispatch_int.h: what the parts of dispatchd's HTTP binding share: the
+ * dispatcher, its one lock and event pump, and what each part offers the
+ * parts above it. Not for programs: they use dispatch.h.
  */
 #ifndef MUSTER_DISPATCH_INT_H
 #define MUSTER_DISPATCH_INT_H
@@ -37,6 +37,15 @@ struct waitctx {
 	uint64_t lease; /* the worker's id of the request, or 0 */
 };
 
+/* What a state machine reported: the queues' (cq) or the data side's. */
+struct dispatch_event {
+	int data; /* 1: u.ds */
+	union {
+		struct cq_event cq;
+		struct ds_event ds;
+	} u;
+};
+
 struct dispatch {
 	pthread_mutex_t mu;
 	struct park *park;
@@ -48,11 +57,19 @@ struct dispatch {
 	struct park_list takers;     /* every worker's parked takes */
 	struct ds *ds;               /* datasets, jobs, tasks */
 	struct park_index *leasers;  /* job id -> parked split leases */
-	/* Reported by the queues, acted on in dispatch_unlock. */
-	struct cq_event *events;
+	/* Reported by the queues and the data side, acted on in
+	 * dispatch_unlock's pump through the hooks dispatch_new sets. */
+	struct dispatch_event *events;
 	size_t nevents, capevents;
-	struct ds_event *dsev; /* the same, of the data side */
-	size_t ndsev, capdsev;
+	struct dispatch_pump {
+		/* One event, in the order reported (may report more). */
+		void (*react)(struct dispatch *d,
+		    const struct dispatch_event *ev);
+		/* None left: what waits for a quiet moment (may report). */
+		void (*idle)(struct dispatch *d);
+		/* None left after idle: the journal's turn. */
+		void (*settled)(struct dispatch *d);
+	} pump;
 	int work; /* closures wait to run */
 	struct timer scan, watchdog;
 	int stall_logged;
@@ -64,38 +81,41 @@ struct dispatch {
 	char jerr[256];
 };
 
-/* Compacts the journal when it is due; at the end of a locked section. */
-void dispatch_journal_settle(struct dispatch *d);
-/* While the state directory cannot be written: refuses req, 1. */
-int dispatch_refuse(struct dispatch *d, struct http_req *req);
-
+/*
+ * The parts, lowest first; each calls only those above it in this list.
+ *
+ * dispatch_core.c: the lock, the pump, parking, arguments and answers.
+ */
 void dispatch_lock(struct dispatch *d);
-/* Acts on what the state reported, then lets the lock go. */
+/* Runs the pump (dispatch_pump's hooks), then lets the lock go. */
 void dispatch_unlock(struct dispatch *d);
+/* The observers of the queues and the data side: queue ev for the pump. */
+void dispatch_cq_event(const struct cq_event *ev, void *arg);
+void dispatch_ds_event(const struct ds_event *ev, void *arg);
 int dispatch_closing(struct dispatch *d);
 void dispatch_reply_closing(struct http_req *req);
+/* While the state directory cannot be written: refuses req, 1. */
+int dispatch_refuse(struct dispatch *d, struct http_req *req);
 /* req's JSON object body, or NULL (answered). */
 json_t *dispatch_body(struct http_req *req);
 /* Query argument name as a number in [min, max]: -1 (answered) if bad. */
 int dispatch_arg_long(struct http_req *req, const char *name, long def,
     long min, long max, long *v);
 struct waitctx *dispatch_ctx_new(enum wait_kind kind);
+/* Frees x and the closures it holds; dispatch_free_ctx, a parked one's. */
+void dispatch_ctx_free(struct waitctx *x);
 void dispatch_free_ctx(struct parked *w);
 /* Parks req on l with x; NULL (answered) when it cannot. */
 struct parked *dispatch_park(struct dispatch *d, struct http_req *req,
     struct park_list *l, int64_t wait, park_fn expire, struct waitctx *x);
 
-/* Closures worker w must stop, as its heartbeat says. */
-json_t *dispatch_stops_json(struct cq_worker *w);
-/* Answers w's parked heartbeat now. */
-void dispatch_answer_beat(struct dispatch *d, struct cq_worker *w);
+/* dispatch_journal.c: compacts the journal when it is due; at the end of
+ * a locked section. */
+void dispatch_journal_settle(struct dispatch *d);
 
-/* dispatch_data.c */
-void dispatch_data_observe(const struct ds_event *ev, void *arg);
-/* Acts on the data side's events; 1 when there were any. */
-int dispatch_data_events(struct dispatch *d);
-/* Worker w's heartbeat reply: closures to stop, and its tasks. */
-json_t *dispatch_beat_json(struct dispatch *d, struct cq_worker *w);
+/* dispatch_data.c: datasets, jobs and splits. */
+/* Job job has seqs to lease, ended or failed: answers its parked leases. */
+void dispatch_data_splits(struct dispatch *d, uint64_t job);
 void dispatch_data_register(struct dispatch *d, struct cq_worker *w,
     json_t *body);
 /* POST /v1/workers/NAME/splits and .../tasks/T. */
@@ -103,14 +123,45 @@ void dispatch_data_lease(struct dispatch *d, struct http_req *req,
     struct cq_worker *w, json_t *body, int64_t wait);
 void dispatch_data_task(struct dispatch *d, struct http_req *req,
     struct cq_worker *w, const char *task, json_t *body);
-void dispatch_data_drain(struct dispatch *d,
-    void (*fn)(struct park_list *, void *));
 /* The data side's routes: /v1/datasets..., /v1/jobs..., /v1/clients/... */
 void dispatch_datasets_route(struct http_req *req, const struct route_match *m,
     void *arg);
 void dispatch_jobs_route(struct http_req *req, const struct route_match *m,
     void *arg);
 void dispatch_clients_route(struct http_req *req, const struct route_match *m,
+    void *arg);
+
+/* dispatch_closures.c: queues, closures and resources. */
+/* Closure c ended: answers its parked fetches. */
+void dispatch_closure_ended(struct dispatch *d, struct cq_closure *c);
+/* Queue q changed: answers its parked joins, dones and schedules. */
+void dispatch_queue_changed(struct dispatch *d, struct cq_queue *q);
+/* Whether joins give up: no worker for --worker-recovery (until when). */
+int dispatch_no_workers(struct dispatch *d, int64_t now, int64_t *until);
+/* The closures cs[0..n) as a take's reply. */
+void dispatch_reply_closures(struct dispatch *d, struct http_req *req,
+    struct cq_closure **cs, size_t n);
+void dispatch_queue_route(struct http_req *req, const struct route_match *m,
+    void *arg);
+void dispatch_closure_route(struct http_req *req, const struct route_match *m,
+    void *arg);
+void dispatch_closures_route(struct http_req *req, const struct route_match *m,
+    void *arg);
+/* Worker w's resources and their states, or only the one named. */
+json_t *dispatch_resource_states(const struct cq_worker *w, const char *only);
+void dispatch_resource_route(struct http_req *req, const struct route_match *m,
+    void *arg);
+void dispatch_resources_route(struct http_req *req, const struct route_match *m,
+    void *arg);
+
+/* dispatch_workers.c: workers, their heartbeats, takes and results. */
+/* Answers w's parked heartbeat now; gone: w is not registered. */
+void dispatch_answer_beat(struct dispatch *d, struct cq_worker *w, int gone);
+/* Worker w is gone: its parked takes are answered ABORTED. */
+void dispatch_takers_gone(struct dispatch *d, struct cq_worker *w);
+/* Gives work to parked takes, oldest first, while there is any. */
+void dispatch_serve_takers(struct dispatch *d);
+void dispatch_worker_route(struct http_req *req, const struct route_match *m,
     void *arg);
 
 #endif

@@ -200,9 +200,3 @@ dispatch_journal_open(struct dispatch *d, const char *dir,
 	dispatch_unlock(d);
 	return ST_OK;
 }
-
-int
-dispatch_refuse(struct dispatch *d, struct http_req *req)
-{
-	return d->commit != NULL && commit_refuse(d->commit, req);
-}

@@ -1,0 +1,787 @@
+/*
+ * dispatch_closures.c: dispatchd's closure queues over HTTP: scheduling
+ * into a queue (waiting while it is full), joins and dones, a closure's
+ * value (waiting until it ends), cancel, listings, and resources.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "dispatch_int.h"
+#include "duration.h"
+#include "log.h"
+#include "park.h"
+#include "route.h"
+#include "strmap.h"
+#include "text.h"
+
+static void
+closure_idkey(uint64_t id, char *buf, size_t size)
+{
+	snprintf(buf, size, "%" PRIu64, id);
+}
+
+static json_t *
+value_json(const struct cq_closure *c, int with_output)
+{
+	json_t *o = json_object();
+	const char *phase = c->state == CQ_QUEUED ? "queued" :
+	    c->state == CQ_RUNNING                ? "running" :
+	                                            "ended";
+
+	if (o == NULL)
+		return NULL;
+	json_object_set_new(o, "id", json_integer((json_int_t)c->id));
+	json_object_set_new(o, "queue", json_string(c->q->name));
+	json_object_set_new(o, "state", json_string(cq_state_name(c->state)));
+	json_object_set_new(o, "phase", json_string(phase));
+	json_object_set_new(o, "attempts", json_integer(c->attempts));
+	json_object_set_new(o, "retries", json_integer(c->retries));
+	json_object_set_new(o, "worker_deaths", json_integer(c->deaths));
+	json_object_set_new(o, "worker",
+	    c->last_worker != NULL ? json_string(c->last_worker) : json_null());
+	if (c->state == CQ_READY) {
+		if (c->res.exited) {
+			json_object_set_new(o, "exit",
+			    json_integer(c->res.code));
+			json_object_set_new(o, "signal", json_null());
+		} else {
+			json_object_set_new(o, "exit", json_null());
+			json_object_set_new(o, "signal",
+			    json_integer(c->res.code));
+		}
+		json_object_set_new(o, "failed", json_boolean(c->failed));
+		if (with_output) {
+			json_object_set_new(o, "stdout",
+			    text_base64_json(c->res.out, c->res.outlen));
+			json_object_set_new(o, "stdout_truncated",
+			    json_boolean(c->res.truncated));
+			json_object_set_new(o, "stderr_tail",
+			    text_base64_json(c->res.err, c->res.errlen));
+		}
+	}
+	if (c->res.message != NULL)
+		json_object_set_new(o, "message", json_string(c->res.message));
+	if (c->on != NULL)
+		json_object_set_new(o, "on", json_string(c->on));
+	if (c->key != NULL)
+		json_object_set_new(o, "key", json_string(c->key));
+	return o;
+}
+
+/* "closure 7 failed on worker:1: exited with status 3". */
+static void
+error_text(const struct cq_closure *c, char *buf, size_t size)
+{
+	char how[128];
+
+	if (c->res.message != NULL)
+		snprintf(how, sizeof(how), "%s", c->res.message);
+	else if (c->res.exited)
+		snprintf(how, sizeof(how), "exited with status %d",
+		    c->res.code);
+	else
+		snprintf(how, sizeof(how), "killed by signal %d (%s)",
+		    c->res.code, strsignal(c->res.code));
+	snprintf(buf, size, "closure %" PRIu64 " of queue %s failed on %s: %s",
+	    c->id, c->q->name, c->last_worker != NULL ? c->last_worker : "?",
+	    how);
+}
+
+/* The queue's error, answered to req: INTERNAL, with the closure. */
+static void
+reply_queue_error(struct http_req *req, const struct cq_closure *c)
+{
+	char msg[768];
+	json_t *extra = json_object();
+
+	error_text(c, msg, sizeof(msg));
+	json_object_set_new(extra, "closure", value_json(c, 1));
+	http_reply_error_json(req, ST_INTERNAL, extra, "%s", msg);
+}
+
+void
+dispatch_closure_ended(struct dispatch *d, struct cq_closure *c)
+{
+	char key[24];
+	struct park_list *l;
+	struct http_shared *sh;
+
+	closure_idkey(c->id, key, sizeof(key));
+	if ((l = park_index_find(d->fetchers, key, strlen(key))) == NULL)
+		return;
+	sh = http_shared_json(200, value_json(c, 1));
+	if (sh == NULL)
+		return;
+	park_list_hold(l);
+	for (struct parked *w = l->head; w != NULL; w = l->head) {
+		dispatch_free_ctx(w);
+		park_take(w);
+		http_reply_shared(w->req, sh);
+	}
+	park_list_release(l);
+	http_shared_release(sh);
+}
+
+/* Whether q's joins give up: no worker for --worker-recovery. */
+int
+dispatch_no_workers(struct dispatch *d, int64_t now, int64_t *until)
+{
+	int64_t since = cq_no_worker_since(d->cq);
+
+	if (since == 0)
+		return 0;
+	*until = since + d->cfg.worker_recovery_ms;
+	return now >= *until;
+}
+
+/* Schedules. */
+
+/*
+ * Tries to schedule what x holds into q for req: 1 when answered, 0 when
+ * it must wait (a full queue with block set).
+ */
+static int
+try_schedule(struct dispatch *d, struct http_req *req, struct cq_queue *q,
+    struct waitctx *x)
+{
+	size_t n = x->ncs, room, i;
+	int64_t now = duration_now_ms();
+	struct cq_closure *e;
+	json_t *ids;
+	size_t dups = 0;
+	char msg[512];
+
+	if ((e = cq_take_error(d->cq, q, now)) != NULL) {
+		reply_queue_error(req, e);
+		return 1;
+	}
+	room = cq_room(d->cq, q);
+	if (room == 0) {
+		if (x->block)
+			return 0;
+		http_reply_error(req, ST_RESOURCE_EXHAUSTED,
+		    "queue %s is full (%zu closures queued, --queue-max)",
+		    q->name, q->queued);
+		return 1;
+	}
+	if (n > room)
+		n = room;
+	/* As many as the store has room for; a full store is refused at
+	 * once, block or not: only forgets make room. */
+	room = cq_store_room(d->cq);
+	for (i = 0; i < n && x->cs[i]->speclen <= room; i++)
+		room -= x->cs[i]->speclen;
+	if (i == 0) {
+		const struct cq_view *v = cq_view(d->cq);
+		http_reply_error(req, ST_RESOURCE_EXHAUSTED,
+		    "dispatchd holds %zu bytes of closures and values, "
+		    "--max-store-bytes %zu: forget some (dispatchctl forget)",
+		    v->value_bytes + v->spec_bytes,
+		    cq_config(d->cq)->max_store);
+		return 1;
+	}
+	n = i;
+	ids = json_array();
+	for (i = 0; i < n; i++) {
+		uint64_t id;
+		int dup;
+		enum status st = cq_enqueue(d->cq, q, x->cs[i], now, &id, &dup,
+		    msg, sizeof(msg));
+		x->cs[i] = NULL; /* taken over, even when it failed */
+		if (st != ST_OK) {
+			/* Checked before: only memory can run out here. */
+			json_decref(ids);
+			http_reply_error(req, st, "closure %zu: %s", i, msg);
+			return 1;
+		}
+		dups += dup;
+		json_array_append_new(ids, json_integer((json_int_t)id));
+	}
+	http_reply_json(req, 200,
+	    json_pack("{s:o,s:I}", "ids", ids, "duplicates", (json_int_t)dups));
+	return 1;
+}
+
+static void
+schedule_expire(struct parked *w)
+{
+	struct waitctx *x = w->ctx;
+
+	http_reply_error(w->req, ST_DEADLINE_EXCEEDED,
+	    "queue %s stayed full (%zu closures queued)", x->q->name,
+	    x->q->queued);
+	dispatch_free_ctx(w);
+}
+
+/* {"done","queued","inflight"}: where q stands. */
+static json_t *
+queue_counts(const struct cq_queue *q)
+{
+	return json_pack("{s:b,s:I,s:I}", "done", cq_idle(q), "queued",
+	    (json_int_t)q->queued, "inflight", (json_int_t)q->inflight);
+}
+
+/*
+ * A join whose queue has not ended yet: UNAVAILABLE once no worker has
+ * been there for --worker-recovery, else 202 with the counts.
+ */
+static void
+reply_join_pending(struct dispatch *d, struct http_req *req, struct cq_queue *q)
+{
+	int64_t until;
+
+	if (dispatch_no_workers(d, duration_now_ms(), &until) && !cq_idle(q))
+		http_reply_error(req, ST_UNAVAILABLE,
+		    "no worker for %" PRId64 " ms (--worker-recovery); queue "
+		    "%s has %zu queued, %zu in flight",
+		    d->cfg.worker_recovery_ms, q->name, q->queued, q->inflight);
+	else
+		http_reply_json(req, 202, queue_counts(q));
+}
+
+static void
+join_expire(struct parked *w)
+{
+	struct waitctx *x = w->ctx;
+
+	reply_join_pending(w->obj, w->req, x->q);
+	dispatch_free_ctx(w);
+}
+
+/*
+ * Answers q's waiters in the order they came, as far as they can be: the
+ * first one to find q's error reports it (what is in flight is cancelled
+ * then), and it is cleared for the rest.
+ */
+void
+dispatch_queue_changed(struct dispatch *d, struct cq_queue *q)
+{
+	struct park_list *l =
+	    park_index_find(d->qwait, q->name, strlen(q->name));
+	int64_t now = duration_now_ms(), until;
+
+	if (l == NULL)
+		return;
+	park_list_hold(l);
+	for (struct parked *p = l->head, *next; p != NULL; p = next) {
+		struct waitctx *x = p->ctx;
+		struct cq_closure *e;
+
+		next = p->next;
+		if ((e = cq_take_error(d->cq, q, now)) != NULL) {
+			park_take(p);
+			reply_queue_error(p->req, e);
+			dispatch_free_ctx(p);
+			continue;
+		}
+		switch (x->kind) {
+		case W_JOIN:
+			if (cq_idle(q)) {
+				park_take(p);
+				http_reply_json(p->req, 200, queue_counts(q));
+				dispatch_free_ctx(p);
+			} else if (dispatch_no_workers(d, now, &until)) {
+				park_take(p);
+				join_expire(p);
+			}
+			break;
+		case W_SCHEDULE:
+			if (cq_room(d->cq, q) > 0) {
+				park_take(p);
+				try_schedule(d, p->req, q, x);
+				dispatch_free_ctx(p);
+			}
+			break;
+		default: break;
+		}
+	}
+	park_list_release(l);
+}
+
+static struct park_list *
+qwait_list(struct dispatch *d, struct http_req *req, struct cq_queue *q)
+{
+	struct park_list *l =
+	    park_index_list(d->qwait, q->name, strlen(q->name));
+
+	if (l == NULL)
+		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
+	return l;
+}
+
+/* Every closure of the body made and checked, before any is taken. */
+static int
+prepare(struct dispatch *d, struct http_req *req, json_t *items,
+    struct waitctx *x)
+{
+	size_t i;
+	json_t *item;
+
+	if (!json_is_array(items) || json_array_size(items) == 0) {
+		http_reply_error(req, ST_INVALID_ARGUMENT,
+		    "closures must be a non-empty array");
+		return -1;
+	}
+	if (json_array_size(items) > d->cfg.max_batch) {
+		http_reply_error(req, ST_RESOURCE_EXHAUSTED,
+		    "at most %zu closures a request", d->cfg.max_batch);
+		return -1;
+	}
+	if ((x->cs = calloc(json_array_size(items), sizeof(*x->cs))) == NULL) {
+		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
+		return -1;
+	}
+	x->cq = d->cq;
+	json_array_foreach(items, i, item) {
+		char msg[512];
+		enum status st;
+		if ((x->cs[i] = cq_closure_new(d->cq, item, &st, msg,
+		         sizeof(msg))) == NULL) {
+			http_reply_error(req, st, "closure %zu: %s", i, msg);
+			return -1;
+		}
+		x->ncs = i + 1;
+	}
+	return 0;
+}
+
+static void
+schedule_route(struct dispatch *d, struct http_req *req, struct cq_queue *q)
+{
+	struct waitctx *x;
+	struct park_list *l;
+	struct parked *w;
+	json_t *body;
+	long block;
+	int64_t wait;
+
+	if (dispatch_arg_long(req, "block", 1, 0, 1, &block) < 0 ||
+	    park_wait_arg(req, "wait", PARK_WAIT_DEFAULT_MS, &wait) < 0)
+		return;
+	if ((body = dispatch_body(req)) == NULL)
+		return;
+	if ((x = dispatch_ctx_new(W_SCHEDULE)) == NULL) {
+		json_decref(body);
+		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
+		return;
+	}
+	x->block = (int)block;
+	x->q = q;
+	if (prepare(d, req, json_object_get(body, "closures"), x) < 0 ||
+	    try_schedule(d, req, q, x) || (l = qwait_list(d, req, q)) == NULL) {
+		json_decref(body);
+		dispatch_ctx_free(x);
+		return;
+	}
+	json_decref(body);
+	if ((w = dispatch_park(d, req, l, wait, schedule_expire, x)) != NULL)
+		w->obj = d;
+}
+
+/* GET .../join (parked until the queue ends) and .../done (at once). */
+static void
+join_route(struct dispatch *d, struct http_req *req, struct cq_queue *q,
+    int is_done)
+{
+	int64_t wait, now = duration_now_ms(), until = 0;
+	struct cq_closure *e;
+	struct waitctx *x;
+	struct park_list *l;
+	struct parked *w;
+
+	if (park_wait_arg(req, "wait", 0, &wait) < 0)
+		return;
+	if ((e = cq_take_error(d->cq, q, now)) != NULL) {
+		reply_queue_error(req, e);
+		return;
+	}
+	if (is_done || cq_idle(q)) {
+		http_reply_json(req, 200, queue_counts(q));
+		return;
+	}
+	if (dispatch_no_workers(d, now, &until) || wait == 0) {
+		reply_join_pending(d, req, q);
+		return;
+	}
+	if (until > 0 && until - now < wait)
+		wait = until - now;
+	if ((x = dispatch_ctx_new(W_JOIN)) == NULL) {
+		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
+		return;
+	}
+	x->q = q;
+	if ((l = qwait_list(d, req, q)) == NULL) {
+		free(x);
+		return;
+	}
+	w = dispatch_park(d, req, l, wait, join_expire, x);
+	if (w != NULL)
+		w->obj = d;
+}
+
+void
+dispatch_queue_route(struct http_req *req, const struct route_match *m,
+    void *arg)
+{
+	struct dispatch *d = arg;
+	char name[CQ_NAME_MAX + 2];
+	struct cq_queue *q;
+	const char *what = m->nseg > 1 ? m->seg[1] : "";
+	size_t wl = m->nseg > 1 ? m->seglen[1] : 0;
+
+	route_seg(m, 0, name, sizeof(name));
+	if (!cq_name_valid(name)) {
+		http_reply_error(req, ST_INVALID_ARGUMENT,
+		    "%s is not a queue name (letters, digits, _-.:)", name);
+		return;
+	}
+	if (m->method == ROUTE_POST && dispatch_refuse(d, req))
+		return; /* the state directory cannot be written */
+	dispatch_lock(d);
+	if (dispatch_closing(d)) {
+		dispatch_reply_closing(req);
+	} else if ((q = cq_queue(d->cq, name, 1)) == NULL) {
+		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
+	} else if (wl == 8 && memcmp(what, "closures", 8) == 0 &&
+	    m->method == ROUTE_POST) {
+		schedule_route(d, req, q);
+	} else if (wl == 4 && memcmp(what, "join", 4) == 0 &&
+	    m->method == ROUTE_GET) {
+		join_route(d, req, q, 0);
+	} else if (wl == 4 && memcmp(what, "done", 4) == 0 &&
+	    m->method == ROUTE_GET) {
+		join_route(d, req, q, 1);
+	} else {
+		http_reply_error(req, ST_NOT_FOUND, "no such resource");
+	}
+	dispatch_unlock(d);
+}
+
+/* Closures. */
+
+static void
+fetch_expire(struct parked *w)
+{
+	struct dispatch *d = w->obj;
+	struct cq_closure *c = cq_closure(d->cq, (uint64_t)w->limit);
+
+	dispatch_free_ctx(w);
+	if (c == NULL)
+		http_reply_error(w->req, ST_NOT_FOUND,
+		    "closure %" PRId64 " was forgotten", w->limit);
+	else
+		http_reply_json(w->req, 200, value_json(c, 1));
+}
+
+static int
+closure_arg(struct http_req *req, const struct route_match *m, uint64_t *id)
+{
+	char s[32], *end;
+
+	route_seg(m, 0, s, sizeof(s));
+	*id = strtoull(s, &end, 10);
+	if (s[0] < '1' || s[0] > '9' || *end != '\0') {
+		http_reply_error(req, ST_INVALID_ARGUMENT,
+		    "%s is not a closure id", s);
+		return -1;
+	}
+	return 0;
+}
+
+void
+dispatch_closure_route(struct http_req *req, const struct route_match *m,
+    void *arg)
+{
+	struct dispatch *d = arg;
+	struct cq_closure *c;
+	uint64_t id;
+	int64_t wait;
+	char key[24];
+
+	if (closure_arg(req, m, &id) < 0 ||
+	    park_wait_arg(req, "wait", 0, &wait) < 0)
+		return;
+	if (m->method != ROUTE_GET && dispatch_refuse(d, req))
+		return; /* the state directory cannot be written */
+	dispatch_lock(d);
+	if ((c = cq_closure(d->cq, id)) == NULL) {
+		http_reply_error(req, ST_NOT_FOUND, "no closure %" PRIu64, id);
+	} else if (m->nseg == 2) { /* POST .../cancel */
+		if (m->seglen[1] != 6 || memcmp(m->seg[1], "cancel", 6) != 0)
+			http_reply_error(req, ST_NOT_FOUND, "no such resource");
+		else if (cq_cancel(d->cq, c, duration_now_ms()) != ST_OK)
+			http_reply_error(req, ST_FAILED_PRECONDITION,
+			    "closure %" PRIu64 " has ended (%s)", id,
+			    cq_state_name(c->state));
+		else
+			http_reply_json(req, 200, value_json(c, 0));
+	} else if (m->method == ROUTE_DELETE) {
+		if (cq_forget(d->cq, c) != ST_OK)
+			http_reply_error(req, ST_FAILED_PRECONDITION,
+			    "closure %" PRIu64 " has not ended, or is its "
+			    "queue's error not yet reported",
+			    id);
+		else
+			http_reply_json(req, 200,
+			    json_pack("{s:I}", "forgotten", (json_int_t)id));
+	} else if (c->state == CQ_QUEUED || c->state == CQ_RUNNING) {
+		if (wait == 0 || dispatch_closing(d)) {
+			http_reply_json(req, 200, value_json(c, 1));
+		} else {
+			struct park_list *l;
+			closure_idkey(id, key, sizeof(key));
+			l = park_index_list(d->fetchers, key, strlen(key));
+			if (l == NULL) {
+				http_reply_error(req, ST_RESOURCE_EXHAUSTED,
+				    "out of memory");
+			} else {
+				struct parked *w = dispatch_park(d, req, l,
+				    wait, fetch_expire, NULL);
+				if (w != NULL) {
+					w->obj = d;
+					w->limit = (int64_t)id;
+				}
+			}
+		}
+	} else {
+		http_reply_json(req, 200, value_json(c, 1));
+	}
+	dispatch_unlock(d);
+}
+
+/*
+ * A list of closures is paged: LS_LIMIT closures at most (limit=), and at
+ * most LS_SCAN ids looked at, so that no reply is built for long under
+ * the lock, nor held large (eight lists of 100,000 closures took 565 MB).
+ */
+#define LS_LIMIT 1000
+#define LS_LIMIT_MAX 10000
+#define LS_SCAN 100000
+
+struct ls_ctx {
+	json_t *a;
+	int state; /* -1: any */
+	size_t n, limit;
+};
+
+static int
+ls_one(struct cq_closure *c, void *arg)
+{
+	struct ls_ctx *x = arg;
+
+	if (x->state >= 0 && (int)c->state != x->state)
+		return 0;
+	json_array_append_new(x->a, value_json(c, 0));
+	return ++x->n >= x->limit;
+}
+
+void
+dispatch_closures_route(struct http_req *req, const struct route_match *m,
+    void *arg)
+{
+	struct dispatch *d = arg;
+	const char *qn = http_req_arg(req, "queue");
+	const char *st = http_req_arg(req, "state");
+	const char *af = http_req_arg(req, "after");
+	struct ls_ctx x = {NULL, -1, 0, LS_LIMIT};
+	struct cq_queue *q = NULL;
+	uint64_t after = 0, next;
+	long limit;
+	char *end;
+	int more;
+
+	(void)m;
+	if (dispatch_arg_long(req, "limit", LS_LIMIT, 1, LS_LIMIT_MAX, &limit) <
+	    0)
+		return;
+	x.limit = (size_t)limit;
+	if (af != NULL) {
+		after = strtoull(af, &end, 10);
+		if (*af < '0' || *af > '9' || *end != '\0') {
+			http_reply_error(req, ST_INVALID_ARGUMENT,
+			    "after=%s is not a closure id", af);
+			return;
+		}
+	}
+	if ((x.a = json_array()) == NULL) {
+		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
+		return;
+	}
+	if (st != NULL) {
+		static const char *names[] = {"queued", "running", "ready",
+		    "aborted", "cancelled"};
+		for (int i = 0; i < 5; i++)
+			if (strcmp(st, names[i]) == 0)
+				x.state = i;
+		if (x.state < 0) {
+			json_decref(x.a);
+			http_reply_error(req, ST_INVALID_ARGUMENT,
+			    "state=%s: one of queued, running, ready, "
+			    "aborted, cancelled",
+			    st);
+			return;
+		}
+	}
+	dispatch_lock(d);
+	if (qn != NULL && (q = cq_queue(d->cq, qn, 0)) == NULL) {
+		json_decref(x.a);
+		http_reply_error(req, ST_NOT_FOUND, "no queue %s", qn);
+	} else {
+		json_t *o;
+		next = cq_each_closure_after(d->cq, q, after, LS_SCAN, ls_one,
+		    &x, &more);
+		o = json_pack("{s:o,s:b}", "closures", x.a, "more", more);
+		if (more)
+			json_object_set_new(o, "next",
+			    json_integer((json_int_t)next));
+		http_reply_json(req, 200, o);
+	}
+	dispatch_unlock(d);
+}
+
+/* Resources. */
+
+struct res_ctx {
+	json_t *o;
+	const char *only; /* one resource, or NULL */
+};
+
+static void
+res_state_json(const char *k, size_t kl, void *v, void *arg)
+{
+	struct res_ctx *x = arg;
+	struct cq_resource_state *s = v;
+	static const char *names[] = {"building", "ready", "failed"};
+
+	if (x->only != NULL &&
+	    (strlen(x->only) != kl || memcmp(x->only, k, kl) != 0))
+		return;
+	json_t *o = json_pack("{s:s}", "state", names[s->state]);
+	if (s->message != NULL)
+		json_object_set_new(o, "message", json_string(s->message));
+	json_object_setn_new(x->o, k, kl, o);
+}
+
+json_t *
+dispatch_resource_states(const struct cq_worker *w, const char *only)
+{
+	json_t *o = json_object();
+	struct res_ctx x = {o, only};
+
+	strmap_each(w->resources, res_state_json, &x);
+	return o;
+}
+
+static void
+res_workers(struct cq_worker *w, void *arg)
+{
+	struct res_ctx *x = arg;
+	json_t *o = dispatch_resource_states(w, x->only);
+	json_t *s = json_object_get(o, x->only);
+	if (s != NULL)
+		json_object_set(x->o, w->name, s);
+	else if (w->live)
+		json_object_set_new(x->o, w->name,
+		    json_pack("{s:s}", "state", "not built"));
+	json_decref(o);
+}
+
+void
+dispatch_resource_route(struct http_req *req, const struct route_match *m,
+    void *arg)
+{
+	struct dispatch *d = arg;
+	char name[CQ_NAME_MAX + 2], msg[512];
+	const char *def;
+	json_t *body;
+	enum status st;
+
+	route_seg(m, 0, name, sizeof(name));
+	if (m->method == ROUTE_PUT) {
+		if (dispatch_refuse(d, req) ||
+		    (body = dispatch_body(req)) == NULL)
+			return;
+		dispatch_lock(d);
+		st = cq_resource_add(d->cq, name, json_object_get(body, "argv"),
+		    msg, sizeof(msg));
+		if (st != ST_OK)
+			http_reply_error(req, st, "%s", msg);
+		else
+			http_reply_json(req, 200,
+			    json_loads(cq_resource(d->cq, name), 0, NULL));
+		dispatch_unlock(d);
+		json_decref(body);
+		return;
+	}
+	dispatch_lock(d);
+	if ((def = cq_resource(d->cq, name)) == NULL) {
+		http_reply_error(req, ST_NOT_FOUND, "no resource %s", name);
+	} else {
+		json_t *o = json_loads(def, 0, NULL), *ws = json_object();
+		struct res_ctx x = {ws, name};
+		cq_each_worker(d->cq, res_workers, &x);
+		json_object_set_new(o, "workers", ws);
+		http_reply_json(req, 200, o);
+	}
+	dispatch_unlock(d);
+}
+
+static void
+res_list_one(const char *name, const char *json, void *arg)
+{
+	(void)name;
+	json_array_append_new(arg, json_loads(json, 0, NULL));
+}
+
+void
+dispatch_resources_route(struct http_req *req, const struct route_match *m,
+    void *arg)
+{
+	struct dispatch *d = arg;
+	json_t *a = json_array();
+
+	(void)m;
+	dispatch_lock(d);
+	cq_each_resource(d->cq, res_list_one, a);
+	http_reply_json(req, 200, json_pack("{s:o}", "resources", a));
+	dispatch_unlock(d);
+}
+
+/* Workers. */
+
+/* {"closures":[{"id","attempt","queue","spec":{...},"resources":[...]}]} */
+void
+dispatch_reply_closures(struct dispatch *d, struct http_req *req,
+    struct cq_closure **cs, size_t n)
+{
+	struct buf b = {0};
+
+	buf_puts(&b, "{\"closures\":[");
+	for (size_t i = 0; i < n; i++) {
+		struct cq_closure *c = cs[i];
+		buf_printf(&b,
+		    "%s{\"id\":%" PRIu64 ",\"attempt\":%ld,\"queue\":\"%s\","
+		    "\"spec\":",
+		    i > 0 ? "," : "", c->id, c->attempts, c->q->name);
+		buf_append(&b, c->spec, c->speclen);
+		buf_puts(&b, ",\"resources\":[");
+		for (size_t j = 0; c->needs != NULL && c->needs[j] != NULL;
+		     j++) {
+			const char *r = cq_resource(d->cq, c->needs[j]);
+			if (j > 0)
+				buf_puts(&b, ",");
+			buf_puts(&b, r != NULL ? r : "null");
+		}
+		buf_puts(&b, "]}");
+	}
+	if (buf_puts(&b, "]}") < 0) {
+		buf_free(&b);
+		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
+		return;
+	}
+	http_reply(req, 200, "application/json", b.data, b.len);
+	buf_free(&b);
+}
