@@ -365,6 +365,42 @@ bats_require_minimum_version 1.5.0
 	run -9 env MUSTER_DISPATCHER=127.0.0.1:1 dispatchctl status
 }
 
+@test "each action of a worker, a queue and a closure is a route: others are 404, a wrong method 405 with Allow" {
+	start_dispatchd
+	A="http://$MUSTER_DISPATCHER"
+	# code METHOD PATH: the HTTP status and the error code of the answer.
+	code() {
+		curl -s -o "$T/r.body" -D "$T/r.head" -w '%{http_code} ' -X "$1" "$A$2" -d '{}'
+		jq -r .error.code <"$T/r.body"
+	}
+	local p
+	for p in /v1/workers/w:0/dance /v1/workers/w:0/tasks /v1/workers/w:0/x/y \
+		/v1/queues/default/fly /v1/closures/1/uncancel /v1/jobs/1/x; do
+		run -0 code POST "$p"
+		assert_output "404 NOT_FOUND"
+	done
+	run -0 code GET /v1/workers/w:0/heartbeat
+	assert_output "405 INVALID_ARGUMENT"
+	grep -qi '^Allow: POST' "$T/r.head"
+	run -0 code POST /v1/queues/default/join
+	assert_output "405 INVALID_ARGUMENT"
+	grep -qi '^Allow: GET' "$T/r.head"
+	run -0 code GET /v1/queues/default/closures
+	assert_output "405 INVALID_ARGUMENT"
+	run -0 code PUT /v1/closures/1
+	assert_output "405 INVALID_ARGUMENT"
+	grep -qi '^Allow: GET, DELETE' "$T/r.head"
+	# The actions themselves reach their handlers.
+	run -0 code POST /v1/workers/w:0/heartbeat
+	assert_output "409 ABORTED"
+	run -0 code GET /v1/closures/1
+	assert_output "404 NOT_FOUND"
+	grep -q 'no closure 1' "$T/r.body"
+	run -0 code GET "/v1/queues/default/done?wait=0"
+	assert_output "200 null"
+	run -0 curl -sf "$A/healthz"
+}
+
 @test "ls lists a queue's closures, and --state picks one state" {
 	start_dispatchd
 	start_worker worker:0

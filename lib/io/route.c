@@ -91,6 +91,7 @@ route_dispatch(const struct route *routes, size_t n, struct http_req *req,
 			continue;
 		}
 		m.method = bit;
+		m.op = routes[i].op;
 		routes[i].fn(req, &m, arg);
 		return 1;
 	}

@@ -33,15 +33,22 @@ struct route_match {
 	int nseg;
 	const char *rest; /* "" when the path ends there */
 	unsigned method;  /* the request's ROUTE_ bit */
+	const void *op;   /* the route's op */
 };
 
 typedef void (
     *route_fn)(struct http_req *req, const struct route_match *m, void *arg);
 
+/*
+ * op is the handler's to use: when several routes share a handler (one
+ * resource's actions, each a path of its own), it tells them apart, so that
+ * no handler matches the path again.
+ */
 struct route {
 	const char *pattern;
 	unsigned methods;
 	route_fn fn;
+	const void *op;
 };
 
 /* The ROUTE_ bit of a method name; 0 for others. */

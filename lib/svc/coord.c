@@ -262,15 +262,25 @@ epoch_route(struct http_req *req, const struct route_match *m, void *arg)
 }
 
 static const struct route routes[] = {
-    {"/v1/kv/**", ROUTE_GET | ROUTE_PUT | ROUTE_POST | ROUTE_DELETE, kv_route},
-    {"/v1/watch/**", ROUTE_GET, watch_route},
-    {"/v1/tasks", ROUTE_GET, coord_tasks_status_route},
-    {"/v1/tasks/*/*", ROUTE_GET, coord_task_route},
-    {"/v1/tasks/*/*/*", ROUTE_POST, coord_task_route},
-    {"/v1/errors", ROUTE_GET, errors_route},
-    {"/v1/epoch", ROUTE_GET, epoch_route},
-    {"/v1/barriers", ROUTE_GET, coord_barriers_status_route},
-    {"/v1/barriers/*", ROUTE_POST | ROUTE_DELETE, coord_barrier_route},
+    {"/v1/kv/**", ROUTE_GET | ROUTE_PUT | ROUTE_POST | ROUTE_DELETE, kv_route,
+        NULL},
+    {"/v1/watch/**", ROUTE_GET, watch_route, NULL},
+    {"/v1/tasks", ROUTE_GET, coord_tasks_status_route, NULL},
+    {"/v1/tasks/*/*", ROUTE_GET, coord_task_route, &coord_task_get},
+    {"/v1/tasks/*/*/register", ROUTE_POST, coord_task_route,
+        &coord_task_register},
+    {"/v1/tasks/*/*/heartbeat", ROUTE_POST, coord_task_route,
+        &coord_task_heartbeat},
+    {"/v1/tasks/*/*/error", ROUTE_POST, coord_task_route, &coord_task_error},
+    {"/v1/tasks/*/*/wait-all", ROUTE_POST, coord_task_route,
+        &coord_task_wait_all},
+    {"/v1/tasks/*/*/shutdown", ROUTE_POST, coord_task_route,
+        &coord_task_shutdown},
+    {"/v1/tasks/*/*/reset", ROUTE_POST, coord_task_route, &coord_task_reset},
+    {"/v1/errors", ROUTE_GET, errors_route, NULL},
+    {"/v1/epoch", ROUTE_GET, epoch_route, NULL},
+    {"/v1/barriers", ROUTE_GET, coord_barriers_status_route, NULL},
+    {"/v1/barriers/*", ROUTE_POST | ROUTE_DELETE, coord_barrier_route, NULL},
 };
 
 void

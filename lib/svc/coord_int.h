@@ -166,8 +166,12 @@ void coord_barrier_reply(struct http_req *req, const char *id, enum status st,
 /* coord_tasks.c: the registry's routes. */
 void coord_tasks_status_route(struct http_req *req, const struct route_match *m,
     void *arg);
+/* /v1/tasks/JOB/INDEX[/VERB]: the op says which. */
 void coord_task_route(struct http_req *req, const struct route_match *m,
     void *arg);
+extern const struct task_op coord_task_get, coord_task_register,
+    coord_task_heartbeat, coord_task_error, coord_task_wait_all,
+    coord_task_shutdown, coord_task_reset;
 void coord_errors_route(struct coord *co, struct http_req *req);
 void coord_epoch_route(struct coord *co, struct http_req *req);
 /* Notes that task t was heard from now (under the lock). */

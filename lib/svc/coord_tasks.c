@@ -651,23 +651,53 @@ coord_tasks_status_route(struct http_req *req, const struct route_match *m,
 	reply_status(arg, req, 1);
 }
 
+/* What each of a task's routes does (the route's op). */
+struct task_op {
+	void (*fn)(struct coord *co, struct http_req *req, struct reg_task *t);
+	unsigned flags;
+};
+
+enum {
+	T_GET = 1 << 0,      /* reads the task: no proof, nothing changes */
+	T_BEAT = 1 << 1,     /* a heartbeat: goes on while the state
+	                      * directory cannot be written, changes nothing
+	                      * to journal but through events */
+	T_REGISTER = 1 << 2, /* proves who it is by itself */
+	T_OPERATOR = 1 << 3, /* an operator may ask it without a secret */
+};
+
+static void
+do_get(struct coord *co, struct http_req *req, struct reg_task *t)
+{
+	(void)co;
+	http_reply_json(req, 200, task_json(t, duration_now_ms()));
+}
+
+const struct task_op coord_task_get = {do_get, T_GET};
+const struct task_op coord_task_register = {do_register, T_REGISTER};
+const struct task_op coord_task_heartbeat = {do_heartbeat, T_BEAT};
+const struct task_op coord_task_error = {do_report_error, 0};
+const struct task_op coord_task_wait_all = {do_wait_all, 0};
+const struct task_op coord_task_shutdown = {do_shutdown, 0};
+const struct task_op coord_task_reset = {do_reset, T_OPERATOR};
+
 /* GET /v1/tasks/JOB/INDEX, POST /v1/tasks/JOB/INDEX/VERB. */
 void
 coord_task_route(struct http_req *req, const struct route_match *m, void *arg)
 {
+	const struct task_op *op = m->op;
 	struct coord *co = arg;
-	char job[TASK_JOB_MAX + 1], index[24], verb[32],
+	char job[TASK_JOB_MAX + 1], index[24],
 	    name[sizeof(job) + sizeof(index) + 1];
 	struct reg_task *t;
 
 	route_seg(m, 0, job, sizeof(job));
 	route_seg(m, 1, index, sizeof(index));
-	route_seg(m, 2, verb, sizeof(verb));
 	snprintf(name, sizeof(name), "%s:%s", job, index);
 	coord_lock(co);
 	/* A call other than a heartbeat may change the tasks' state without
 	 * an event (a reset of a task in error): journaled if it differs. */
-	if (m->nseg == 3 && strcmp(verb, "heartbeat") != 0)
+	if (!(op->flags & (T_GET | T_BEAT)))
 		co->ctl_dirty = 1;
 	if (m->seglen[0] > TASK_JOB_MAX || m->seglen[1] >= sizeof(index) ||
 	    (t = registry_find(co->reg, name)) == NULL) {
@@ -675,31 +705,15 @@ coord_task_route(struct http_req *req, const struct route_match *m, void *arg)
 		    "unknown task %s: %s", name,
 		    co->rv->ntasks == 0 ? "coordd runs without --cluster" :
 		                          "not in the cluster");
-	} else if (m->nseg == 2) {
-		http_reply_json(req, 200, task_json(t, duration_now_ms()));
+	} else if (op->flags & T_GET) {
+		op->fn(co, req, t);
 	} else if (coord_closing(co)) {
 		coord_reply_closing(req);
-	} else if (strcmp(verb, "heartbeat") != 0 && coord_refuse(co, req)) {
+	} else if (!(op->flags & T_BEAT) && coord_refuse(co, req)) {
 		/* answered: the state directory cannot be written */
-	} else if (strcmp(verb, "register") == 0) {
-		do_register(co, req, t);
-	} else if (!coord_task_proven(co, req, t, strcmp(verb, "reset") == 0)) {
-		/* answered */
-	} else if (strcmp(verb, "heartbeat") == 0) {
-		do_heartbeat(co, req, t);
-	} else if (strcmp(verb, "error") == 0) {
-		do_report_error(co, req, t);
-	} else if (strcmp(verb, "wait-all") == 0) {
-		do_wait_all(co, req, t);
-	} else if (strcmp(verb, "shutdown") == 0) {
-		do_shutdown(co, req, t);
-	} else if (strcmp(verb, "reset") == 0) {
-		do_reset(co, req, t);
-	} else {
-		http_reply_error(req, ST_NOT_FOUND,
-		    "no such task action: %s "
-		    "(register, heartbeat, error, wait-all, shutdown, reset)",
-		    verb);
+	} else if ((op->flags & T_REGISTER) ||
+	    coord_task_proven(co, req, t, (op->flags & T_OPERATOR) != 0)) {
+		op->fn(co, req, t);
 	}
 	coord_unlock(co);
 }

@@ -422,15 +422,42 @@ join_route(struct dispatch *d, struct http_req *req, struct cq_queue *q,
 		w->obj = d;
 }
 
+static void
+do_schedule(struct dispatch *d, struct http_req *req, struct cq_queue *q)
+{
+	schedule_route(d, req, q);
+}
+
+static void
+do_join(struct dispatch *d, struct http_req *req, struct cq_queue *q)
+{
+	join_route(d, req, q, 0);
+}
+
+static void
+do_done(struct dispatch *d, struct http_req *req, struct cq_queue *q)
+{
+	join_route(d, req, q, 1);
+}
+
+/* What each of a queue's routes does (the route's op). */
+struct queue_op {
+	void (
+	    *fn)(struct dispatch *d, struct http_req *req, struct cq_queue *q);
+};
+
+const struct queue_op dispatch_queue_schedule = {do_schedule};
+const struct queue_op dispatch_queue_join = {do_join};
+const struct queue_op dispatch_queue_done = {do_done};
+
 void
 dispatch_queue_route(struct http_req *req, const struct route_match *m,
     void *arg)
 {
+	const struct queue_op *op = m->op;
 	struct dispatch *d = arg;
 	char name[CQ_NAME_MAX + 2];
 	struct cq_queue *q;
-	const char *what = m->nseg > 1 ? m->seg[1] : "";
-	size_t wl = m->nseg > 1 ? m->seglen[1] : 0;
 
 	route_seg(m, 0, name, sizeof(name));
 	if (!cq_name_valid(name)) {
@@ -441,22 +468,12 @@ dispatch_queue_route(struct http_req *req, const struct route_match *m,
 	if (m->method == ROUTE_POST && dispatch_refuse(d, req))
 		return; /* the state directory cannot be written */
 	dispatch_lock(d);
-	if (dispatch_closing(d)) {
+	if (dispatch_closing(d))
 		dispatch_reply_closing(req);
-	} else if ((q = cq_queue(d->cq, name, 1)) == NULL) {
+	else if ((q = cq_queue(d->cq, name, 1)) == NULL)
 		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
-	} else if (wl == 8 && memcmp(what, "closures", 8) == 0 &&
-	    m->method == ROUTE_POST) {
-		schedule_route(d, req, q);
-	} else if (wl == 4 && memcmp(what, "join", 4) == 0 &&
-	    m->method == ROUTE_GET) {
-		join_route(d, req, q, 0);
-	} else if (wl == 4 && memcmp(what, "done", 4) == 0 &&
-	    m->method == ROUTE_GET) {
-		join_route(d, req, q, 1);
-	} else {
-		http_reply_error(req, ST_NOT_FOUND, "no such resource");
-	}
+	else
+		op->fn(d, req, q);
 	dispatch_unlock(d);
 }
 
@@ -466,12 +483,14 @@ static void
 fetch_expire(struct parked *w)
 {
 	struct dispatch *d = w->obj;
-	struct cq_closure *c = cq_closure(d->cq, (uint64_t)w->limit);
+	struct waitctx *x = w->ctx;
+	uint64_t id = x->closure;
+	struct cq_closure *c = cq_closure(d->cq, id);
 
 	dispatch_free_ctx(w);
 	if (c == NULL)
 		http_reply_error(w->req, ST_NOT_FOUND,
-		    "closure %" PRId64 " was forgotten", w->limit);
+		    "closure %" PRIu64 " was forgotten", id);
 	else
 		http_reply_json(w->req, 200, value_json(c, 1));
 }
@@ -491,15 +510,83 @@ closure_arg(struct http_req *req, const struct route_match *m, uint64_t *id)
 	return 0;
 }
 
+/* GET: its value, once it ended (waiting up to wait=). */
+static void
+do_fetch(struct dispatch *d, struct http_req *req, struct cq_closure *c,
+    int64_t wait)
+{
+	struct park_list *l;
+	struct waitctx *x;
+	struct parked *w;
+	char key[24];
+
+	if ((c->state != CQ_QUEUED && c->state != CQ_RUNNING) || wait == 0 ||
+	    dispatch_closing(d)) {
+		http_reply_json(req, 200, value_json(c, 1));
+		return;
+	}
+	closure_idkey(c->id, key, sizeof(key));
+	if ((l = park_index_list(d->fetchers, key, strlen(key))) == NULL ||
+	    (x = dispatch_ctx_new(W_FETCH)) == NULL) {
+		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
+		return;
+	}
+	x->closure = c->id;
+	if ((w = dispatch_park(d, req, l, wait, fetch_expire, x)) != NULL)
+		w->obj = d;
+}
+
+/* DELETE: forgets it, once it ended. */
+static void
+do_forget(struct dispatch *d, struct http_req *req, struct cq_closure *c,
+    int64_t wait)
+{
+	uint64_t id = c->id;
+
+	(void)wait;
+	if (cq_forget(d->cq, c) != ST_OK)
+		http_reply_error(req, ST_FAILED_PRECONDITION,
+		    "closure %" PRIu64 " has not ended, or is its queue's "
+		    "error not yet reported",
+		    id);
+	else
+		http_reply_json(req, 200,
+		    json_pack("{s:I}", "forgotten", (json_int_t)id));
+}
+
+/* POST .../cancel */
+static void
+do_cancel(struct dispatch *d, struct http_req *req, struct cq_closure *c,
+    int64_t wait)
+{
+	(void)wait;
+	if (cq_cancel(d->cq, c, duration_now_ms()) != ST_OK)
+		http_reply_error(req, ST_FAILED_PRECONDITION,
+		    "closure %" PRIu64 " has ended (%s)", c->id,
+		    cq_state_name(c->state));
+	else
+		http_reply_json(req, 200, value_json(c, 0));
+}
+
+/* What each of a closure's routes does (the route's op). */
+struct closure_op {
+	void (*fn)(struct dispatch *d, struct http_req *req,
+	    struct cq_closure *c, int64_t wait);
+};
+
+const struct closure_op dispatch_closure_fetch = {do_fetch};
+const struct closure_op dispatch_closure_forget = {do_forget};
+const struct closure_op dispatch_closure_cancel = {do_cancel};
+
 void
 dispatch_closure_route(struct http_req *req, const struct route_match *m,
     void *arg)
 {
+	const struct closure_op *op = m->op;
 	struct dispatch *d = arg;
 	struct cq_closure *c;
 	uint64_t id;
 	int64_t wait;
-	char key[24];
 
 	if (closure_arg(req, m, &id) < 0 ||
 	    park_wait_arg(req, "wait", 0, &wait) < 0)
@@ -507,48 +594,10 @@ dispatch_closure_route(struct http_req *req, const struct route_match *m,
 	if (m->method != ROUTE_GET && dispatch_refuse(d, req))
 		return; /* the state directory cannot be written */
 	dispatch_lock(d);
-	if ((c = cq_closure(d->cq, id)) == NULL) {
+	if ((c = cq_closure(d->cq, id)) == NULL)
 		http_reply_error(req, ST_NOT_FOUND, "no closure %" PRIu64, id);
-	} else if (m->nseg == 2) { /* POST .../cancel */
-		if (m->seglen[1] != 6 || memcmp(m->seg[1], "cancel", 6) != 0)
-			http_reply_error(req, ST_NOT_FOUND, "no such resource");
-		else if (cq_cancel(d->cq, c, duration_now_ms()) != ST_OK)
-			http_reply_error(req, ST_FAILED_PRECONDITION,
-			    "closure %" PRIu64 " has ended (%s)", id,
-			    cq_state_name(c->state));
-		else
-			http_reply_json(req, 200, value_json(c, 0));
-	} else if (m->method == ROUTE_DELETE) {
-		if (cq_forget(d->cq, c) != ST_OK)
-			http_reply_error(req, ST_FAILED_PRECONDITION,
-			    "closure %" PRIu64 " has not ended, or is its "
-			    "queue's error not yet reported",
-			    id);
-		else
-			http_reply_json(req, 200,
-			    json_pack("{s:I}", "forgotten", (json_int_t)id));
-	} else if (c->state == CQ_QUEUED || c->state == CQ_RUNNING) {
-		if (wait == 0 || dispatch_closing(d)) {
-			http_reply_json(req, 200, value_json(c, 1));
-		} else {
-			struct park_list *l;
-			closure_idkey(id, key, sizeof(key));
-			l = park_index_list(d->fetchers, key, strlen(key));
-			if (l == NULL) {
-				http_reply_error(req, ST_RESOURCE_EXHAUSTED,
-				    "out of memory");
-			} else {
-				struct parked *w = dispatch_park(d, req, l,
-				    wait, fetch_expire, NULL);
-				if (w != NULL) {
-					w->obj = d;
-					w->limit = (int64_t)id;
-				}
-			}
-		}
-	} else {
-		http_reply_json(req, 200, value_json(c, 1));
-	}
+	else
+		op->fn(d, req, c, wait);
 	dispatch_unlock(d);
 }
 

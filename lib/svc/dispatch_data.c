@@ -212,19 +212,6 @@ dispatch_data_task(struct dispatch *d, struct http_req *req,
 
 /* Client-facing routes. */
 
-/* Whether path ends with the segment s (routes of a fixed last segment). */
-static int
-suffix(const char *path, const char *s)
-{
-	size_t n = strlen(path), k = strlen(s);
-
-	while (n > 1 && path[n - 1] == '/')
-		n--;
-	return n > k && memcmp(path + n - k, s, k) == 0 &&
-	    strncmp(path, "/v1/", 4) == 0 &&
-	    memchr(path + 4, '/', n - k - 4) != NULL;
-}
-
 static void
 splits_text(struct http_req *req, const struct ds_dataset *ds)
 {
@@ -242,6 +229,10 @@ splits_text(struct http_req *req, const struct ds_dataset *ds)
 	http_reply(req, 200, "text/plain", b.data, b.len);
 	buf_free(&b);
 }
+
+/* The ops of the routes to a dataset's splits and a job's checkpoint. */
+const char dispatch_dataset_splits = 's';
+const char dispatch_job_checkpoint = 'c';
 
 void
 dispatch_datasets_route(struct http_req *req, const struct route_match *m,
@@ -278,7 +269,7 @@ dispatch_datasets_route(struct http_req *req, const struct route_match *m,
 	} else if ((ds = ds_dataset_find(d->ds,
 	                route_seg(m, 0, key, sizeof(key)))) == NULL) {
 		http_reply_error(req, ST_NOT_FOUND, "no dataset %s", key);
-	} else if (m->nseg == 1 && suffix(http_req_path(req), "/splits")) {
+	} else if (m->op == &dispatch_dataset_splits) {
 		splits_text(req, ds);
 	} else {
 		http_reply_json(req, 200, ds_dataset_json(ds));
@@ -340,7 +331,7 @@ dispatch_jobs_route(struct http_req *req, const struct route_match *m,
 	} else if ((j = ds_job_find(d->ds,
 	                route_seg(m, 0, key, sizeof(key)))) == NULL) {
 		http_reply_error(req, ST_NOT_FOUND, "no job %s", key);
-	} else if (suffix(http_req_path(req), "/checkpoint")) {
+	} else if (m->op == &dispatch_job_checkpoint) {
 		if ((st = ds_checkpoint(j, &out, msg, sizeof(msg))) != ST_OK)
 			http_reply_error(req, st, "%s", msg);
 		else

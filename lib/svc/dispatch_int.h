@@ -19,7 +19,7 @@
 #include "timer.h"
 
 /* What a parked request waits as. */
-enum wait_kind { W_JOIN, W_SCHEDULE, W_TAKE, W_HEARTBEAT, W_LEASE };
+enum wait_kind { W_JOIN, W_SCHEDULE, W_TAKE, W_HEARTBEAT, W_LEASE, W_FETCH };
 
 struct waitctx {
 	enum wait_kind kind;
@@ -34,7 +34,8 @@ struct waitctx {
 	uint64_t job;
 	uint64_t inc; /* its worker's incarnation */
 	long want;
-	uint64_t lease; /* the worker's id of the request, or 0 */
+	uint64_t lease;   /* the worker's id of the request, or 0 */
+	uint64_t closure; /* W_FETCH: the closure's id */
 };
 
 /* What a state machine reported: the queues' (cq) or the data side's. */
@@ -123,7 +124,9 @@ void dispatch_data_lease(struct dispatch *d, struct http_req *req,
     struct cq_worker *w, json_t *body, int64_t wait);
 void dispatch_data_task(struct dispatch *d, struct http_req *req,
     struct cq_worker *w, const char *task, json_t *body);
-/* The data side's routes: /v1/datasets..., /v1/jobs..., /v1/clients/... */
+/* The data side's routes: /v1/datasets..., /v1/jobs..., /v1/clients/...;
+ * the ops of /v1/datasets/ID/splits and /v1/jobs/ID/checkpoint. */
+extern const char dispatch_dataset_splits, dispatch_job_checkpoint;
 void dispatch_datasets_route(struct http_req *req, const struct route_match *m,
     void *arg);
 void dispatch_jobs_route(struct http_req *req, const struct route_match *m,
@@ -143,8 +146,14 @@ void dispatch_reply_closures(struct dispatch *d, struct http_req *req,
     struct cq_closure **cs, size_t n);
 void dispatch_queue_route(struct http_req *req, const struct route_match *m,
     void *arg);
+/* /v1/queues/NAME/{closures,join,done}: the op is one of these. */
+extern const struct queue_op dispatch_queue_schedule, dispatch_queue_join,
+    dispatch_queue_done;
+/* /v1/closures/ID (GET, DELETE) and /v1/closures/ID/cancel. */
 void dispatch_closure_route(struct http_req *req, const struct route_match *m,
     void *arg);
+extern const struct closure_op dispatch_closure_fetch, dispatch_closure_forget,
+    dispatch_closure_cancel;
 void dispatch_closures_route(struct http_req *req, const struct route_match *m,
     void *arg);
 /* Worker w's resources and their states, or only the one named. */
@@ -161,7 +170,11 @@ void dispatch_answer_beat(struct dispatch *d, struct cq_worker *w, int gone);
 void dispatch_takers_gone(struct dispatch *d, struct cq_worker *w);
 /* Gives work to parked takes, oldest first, while there is any. */
 void dispatch_serve_takers(struct dispatch *d);
+/* /v1/workers/NAME[/...]: the op says which of a worker's requests. */
 void dispatch_worker_route(struct http_req *req, const struct route_match *m,
     void *arg);
+extern const struct worker_op dispatch_worker_register, dispatch_worker_leave,
+    dispatch_worker_heartbeat, dispatch_worker_lease, dispatch_worker_task,
+    dispatch_worker_take, dispatch_worker_results, dispatch_worker_resource;
 
 #endif

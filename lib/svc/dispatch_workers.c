@@ -326,18 +326,151 @@ results(struct dispatch *d, struct http_req *req, struct cq_worker *w,
 	    json_pack("{s:o,s:[]}", "stale", stale, "closures"));
 }
 
+/* A worker's request, once its worker is found and its incarnation is
+ * the current one (registration: before). */
+struct worker_call {
+	struct dispatch *d;
+	struct http_req *req;
+	const struct route_match *m;
+	const char *name;
+	struct cq_worker *w; /* NULL while registering */
+	json_t *body;
+	int64_t wait, now;
+	long max, slots;
+};
+
+/* What each of a worker's routes does (the route's op). */
+struct worker_op {
+	void (*fn)(struct worker_call *c);
+	unsigned flags;
+};
+
+enum {
+	OP_BODY = 1 << 0,   /* takes a JSON object body */
+	OP_ALWAYS = 1 << 1, /* goes on while the state directory cannot be
+	                     * written (heartbeats, progress reports) */
+	OP_NEW = 1 << 2,    /* registration: no worker yet */
+	OP_SEEN = 1 << 3,   /* tells that the worker is there */
+};
+
+static void
+do_register(struct worker_call *c)
+{
+	struct dispatch *d = c->d;
+	json_t *js = json_object_get(c->body, "slots");
+	long n = json_is_integer(js) ? (long)json_integer_value(js) : 1;
+	char msg[512], inc[17];
+	struct cq_worker *w;
+	enum status st;
+
+	if (n < 1 || n > 4096) {
+		http_reply_error(c->req, ST_INVALID_ARGUMENT,
+		    "slots must be 1 to 4096");
+		return;
+	}
+	if ((st = ds_worker_admit(d->ds, c->name, msg, sizeof(msg))) != ST_OK) {
+		http_reply_error(c->req, st, "%s", msg);
+		return;
+	}
+	if ((w = cq_register(d->cq, c->name, n, c->now, msg, sizeof(msg))) ==
+	    NULL) {
+		http_reply_error(c->req, ST_INVALID_ARGUMENT, "%s", msg);
+		return;
+	}
+	dispatch_data_register(d, w, c->body);
+	log_debug("worker %s registered (%ld slots)", c->name, n);
+	http_reply_json(c->req, 200,
+	    json_pack("{s:s,s:I,s:I}", "incarnation",
+	        task_format_incarnation(w->inc, inc), "heartbeat_timeout_ms",
+	        (json_int_t)cq_config(d->cq)->hb_timeout_ms, "index",
+	        (json_int_t)w->index));
+}
+
+static void
+do_leave(struct worker_call *c)
+{
+	cq_worker_leave(c->d->cq, c->w, c->now);
+	log_debug("worker %s left", c->name);
+	http_reply_json(c->req, 200, json_pack("{s:b}", "left", 1));
+}
+
+static void
+do_heartbeat(struct worker_call *c)
+{
+	heartbeat(c->d, c->req, c->w, c->wait);
+}
+
+static void
+do_lease(struct worker_call *c)
+{
+	dispatch_data_lease(c->d, c->req, c->w, c->body, c->wait);
+}
+
+static void
+do_task(struct worker_call *c)
+{
+	char task[32];
+
+	dispatch_data_task(c->d, c->req, c->w,
+	    route_seg(c->m, 1, task, sizeof(task)), c->body);
+}
+
+static void
+do_take(struct worker_call *c)
+{
+	take(c->d, c->req, c->w, c->max, c->wait);
+}
+
+static void
+do_results(struct worker_call *c)
+{
+	results(c->d, c->req, c->w, c->body, c->slots, c->wait);
+}
+
+static void
+do_resource(struct worker_call *c)
+{
+	char res[CQ_NAME_MAX + 2];
+	const char *s = json_string_value(json_object_get(c->body, "state"));
+	int state = -1;
+
+	route_seg(c->m, 1, res, sizeof(res));
+	if (s != NULL)
+		state = strcmp(s, "building") == 0 ? CQ_RES_BUILDING :
+		    strcmp(s, "ready") == 0        ? CQ_RES_READY :
+		    strcmp(s, "failed") == 0       ? CQ_RES_FAILED :
+		                                     -1;
+	if (state < 0 || cq_resource(c->d->cq, res) == NULL) {
+		http_reply_error(c->req, ST_INVALID_ARGUMENT,
+		    "state must be building, ready or failed, for a known "
+		    "resource");
+		return;
+	}
+	cq_resource_state(c->w, res, state,
+	    json_string_value(json_object_get(c->body, "message")));
+	http_reply_json(c->req, 200, json_pack("{s:b}", "ok", 1));
+}
+
+const struct worker_op dispatch_worker_register = {do_register,
+    OP_BODY | OP_NEW};
+const struct worker_op dispatch_worker_leave = {do_leave, 0};
+const struct worker_op dispatch_worker_heartbeat = {do_heartbeat,
+    OP_ALWAYS | OP_SEEN};
+const struct worker_op dispatch_worker_lease = {do_lease, OP_BODY | OP_SEEN};
+const struct worker_op dispatch_worker_task = {do_task, OP_BODY | OP_ALWAYS};
+const struct worker_op dispatch_worker_take = {do_take, OP_SEEN};
+const struct worker_op dispatch_worker_results = {do_results, OP_BODY};
+const struct worker_op dispatch_worker_resource = {do_resource, OP_BODY};
+
 void
 dispatch_worker_route(struct http_req *req, const struct route_match *m,
     void *arg)
 {
-	struct dispatch *d = arg;
-	char name[CQ_NAME_MAX + 2], msg[512], inc[17];
-	const char *what = m->nseg > 1 ? m->seg[1] : "";
-	size_t wl = m->nseg > 1 ? m->seglen[1] : 0;
-	struct cq_worker *w;
-	json_t *body = NULL;
-	int64_t wait, now = duration_now_ms();
-	long max, slots;
+	const struct worker_op *op = m->op;
+	char name[CQ_NAME_MAX + 2], msg[512];
+	struct worker_call c = {arg, req, m, name, NULL, NULL, 0,
+	    duration_now_ms(), 0, 0};
+	struct dispatch *d = c.d;
 	enum status st;
 
 	route_seg(m, 0, name, sizeof(name));
@@ -346,109 +479,29 @@ dispatch_worker_route(struct http_req *req, const struct route_match *m,
 		    "%s is not a worker name", name);
 		return;
 	}
-	if (park_wait_arg(req, "wait", 0, &wait) < 0 ||
-	    dispatch_arg_long(req, "max", 1, 1, TAKE_MAX, &max) < 0 ||
-	    dispatch_arg_long(req, "take", 0, 0, TAKE_MAX, &slots) < 0)
+	if (park_wait_arg(req, "wait", 0, &c.wait) < 0 ||
+	    dispatch_arg_long(req, "max", 1, 1, TAKE_MAX, &c.max) < 0 ||
+	    dispatch_arg_long(req, "take", 0, 0, TAKE_MAX, &c.slots) < 0)
 		return;
-	/* Heartbeats and progress reports go on: the rest is refused while
-	 * the state directory cannot be written. */
-	if (!(wl == 9 && memcmp(what, "heartbeat", 9) == 0) &&
-	    !(wl == 5 && memcmp(what, "tasks", 5) == 0) &&
-	    dispatch_refuse(d, req))
+	if (!(op->flags & OP_ALWAYS) && dispatch_refuse(d, req))
 		return;
-	if (m->method == ROUTE_POST &&
-	    (m->nseg == 1 || (wl == 7 && memcmp(what, "results", 7) == 0) ||
-	        (wl == 6 && memcmp(what, "splits", 6) == 0) || m->nseg == 3)) {
-		if ((body = dispatch_body(req)) == NULL)
-			return;
-	}
+	if ((op->flags & OP_BODY) && (c.body = dispatch_body(req)) == NULL)
+		return;
 	dispatch_lock(d);
 	if (dispatch_closing(d)) {
 		dispatch_reply_closing(req);
-		goto out;
-	}
-	if (m->nseg == 1 && m->method == ROUTE_POST) {
-		json_t *js = json_object_get(body, "slots");
-		long n = json_is_integer(js) ? (long)json_integer_value(js) : 1;
-		if (n < 1 || n > 4096) {
-			http_reply_error(req, ST_INVALID_ARGUMENT,
-			    "slots must be 1 to 4096");
-			goto out;
-		}
-		if ((st = ds_worker_admit(d->ds, name, msg, sizeof(msg))) !=
-		    ST_OK) {
-			http_reply_error(req, st, "%s", msg);
-			goto out;
-		}
-		if ((w = cq_register(d->cq, name, n, now, msg, sizeof(msg))) ==
-		    NULL) {
-			http_reply_error(req, ST_INVALID_ARGUMENT, "%s", msg);
-			goto out;
-		}
-		dispatch_data_register(d, w, body);
-		log_debug("worker %s registered (%ld slots)", name, n);
-		http_reply_json(req, 200,
-		    json_pack("{s:s,s:I,s:I}", "incarnation",
-		        task_format_incarnation(w->inc, inc),
-		        "heartbeat_timeout_ms",
-		        (json_int_t)cq_config(d->cq)->hb_timeout_ms, "index",
-		        (json_int_t)w->index));
-		goto out;
-	}
-	if ((w = cq_worker(d->cq, name)) == NULL) {
+	} else if (op->flags & OP_NEW) {
+		op->fn(&c);
+	} else if ((c.w = cq_worker(d->cq, name)) == NULL) {
 		http_reply_error(req, ST_ABORTED, "%s is not registered", name);
-		goto out;
-	}
-	if ((st = cq_worker_check(w, http_req_arg(req, "incarnation"), msg,
-	         sizeof(msg))) != ST_OK) {
+	} else if ((st = cq_worker_check(c.w, http_req_arg(req, "incarnation"),
+	                msg, sizeof(msg))) != ST_OK) {
 		http_reply_error(req, st, "%s", msg);
-		goto out;
-	}
-	if (m->nseg == 1 && m->method == ROUTE_DELETE) {
-		cq_worker_leave(d->cq, w, now);
-		log_debug("worker %s left", name);
-		http_reply_json(req, 200, json_pack("{s:b}", "left", 1));
-	} else if (wl == 9 && memcmp(what, "heartbeat", 9) == 0) {
-		cq_seen(d->cq, w, now);
-		heartbeat(d, req, w, wait);
-	} else if (wl == 6 && memcmp(what, "splits", 6) == 0) {
-		cq_seen(d->cq, w, now);
-		dispatch_data_lease(d, req, w, body, wait);
-	} else if (wl == 5 && memcmp(what, "tasks", 5) == 0 && m->nseg == 3) {
-		char task[32];
-		route_seg(m, 2, task, sizeof(task));
-		dispatch_data_task(d, req, w, task, body);
-	} else if (wl == 4 && memcmp(what, "take", 4) == 0) {
-		cq_seen(d->cq, w, now);
-		take(d, req, w, max, wait);
-	} else if (wl == 7 && memcmp(what, "results", 7) == 0) {
-		results(d, req, w, body, slots, wait);
-	} else if (wl == 9 && memcmp(what, "resources", 9) == 0 &&
-	    m->nseg == 3) {
-		char res[CQ_NAME_MAX + 2];
-		const char *s =
-		    json_string_value(json_object_get(body, "state"));
-		int state = -1;
-		route_seg(m, 2, res, sizeof(res));
-		if (s != NULL)
-			state = strcmp(s, "building") == 0 ? CQ_RES_BUILDING :
-			    strcmp(s, "ready") == 0        ? CQ_RES_READY :
-			    strcmp(s, "failed") == 0       ? CQ_RES_FAILED :
-			                                     -1;
-		if (state < 0 || cq_resource(d->cq, res) == NULL) {
-			http_reply_error(req, ST_INVALID_ARGUMENT,
-			    "state must be building, ready or failed, for a "
-			    "known resource");
-		} else {
-			cq_resource_state(w, res, state,
-			    json_string_value(
-			        json_object_get(body, "message")));
-			http_reply_json(req, 200, json_pack("{s:b}", "ok", 1));
-		}
 	} else {
-		http_reply_error(req, ST_NOT_FOUND, "no such resource");
+		if (op->flags & OP_SEEN)
+			cq_seen(d->cq, c.w, c.now);
+		op->fn(&c);
 	}
-out:
 	dispatch_unlock(d);
-	json_decref(body);
+	json_decref(c.body);
 }
