@@ -121,13 +121,16 @@ $(BUILD)/lib/$(1):
 
 # Every object of the layer, linked with the layers below it and nothing
 # above: an undefined symbol here is a call upward (or a missing library).
+# Within the layer, no two objects call each other, directly or through
+# others (lib/circles.sh): a module's files are in layers too.
 $(BUILD)/lib/$(1).layer: $(foreach l,$(USES_$(1)),$(call layer_lib,$(l))) \
-		$(BUILD)/lib/layer-main.o
+		$(BUILD)/lib/layer-main.o lib/circles.sh
 	$$(CC) $$(LDFLAGS) -o $$@.bin $(BUILD)/lib/layer-main.o \
 		-Wl,--whole-archive $(call layer_lib,$(1)) -Wl,--no-whole-archive \
 		$(foreach l,$(wordlist 2,9,$(USES_$(1))),$(call layer_lib,$(l))) \
 		$$(SYSLIBS_$(1))
 	@rm -f $$@.bin
+	./lib/circles.sh $(call layer_lib,$(1))
 	@touch $$@
 endef
 $(foreach l,$(LAYERS),$(eval $(call layer_rules,$(l))))
