@@ -137,16 +137,11 @@ static struct worker W;
 static enum status
 register_worker(struct worker *wk, struct dispatch_client *dc)
 {
-	char path[256];
-	json_t *reply,
-	    *body = json_pack("{s:i,s:s,s:s}", "slots", (int)wk->o.slots,
-	        "address", dataserve_address(wk->ds), "host", wk->o.host);
+	json_t *reply;
 	enum status st;
 
-	snprintf(path, sizeof(path), "/v1/workers/%.200s", wk->o.task);
-	st = dispatch_call_json(dc, "POST", path, body, HTTP_NO_DEADLINE,
-	    DC_REPEAT, &reply, NULL, NULL);
-	json_decref(body);
+	st = dc_register(dc, wk->o.task, wk->o.slots, dataserve_address(wk->ds),
+	    wk->o.host, HTTP_NO_DEADLINE, &reply);
 	if (st != ST_OK) {
 		snprintf(wk->err, sizeof(wk->err), "%s",
 		    dispatch_client_error(dc));
@@ -239,7 +234,7 @@ heartbeat_main(void *arg)
 {
 	struct worker *wk = arg;
 	struct dispatch_client *dc;
-	char err[512], path[512];
+	char err[512], inc[sizeof(wk->inc)];
 
 	if ((dc = dispatch_client_new(wk->o.addr, err, sizeof(err))) == NULL)
 		return NULL;
@@ -251,14 +246,11 @@ heartbeat_main(void *arg)
 		size_t i;
 
 		pthread_mutex_lock(&wk->mu);
-		snprintf(path, sizeof(path),
-		    "/v1/workers/%.200s/heartbeat?incarnation=%.16s&wait=%" PRId64
-		    "ms",
-		    wk->o.task, wk->inc, wait);
+		snprintf(inc, sizeof(inc), "%s", wk->inc);
 		pthread_mutex_unlock(&wk->mu);
 		hd = duration_now_ms() + wait + wk->hb_timeout;
-		st = dispatch_call(dc, "POST", path, NULL, 0, hd, DC_POLL,
-		    &reply, &errbody, NULL);
+		st = dc_heartbeat(dc, wk->o.task, inc, wait, hd, &reply,
+		    &errbody);
 		json_decref(errbody);
 		if (atomic_load(&wk->stopping))
 			break;
@@ -331,21 +323,13 @@ static void
 report_resource(struct slot *s, const char *name, const char *state,
     const char *message)
 {
-	char path[512];
-	json_t *reply, *body = json_pack("{s:s}", "state", state);
+	char inc[sizeof(s->wk->inc)];
 
-	if (message != NULL)
-		json_object_set_new(body, "message", json_string(message));
 	pthread_mutex_lock(&s->wk->mu);
-	snprintf(path, sizeof(path),
-	    "/v1/workers/%.200s/resources/%s?incarnation=%.16s", s->wk->o.task,
-	    name, s->wk->inc);
+	snprintf(inc, sizeof(inc), "%s", s->wk->inc);
 	pthread_mutex_unlock(&s->wk->mu);
-	if (dispatch_call_json(s->dc, "POST", path, body,
-	        duration_now_ms() + 10000, DC_REPEAT, &reply, NULL,
-	        NULL) == ST_OK)
-		json_decref(reply);
-	json_decref(body);
+	dc_resource_state(s->dc, s->wk->o.task, inc, name, state, message,
+	    duration_now_ms() + 10000);
 }
 
 static int mkdirs(const char *path);
@@ -1204,7 +1188,7 @@ slot_main(void *arg)
 	unsigned long body_gen = 0;
 	int held = 0; /* they were refused at least once */
 	json_t *reply = NULL;
-	char path[512], inc[17];
+	char inc[sizeof(wk->inc)];
 	unsigned long gen;
 
 	start_delay(s);
@@ -1228,20 +1212,9 @@ slot_main(void *arg)
 			held = 0;
 		}
 		wait = dispatch_poll_wait(HTTP_NO_DEADLINE, POLL_MS, &hd);
-		if (body.len > 0) {
-			snprintf(path, sizeof(path),
-			    "/v1/workers/%.200s/results?incarnation=%.16s&take=1&"
-			    "wait=%" PRId64 "ms",
-			    wk->o.task, inc, wait);
-		} else {
-			snprintf(path, sizeof(path),
-			    "/v1/workers/%.200s/take?incarnation=%.16s&max=1&wait=%" PRId64
-			    "ms",
-			    wk->o.task, inc, wait);
-		}
-		st = dispatch_call(s->dc, "POST", path,
-		    body.len > 0 ? body.data : NULL, body.len, hd, DC_POLL,
-		    &reply, &errbody, NULL);
+		st = dc_take(s->dc, wk->o.task, inc,
+		    body.len > 0 ? body.data : NULL, body.len, 1, wait, hd,
+		    DC_POLL, &reply, &errbody);
 		json_decref(errbody);
 		if (st == ST_CANCELLED || atomic_load(&wk->stopping))
 			break;
@@ -1307,17 +1280,11 @@ slot_main(void *arg)
 	 * cannot be sent in time runs again once this worker is gone. */
 	pthread_mutex_lock(&wk->mu);
 	if (body.len > 0 && body_gen == wk->gen) {
-		snprintf(path, sizeof(path),
-		    "/v1/workers/%.200s/results?incarnation=%.16s", wk->o.task,
-		    wk->inc);
+		snprintf(inc, sizeof(inc), "%s", wk->inc);
 		pthread_mutex_unlock(&wk->mu);
 		dispatch_client_set_cancel(s->dc, -1);
-		json_t *errbody;
-		if (dispatch_call(s->dc, "POST", path, body.data, body.len,
-		        duration_now_ms() + 5000, DC_REPEAT, &reply, &errbody,
-		        NULL) == ST_OK)
-			json_decref(reply);
-		json_decref(errbody);
+		dc_take(s->dc, wk->o.task, inc, body.data, body.len, 0, 0,
+		    duration_now_ms() + 5000, DC_REPEAT, NULL, NULL);
 	} else {
 		pthread_mutex_unlock(&wk->mu);
 	}
@@ -1640,17 +1607,7 @@ main(int argc, char **argv)
 		pthread_join(wk->slots[n].th, NULL);
 	/* Leave, then let the heartbeat go (in that order: a heartbeat
 	 * that closes first looks like a worker that died). */
-	{
-		char path[512];
-		json_t *reply;
-		snprintf(path, sizeof(path),
-		    "/v1/workers/%.200s?incarnation=%.16s", wk->o.task,
-		    wk->inc);
-		if (dispatch_call(dc, "DELETE", path, NULL, 0,
-		        duration_now_ms() + 5000, DC_REPEAT, &reply, NULL,
-		        NULL) == ST_OK)
-			json_decref(reply);
-	}
+	dc_leave(dc, wk->o.task, wk->inc, duration_now_ms() + 5000);
 	wake(wk->hb_cancel[1]);
 	pthread_join(hb, NULL);
 	rc = 0;

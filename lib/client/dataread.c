@@ -28,7 +28,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "coord_call.h"
 #include "dataread.h"
 #include "datawire.h"
 #include "duration.h"
@@ -1409,13 +1408,9 @@ heartbeat(struct reader *r, int64_t deadline, char *err, size_t errlen)
 	uint64_t mark;
 	json_t *body = heartbeat_body(r, &sent, &lost, &nlost, &mark), *reply;
 	const char *error;
-	char path[64];
 	enum status st;
 
-	snprintf(path, sizeof(path), "/v1/clients/%" PRId64 "/heartbeat",
-	    r->client);
-	st = dispatch_call_json(r->dc, "POST", path, body, deadline, DC_REPEAT,
-	    &reply, NULL, NULL);
+	st = dc_client_beat(r->dc, r->client, body, deadline, &reply);
 	json_decref(body);
 	pthread_mutex_lock(&r->mu);
 	if (st != ST_OK) {
@@ -1582,10 +1577,10 @@ job_open(struct reader *r, char *err, size_t errlen)
 		return ST_INVALID_ARGUMENT;
 	}
 	/* Not repeated once it may have landed: each call makes a client. */
-	st = dispatch_call_json(r->dc, "POST", "/v1/jobs", body,
+	st = dc_job_open(r->dc, body,
 	    r->o->timeout_ms >= 0 ? duration_now_ms() + r->o->timeout_ms :
 	                            HTTP_NO_DEADLINE,
-	    DC_ONCE, &reply, NULL, NULL);
+	    &reply);
 	json_decref(body);
 	if (st != ST_OK) {
 		snprintf(err, errlen, "%s", dispatch_client_error(r->dc));
@@ -1655,8 +1650,7 @@ stop_threads(struct reader *r)
 static void
 farewell(struct reader *r, enum status st)
 {
-	char err[256], path[64];
-	json_t *reply;
+	char err[256];
 	int64_t deadline = duration_now_ms() + FAREWELL_MS;
 	int more;
 
@@ -1668,11 +1662,7 @@ farewell(struct reader *r, enum status st)
 	pthread_mutex_unlock(&r->mu);
 	if (more)
 		heartbeat(r, deadline, err, sizeof(err));
-	snprintf(path, sizeof(path), "/v1/clients/%" PRId64, r->client);
-	if (dispatch_call(r->dc, "DELETE", path, NULL, 0, deadline, DC_REPEAT,
-	        &reply, NULL, NULL) == ST_OK)
-		json_decref(reply);
-	else
+	if (dc_client_release(r->dc, r->client, deadline) != ST_OK)
 		log_debug("releasing job client %" PRId64 ": %s", r->client,
 		    dispatch_client_error(r->dc));
 }
@@ -1760,28 +1750,13 @@ enum status
 dataread_splits(const char *addr, const char *dataset, int64_t deadline,
     struct buf *out, char *err, size_t errlen)
 {
-	struct coord_client *cc = coord_client_new(addr, err, errlen);
-	struct buf path = {0};
-	struct http_resp resp;
+	struct dispatch_client *dc = dispatch_client_new(addr, err, errlen);
 	enum status st;
 
-	if (cc == NULL)
+	if (dc == NULL)
 		return ST_INVALID_ARGUMENT;
-	if (coord_key_path(&path, "/v1/datasets/", dataset, "/splits") < 0) {
-		coord_client_free(cc);
-		snprintf(err, errlen, "out of memory");
-		return ST_RESOURCE_EXHAUSTED;
-	}
-	st = coord_call(cc, "GET", &path, NULL, 0, NULL, deadline, CALL_REPEAT,
-	    &resp);
-	if (st == ST_OK &&
-	    buf_append(out, resp.body.data != NULL ? resp.body.data : "",
-	        resp.body.len) < 0)
-		st = coord_fail(cc, ST_RESOURCE_EXHAUSTED, "out of memory");
-	if (st != ST_OK)
-		snprintf(err, errlen, "%s", coord_client_error(cc));
-	http_resp_free(&resp);
-	buf_free(&path);
-	coord_client_free(cc);
+	if ((st = dc_splits(dc, dataset, deadline, out)) != ST_OK)
+		snprintf(err, errlen, "%s", dispatch_client_error(dc));
+	dispatch_client_free(dc);
 	return st;
 }

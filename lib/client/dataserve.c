@@ -36,9 +36,9 @@
 #include <unistd.h>
 
 #include "buf.h"
-#include "coord_call.h"
 #include "dataserve.h"
 #include "datawire.h"
+#include "dispatch_client.h"
 #include "duration.h"
 #include "http1.h"
 #include "iov.h"
@@ -572,7 +572,7 @@ struct skip {
 
 struct rd {
 	struct task *t;
-	struct coord_client *cc;
+	struct dispatch_client *dc;
 	struct block *blk;
 	size_t cstart; /* the open chunk: [cstart, s) */
 	size_t s;      /* where the pending element begins */
@@ -600,28 +600,6 @@ struct split {
 
 /* Calls to dispatchd. */
 
-/* One call; the caller frees resp. */
-static enum status
-call(struct coord_client *cc, const char *method, const char *path,
-    json_t *body, int64_t deadline, int how, struct http_resp *resp)
-{
-	struct buf p = {0};
-	char *s = NULL;
-	enum status st;
-
-	memset(resp, 0, sizeof(*resp));
-	if (buf_puts(&p, path) < 0 ||
-	    (body != NULL && (s = json_dumps(body, JSON_COMPACT)) == NULL)) {
-		buf_free(&p);
-		return coord_fail(cc, ST_RESOURCE_EXHAUSTED, "out of memory");
-	}
-	st = coord_call(cc, method, &p, s, s != NULL ? strlen(s) : 0,
-	    s != NULL ? "application/json" : NULL, deadline, how, resp);
-	buf_free(&p);
-	free(s);
-	return st;
-}
-
 /* Text fit for a JSON string: stderr may be any bytes. */
 static void
 make_utf8(char *s)
@@ -640,22 +618,16 @@ task_report(struct rd *rd, const char *state, const char *message)
 {
 	struct task *t = rd->t;
 	json_t *body = json_pack("{s:s}", "state", state);
-	struct http_resp resp;
-	char path[512];
 	enum status st;
 
 	if (message != NULL)
 		json_object_set_new(body, "message", json_string(message));
-	snprintf(path, sizeof(path),
-	    "/v1/workers/%.200s/tasks/%" PRIu64 "?incarnation=%s",
-	    t->ds->worker, t->id, t->inc);
-	st = call(rd->cc, "POST", path, body, HTTP_NO_DEADLINE, CALL_REPEAT,
-	    &resp);
-	http_resp_free(&resp);
+	st = dc_task_report(rd->dc, t->ds->worker, t->inc, t->id, body,
+	    HTTP_NO_DEADLINE);
 	json_decref(body);
 	if (st != ST_OK && st != ST_CANCELLED)
 		log_info("task %" PRIu64 ": cannot report it %s: %s", t->id,
-		    state, coord_client_error(rd->cc));
+		    state, dispatch_client_error(rd->dc));
 }
 
 /* The task ends with an error, which consumers get after what is
@@ -1344,22 +1316,10 @@ static char **
 fetch_splits(struct rd *rd, struct buf *text, size_t *n)
 {
 	struct task *t = rd->t;
-	struct buf path = {0};
-	struct http_resp resp;
 	char **v = NULL, *p, *msg;
 	enum status st;
 
-	buf_puts(&path, "/v1/datasets/");
-	text_url_encode(&path, t->dataset, strlen(t->dataset));
-	buf_puts(&path, "/splits");
-	st = call(rd->cc, "GET", path.data != NULL ? path.data : "/", NULL,
-	    HTTP_NO_DEADLINE, CALL_REPEAT, &resp);
-	buf_free(&path);
-	if (st == ST_OK) {
-		*text = resp.body;
-		memset(&resp.body, 0, sizeof(resp.body));
-	}
-	http_resp_free(&resp);
+	st = dc_splits(rd->dc, t->dataset, HTTP_NO_DEADLINE, text);
 	if (st == ST_CANCELLED)
 		return NULL;
 	*n = 0;
@@ -1377,7 +1337,7 @@ fetch_splits(struct rd *rd, struct buf *text, size_t *n)
 	}
 	if (asprintf(&msg, "cannot read the splits of dataset %s: %s",
 	        t->dataset,
-	        st != ST_OK ? coord_client_error(rd->cc) :
+	        st != ST_OK ? dispatch_client_error(rd->dc) :
 	            *n == 0 ? "there are none" :
 	                      strerror(ENOMEM)) >= 0) {
 		task_fail(rd, msg, 1);
@@ -1439,31 +1399,18 @@ lease(struct rd *rd, json_t *waiting, int *end)
 	struct dataserve *ds = t->ds;
 	size_t have = json_array_size(waiting);
 	int64_t hb = t->hb_timeout, wait = have > 0 ? 0 : hb / 2;
-	json_t *body = json_pack("{s:I,s:I,s:I}", "task", (json_int_t)t->id,
-	    "want", (json_int_t)((size_t)ds->c.lease - have), "lease",
-	    (json_int_t)rd->lease_id);
-	char path[512], *msg;
-	struct http_resp resp;
+	char *msg;
 	enum status st;
 	json_t *reply;
 
-	/* A bare number: milliseconds, as the spec says (where a unit is
-	 * expected, seconds, which dispatchd caps at half the heartbeat
-	 * timeout all the same). */
-	snprintf(path, sizeof(path),
-	    "/v1/workers/%.200s/splits?incarnation=%s&wait=%" PRId64,
-	    ds->worker, t->inc, wait);
 	/* A request whose reply is lost is sent again with the same id
 	 * (below): dispatchd answers it with the same splits. */
-	st = call(rd->cc, "POST", path, body, duration_now_ms() + hb + 5000,
-	    CALL_ONCE, &resp);
-	json_decref(body);
+	st = dc_lease(rd->dc, ds->worker, t->inc, t->id,
+	    (long)((size_t)ds->c.lease - have), rd->lease_id, wait,
+	    duration_now_ms() + hb + 5000, &reply);
 	if (st == ST_OK) {
 		json_t *v;
 		size_t i;
-		reply = json_loadb(resp.body.data != NULL ? resp.body.data : "",
-		    resp.body.len, 0, NULL);
-		http_resp_free(&resp);
 		json_array_foreach(json_object_get(reply, "splits"), i, v)
 			json_array_append(waiting, v);
 		*end = json_is_true(json_object_get(reply, "end"));
@@ -1471,13 +1418,12 @@ lease(struct rd *rd, json_t *waiting, int *end)
 		json_decref(reply);
 		return 0;
 	}
-	http_resp_free(&resp);
 	switch (st) {
 	case ST_CANCELLED: return -1;
 	case ST_FAILED_PRECONDITION:
 		/* The job failed: dispatchd knows; consumers learn it after
 		 * what is buffered. */
-		if (asprintf(&msg, "%s", coord_client_error(rd->cc)) >= 0) {
+		if (asprintf(&msg, "%s", dispatch_client_error(rd->dc)) >= 0) {
 			task_fail(rd, msg, 0);
 			free(msg);
 		}
@@ -1486,11 +1432,11 @@ lease(struct rd *rd, json_t *waiting, int *end)
 	case ST_ABORTED:
 		/* No longer this worker's: it leaves the task list soon. */
 		log_debug("task %" PRIu64 ": %s", t->id,
-		    coord_client_error(rd->cc));
+		    dispatch_client_error(rd->dc));
 		return -1;
 	default:
 		log_debug("task %" PRIu64 ": leasing splits: %s", t->id,
-		    coord_client_error(rd->cc));
+		    dispatch_client_error(rd->dc));
 		rd_nap(rd, 1000);
 		return 0;
 	}
@@ -1568,12 +1514,12 @@ task_main(void *arg)
 
 	log_debug("task %" PRIu64 " of job %s: %s, dataset %s", t->id, t->job,
 	    t->bad[0] == '\0' ? shard_mode_name(t->mode) : "?", t->dataset);
-	if ((rd.cc = coord_client_new(ds->dispatcher, err, sizeof(err))) ==
+	if ((rd.dc = dispatch_client_new(ds->dispatcher, err, sizeof(err))) ==
 	    NULL) {
 		task_fail(&rd, err, 0);
 		goto out;
 	}
-	coord_client_set_cancel(rd.cc, t->cancel[0]);
+	dispatch_client_set_cancel(rd.dc, t->cancel[0]);
 	if (t->bad[0] != '\0')
 		task_fail(&rd, t->bad, 1);
 	else if (t->mode == SHARD_DYNAMIC)
@@ -1586,7 +1532,7 @@ out:
 	spares_free(t);
 	block_put(t, rd.blk);
 	pthread_mutex_unlock(&t->mu);
-	coord_client_free(rd.cc);
+	dispatch_client_free(rd.dc);
 	free(rd.skip);
 	buf_free(&rd.tail);
 	task_unref(t);
@@ -2414,12 +2360,10 @@ acked_put_back(struct task *t, const struct acked *v, size_t n)
 /* Sends t's acknowledged ranges; those a dispatchd that cannot be reached
  * did not get are sent again. */
 static void
-report_acked(struct task *t, struct coord_client *cc)
+report_acked(struct task *t, struct dispatch_client *dc)
 {
 	json_t *list = json_array(), *body;
-	struct http_resp resp;
 	struct acked *v;
-	char path[512];
 	enum status st;
 	size_t n;
 
@@ -2435,12 +2379,8 @@ report_acked(struct task *t, struct coord_client *cc)
 		        (json_int_t)v[i].first, (json_int_t)v[i].end,
 		        (json_int_t)v[i].total));
 	body = json_pack("{s:o}", "delivered", list);
-	snprintf(path, sizeof(path),
-	    "/v1/workers/%.200s/tasks/%" PRIu64 "?incarnation=%s",
-	    t->ds->worker, t->id, t->inc);
-	st = call(cc, "POST", path, body, duration_now_ms() + 5000, CALL_REPEAT,
-	    &resp);
-	http_resp_free(&resp);
+	st = dc_task_report(dc, t->ds->worker, t->inc, t->id, body,
+	    duration_now_ms() + 5000);
 	json_decref(body);
 	if (st == ST_UNAVAILABLE || st == ST_DEADLINE_EXCEEDED) {
 		pthread_mutex_lock(&t->mu);
@@ -2448,7 +2388,7 @@ report_acked(struct task *t, struct coord_client *cc)
 		pthread_mutex_unlock(&t->mu);
 	} else if (st != ST_OK && st != ST_CANCELLED) {
 		log_debug("task %" PRIu64 ": reporting what consumers took: %s",
-		    t->id, coord_client_error(cc));
+		    t->id, dispatch_client_error(dc));
 	}
 	free(v);
 }
@@ -2479,14 +2419,15 @@ static void *
 report_main(void *arg)
 {
 	struct dataserve *ds = arg;
-	struct coord_client *cc;
+	struct dispatch_client *dc;
 	char err[512];
 
-	if ((cc = coord_client_new(ds->dispatcher, err, sizeof(err))) == NULL) {
+	if ((dc = dispatch_client_new(ds->dispatcher, err, sizeof(err))) ==
+	    NULL) {
 		log_info("cannot report what consumers took: %s", err);
 		return NULL;
 	}
-	coord_client_set_cancel(cc, ds->report_cancel[0]);
+	dispatch_client_set_cancel(dc, ds->report_cancel[0]);
 	pthread_mutex_lock(&ds->mu);
 	while (!ds->stopping) {
 		struct task **v;
@@ -2496,14 +2437,14 @@ report_main(void *arg)
 		v = tasks_acked(ds, &n);
 		pthread_mutex_unlock(&ds->mu);
 		for (size_t i = 0; i < n; i++) {
-			report_acked(v[i], cc);
+			report_acked(v[i], dc);
 			task_unref(v[i]);
 		}
 		free(v);
 		pthread_mutex_lock(&ds->mu);
 	}
 	pthread_mutex_unlock(&ds->mu);
-	coord_client_free(cc);
+	dispatch_client_free(dc);
 	return NULL;
 }
 

@@ -1,13 +1,18 @@
 /*
  * dispatch_client.c: calls to dispatchd, on the coordd client's connection
- * handling (token, retries, TLS).
+ * handling (token, retries, TLS), and dispatchd's protocol as typed calls
+ * (dc_*): every path a worker or a data consumer asks for is written here.
  */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "buf.h"
 #include "coord_call.h"
 #include "dispatch_client.h"
+#include "text.h"
 
 struct dispatch_client {
 	struct coord_client *cc;
@@ -109,6 +114,235 @@ dispatch_call_json(struct dispatch_client *dc, const char *method,
 	st = dispatch_call(dc, method, path, s, s != NULL ? strlen(s) : 0,
 	    deadline, how, reply, errbody, code);
 	free(s);
+	return st;
+}
+
+/*
+ * p: base, then name, then what the format makes of the rest. Names of
+ * workers and resources are made of letters, digits and "_-.:", which a
+ * path carries as they are (dispatchd refuses others); a dataset's name
+ * is escaped by the caller.
+ */
+static int
+path_of(struct buf *p, const char *base, const char *name, const char *fmt, ...)
+{
+	va_list ap;
+	char tail[256];
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(tail, sizeof(tail), fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= sizeof(tail) || buf_puts(p, base) < 0 ||
+	    (name != NULL && buf_puts(p, name) < 0) || buf_puts(p, tail) < 0) {
+		buf_free(p);
+		return -1;
+	}
+	return 0;
+}
+
+/* One typed call: path made by path_of (NULL: out of memory). */
+static enum status
+call(struct dispatch_client *dc, const char *method, struct buf *path,
+    const char *body, size_t len, int64_t deadline, int how, json_t **reply,
+    json_t **errbody)
+{
+	json_t *r = NULL;
+	enum status st;
+
+	if (errbody != NULL)
+		*errbody = NULL;
+	if (path->data == NULL)
+		st = coord_fail(dc->cc, ST_RESOURCE_EXHAUSTED, "out of memory");
+	else
+		st = dispatch_call(dc, method, path->data, body, len, deadline,
+		    how, &r, errbody, NULL);
+	buf_free(path);
+	if (reply != NULL)
+		*reply = r;
+	else
+		json_decref(r);
+	return st;
+}
+
+static enum status
+call_json(struct dispatch_client *dc, const char *method, struct buf *path,
+    json_t *body, int64_t deadline, int how, json_t **reply)
+{
+	char *s = NULL;
+	enum status st;
+
+	if (body != NULL && (s = json_dumps(body, JSON_COMPACT)) == NULL) {
+		buf_free(path);
+		if (reply != NULL)
+			*reply = NULL;
+		return coord_fail(dc->cc, ST_RESOURCE_EXHAUSTED,
+		    "out of memory");
+	}
+	st = call(dc, method, path, s, s != NULL ? strlen(s) : 0, deadline, how,
+	    reply, NULL);
+	free(s);
+	return st;
+}
+
+enum status
+dc_register(struct dispatch_client *dc, const char *worker, long slots,
+    const char *address, const char *host, int64_t deadline, json_t **reply)
+{
+	struct buf p = {0};
+	json_t *body = json_pack("{s:I,s:s,s:s}", "slots", (json_int_t)slots,
+	    "address", address, "host", host);
+	enum status st;
+
+	path_of(&p, "/v1/workers/", worker, "");
+	st = call_json(dc, "POST", &p, body, deadline, DC_REPEAT, reply);
+	json_decref(body);
+	return st;
+}
+
+enum status
+dc_heartbeat(struct dispatch_client *dc, const char *worker, const char *inc,
+    int64_t wait_ms, int64_t deadline, json_t **reply, json_t **errbody)
+{
+	struct buf p = {0};
+
+	path_of(&p, "/v1/workers/", worker,
+	    "/heartbeat?incarnation=%.16s&wait=%" PRId64 "ms", inc, wait_ms);
+	return call(dc, "POST", &p, NULL, 0, deadline, DC_POLL, reply, errbody);
+}
+
+enum status
+dc_take(struct dispatch_client *dc, const char *worker, const char *inc,
+    const char *results, size_t len, long take, int64_t wait_ms,
+    int64_t deadline, int how, json_t **reply, json_t **errbody)
+{
+	struct buf p = {0};
+
+	if (results == NULL)
+		path_of(&p, "/v1/workers/", worker,
+		    "/take?incarnation=%.16s&max=%ld&wait=%" PRId64 "ms", inc,
+		    take, wait_ms);
+	else if (take > 0)
+		path_of(&p, "/v1/workers/", worker,
+		    "/results?incarnation=%.16s&take=%ld&wait=%" PRId64 "ms",
+		    inc, take, wait_ms);
+	else
+		path_of(&p, "/v1/workers/", worker,
+		    "/results?incarnation=%.16s", inc);
+	return call(dc, "POST", &p, results, len, deadline, how, reply,
+	    errbody);
+}
+
+enum status
+dc_resource_state(struct dispatch_client *dc, const char *worker,
+    const char *inc, const char *resource, const char *state,
+    const char *message, int64_t deadline)
+{
+	struct buf p = {0};
+	json_t *body = json_pack("{s:s}", "state", state);
+	enum status st;
+
+	if (message != NULL)
+		json_object_set_new(body, "message", json_string(message));
+	if (path_of(&p, "/v1/workers/", worker, "/resources/") == 0)
+		path_of(&p, "", resource, "?incarnation=%.16s", inc);
+	st = call_json(dc, "POST", &p, body, deadline, DC_REPEAT, NULL);
+	json_decref(body);
+	return st;
+}
+
+enum status
+dc_leave(struct dispatch_client *dc, const char *worker, const char *inc,
+    int64_t deadline)
+{
+	struct buf p = {0};
+
+	path_of(&p, "/v1/workers/", worker, "?incarnation=%.16s", inc);
+	return call(dc, "DELETE", &p, NULL, 0, deadline, DC_REPEAT, NULL, NULL);
+}
+
+enum status
+dc_lease(struct dispatch_client *dc, const char *worker, const char *inc,
+    uint64_t task, long want, uint64_t lease, int64_t wait_ms, int64_t deadline,
+    json_t **reply)
+{
+	struct buf p = {0};
+	json_t *body = json_pack("{s:I,s:I,s:I}", "task", (json_int_t)task,
+	    "want", (json_int_t)want, "lease", (json_int_t)lease);
+	enum status st;
+
+	/* A bare number: milliseconds, as the spec says (dispatchd caps it
+	 * at half the heartbeat timeout all the same). */
+	path_of(&p, "/v1/workers/", worker,
+	    "/splits?incarnation=%.16s&wait=%" PRId64, inc, wait_ms);
+	st = call_json(dc, "POST", &p, body, deadline, DC_ONCE, reply);
+	json_decref(body);
+	return st;
+}
+
+enum status
+dc_task_report(struct dispatch_client *dc, const char *worker, const char *inc,
+    uint64_t task, json_t *body, int64_t deadline)
+{
+	struct buf p = {0};
+
+	path_of(&p, "/v1/workers/", worker,
+	    "/tasks/%" PRIu64 "?incarnation=%.16s", task, inc);
+	return call_json(dc, "POST", &p, body, deadline, DC_REPEAT, NULL);
+}
+
+enum status
+dc_job_open(struct dispatch_client *dc, json_t *body, int64_t deadline,
+    json_t **reply)
+{
+	struct buf p = {0};
+
+	buf_puts(&p, "/v1/jobs");
+	return call_json(dc, "POST", &p, body, deadline, DC_ONCE, reply);
+}
+
+enum status
+dc_client_beat(struct dispatch_client *dc, int64_t client, json_t *body,
+    int64_t deadline, json_t **reply)
+{
+	struct buf p = {0};
+
+	path_of(&p, "/v1/clients/", NULL, "%" PRId64 "/heartbeat", client);
+	return call_json(dc, "POST", &p, body, deadline, DC_REPEAT, reply);
+}
+
+enum status
+dc_client_release(struct dispatch_client *dc, int64_t client, int64_t deadline)
+{
+	struct buf p = {0};
+
+	path_of(&p, "/v1/clients/", NULL, "%" PRId64, client);
+	return call(dc, "DELETE", &p, NULL, 0, deadline, DC_REPEAT, NULL, NULL);
+}
+
+enum status
+dc_splits(struct dispatch_client *dc, const char *dataset, int64_t deadline,
+    struct buf *out)
+{
+	struct buf p = {0};
+	struct http_resp resp;
+	enum status st;
+
+	if (buf_puts(&p, "/v1/datasets/") < 0 ||
+	    text_url_encode(&p, dataset, strlen(dataset)) < 0 ||
+	    buf_puts(&p, "/splits") < 0) {
+		buf_free(&p);
+		return coord_fail(dc->cc, ST_RESOURCE_EXHAUSTED,
+		    "out of memory");
+	}
+	st = coord_call(dc->cc, "GET", &p, NULL, 0, NULL, deadline, CALL_REPEAT,
+	    &resp);
+	buf_free(&p);
+	if (st == ST_OK &&
+	    buf_append(out, resp.body.data != NULL ? resp.body.data : "",
+	        resp.body.len) < 0)
+		st = coord_fail(dc->cc, ST_RESOURCE_EXHAUSTED, "out of memory");
+	http_resp_free(&resp);
 	return st;
 }
 

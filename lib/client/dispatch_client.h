@@ -12,6 +12,7 @@
 
 #include <jansson.h>
 
+#include "buf.h"
 #include "http_client.h"
 #include "status.h"
 
@@ -43,6 +44,62 @@ enum status dispatch_call(struct dispatch_client *dc, const char *method,
 enum status dispatch_call_json(struct dispatch_client *dc, const char *method,
     const char *path, json_t *body, int64_t deadline, int how, json_t **reply,
     json_t **errbody, long *code);
+
+/*
+ * dispatchd's protocol, one typed call per request a worker or a data
+ * consumer makes: the one place their paths are written. Each returns
+ * what dispatch_call returns; a reply is the caller's to free. worker and
+ * inc are a worker's name and its incarnation (as registration answered
+ * it); wait_ms is how long dispatchd may hold a long poll.
+ */
+/* POST /v1/workers/W {"slots","address","host"}: a new incarnation. */
+enum status dc_register(struct dispatch_client *dc, const char *worker,
+    long slots, const char *address, const char *host, int64_t deadline,
+    json_t **reply);
+/* POST /v1/workers/W/heartbeat: closures to stop, and data tasks. */
+enum status dc_heartbeat(struct dispatch_client *dc, const char *worker,
+    const char *inc, int64_t wait_ms, int64_t deadline, json_t **reply,
+    json_t **errbody);
+/*
+ * POST /v1/workers/W/take (results NULL) or .../results: closures to run,
+ * up to max; results (len bytes of {"results":[...]}) reports ends and,
+ * with take, takes up to that many more.
+ */
+enum status dc_take(struct dispatch_client *dc, const char *worker,
+    const char *inc, const char *results, size_t len, long take,
+    int64_t wait_ms, int64_t deadline, int how, json_t **reply,
+    json_t **errbody);
+/* POST /v1/workers/W/resources/R: building, ready or failed. */
+enum status dc_resource_state(struct dispatch_client *dc, const char *worker,
+    const char *inc, const char *resource, const char *state,
+    const char *message, int64_t deadline);
+/* DELETE /v1/workers/W: leaves (its closures run elsewhere). */
+enum status dc_leave(struct dispatch_client *dc, const char *worker,
+    const char *inc, int64_t deadline);
+/*
+ * POST /v1/workers/W/splits: up to want splits of task's job; lease is
+ * the worker's id of the request, which dispatchd answers alike when it
+ * comes again. Sent once: the caller repeats it with the same id.
+ */
+enum status dc_lease(struct dispatch_client *dc, const char *worker,
+    const char *inc, uint64_t task, long want, uint64_t lease, int64_t wait_ms,
+    int64_t deadline, json_t **reply);
+/* POST /v1/workers/W/tasks/T: a task's state or what it delivered. */
+enum status dc_task_report(struct dispatch_client *dc, const char *worker,
+    const char *inc, uint64_t task, json_t *body, int64_t deadline);
+/* POST /v1/jobs: opens a job (or its next iteration) and a client of it.
+ * Sent once: each call makes a client. */
+enum status dc_job_open(struct dispatch_client *dc, json_t *body,
+    int64_t deadline, json_t **reply);
+/* POST /v1/clients/C/heartbeat: what the client read and lost. */
+enum status dc_client_beat(struct dispatch_client *dc, int64_t client,
+    json_t *body, int64_t deadline, json_t **reply);
+/* DELETE /v1/clients/C: the client is done with its job. */
+enum status dc_client_release(struct dispatch_client *dc, int64_t client,
+    int64_t deadline);
+/* GET /v1/datasets/D/splits: one split a line, appended to out. */
+enum status dc_splits(struct dispatch_client *dc, const char *dataset,
+    int64_t deadline, struct buf *out);
 
 /* The wait of one long poll (see coord_poll_wait). */
 int64_t dispatch_poll_wait(int64_t deadline, int64_t max_ms,
