@@ -908,9 +908,13 @@ task_step(struct task *t, struct wconn *wc)
 			return STEP_FAIL;
 		}
 	}
-	snprintf(path, sizeof(path),
-	    "/v1/tasks/%" PRId64 "/elements?max=%zu&wait=%d", t->id,
-	    r->o->max_bytes, ELEMENTS_WAIT_MS);
+	dw_request_path(&(struct dw_request){.kind = DW_ELEMENTS,
+	                    .task = (uint64_t)t->id,
+	                    .has_max = 1,
+	                    .max = r->o->max_bytes,
+	                    .has_wait = 1,
+	                    .wait_ms = ELEMENTS_WAIT_MS},
+	    path, sizeof(path));
 	if (task_io(t, 1) < 0)
 		return STEP_RETRY;
 	rc = send_get(wc, path, t->addr, r->secret) < 0 ||
@@ -966,8 +970,11 @@ task_ack(struct task *t, struct wconn *wc)
 		return;
 	setsockopt(wc->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	setsockopt(wc->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	snprintf(path, sizeof(path), "/v1/tasks/%" PRId64 "/elements?max=0",
-	    t->id);
+	dw_request_path(&(struct dw_request){.kind = DW_ELEMENTS,
+	                    .task = (uint64_t)t->id,
+	                    .has_max = 1,
+	                    .max = 0},
+	    path, sizeof(path));
 	if (send_get(wc, path, t->addr, t->r->secret) < 0 ||
 	    recv_reply(wc, &t->buf, &t->cap, REPLY_SLACK, &rp) < 0)
 		log_debug("task %" PRId64 ": %s: the last reply was not "
@@ -1173,9 +1180,11 @@ rr_step(struct reader *r, const struct rr_task *t, int64_t round,
 	if (r->stopping)
 		shutdown(wc->fd, SHUT_RDWR);
 	pthread_mutex_unlock(&r->mu);
-	snprintf(path, sizeof(path),
-	    "/v1/tasks/%" PRId64 "/rounds/%" PRId64 "?consumer=%ld", t->id,
-	    round, r->o->consumer_index);
+	dw_request_path(&(struct dw_request){.kind = DW_ROUND,
+	                    .task = (uint64_t)t->id,
+	                    .round = (uint64_t)round,
+	                    .consumer = r->o->consumer_index},
+	    path, sizeof(path));
 	if (send_get(wc, path, t->addr, r->secret) < 0 ||
 	    recv_reply(wc, buf, cap, 65536, &rp) < 0)
 		rp.code = 0;

@@ -1760,45 +1760,6 @@ conn_release(struct conn *c, int acked)
 	task_unref(t);
 }
 
-/* value of name in query q, copied to out; NULL when absent. */
-static const char *
-query_arg(const char *q, const char *name, char *out, size_t size)
-{
-	size_t nl = strlen(name);
-
-	while (q != NULL && *q != '\0') {
-		size_t len = strcspn(q, "&");
-		if (len > nl && strncmp(q, name, nl) == 0 && q[nl] == '=') {
-			snprintf(out, size, "%.*s", (int)(len - nl - 1),
-			    q + nl + 1);
-			return out;
-		}
-		q += len;
-		if (*q == '&')
-			q++;
-	}
-	return NULL;
-}
-
-/* wait=: milliseconds as a bare number, or a duration ("2s"). */
-static int
-wait_arg(const char *q, int64_t def, int64_t *ms)
-{
-	char v[64];
-	long n;
-
-	*ms = def;
-	if (query_arg(q, "wait", v, sizeof(v)) == NULL)
-		return 0;
-	if (parse_long(v, 0, LONG_MAX, &n) == 0)
-		*ms = n;
-	else if (duration_parse(v, ms) < 0 || *ms < 0)
-		return -1;
-	if (*ms > WAIT_MAX)
-		*ms = WAIT_MAX;
-	return 0;
-}
-
 /* Takes chunks from t's queue for a reply, up to max payload bytes (one
  * at least); they are held until acknowledged. Under t's lock. */
 static void
@@ -1874,25 +1835,20 @@ send_unauthorized(struct conn *c, uint64_t id, int keep)
 /* GET /v1/tasks/T/elements?max=BYTES&wait=MS; max=0 acknowledges the
  * last reply and asks for nothing, for a consumer about to close. */
 static int
-serve_elements(struct conn *c, uint64_t id, const struct req *r)
+serve_elements(struct conn *c, const struct dw_request *w, const struct req *r)
 {
-	const char *q = r->h.query;
+	uint64_t id = w->task;
 	int keep = r->h.keep;
-	size_t max = REPLY_DEFAULT;
-	int64_t wait, until;
+	size_t max = w->has_max ? w->max : REPLY_DEFAULT;
+	int64_t wait = w->has_wait ? w->wait_ms : WAIT_DEFAULT, until;
 	struct task *t;
-	char v[64], *error = NULL;
+	char *error = NULL;
 	int rc, end = 0, gone = 0;
 
-	if (query_arg(q, "max", v, sizeof(v)) != NULL &&
-	    parse_size(v, &max) < 0)
-		return send_error(c, ST_INVALID_ARGUMENT, keep,
-		    "max=%s is not a number of bytes", v);
 	if (max > REPLY_MAX)
 		max = REPLY_MAX;
-	if (wait_arg(q, WAIT_DEFAULT, &wait) < 0)
-		return send_error(c, ST_INVALID_ARGUMENT, keep,
-		    "wait is not a number of milliseconds");
+	if (wait > WAIT_MAX)
+		wait = WAIT_MAX;
 	/* Only who took the held chunks may acknowledge them. */
 	if (c->ht != NULL && !allowed(c->ht, r))
 		return send_unauthorized(c, id, keep);
@@ -2014,21 +1970,20 @@ rounds_fill(struct task *t)
 
 /* GET /v1/tasks/T/rounds/R?consumer=C */
 static int
-serve_round(struct conn *c, uint64_t id, uint64_t r, const struct req *req)
+serve_round(struct conn *c, const struct dw_request *w, const struct req *req)
 {
-	const char *q = req->h.query;
+	uint64_t id = w->task, r = w->round;
 	int keep = req->h.keep;
 	struct chunk one = {0};
 	struct round *rd = NULL;
 	struct task *t;
-	int64_t wait, until;
-	char v[64], *error = NULL;
-	long who;
+	int64_t wait = w->has_wait && w->wait_ms < WAIT_MAX ? w->wait_ms :
+	                                                      WAIT_MAX,
+	        until;
+	char *error = NULL;
+	long who = w->consumer;
 	int rc, end = 0, gone = 0;
 
-	if (wait_arg(q, WAIT_MAX, &wait) < 0)
-		return send_error(c, ST_INVALID_ARGUMENT, keep,
-		    "wait is not a number of milliseconds");
 	conn_release(c, 1);
 	if ((t = task_get(c->ds, id)) == NULL)
 		return send_error(c, ST_NOT_FOUND, keep,
@@ -2037,9 +1992,8 @@ serve_round(struct conn *c, uint64_t id, uint64_t r, const struct req *req)
 		task_unref(t);
 		return send_unauthorized(c, id, keep);
 	}
-	if (t->consumers == 0 || t->asked == NULL ||
-	    query_arg(q, "consumer", v, sizeof(v)) == NULL ||
-	    parse_long(v, 0, t->consumers - 1, &who) < 0) {
+	if (t->consumers == 0 || t->asked == NULL || who < 0 ||
+	    who >= t->consumers) {
 		rc = t->consumers == 0 || t->asked == NULL ?
 		    send_error(c, ST_FAILED_PRECONDITION, keep,
 		        "task %" PRIu64 " is not read round-robin", id) :
@@ -2104,26 +2058,28 @@ serve_round(struct conn *c, uint64_t id, uint64_t r, const struct req *req)
 static int
 route(struct conn *c, struct req *r)
 {
-	uint64_t id, round;
-	const char *p = r->h.path;
-	char *end;
+	struct dw_request w;
 
 	if (strcmp(r->h.method, "GET") != 0)
 		return send_error(c, ST_INVALID_ARGUMENT, r->h.keep,
 		    "%s: only GET is served here", r->h.method);
-	if (strcmp(p, "/healthz") == 0)
-		return send_simple(c, 200, "text/plain", "ok\n", 3, r->h.keep);
-	if (strncmp(p, "/v1/tasks/", 10) != 0 || p[10] < '0' || p[10] > '9')
+	switch (dw_request_parse(r->h.path, r->h.query, &w)) {
+	case DW_OK: break;
+	case DW_BAD_MAX:
+		return send_error(c, ST_INVALID_ARGUMENT, r->h.keep,
+		    "max= is not a number of bytes");
+	case DW_BAD_WAIT:
+		return send_error(c, ST_INVALID_ARGUMENT, r->h.keep,
+		    "wait is not a number of milliseconds");
+	default:
 		return send_error(c, ST_NOT_FOUND, r->h.keep,
 		    "no such resource");
-	id = strtoull(p + 10, &end, 10);
-	if (strcmp(end, "/elements") == 0)
-		return serve_elements(c, id, r);
-	if (strncmp(end, "/rounds/", 8) == 0 && end[8] >= '0' &&
-	    end[8] <= '9') {
-		round = strtoull(end + 8, &end, 10);
-		if (*end == '\0')
-			return serve_round(c, id, round, r);
+	}
+	switch (w.kind) {
+	case DW_HEALTH:
+		return send_simple(c, 200, "text/plain", "ok\n", 3, r->h.keep);
+	case DW_ELEMENTS: return serve_elements(c, &w, r);
+	case DW_ROUND: return serve_round(c, &w, r);
 	}
 	return send_error(c, ST_NOT_FOUND, r->h.keep, "no such resource");
 }

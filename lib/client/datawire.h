@@ -14,6 +14,7 @@
 #ifndef MUSTER_DATAWIRE_H
 #define MUSTER_DATAWIRE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define CHUNK_MAGIC 0x314b434dU /* "MCK1" */
@@ -39,5 +40,46 @@ struct chunk_hdr {
 };
 
 _Static_assert(sizeof(struct chunk_hdr) == 40, "chunk header is 40 bytes");
+
+/*
+ * What a consumer asks a worker's data server for: the one codec of the
+ * request line's path and query, which the consumer writes
+ * (dw_request_path) and the server reads (dw_request_parse) from a
+ * stranger's bytes, fuzzed.
+ *
+ *   GET /v1/tasks/T/elements[?max=BYTES][&wait=MS]   chunks of task T, up
+ *       to max bytes (0: nothing; acknowledges the last reply only),
+ *       waiting up to wait for the first (a bare number is milliseconds,
+ *       else a duration such as "2s")
+ *   GET /v1/tasks/T/rounds/R?consumer=C[&wait=MS]    round R of a
+ *       round-robin task, consumer C's element
+ *   GET /healthz
+ */
+enum dw_kind { DW_HEALTH, DW_ELEMENTS, DW_ROUND };
+
+struct dw_request {
+	enum dw_kind kind;
+	uint64_t task;
+	uint64_t round;  /* DW_ROUND */
+	long consumer;   /* DW_ROUND; -1: absent or not a number */
+	int has_max;     /* DW_ELEMENTS: max= was given, */
+	size_t max;      /* as this many bytes */
+	int has_wait;    /* wait= was given, */
+	int64_t wait_ms; /* as this many milliseconds (>= 0) */
+};
+
+/* r's path and query into out: 0, or -1 when size is too small. */
+int dw_request_path(const struct dw_request *r, char *out, size_t size);
+
+enum {
+	DW_OK = 0,
+	DW_NO_SUCH = -1, /* the path names nothing served here */
+	DW_BAD_MAX = -2, /* max= is not a number of bytes */
+	DW_BAD_WAIT = -3 /* wait= is neither milliseconds nor a duration */
+};
+
+/* Reads path and query (as io/http1 splits them) into r: DW_OK, or why
+ * not. Pure: no allocation, nothing kept. */
+int dw_request_parse(const char *path, const char *query, struct dw_request *r);
 
 #endif
