@@ -141,11 +141,15 @@ path_of(struct buf *p, const char *base, const char *name, const char *fmt, ...)
 	return 0;
 }
 
-/* One typed call: path made by path_of (NULL: out of memory). */
+/*
+ * One typed call: path made by path_of (NULL: out of memory), with the
+ * JSON body json, or else len bytes of body. A reply not asked for is
+ * freed.
+ */
 static enum status
 call(struct dispatch_client *dc, const char *method, struct buf *path,
-    const char *body, size_t len, int64_t deadline, int how, json_t **reply,
-    json_t **errbody)
+    json_t *json, const char *body, size_t len, int64_t deadline, int how,
+    json_t **reply, json_t **errbody)
 {
 	json_t *r = NULL;
 	enum status st;
@@ -154,6 +158,9 @@ call(struct dispatch_client *dc, const char *method, struct buf *path,
 		*errbody = NULL;
 	if (path->data == NULL)
 		st = coord_fail(dc->cc, ST_RESOURCE_EXHAUSTED, "out of memory");
+	else if (json != NULL)
+		st = dispatch_call_json(dc, method, path->data, json, deadline,
+		    how, &r, errbody, NULL);
 	else
 		st = dispatch_call(dc, method, path->data, body, len, deadline,
 		    how, &r, errbody, NULL);
@@ -162,26 +169,6 @@ call(struct dispatch_client *dc, const char *method, struct buf *path,
 		*reply = r;
 	else
 		json_decref(r);
-	return st;
-}
-
-static enum status
-call_json(struct dispatch_client *dc, const char *method, struct buf *path,
-    json_t *body, int64_t deadline, int how, json_t **reply)
-{
-	char *s = NULL;
-	enum status st;
-
-	if (body != NULL && (s = json_dumps(body, JSON_COMPACT)) == NULL) {
-		buf_free(path);
-		if (reply != NULL)
-			*reply = NULL;
-		return coord_fail(dc->cc, ST_RESOURCE_EXHAUSTED,
-		    "out of memory");
-	}
-	st = call(dc, method, path, s, s != NULL ? strlen(s) : 0, deadline, how,
-	    reply, NULL);
-	free(s);
 	return st;
 }
 
@@ -195,7 +182,8 @@ dc_register(struct dispatch_client *dc, const char *worker, long slots,
 	enum status st;
 
 	path_of(&p, "/v1/workers/", worker, "");
-	st = call_json(dc, "POST", &p, body, deadline, DC_REPEAT, reply);
+	st = call(dc, "POST", &p, body, NULL, 0, deadline, DC_REPEAT, reply,
+	    NULL);
 	json_decref(body);
 	return st;
 }
@@ -208,7 +196,8 @@ dc_heartbeat(struct dispatch_client *dc, const char *worker, const char *inc,
 
 	path_of(&p, "/v1/workers/", worker,
 	    "/heartbeat?incarnation=%.16s&wait=%" PRId64 "ms", inc, wait_ms);
-	return call(dc, "POST", &p, NULL, 0, deadline, DC_POLL, reply, errbody);
+	return call(dc, "POST", &p, NULL, NULL, 0, deadline, DC_POLL, reply,
+	    errbody);
 }
 
 enum status
@@ -229,7 +218,7 @@ dc_take(struct dispatch_client *dc, const char *worker, const char *inc,
 	else
 		path_of(&p, "/v1/workers/", worker,
 		    "/results?incarnation=%.16s", inc);
-	return call(dc, "POST", &p, results, len, deadline, how, reply,
+	return call(dc, "POST", &p, NULL, results, len, deadline, how, reply,
 	    errbody);
 }
 
@@ -246,7 +235,8 @@ dc_resource_state(struct dispatch_client *dc, const char *worker,
 		json_object_set_new(body, "message", json_string(message));
 	if (path_of(&p, "/v1/workers/", worker, "/resources/") == 0)
 		path_of(&p, "", resource, "?incarnation=%.16s", inc);
-	st = call_json(dc, "POST", &p, body, deadline, DC_REPEAT, NULL);
+	st = call(dc, "POST", &p, body, NULL, 0, deadline, DC_REPEAT, NULL,
+	    NULL);
 	json_decref(body);
 	return st;
 }
@@ -258,7 +248,8 @@ dc_leave(struct dispatch_client *dc, const char *worker, const char *inc,
 	struct buf p = {0};
 
 	path_of(&p, "/v1/workers/", worker, "?incarnation=%.16s", inc);
-	return call(dc, "DELETE", &p, NULL, 0, deadline, DC_REPEAT, NULL, NULL);
+	return call(dc, "DELETE", &p, NULL, NULL, 0, deadline, DC_REPEAT, NULL,
+	    NULL);
 }
 
 enum status
@@ -275,7 +266,8 @@ dc_lease(struct dispatch_client *dc, const char *worker, const char *inc,
 	 * at half the heartbeat timeout all the same). */
 	path_of(&p, "/v1/workers/", worker,
 	    "/splits?incarnation=%.16s&wait=%" PRId64, inc, wait_ms);
-	st = call_json(dc, "POST", &p, body, deadline, DC_ONCE, reply);
+	st =
+	    call(dc, "POST", &p, body, NULL, 0, deadline, DC_ONCE, reply, NULL);
 	json_decref(body);
 	return st;
 }
@@ -288,7 +280,8 @@ dc_task_report(struct dispatch_client *dc, const char *worker, const char *inc,
 
 	path_of(&p, "/v1/workers/", worker,
 	    "/tasks/%" PRIu64 "?incarnation=%.16s", task, inc);
-	return call_json(dc, "POST", &p, body, deadline, DC_REPEAT, NULL);
+	return call(dc, "POST", &p, body, NULL, 0, deadline, DC_REPEAT, NULL,
+	    NULL);
 }
 
 enum status
@@ -298,7 +291,8 @@ dc_job_open(struct dispatch_client *dc, json_t *body, int64_t deadline,
 	struct buf p = {0};
 
 	buf_puts(&p, "/v1/jobs");
-	return call_json(dc, "POST", &p, body, deadline, DC_ONCE, reply);
+	return call(dc, "POST", &p, body, NULL, 0, deadline, DC_ONCE, reply,
+	    NULL);
 }
 
 enum status
@@ -308,7 +302,8 @@ dc_client_beat(struct dispatch_client *dc, int64_t client, json_t *body,
 	struct buf p = {0};
 
 	path_of(&p, "/v1/clients/", NULL, "%" PRId64 "/heartbeat", client);
-	return call_json(dc, "POST", &p, body, deadline, DC_REPEAT, reply);
+	return call(dc, "POST", &p, body, NULL, 0, deadline, DC_REPEAT, reply,
+	    NULL);
 }
 
 enum status
@@ -317,7 +312,8 @@ dc_client_release(struct dispatch_client *dc, int64_t client, int64_t deadline)
 	struct buf p = {0};
 
 	path_of(&p, "/v1/clients/", NULL, "%" PRId64, client);
-	return call(dc, "DELETE", &p, NULL, 0, deadline, DC_REPEAT, NULL, NULL);
+	return call(dc, "DELETE", &p, NULL, NULL, 0, deadline, DC_REPEAT, NULL,
+	    NULL);
 }
 
 enum status
