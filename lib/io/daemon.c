@@ -28,7 +28,11 @@ struct daemon {
 	atomic_ulong unauthenticated;
 };
 
-void
+/* Frees what daemon_options_check read (the TLS files' contents). */
+static void daemon_options_free(struct daemon_options *o);
+
+/* Fills o with the defaults (listen on 127.0.0.1:port). */
+static void
 daemon_options_init(struct daemon_options *o, int port)
 {
 	static char listen[32];
@@ -251,7 +255,7 @@ fail:
 	return status_exit(ST_USAGE);
 }
 
-void
+static void
 daemon_options_free(struct daemon_options *o)
 {
 	free(o->tls_cert_pem);
@@ -468,7 +472,11 @@ gone(struct http_req *req, void *arg)
 	d->svc->gone(req, d->svc->arg);
 }
 
-int
+/*
+ * Serves svc on the options' address until SIGINT or SIGTERM; returns
+ * the exit code (0, or UNAVAILABLE when it cannot listen).
+ */
+static int
 daemon_run(const struct daemon_options *o, const struct daemon_service *svc)
 {
 	struct daemon d = {.o = o, .svc = svc};

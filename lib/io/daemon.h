@@ -113,13 +113,10 @@ struct daemon_program {
 
 /*
  * A daemon's main: logging, the options, -n (the options are checked and
- * nothing runs), the service opened, served (daemon_run) and closed. The
+ * nothing runs), the service opened, served and closed. The
  * exit code.
  */
 int daemon_main(const struct daemon_program *p, int argc, char **argv);
-
-/* Fills o with the defaults (listen on 127.0.0.1:port). */
-void daemon_options_init(struct daemon_options *o, int port);
 
 /*
  * Takes option c if it is one of the skeleton's: 1 taken, 0 not ours, -1
@@ -134,15 +131,6 @@ int daemon_option(struct daemon_options *o, int c, const char *arg,
  * token refuses, unless told --insecure (Redis's protected mode).
  */
 int daemon_options_check(struct daemon_options *o, const char *synopsis);
-/* Frees what daemon_options_check read (the TLS files' contents). */
-void daemon_options_free(struct daemon_options *o);
-
-/*
- * Serves svc on the options' address until SIGINT or SIGTERM; returns
- * the exit code (0, or UNAVAILABLE when it cannot listen).
- */
-int daemon_run(const struct daemon_options *o,
-    const struct daemon_service *svc);
 
 /*
  * For a service's health callback: takes mu within 2 s (0, the caller

@@ -62,7 +62,8 @@ http1_header(const char *head, size_t len, const char *name, size_t *vlen)
 	return NULL;
 }
 
-int
+/* Whether v[0..n) is the token tok, without regard to case. */
+static int
 http1_is(const char *v, size_t n, const char *tok)
 {
 	return strlen(tok) == n && strncasecmp(v, tok, n) == 0;

@@ -29,9 +29,6 @@ size_t http1_head_len(const char *p, size_t n);
 const char *http1_header(const char *head, size_t len, const char *name,
     size_t *vlen);
 
-/* Whether v[0..n) is the token tok, without regard to case. */
-int http1_is(const char *v, size_t n, const char *tok);
-
 /* A reply's head. */
 struct http1_reply {
 	long code;        /* 100..999 */

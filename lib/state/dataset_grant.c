@@ -16,6 +16,9 @@
 #include "token.h"
 #include "vec.h"
 
+static int grant(struct ds *ds, struct ds_task *t, uint64_t id,
+    const uint64_t *seqs, size_t n, char *msg, size_t msglen);
+
 /* Makes worker w's task in job j, if it should have one. */
 void
 ds_task_make(struct ds *ds, struct ds_job *j, struct ds_worker *w, int pending)
@@ -95,9 +98,9 @@ ds_job_check_done(struct ds *ds, struct ds_job *j)
 /* Records that elements [a, b) of seq were delivered (total: -1 or all):
  * R_LEASE, the lease's ranges with [a, b) added, or R_DONE once they
  * cover it. -1: memory ran out, and nothing changed. */
-int
-ds_delivered(struct ds *ds, struct ds_job *j, uint64_t seq, uint64_t a,
-    uint64_t b, int64_t total)
+static int
+delivered(struct ds *ds, struct ds_job *j, uint64_t seq, uint64_t a, uint64_t b,
+    int64_t total)
 {
 	struct ds_lease *l = ds_map_get(j->leases, seq), x = {0};
 	struct rec_out o;
@@ -152,7 +155,7 @@ ds_deliveries(struct ds *ds, struct ds_job *j, json_t *list, char *msg,
 			return ST_INVALID_ARGUMENT;
 		}
 		if (j->eff == SHARD_DYNAMIC &&
-		    ds_delivered(ds, j, (uint64_t)json_integer_value(s),
+		    delivered(ds, j, (uint64_t)json_integer_value(s),
 		        (uint64_t)json_integer_value(a),
 		        (uint64_t)json_integer_value(b),
 		        json_is_integer(n) ? json_integer_value(n) : -1) < 0) {
@@ -290,7 +293,7 @@ ds_lease(struct ds *ds, struct ds_task *t, long want, uint64_t id, int *later,
 		seqs[n++] = l->seq;
 	for (uint64_t s = j->next; s < j->total && n < want; s++)
 		seqs[n++] = s;
-	if (ds_grant(ds, t, id, seqs, (size_t)n, msg, msglen) < 0)
+	if (grant(ds, t, id, seqs, (size_t)n, msg, msglen) < 0)
 		return ST_RESOURCE_EXHAUSTED;
 	buf_puts(out, "{\"splits\":[");
 	for (long i = 0; i < n; i++)
@@ -311,8 +314,8 @@ ds_task_delivered(struct ds *ds, struct ds_task *t, json_t *list, char *msg,
 
 /* Leases seqs to t in reply to lease request id (R_GRANT): the seqs in
  * runs of consecutive ones. */
-int
-ds_grant(struct ds *ds, struct ds_task *t, uint64_t id, const uint64_t *seqs,
+static int
+grant(struct ds *ds, struct ds_task *t, uint64_t id, const uint64_t *seqs,
     size_t n, char *msg, size_t msglen)
 {
 	struct rec_out o;

@@ -145,12 +145,8 @@ void ds_task_make(struct ds *ds, struct ds_job *j, struct ds_worker *w,
     int pending);
 void ds_job_finish(struct ds *ds, struct ds_job *j);
 void ds_job_check_done(struct ds *ds, struct ds_job *j);
-int ds_delivered(struct ds *ds, struct ds_job *j, uint64_t seq, uint64_t a,
-    uint64_t b, int64_t total);
 enum status ds_deliveries(struct ds *ds, struct ds_job *j, json_t *list,
     char *msg, size_t msglen);
-int ds_grant(struct ds *ds, struct ds_task *t, uint64_t id,
-    const uint64_t *seqs, size_t n, char *msg, size_t msglen);
 
 /* dataset_job.c */
 const char *ds_task_state_name(const struct ds_task *t);

@@ -174,8 +174,6 @@ extern const struct task_op coord_task_get, coord_task_register,
     coord_task_shutdown, coord_task_reset;
 void coord_errors_route(struct coord *co, struct http_req *req);
 void coord_epoch_route(struct coord *co, struct http_req *req);
-/* Notes that task t was heard from now (under the lock). */
-void coord_heard(struct coord *co, const struct reg_task *t);
 /* Acts on one event the registry reported. */
 void coord_tasks_react(struct coord *co, const struct reg_event *ev);
 void coord_tasks_shutdown(struct coord *co);

@@ -132,7 +132,7 @@ coord_tasks_react(struct coord *co, const struct reg_event *ev)
 /* A scan more than this late counts as time coordd stood still. */
 #define SCAN_LATE_MS 100
 
-void
+static void
 coord_heard(struct coord *co, const struct reg_task *t)
 {
 	struct http_server *srv = atomic_load(&co->srv);
