@@ -57,6 +57,22 @@ bats_require_minimum_version 1.5.0
 			"http://$addr/v1/tasks/$task/rounds/0?consumer=0" -w '%{http_code}' | grep -qx 401
 		strangers=$((strangers + 1))
 	done
+	# Bad arguments, other paths and other methods are refused, each
+	# with its error, before anything is taken.
+	code=$(curl -s -o bad.1 -w '%{http_code}' "http://$addr/v1/tasks/$task/elements?max=lots")
+	[ "$code" = 400 ]
+	grep -q 'max is not a number of bytes: max=lots' bad.1
+	code=$(curl -s -o bad.2 -w '%{http_code}' "http://$addr/v1/tasks/$task/rounds/0?consumer=0&wait=soon")
+	[ "$code" = 400 ]
+	grep -q 'wait is not a number of milliseconds' bad.2
+	for path in "/v1/tasks/$task" "/v1/tasks/$task/elements/x" /v1/tasks/x/elements /v1/jobs /; do
+		code=$(curl -s -o bad.3 -w '%{http_code}' "http://$addr$path")
+		[ "$code" = 404 ] || fail "$path: $code"
+		grep -q NOT_FOUND bad.3
+	done
+	code=$(curl -s -o bad.4 -w '%{http_code}' -X POST "http://$addr/v1/tasks/$task/elements")
+	[ "$code" = 400 ]
+	grep -q 'only GET is served here' bad.4
 	wait_exit "$p" 60
 	[ "$STATUS" = 0 ]
 	[ "$(sort out)" = "$(for s in $(seq 1 40); do for i in 1 2 3; do echo "$s.$i"; done; done | sort)" ]

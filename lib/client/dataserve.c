@@ -1832,6 +1832,15 @@ send_unauthorized(struct conn *c, uint64_t id, int keep)
 	    id);
 }
 
+/* How long a request may wait: its wait=, or def, and WAIT_MAX at most. */
+static int64_t
+wait_of(const struct dw_request *w, int64_t def)
+{
+	int64_t ms = w->has_wait ? w->wait_ms : def;
+
+	return ms < WAIT_MAX ? ms : WAIT_MAX;
+}
+
 /* GET /v1/tasks/T/elements?max=BYTES&wait=MS; max=0 acknowledges the
  * last reply and asks for nothing, for a consumer about to close. */
 static int
@@ -1840,15 +1849,13 @@ serve_elements(struct conn *c, const struct dw_request *w, const struct req *r)
 	uint64_t id = w->task;
 	int keep = r->h.keep;
 	size_t max = w->has_max ? w->max : REPLY_DEFAULT;
-	int64_t wait = w->has_wait ? w->wait_ms : WAIT_DEFAULT, until;
+	int64_t wait = wait_of(w, WAIT_DEFAULT), until;
 	struct task *t;
 	char *error = NULL;
 	int rc, end = 0, gone = 0;
 
 	if (max > REPLY_MAX)
 		max = REPLY_MAX;
-	if (wait > WAIT_MAX)
-		wait = WAIT_MAX;
 	/* Only who took the held chunks may acknowledge them. */
 	if (c->ht != NULL && !allowed(c->ht, r))
 		return send_unauthorized(c, id, keep);
@@ -1977,9 +1984,7 @@ serve_round(struct conn *c, const struct dw_request *w, const struct req *req)
 	struct chunk one = {0};
 	struct round *rd = NULL;
 	struct task *t;
-	int64_t wait = w->has_wait && w->wait_ms < WAIT_MAX ? w->wait_ms :
-	                                                      WAIT_MAX,
-	        until;
+	int64_t wait = wait_of(w, WAIT_MAX), until;
 	char *error = NULL;
 	long who = w->consumer;
 	int rc, end = 0, gone = 0;
@@ -2067,10 +2072,10 @@ route(struct conn *c, struct req *r)
 	case DW_OK: break;
 	case DW_BAD_MAX:
 		return send_error(c, ST_INVALID_ARGUMENT, r->h.keep,
-		    "max= is not a number of bytes");
+		    "max is not a number of bytes: %s", r->h.query);
 	case DW_BAD_WAIT:
 		return send_error(c, ST_INVALID_ARGUMENT, r->h.keep,
-		    "wait is not a number of milliseconds");
+		    "wait is not a number of milliseconds: %s", r->h.query);
 	default:
 		return send_error(c, ST_NOT_FOUND, r->h.keep,
 		    "no such resource");
