@@ -38,7 +38,6 @@ react(struct dispatch *d, const struct dispatch_event *ev)
 	const struct ds_event *de = &ev->u.ds;
 	const struct cq_event *ce = &ev->u.cq;
 	struct cq_worker *w;
-	struct park_list *l;
 
 	if (ev->data) {
 		if (de->type == DS_EV_SPLITS) {
@@ -46,9 +45,7 @@ react(struct dispatch *d, const struct dispatch_event *ev)
 		} else if ((w = cq_worker(d->cq, de->worker)) != NULL &&
 		    w->hb_parked) {
 			/* Its heartbeat goes back now, with the new list. */
-			l = park_index_find(d->beats, w->name, strlen(w->name));
-			if (l != NULL && l->head != NULL)
-				dispatch_answer_beat(d, w, 0);
+			dispatch_answer_beat(d, w, 0);
 		}
 		return;
 	}
