@@ -5,6 +5,7 @@
 # as the library keeps its folders (lib/README); `make layers` runs this on
 # every layer's archive.
 set -eu
+export LC_ALL=C # sort and join must agree on the order
 a=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT INT TERM
