@@ -26,8 +26,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <jansson.h>
-
 #include "buf.h"
 #include "status.h"
 
@@ -74,8 +72,6 @@ struct cq_closure {
 	int64_t enqueued, started, ended; /* monotonic ms */
 	struct cq_closure *prev, *next;   /* pending or running list */
 	struct cq_pending *list;          /* the pending list it is on */
-	struct cq_closure *jnext;         /* changed since the last record */
-	unsigned char jdirty, jfront;
 };
 
 /* A list of closures waiting to run (all workers', or one's pinned). */
@@ -90,8 +86,6 @@ struct cq_queue {
 	struct cq_closure *error; /* the first error, not yet reported */
 	struct strmap *keys;      /* idempotency key -> closure id */
 	unsigned long scheduled, done, failed, cancelled, retried;
-	struct cq_queue *jnext; /* changed since the last record */
-	int jdirty;
 };
 
 struct cq_resource_state {
@@ -108,7 +102,6 @@ struct cq_worker {
 	int live;          /* registered and not failed */
 	long slots;        /* closures it runs at once */
 	int64_t last_seen; /* monotonic ms */
-	int hb_parked;     /* a heartbeat of its is parked: it is there */
 	size_t running;
 	struct cq_closure *run_head;
 	struct cq_pending pinned; /* closures pinned to it */
@@ -125,8 +118,6 @@ struct cq_worker {
 	char *sick_why;       /* the last one */
 	unsigned long start_failures;
 	struct cq *cq;
-	struct cq_worker *jnext; /* changed since the last record */
-	int jdirty;
 };
 
 struct cq_config {
@@ -178,14 +169,26 @@ size_t cq_room(const struct cq *cq, const struct cq_queue *q);
  * under it still ends); then there is no room until forgets make some.
  */
 size_t cq_store_room(const struct cq *cq);
+/* A new closure, as its request said it (the caller checked each field). */
+struct cq_spec {
+	const char
+	    *spec; /* JSON for the worker: argv, env, stdin, timeout_ms */
+	size_t speclen;
+	const char *on;  /* a worker's name, or NULL */
+	const char *key; /* 1 to 1024 bytes, or NULL */
+	const char *const *needs;
+	size_t nneeds; /* at most 64 */
+	const int *retry_exit;
+	size_t nretry_exit; /* at most CQ_MAX_RETRY_CODES */
+	long max_retries;
+};
 /*
- * A closure from what item describes ({"argv":[...], "env":{...},
- * "stdin": base64, "timeout_ms", "retry_exit":[...], "max_retries", "on",
- * "needs":[...], "key"}), in no queue yet; NULL when item is bad
- * (INVALID_ARGUMENT in *st, msg says why) or too large.
+ * A closure of what s says, in no queue yet; NULL when it needs a
+ * resource there is not (INVALID_ARGUMENT in *st, msg says why), or when
+ * it is too large or memory runs out (RESOURCE_EXHAUSTED).
  */
-struct cq_closure *cq_closure_new(struct cq *cq, json_t *item, enum status *st,
-    char *msg, size_t msglen);
+struct cq_closure *cq_closure_new(struct cq *cq, const struct cq_spec *s,
+    enum status *st, char *msg, size_t msglen);
 /* Frees a closure cq_closure_new made that was never enqueued. */
 void cq_closure_discard(struct cq *cq, struct cq_closure *c);
 /*
@@ -232,6 +235,7 @@ struct cq_view {
 	unsigned long start_failures; /* closures given back unstarted */
 	size_t value_bytes;
 	size_t spec_bytes; /* of the closures held, their commands and stdin */
+	unsigned long misfits; /* records cq_apply skipped: they did not fit */
 };
 const struct cq_view *cq_view(const struct cq *cq);
 
@@ -285,8 +289,9 @@ void cq_worker_failed(struct cq *cq, struct cq_worker *w, const char *why,
     int64_t now);
 /* w leaves: the same, without counting a death against its closures. */
 void cq_worker_leave(struct cq *cq, struct cq_worker *w, int64_t now);
-/* Fails every live worker unheard of for longer than the timeout, and
- * hands work again to those unhealthy long enough. */
+/* Fails every live worker unheard of for longer than the timeout (a
+ * caller holding a worker's heartbeat says it is there with cq_seen
+ * first), and hands work again to those unhealthy long enough. */
 void cq_scan(struct cq *cq, int64_t now);
 /* Empties w's stop list into the arrays (the caller frees them). */
 size_t cq_take_stops(struct cq_worker *w, uint64_t **ids, long **attempts);
@@ -294,8 +299,12 @@ size_t cq_take_stops(struct cq_worker *w, uint64_t **ids, long **attempts);
 void cq_resource_state(struct cq_worker *w, const char *name, int state,
     const char *message);
 
-/* Resources: a command every worker runs once before closures need it. */
-enum status cq_resource_add(struct cq *cq, const char *name, json_t *argv,
+/*
+ * Resources: a command every worker runs once before closures need it,
+ * held as the JSON the caller gives ({"name","argv"}). Adding one again
+ * with the same JSON is ST_OK; with other JSON, ALREADY_EXISTS.
+ */
+enum status cq_resource_add(struct cq *cq, const char *name, const char *json,
     char *msg, size_t msglen);
 /* Its JSON ({"name","argv"}), or NULL when there is no such resource. */
 const char *cq_resource(const struct cq *cq, const char *name);
@@ -310,14 +319,14 @@ int64_t cq_no_worker_since(const struct cq *cq);
 /*
  * The journal. Every durable change (closures, queues and their keys and
  * errors, workers, their resources' states and stop lists, resources, the
- * counters but stale) reaches fn as one record per call that made it,
- * cq_take_stops and cq_resource_state included, under the caller's lock,
- * in the order made. A record says what each object it names now is, not
- * what happened to it, so a record that never got written leaves only an
- * older state of those objects. fn cannot refuse; it is called with NULL
- * and 0 when memory for a record ran out (the journal is then behind).
+ * counters but stale) is made by a record of what was decided (a closure
+ * enqueued, taken, ended; a worker registered, down), applied as cq_apply
+ * applies it and then handed to fn, under the caller's lock, in the order
+ * made: one mutator, so a second cq fed the same records holds the same
+ * state. cq_take_stops and cq_resource_state make records too. fn cannot
+ * refuse. When memory for a record runs out, the change is not made.
  * Set it after cq_restore and cq_apply: they write no records. Times,
- * parked heartbeats and the stale counter are not kept.
+ * health and the stale counter are not kept.
  */
 typedef void (*cq_journal_fn)(const void *rec, size_t len, void *arg);
 void cq_set_journal(struct cq *cq, cq_journal_fn fn, void *arg);
@@ -337,12 +346,17 @@ int cq_snapshot(struct cq *cq, struct buf *out);
 int cq_restore(struct cq *cq, const void *p, size_t len, int64_t now, char *err,
     size_t errlen);
 /*
- * Applies one record, as cq_restore does a snapshot. A record that does
- * not decode changes nothing. One written after a record that never got
- * written still applies: a closure the state does not hold is skipped,
- * a queue's error that is gone is dropped, closures left running on a
- * worker that is down go back to the queue. One that does not fit the
- * state otherwise is applied in part. 0, or -1 with err filled.
+ * Applies one record, as cq_restore does a snapshot; the observer is not
+ * told. A record that does not decode changes nothing (-1). One that does
+ * not fit the state it applies to (a closure that is not there, or not in
+ * the state the record needs: a record before it never got written) is
+ * skipped whole and counted (cq_view's misfits), and the state goes on
+ * without it. Records of version 1 (written before records
+ * said what was decided) said what each object they named now was: they
+ * apply too, and one written after a record that never got written still
+ * applies (a closure the state does not hold is skipped, a queue's error
+ * that is gone is dropped, closures left running on a worker that is down
+ * go back to the queue). 0, or -1 with err filled.
  */
 int cq_apply(struct cq *cq, const void *rec, size_t len, int64_t now, char *err,
     size_t errlen);

@@ -43,7 +43,7 @@ react(struct dispatch *d, const struct dispatch_event *ev)
 		if (de->type == DS_EV_SPLITS) {
 			dispatch_data_splits(d, de->job);
 		} else if ((w = cq_worker(d->cq, de->worker)) != NULL &&
-		    w->hb_parked) {
+		    dispatch_beat_parked(d, w)) {
 			/* Its heartbeat goes back now, with the new list. */
 			dispatch_answer_beat(d, w, 0);
 		}
@@ -220,6 +220,7 @@ scan(struct timer *t)
 	int64_t now = duration_now_ms(), hb = cq_config(d->cq)->hb_timeout_ms,
 	        until;
 
+	dispatch_beats_seen(d, now); /* a parked heartbeat: it is there */
 	cq_scan(d->cq, now);
 	ds_scan(d->ds, now);
 	/* Joins give up once no worker has been there long enough. */
@@ -338,9 +339,6 @@ drain(struct park_list *l, void *arg)
 	park_list_hold(l);
 	while (l->head != NULL) {
 		struct parked *w = l->head;
-		struct waitctx *x = w->ctx;
-		if (x != NULL && x->kind == W_HEARTBEAT)
-			x->w->hb_parked = 0;
 		dispatch_free_ctx(w);
 		park_take(w);
 		dispatch_reply_closing(w->req);

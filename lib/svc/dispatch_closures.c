@@ -4,6 +4,7 @@
  * value (waiting until it ends), cancel, listings, and resources.
  */
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,6 +136,217 @@ dispatch_no_workers(struct dispatch *d, int64_t now, int64_t *until)
 		return 0;
 	*until = since + d->cfg.worker_recovery_ms;
 	return now >= *until;
+}
+
+/* Reading a closure from a request. */
+
+static void say(char *msg, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void
+say(char *msg, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, len, fmt, ap);
+	va_end(ap);
+}
+
+/* Whether argv is not a non-empty array of strings without NUL (msg). */
+static int
+argv_bad(json_t *argv, char *msg, size_t msglen)
+{
+	json_t *v;
+	size_t i;
+
+	if (!json_is_array(argv) || json_array_size(argv) == 0) {
+		say(msg, msglen, "argv must be a non-empty array of strings");
+		return 1;
+	}
+	json_array_foreach(argv, i, v)
+		if (!json_is_string(v) ||
+		    json_string_length(v) != strlen(json_string_value(v))) {
+			say(msg, msglen,
+			    "argv[%zu] must be a string without NUL", i);
+			return 1;
+		}
+	return 0;
+}
+
+/* What a closure's item holds for the worker to run it, checked. */
+static int
+run_fields_bad(json_t *item, char *msg, size_t msglen)
+{
+	json_t *argv = json_object_get(item, "argv");
+	json_t *env = json_object_get(item, "env");
+	json_t *in = json_object_get(item, "stdin");
+	json_t *to = json_object_get(item, "timeout_ms");
+	json_t *v;
+	const char *k;
+
+	if (argv_bad(argv, msg, msglen))
+		return 1;
+	if (json_string_length(json_array_get(argv, 0)) == 0) {
+		say(msg, msglen, "argv[0] must not be empty");
+		return 1;
+	}
+	if (env != NULL) {
+		if (!json_is_object(env)) {
+			say(msg, msglen, "env must be an object of strings");
+			return 1;
+		}
+		json_object_foreach(env, k, v) {
+			if (*k == '\0' || strchr(k, '=') != NULL ||
+			    !json_is_string(v) ||
+			    json_string_length(v) !=
+			        strlen(json_string_value(v))) {
+				say(msg, msglen,
+				    "env: %s is not NAME=value without NUL", k);
+				return 1;
+			}
+		}
+	}
+	if (in != NULL) {
+		struct buf b = {0};
+		int bad = !json_is_string(in) ||
+		    text_base64_decode(&b, json_string_value(in),
+		        json_string_length(in)) < 0;
+		buf_free(&b);
+		if (bad) {
+			say(msg, msglen, "stdin must be base64");
+			return 1;
+		}
+	}
+	if (to != NULL &&
+	    (!json_is_integer(to) || json_integer_value(to) < 0)) {
+		say(msg, msglen, "timeout_ms must be a whole number >= 0");
+		return 1;
+	}
+	return 0;
+}
+
+/* Room for what a cq_spec points at, beside the item's strings. */
+struct spec_room {
+	const char *needs[64];
+	int codes[CQ_MAX_RETRY_CODES];
+};
+
+/*
+ * s from item ({"argv":[...], "env":{...}, "stdin": base64, "timeout_ms",
+ * "retry_exit":[...], "max_retries", "on", "needs":[...], "key"}), its
+ * strings the item's; -1 with msg when a field is bad.
+ */
+static int
+spec_of(json_t *item, struct cq_spec *s, struct spec_room *r, char *msg,
+    size_t msglen)
+{
+	json_t *codes = json_object_get(item, "retry_exit");
+	json_t *mr = json_object_get(item, "max_retries");
+	json_t *on = json_object_get(item, "on");
+	json_t *needs = json_object_get(item, "needs");
+	json_t *key = json_object_get(item, "key");
+	json_t *v;
+	size_t i;
+
+	memset(s, 0, sizeof(*s));
+	if (!json_is_object(item)) {
+		say(msg, msglen, "a closure must be an object");
+		return -1;
+	}
+	if (run_fields_bad(item, msg, msglen))
+		return -1;
+	if (codes != NULL) {
+		if (!json_is_array(codes) ||
+		    json_array_size(codes) > CQ_MAX_RETRY_CODES) {
+			say(msg, msglen,
+			    "retry_exit must be an array of at "
+			    "most %d exit codes",
+			    CQ_MAX_RETRY_CODES);
+			return -1;
+		}
+		json_array_foreach(codes, i, v) {
+			if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+			    json_integer_value(v) > 255) {
+				say(msg, msglen,
+				    "retry_exit: exit codes are 1 to 255");
+				return -1;
+			}
+			r->codes[s->nretry_exit++] = (int)json_integer_value(v);
+		}
+		s->retry_exit = r->codes;
+		s->max_retries = 3;
+	}
+	if (mr != NULL) {
+		if (!json_is_integer(mr) || json_integer_value(mr) < 0 ||
+		    json_integer_value(mr) > 1000000) {
+			say(msg, msglen, "max_retries must be 0 to 1000000");
+			return -1;
+		}
+		s->max_retries = (long)json_integer_value(mr);
+	}
+	if (on != NULL) {
+		if (!json_is_string(on) ||
+		    !cq_name_valid(json_string_value(on))) {
+			say(msg, msglen, "on must name a worker (JOB:INDEX)");
+			return -1;
+		}
+		s->on = json_string_value(on);
+	}
+	if (key != NULL) {
+		if (!json_is_string(key) || json_string_length(key) == 0 ||
+		    json_string_length(key) > 1024) {
+			say(msg, msglen,
+			    "key must be a string of 1 to 1024 "
+			    "bytes");
+			return -1;
+		}
+		s->key = json_string_value(key);
+	}
+	if (needs != NULL) {
+		if (!json_is_array(needs) || json_array_size(needs) > 64) {
+			say(msg, msglen,
+			    "needs must be an array of at most 64 "
+			    "resource names");
+			return -1;
+		}
+		json_array_foreach(needs, i, v) {
+			if (!json_is_string(v)) {
+				say(msg, msglen,
+				    "needs: no resource (not a string) (add "
+				    "it with dispatchctl resource add)");
+				return -1;
+			}
+			r->needs[s->nneeds++] = json_string_value(v);
+		}
+		s->needs = r->needs;
+	}
+	return 0;
+}
+
+/* A closure of item, not yet in a queue; NULL (st, msg) when it is bad. */
+static struct cq_closure *
+closure_of(struct dispatch *d, json_t *item, enum status *st, char *msg,
+    size_t msglen)
+{
+	struct spec_room r;
+	struct cq_spec s;
+	struct cq_closure *c;
+	char *text;
+
+	*st = ST_INVALID_ARGUMENT;
+	if (spec_of(item, &s, &r, msg, msglen) < 0)
+		return NULL;
+	if ((text = json_dumps(item, JSON_COMPACT)) == NULL) {
+		*st = ST_RESOURCE_EXHAUSTED;
+		say(msg, msglen, "out of memory");
+		return NULL;
+	}
+	s.spec = text;
+	s.speclen = strlen(text);
+	c = cq_closure_new(d->cq, &s, st, msg, msglen);
+	free(text);
+	return c;
 }
 
 /* Schedules. */
@@ -338,8 +550,8 @@ prepare(struct dispatch *d, struct http_req *req, json_t *items,
 	json_array_foreach(items, i, item) {
 		char msg[512];
 		enum status st;
-		if ((x->cs[i] = cq_closure_new(d->cq, item, &st, msg,
-		         sizeof(msg))) == NULL) {
+		if ((x->cs[i] = closure_of(d, item, &st, msg, sizeof(msg))) ==
+		    NULL) {
 			http_reply_error(req, st, "closure %zu: %s", i, msg);
 			return -1;
 		}
@@ -738,6 +950,34 @@ res_workers(struct cq_worker *w, void *arg)
 	json_decref(o);
 }
 
+/* Adds resource name running argv: its JSON is made here, and held whole. */
+static enum status
+resource_add(struct dispatch *d, const char *name, json_t *argv, char *msg,
+    size_t msglen)
+{
+	enum status st;
+	json_t *o;
+	char *text;
+
+	if (!cq_name_valid(name)) {
+		say(msg, msglen,
+		    "%s is not a resource name (letters, digits, _-.:)", name);
+		return ST_INVALID_ARGUMENT;
+	}
+	if (argv_bad(argv, msg, msglen))
+		return ST_INVALID_ARGUMENT;
+	o = json_pack("{s:s,s:O}", "name", name, "argv", argv);
+	text = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	if (text == NULL) {
+		say(msg, msglen, "out of memory");
+		return ST_RESOURCE_EXHAUSTED;
+	}
+	st = cq_resource_add(d->cq, name, text, msg, msglen);
+	free(text);
+	return st;
+}
+
 void
 dispatch_resource_route(struct http_req *req, const struct route_match *m,
     void *arg)
@@ -754,8 +994,8 @@ dispatch_resource_route(struct http_req *req, const struct route_match *m,
 		    (body = dispatch_body(req)) == NULL)
 			return;
 		dispatch_lock(d);
-		st = cq_resource_add(d->cq, name, json_object_get(body, "argv"),
-		    msg, sizeof(msg));
+		st = resource_add(d, name, json_object_get(body, "argv"), msg,
+		    sizeof(msg));
 		if (st != ST_OK)
 			http_reply_error(req, st, "%s", msg);
 		else

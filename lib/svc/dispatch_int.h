@@ -166,6 +166,10 @@ void dispatch_resources_route(struct http_req *req, const struct route_match *m,
 /* dispatch_workers.c: workers, their heartbeats, takes and results. */
 /* Answers w's parked heartbeat now; gone: w is not registered. */
 void dispatch_answer_beat(struct dispatch *d, struct cq_worker *w, int gone);
+/* Whether a heartbeat of w's is parked. */
+int dispatch_beat_parked(struct dispatch *d, const struct cq_worker *w);
+/* Every worker with a heartbeat parked was seen now: it is there. */
+void dispatch_beats_seen(struct dispatch *d, int64_t now);
 /* Worker w is gone: its parked takes are answered ABORTED. */
 void dispatch_takers_gone(struct dispatch *d, struct cq_worker *w);
 /* Gives work to parked takes, oldest first, while there is any. */

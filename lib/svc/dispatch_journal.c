@@ -197,6 +197,11 @@ dispatch_journal_open(struct dispatch *d, const char *dir,
 	         "read in %" PRId64 " ms",
 	    dir, cq_view(d->cq)->closures, dv.datasets, dv.jobs,
 	    duration_now_ms() - t0);
+	if (cq_view(d->cq)->misfits > 0)
+		log_info(
+		    "state directory %s: %lu closure records did not fit "
+		    "the state before them (one was lost) and were skipped",
+		    dir, cq_view(d->cq)->misfits);
 	dispatch_unlock(d);
 	return ST_OK;
 }

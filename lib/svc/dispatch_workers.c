@@ -71,7 +71,30 @@ dispatch_answer_beat(struct dispatch *d, struct cq_worker *w, int gone)
 	park_list_release(l);
 	if (!gone)
 		cq_seen(d->cq, w, duration_now_ms());
-	w->hb_parked = 0;
+}
+
+int
+dispatch_beat_parked(struct dispatch *d, const struct cq_worker *w)
+{
+	struct park_list *l =
+	    park_index_find(d->beats, w->name, strlen(w->name));
+
+	return l != NULL && l->head != NULL;
+}
+
+static void
+beat_seen(struct park_list *l, void *arg)
+{
+	struct waitctx *x = l->head != NULL ? l->head->ctx : NULL;
+
+	if (x != NULL && x->kind == W_HEARTBEAT)
+		cq_seen(NULL, x->w, *(int64_t *)arg);
+}
+
+void
+dispatch_beats_seen(struct dispatch *d, int64_t now)
+{
+	park_index_each(d->beats, beat_seen, &now);
 }
 
 void
@@ -151,7 +174,6 @@ beat_expire(struct parked *w)
 {
 	struct waitctx *x = w->ctx;
 
-	x->w->hb_parked = 0;
 	cq_seen(NULL, x->w, duration_now_ms());
 	http_reply_json(w->req, 200, beat_json(w->obj, x->w));
 	dispatch_free_ctx(w);
@@ -164,7 +186,6 @@ beat_drop(struct parked *p)
 	struct waitctx *x = p->ctx;
 	struct dispatch *d = p->obj;
 
-	x->w->hb_parked = 0;
 	cq_worker_failed(d->cq, x->w, "its connection was lost",
 	    duration_now_ms());
 	dispatch_free_ctx(p);
@@ -179,7 +200,7 @@ heartbeat(struct dispatch *d, struct http_req *req, struct cq_worker *w,
 	struct parked *p;
 	int64_t cap = cq_config(d->cq)->hb_timeout_ms / 2;
 
-	if (w->nstop > 0 || wait == 0 || w->hb_parked ||
+	if (w->nstop > 0 || wait == 0 || dispatch_beat_parked(d, w) ||
 	    ds_worker_changed(d->ds, w->name, 0)) {
 		http_reply_json(req, 200, beat_json(d, w));
 		return;
@@ -195,7 +216,6 @@ heartbeat(struct dispatch *d, struct http_req *req, struct cq_worker *w,
 	if ((p = dispatch_park(d, req, l, wait, beat_expire, x)) != NULL) {
 		p->obj = d;
 		p->drop = beat_drop;
-		w->hb_parked = 1;
 	}
 }
 

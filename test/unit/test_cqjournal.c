@@ -16,6 +16,8 @@
 #include "task.h"
 #include "unit.h"
 
+#define TRUE "{\"argv\":[\"true\"]}"
+
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
 static uint64_t
@@ -82,6 +84,30 @@ static const char *queues[] = {"q0", "q1", "q2"};
 static const char *workers[] = {"w:0", "w:1", "w:2", "w:3", "solo"};
 static const char *resources[] = {"r0", "r1"};
 
+/* A closure of spec (JSON for the worker) with what else is set. */
+static struct cq_closure *
+closure(struct cq *cq, const char *spec, const char *key, const char *on,
+    const char *need, int retry_code, long max_retries)
+{
+	struct cq_spec s = {.spec = spec,
+	    .speclen = strlen(spec),
+	    .key = key,
+	    .on = on,
+	    .max_retries = max_retries};
+	enum status st;
+	char msg[256];
+
+	if (need != NULL) {
+		s.needs = &need;
+		s.nneeds = 1;
+	}
+	if (retry_code != 0) {
+		s.retry_exit = &retry_code;
+		s.nretry_exit = 1;
+	}
+	return cq_closure_new(cq, &s, &st, msg, sizeof(msg));
+}
+
 static struct cq_closure *
 random_closure(struct cq *cq, uint64_t maxid, int want)
 {
@@ -97,33 +123,29 @@ static void
 op_enqueue(struct cq *cq, int64_t now, uint64_t *maxid)
 {
 	struct cq_queue *q = cq_queue(cq, queues[pick(3)], 1);
-	json_t *item = json_pack("{s:[s,o]}", "argv", "echo",
-	    json_sprintf("%zu", pick(1000)));
 	struct cq_closure *c;
-	enum status st;
-	char msg[256];
+	char spec[64], key[16], msg[256];
+	int retry = 0;
+	long max_retries = 0;
 	uint64_t id;
 	int dup;
 
 	if (q->error != NULL || cq_room(cq, q) == 0) {
 		cq_take_error(cq, q, now);
-		json_decref(item);
 		return;
 	}
-	if (pick(3) == 0)
-		json_object_set_new(item, "key",
-		    json_sprintf("k%zu", pick(40)));
+	snprintf(spec, sizeof(spec), "{\"argv\":[\"echo\",\"%zu\"]}",
+	    pick(1000));
+	snprintf(key, sizeof(key), "k%zu", pick(40));
+	int keyed = pick(3) == 0;
 	if (pick(3) == 0) {
-		json_object_set_new(item, "retry_exit", json_pack("[i]", 3));
-		json_object_set_new(item, "max_retries",
-		    json_integer((json_int_t)pick(3)));
+		retry = 3;
+		max_retries = (long)pick(3);
 	}
-	if (pick(8) == 0)
-		json_object_set_new(item, "on", json_string(workers[pick(5)]));
-	if (pick(6) == 0 && cq_resource(cq, "r0") != NULL)
-		json_object_set_new(item, "needs", json_pack("[s]", "r0"));
-	c = cq_closure_new(cq, item, &st, msg, sizeof(msg));
-	json_decref(item);
+	const char *on = pick(8) == 0 ? workers[pick(5)] : NULL;
+	const char *need =
+	    pick(6) == 0 && cq_resource(cq, "r0") != NULL ? "r0" : NULL;
+	c = closure(cq, spec, keyed ? key : NULL, on, need, retry, max_retries);
 	CHECK(c != NULL);
 	if (c == NULL)
 		return;
@@ -236,9 +258,11 @@ op(struct cq *cq, int64_t *now, uint64_t *maxid)
 		cq_scan(cq, *now);
 		break;
 	case 16: {
-		json_t *argv = json_pack("[s,s]", "make", "it");
-		cq_resource_add(cq, resources[pick(2)], argv, msg, sizeof(msg));
-		json_decref(argv);
+		const char *r = resources[pick(2)];
+		char json[64];
+		snprintf(json, sizeof(json),
+		    "{\"name\":\"%s\",\"argv\":[\"make\",\"it\"]}", r);
+		cq_resource_add(cq, r, json, msg, sizeof(msg));
 		break;
 	}
 	case 17:
@@ -519,8 +543,6 @@ every_operation_writes_its_record(void)
 	struct cq *cq = cq_new(&cfg, quiet, &ev, 0);
 	struct cq_closure *c, *out[1];
 	struct cq_worker *w;
-	json_t *item = json_pack("{s:[s]}", "argv", "true");
-	enum status st;
 	char msg[256];
 	uint64_t id, *ids;
 	long *ats;
@@ -528,7 +550,7 @@ every_operation_writes_its_record(void)
 	size_t n;
 
 	/* Without a journal, nothing is kept. */
-	c = cq_closure_new(cq, item, &st, msg, sizeof(msg));
+	c = closure(cq, TRUE, NULL, NULL, NULL, 0, 0);
 	cq_enqueue(cq, cq_queue(cq, "a", 1), c, 0, &id, &dup, msg, sizeof(msg));
 	cq_set_journal(cq, keep, &rs);
 	n = rs.n;
@@ -544,7 +566,7 @@ every_operation_writes_its_record(void)
 	free(ids);
 	free(ats);
 	CHECK(cq_forget(cq, out[0]) == ST_OK && rs.n == ++n);
-	c = cq_closure_new(cq, item, &st, msg, sizeof(msg));
+	c = closure(cq, TRUE, NULL, NULL, NULL, 0, 0);
 	cq_enqueue(cq, cq_queue(cq, "a", 1), c, 0, &id, &dup, msg, sizeof(msg));
 	CHECK(rs.n == ++n);
 	cq_take(cq, w, 1, 0, out);
@@ -553,13 +575,12 @@ every_operation_writes_its_record(void)
 	CHECK(rs.n == n);
 	cq_scan(cq, 5000);
 	CHECK(rs.n == ++n && !w->live);
-	CHECK(cq_resource_add(cq, "r", json_object_get(item, "argv"), msg,
-	          sizeof(msg)) == ST_OK &&
+	CHECK(cq_resource_add(cq, "r", "{\"name\":\"r\",\"argv\":[\"true\"]}",
+	          msg, sizeof(msg)) == ST_OK &&
 	    rs.n == ++n);
 	cq_resource_state(w, "r", CQ_RES_READY, NULL);
 	CHECK(rs.n == ++n);
 	CHECK(rs.lost == 0);
-	json_decref(item);
 	cq_free(cq);
 	recs_free(&rs);
 }
@@ -639,19 +660,16 @@ workers_must_beat_again_after_a_restore(void)
 	struct cq_worker *w0, *w1;
 	struct cq_closure *c, *out[2];
 	struct cq_result res = {.exited = 1};
-	json_t *item = json_pack("{s:[s]}", "argv", "true");
 	struct buf snap = {0};
-	enum status st;
 	char msg[256], inc[17];
 	uint64_t id0, id1;
 	int dup;
 
 	for (int i = 0; i < 2; i++) {
-		c = cq_closure_new(cq, item, &st, msg, sizeof(msg));
+		c = closure(cq, TRUE, NULL, NULL, NULL, 0, 0);
 		cq_enqueue(cq, cq_queue(cq, "q", 1), c, 0, i ? &id1 : &id0,
 		    &dup, msg, sizeof(msg));
 	}
-	json_decref(item);
 	w0 = cq_register(cq, "w:0", 1, 0, msg, sizeof(msg));
 	w1 = cq_register(cq, "w:1", 1, 0, msg, sizeof(msg));
 	CHECK(cq_take(cq, w0, 1, 0, out) == 1 && out[0]->id == id0);
@@ -702,18 +720,15 @@ one_failed_one_running(struct cq *cq, struct recs *rs, int n, uint64_t *id,
 	struct cq_closure *c, *out[1];
 	struct cq_queue *q;
 	struct cq_result bad = {.exited = 1, .code = 3};
-	json_t *item = json_pack("{s:[s]}", "argv", "true");
-	enum status st;
 	char msg[256];
 	int dup;
 
 	cq_set_journal(cq, keep, rs);
 	q = cq_queue(cq, "q0", 1);
 	for (int i = 0; i < n; i++) {
-		c = cq_closure_new(cq, item, &st, msg, sizeof(msg));
+		c = closure(cq, TRUE, NULL, NULL, NULL, 0, 0);
 		cq_enqueue(cq, q, c, 0, &id[i], &dup, msg, sizeof(msg));
 	}
-	json_decref(item);
 	*w0 = cq_register(cq, "w:0", 1, 0, msg, sizeof(msg));
 	*w1 = cq_register(cq, "w:1", 1, 0, msg, sizeof(msg));
 	CHECK(cq_take(cq, *w0, 1, 0, out) == 1 && out[0]->id == id[0]);
@@ -831,14 +846,15 @@ snapshot_of_100000_closures(void)
 	cq = cq_new(&big, quiet, &ev, 0);
 	q = cq_queue(cq, "bulk", 1);
 	for (int i = 0; i < 100000 && ok; i++) {
-		json_t *item = json_pack("{s:[s,s,o],s:i}", "argv", "python3",
-		    "step.py", json_sprintf("%d", i), "timeout_ms", 60000);
-		enum status st;
+		char spec[96];
 		uint64_t id;
 		int dup;
+		snprintf(spec, sizeof(spec),
+		    "{\"argv\":[\"python3\",\"step.py\",\"%d\"],"
+		    "\"timeout_ms\":60000}",
+		    i);
 		struct cq_closure *c =
-		    cq_closure_new(cq, item, &st, msg, sizeof(msg));
-		json_decref(item);
+		    closure(cq, spec, NULL, NULL, NULL, 0, 0);
 		ok = c != NULL &&
 		    cq_enqueue(cq, q, c, 0, &id, &dup, msg, sizeof(msg)) ==
 		        ST_OK;
