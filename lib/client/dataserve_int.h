@@ -1,0 +1,250 @@
+/*
+ * dataserve_int.h: what the files of a worker's data server share: the
+ * server, its tasks, their blocks, chunks and rounds, a connection, and a
+ * reader thread's state, with what each file offers the files above it
+ * (each with the dataserve_ prefix). Not for programs: they use
+ * dataserve.h.
+ *
+ * Memory: a reader's stdout is read straight into a block (256 KiB, or
+ * one element if larger) and its elements are counted in place; a chunk
+ * is a run of kept elements in a block, and a reply goes out with
+ * sendmsg from the blocks, so we copy no bytes but those of an element
+ * cut by the end of a block. A block no chunk is held in any more is
+ * filled again; a task's blocks count against its buffer, and while they
+ * fill it the reader thread stops reading, so that the reader blocks on
+ * its pipe.
+ */
+#ifndef MUSTER_DATASERVE_INT_H
+#define MUSTER_DATASERVE_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <jansson.h>
+
+#include "buf.h"
+#include "dataserve.h"
+#include "datawire.h"
+#include "dispatch_client.h"
+#include "shardmode.h"
+#include "splitorder.h"
+#include "tls.h"
+
+#define BLOCK_SIZE (256u << 10) /* a block; the largest chunk */
+#define SPARE_CAP (4u << 20)    /* the largest block kept to be filled again */
+#define REQ_MAX 8192
+/*
+ * A connection must send each request within request_ms (REQUEST_MS by
+ * default) of the last reply (or of its start), unless it holds elements
+ * not yet acknowledged: those
+ * go back to the job if it closes, to another consumer, so an idle one
+ * that holds some is kept (a consumer whose own reader is slow to read
+ * what it wrote may pause for minutes). A reply that cannot be sent for
+ * SEND_MS is given up. TCP keepalive finds a consumer's host that died.
+ */
+#define REQUEST_MS 60000
+#define SEND_MS 60000
+
+enum tstate { T_RUNNING, T_FINISHED, T_FAILED };
+
+struct block {
+	size_t cap;
+	int refs;           /* chunks in it, and the reader while it fills it */
+	struct block *next; /* among the spares */
+	char data[];
+};
+
+/* A run of whole elements of one split (or a header alone). */
+struct chunk {
+	struct chunk *next;
+	struct chunk_hdr h; /* in host order */
+	const char *p;
+	struct block *blk; /* NULL: no payload */
+};
+
+/* Elements [first, end) of split seq were acknowledged by a consumer;
+ * total: the split's element count, once its end was among them, or -1. */
+struct acked {
+	uint64_t seq, first, end;
+	int64_t total;
+};
+
+/* Round R of a round-robin task: element c goes to consumer c. */
+struct round {
+	uint64_t r;
+	struct round *next;
+	long have, taken;
+	int done; /* every consumer took its element */
+	struct chunk **el;
+	unsigned char *took;
+};
+
+struct task {
+	struct dataserve *ds;
+	atomic_int refs; /* the table, the reader thread, requests */
+	uint64_t id;
+	char *job, *dataset, *reader;
+	char inc[17];
+	int64_t hb_timeout;
+	enum shard_mode mode;
+	enum framing framing;
+	int reader_skips;
+	uint64_t repeat, seed;
+	long shard_index, shard_count, consumers;
+	size_t buffer, block;
+	char bad[256];   /* why the task object cannot be read */
+	char secret[33]; /* the job's, asked of consumers; "": none */
+	int cancel[2];   /* readable once the task is dropped */
+	struct task *next;
+
+	pthread_mutex_t mu;
+	pthread_cond_t more; /* chunks, an end, fewer held, or the drop */
+	pthread_cond_t room; /* a block freed, or the drop */
+	int dropped;
+	enum tstate state;
+	char *error;
+	pid_t pid; /* the reader running, 0 */
+	struct chunk *head, *tail;
+	size_t held; /* chunks out with connections, not acknowledged */
+	size_t mem;  /* bytes in blocks, spares too */
+	struct block *spare;
+	int reading;         /* the reader thread runs: spares are of use */
+	struct acked *acked; /* not yet reported (DYNAMIC) */
+	size_t nacked, capacked;
+	struct round *rounds, **rounds_end;
+	int64_t *asked; /* round robin: the last round each consumer asked */
+};
+
+struct conn {
+	struct dataserve *ds;
+	int fd;
+	struct tls *tls; /* HTTPS: the session; NULL: plain */
+	struct conn *next;
+	struct task *ht;    /* the task of the held chunks */
+	struct chunk *held; /* the last reply's chunks */
+	size_t nheld;
+	char in[REQ_MAX];
+	size_t inlen;
+};
+
+struct dataserve {
+	struct dataserve_config c;
+	char *dispatcher, *worker;
+	char addr[300];
+	int lfd;
+	long max_conns, nconns;
+	int64_t request_ms;
+	struct tls_server *tls; /* HTTPS; NULL: plain */
+	unsigned long refused;  /* connections over max_conns */
+	pthread_t accept_th;
+	pthread_mutex_t mu;
+	pthread_cond_t idle; /* the last thread ended */
+	int threads;         /* reader and connection threads */
+	int stopping;
+	char inc[17];
+	int64_t hb_timeout;
+	struct task *tasks;
+	struct conn *conns;
+	pthread_t report_th;
+	pthread_cond_t report; /* stopping */
+	int report_cancel[2];  /* readable once stopping */
+};
+
+/* The reader thread's state: the block it fills and the split it reads. */
+struct skip {
+	uint64_t a, b;
+};
+
+struct rd {
+	struct task *t;
+	struct dispatch_client *dc;
+	struct block *blk;
+	size_t cstart; /* the open chunk: [cstart, s) */
+	size_t s;      /* where the pending element begins */
+	size_t fill;   /* bytes read into the block */
+	size_t seen;   /* bytes of the pending element searched for its end */
+	uint64_t seq, e, first; /* the split; the next element; the chunk's */
+	uint32_t count;         /* elements in the open chunk */
+	uint64_t ee;            /* elements of the epoch so far (DATA) */
+	uint64_t lease_id;      /* of the next lease request (from 1) */
+	uint64_t resume;        /* elements before it were served already: a
+	                  * reader killed while reading the split wrote them */
+	struct skip *skip;      /* ranges to drop, sorted */
+	size_t nskip, sk;
+	struct buf tail; /* the reader's stderr, its last bytes */
+	size_t logged;   /* of tail, copied to our log (-v) */
+	size_t bsize;    /* new blocks' size: grows with the elements */
+	const char *why; /* the reading cannot go on: out of memory, say */
+};
+
+struct split {
+	const char *text;
+	uint64_t index, epoch, seq;
+	json_t *skip; /* ranges already delivered (DYNAMIC) */
+};
+
+/*
+ * The files, lowest first; each calls only those above it in this list.
+ *
+ * dataserve_task.c: threads, a task's blocks, chunks, queue and rounds,
+ * and tasks made, found and dropped.
+ */
+/* Starts fn(arg) detached, counted so that dataserve_stop can wait for
+ * it; ds->mu held. */
+int dataserve_thread_start(struct dataserve *ds, void *(*fn)(void *),
+    void *arg);
+/* A thread so started ends. */
+void dataserve_thread_done(struct dataserve *ds);
+/* A condition variable on the monotonic clock, and a wait on one until
+ * the time until (duration_now_ms). */
+void dataserve_cond_init(pthread_cond_t *cv);
+void dataserve_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu,
+    int64_t until);
+/* Blocks, chunks, the queue and rounds: under the task's lock. */
+void dataserve_block_put(struct task *t, struct block *b);
+void dataserve_spares_free(struct task *t);
+void dataserve_chunks_free(struct task *t, struct chunk *c);
+void dataserve_queue_push(struct task *t, struct chunk *c);
+struct chunk *dataserve_queue_pop(struct task *t);
+struct chunk *dataserve_queue_take_one(struct task *t);
+void dataserve_round_free(struct task *t, struct round *r);
+/* A task from its object in a heartbeat reply; one of the table, held
+ * (NULL: none); a hold let go; the table's hold let go, its reader
+ * stopped. */
+struct task *dataserve_task_new(struct dataserve *ds, json_t *o);
+struct task *dataserve_task_get(struct dataserve *ds, uint64_t id);
+void dataserve_task_unref(struct task *t);
+void dataserve_task_drop(struct task *t);
+/* Field name of o as an integer, or def. */
+json_int_t dataserve_int_field(json_t *o, const char *name, json_int_t def);
+/* s made fit for a JSON string. */
+void dataserve_make_utf8(char *s);
+
+/* dataserve_reader.c: the reader process on a split, the framing of its
+ * output into chunks, and a task's end told to dispatchd. */
+/* The task fails with msg, or finishes; told to dispatchd if report. */
+void dataserve_task_fail(struct rd *rd, char *msg, int report);
+void dataserve_task_finish(struct rd *rd, int report);
+/* Waits ms, or less if the task is dropped. */
+void dataserve_rd_nap(struct rd *rd, int ms);
+/* Reads split sp whole: 0, or -1 when the task stopped. */
+int dataserve_read_split(struct rd *rd, const struct split *sp);
+
+/* dataserve_splits.c: a task's thread, over the splits its mode gives it
+ * (fetched) or that it leases (DYNAMIC). */
+void *dataserve_task_main(void *arg);
+
+/* dataserve_server.c: the HTTP server, a thread per connection. */
+void *dataserve_accept_main(void *arg);
+
+/* dataserve_report.c: the thread that reports acknowledged ranges. */
+void *dataserve_report_main(void *arg);
+/* Sets ds stopping and waits for the thread. */
+void dataserve_report_stop(struct dataserve *ds);
+
+/* dataserve.c, over them all: the task table, start and stop. */
+
+#endif
