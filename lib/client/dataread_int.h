@@ -1,0 +1,200 @@
+/*
+ * dataread_int.h: what the files of a job's consumer (dataread.h) share:
+ * the reader and its tasks, a connection to a worker and its replies, and
+ * what each file offers the files above it (each with the dataread_
+ * prefix). Not for programs: they use dataread.h.
+ */
+#ifndef MUSTER_DATAREAD_INT_H
+#define MUSTER_DATAREAD_INT_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "dataread.h"
+#include "datawire.h"
+#include "dispatch_client.h"
+#include "status.h"
+#include "tls.h"
+
+/* What a reply may take beyond the wait asked for before its worker
+ * counts as hung. */
+#define IO_GRACE_MS 30000
+/* Pauses between attempts to read from a task that cannot be read now. */
+#define BACKOFF_MIN_MS 20
+#define BACKOFF_MAX_MS 500
+
+/* Elements [first, end) of split seq were written; total -1: unknown. */
+struct range {
+	int64_t seq, first, end, total;
+};
+
+struct ranges {
+	struct range *v;
+	size_t n, cap;
+};
+
+/* A data chunk of a reply, as much as telling it again takes. */
+struct chunk_id {
+	uint64_t seq, first;
+	uint32_t count, flags;
+	int dup; /* sent again after a reconnection: already written */
+};
+
+enum step {
+	STEP_AGAIN, /* read on */
+	STEP_RETRY, /* cannot read now: pause and try again */
+	STEP_END,   /* the task has no more elements */
+	STEP_FAIL   /* the read ends: r->fail or r->closed says why */
+};
+
+struct reader;
+
+struct task {
+	struct task *next;
+	struct reader *r;
+	int64_t id;
+	char addr[280];
+	pthread_t thread;
+	/* Under r->mu: */
+	int fd;      /* the connection, for shutdown(2); -1 */
+	int io;      /* a request on it: a stop cuts it short */
+	int listed;  /* in the last heartbeat's list */
+	int stop;    /* stop reading: the task left the list */
+	int running; /* its thread has not ended */
+	/* The task's thread only: */
+	uint64_t mark; /* r->recorded after the last reply's deliveries */
+	char *buf;     /* the last reply */
+	size_t cap;
+	struct iovec *iov; /* its payloads */
+	size_t niov, capiov;
+	struct chunk_id *cur, *prev; /* its chunks, the previous reply's */
+	size_t ncur, capcur, nprev, capprev;
+	struct chunk_id *again; /* written, and perhaps to be sent again */
+	size_t nagain, capagain;
+};
+
+/* A task of a round-robin job as the last heartbeat listed it. */
+struct rr_task {
+	int64_t id, start;
+	char addr[280];
+};
+
+/* A connection to a worker: its socket, and its TLS session for an
+ * https:// address (NULL: plain). */
+struct wconn {
+	int fd;
+	struct tls *tls;
+};
+
+/* A round-robin reader's kept-alive connection to one task. */
+struct rr_conn {
+	int64_t id;
+	struct wconn wc;
+};
+
+struct reader {
+	const struct dataread_opts *o;
+	struct dispatch_client *dc;
+	int64_t job, client;
+	int dynamic;
+	int wake[2]; /* a byte written: heartbeat soon */
+	pthread_mutex_t out_mu;
+	pthread_mutex_t mu; /* what follows */
+	pthread_cond_t cv;  /* a stop, a report, a new list or block */
+	struct ranges pend; /* delivered, not yet reported */
+	int64_t *lost;      /* tasks to report lost */
+	size_t nlost, caplost;
+	int split_end; /* pend holds a split's total */
+	/* Marks of what was recorded, and of what dispatchd has heard of. */
+	uint64_t recorded, reported;
+	struct task *tasks;
+	int finished; /* the job, as the last heartbeat said */
+	int stopping; /* the read ends: every thread stops */
+	enum status fail;
+	char failmsg[1024];
+	int closed;       /* the output's reader went away */
+	char secret[33];  /* the job's: workers ask it of its consumers */
+	uint64_t written; /* elements written (atomic: out_mu may be held
+	                   * long by a writer blocked on the output) */
+	json_t *start;    /* the job's start position (DYNAMIC) */
+	char framing[16]; /* the dataset's */
+	/* Round robin: */
+	struct rr_task *rr;
+	size_t nrr, caprr;
+	int64_t round; /* rounds below it have begun */
+	int64_t block; /* block_round, -1: none */
+	int rr_done;
+	int rr_fd; /* the connection being read, for shutdown(2); -1 */
+	pthread_t rr_thread;
+	int rr_started;
+};
+
+/* A worker's reply, its body inside the reader's buffer. */
+struct reply {
+	long code;
+	const char *body;
+	size_t len;
+	int close; /* the worker closes the connection after it */
+};
+
+/*
+ * The files, lowest first; each calls only those above it in this list.
+ *
+ * dataread_conn.c: a connection to a worker, a request on it, and its
+ * replies and their chunks.
+ */
+/* 0; -1 when addr cannot be reached now; -2 when TLS failed (err). */
+int dataread_conn_open(const char *addr, int64_t io_ms, struct wconn *wc,
+    char *err, size_t errlen);
+void dataread_conn_close(struct wconn *wc);
+int dataread_send_get(struct wconn *wc, const char *path, const char *addr,
+    const char *secret);
+int dataread_recv_reply(struct wconn *wc, char **buf, size_t *cap, size_t want,
+    struct reply *rp);
+const char *dataread_reply_message(const struct reply *rp);
+int dataread_chunk_next(const char *body, size_t len, size_t *off,
+    struct chunk_hdr *h, const char **payload);
+
+/* dataread_core.c: what every thread of the read shares: its failure,
+ * pokes to the heartbeat loop, what the heartbeats report, the output. */
+/* Stops the read with st and its message (the first failure wins). */
+void dataread_fail_locked(struct reader *r, enum status st, const char *fmt,
+    ...) __attribute__((format(printf, 3, 4)));
+/* The same, taking r->mu. */
+void dataread_fail(struct reader *r, enum status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Asks the heartbeat loop to look around now. */
+void dataread_poke(struct reader *r);
+void dataread_note_range_locked(struct reader *r, const struct range *g);
+void dataread_note_lost_locked(struct reader *r, int64_t id);
+int dataread_write_out(struct reader *r, struct iovec *iov, size_t n);
+int dataread_write_record(struct reader *r, uint32_t type, const char *payload,
+    size_t len);
+int dataread_write_start(struct reader *r);
+struct timespec dataread_time_in(int64_t ms);
+
+/* dataread_task.c: a task's thread, reading its elements from its
+ * worker; started and stopped under r->mu. */
+struct task *dataread_task_start_locked(struct reader *r, int64_t id,
+    const char *addr);
+void dataread_task_stop_locked(struct task *t);
+
+/* dataread_rr.c: the thread that reads a round-robin job's rounds. */
+void *dataread_rr_main(void *arg);
+
+/* dataread_job.c: the job client: the job opened, heartbeats that report
+ * deliveries and take in the task list, the release. */
+enum status dataread_job_open(struct reader *r, char *err, size_t errlen);
+enum status dataread_heartbeat(struct reader *r, int64_t deadline, char *err,
+    size_t errlen);
+void dataread_farewell(struct reader *r, enum status st);
+
+/* dataread.c, over them all: the heartbeat loop, the end of the read. */
+
+#endif

@@ -1,0 +1,485 @@
+/*
+ * dataread_task.c: a task's thread, which reads the task's elements from
+ * its worker over a connection of its own, writes them out, records them
+ * for the heartbeats, and acknowledges them to the worker with its next
+ * request.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include "dataread_int.h"
+#include "log.h"
+#include "vec.h"
+
+/* How long a worker holds a request for elements when it has none. */
+#define ELEMENTS_WAIT_MS 1000
+/*
+ * A consumer with a split's end unreported that waits this long for its
+ * next reply is idle: it reports at once, since that report may be the
+ * one that finishes the job.
+ */
+#define IDLE_MS 2
+/* How long the last acknowledgement to a worker may take. */
+#define ACK_MS 500
+/* Room for a reply's chunk headers and HTTP header beyond max bytes. */
+#define REPLY_SLACK (256u << 10)
+
+/* Waits ms, or less when the task is told to stop. */
+static void
+task_pause(struct task *t, int64_t ms)
+{
+	struct timespec ts = dataread_time_in(ms);
+
+	pthread_mutex_lock(&t->r->mu);
+	if (!t->stop && !t->r->stopping)
+		pthread_cond_timedwait(&t->r->cv, &t->r->mu, &ts);
+	pthread_mutex_unlock(&t->r->mu);
+}
+
+static int
+task_stopping(struct task *t)
+{
+	int s;
+
+	pthread_mutex_lock(&t->r->mu);
+	s = t->stop || t->r->stopping;
+	pthread_mutex_unlock(&t->r->mu);
+	return s;
+}
+
+/* Publishes the task's connection (-1: none), so that it can be cut. */
+static void
+task_set_fd(struct task *t, int fd)
+{
+	pthread_mutex_lock(&t->r->mu);
+	t->fd = fd;
+	if (fd >= 0 && (t->stop || t->r->stopping))
+		shutdown(fd, SHUT_RDWR);
+	pthread_mutex_unlock(&t->r->mu);
+}
+
+/* Closes the task's connection, no longer published: a stop never cuts
+ * a descriptor that has since been given to something else. */
+static void
+task_close(struct task *t, struct wconn *wc)
+{
+	pthread_mutex_lock(&t->r->mu);
+	t->fd = -1;
+	dataread_conn_close(wc);
+	pthread_mutex_unlock(&t->r->mu);
+}
+
+/*
+ * Whether h is a chunk written already that its worker sends again: a
+ * connection broke before the next request acknowledged it, and the
+ * worker put it back. Each is taken once.
+ */
+static int
+sent_again(struct task *t, const struct chunk_hdr *h)
+{
+	for (size_t i = 0; i < t->nagain; i++)
+		if (t->again[i].seq == h->seq &&
+		    t->again[i].first == h->first &&
+		    t->again[i].count == h->count) {
+			t->again[i] = t->again[--t->nagain];
+			return 1;
+		}
+	return 0;
+}
+
+/* Marks the start (on 1) or the end of a request on the task's
+ * connection; -1 and nothing marked when the task is to stop. */
+static int
+task_io(struct task *t, int on)
+{
+	int stop;
+
+	pthread_mutex_lock(&t->r->mu);
+	stop = on && (t->stop || t->r->stopping);
+	if (!stop)
+		t->io = on;
+	pthread_mutex_unlock(&t->r->mu);
+	return stop ? -1 : 0;
+}
+
+/* A new connection: the last reply may not have been acknowledged. */
+static int
+expect_again(struct task *t)
+{
+	if (vec_grow(&t->again, &t->capagain, t->nagain + t->nprev,
+	        sizeof(*t->again)) < 0)
+		return -1;
+	memcpy(t->again + t->nagain, t->prev, t->nprev * sizeof(*t->prev));
+	t->nagain += t->nprev;
+	t->nprev = 0;
+	return 0;
+}
+
+/*
+ * Splits a reply into the payloads to write and the chunks to report.
+ * A chunk the worker sends again because the connection that carried it
+ * broke before our acknowledgement reached it was written already: it is
+ * dropped, which makes a reconnection to a live worker exactly once too.
+ * STEP_AGAIN, STEP_END, or STEP_FAIL (a failed task, a malformed reply).
+ */
+static enum step
+task_parse(struct task *t, const struct reply *rp)
+{
+	struct reader *r = t->r;
+	struct chunk_hdr h;
+	const char *p;
+	size_t off = 0;
+	int rc;
+
+	t->niov = t->ncur = 0;
+	while (
+	    (rc = dataread_chunk_next(rp->body, rp->len, &off, &h, &p)) == 1) {
+		if (h.type != CHUNK_DATA) {
+			if (h.type == CHUNK_END)
+				return STEP_END;
+			dataread_fail(r, ST_INTERNAL, "%.*s", (int)h.len, p);
+			return STEP_FAIL;
+		}
+		if (vec_grow(&t->cur, &t->capcur, t->ncur + 1,
+		        sizeof(*t->cur)) < 0 ||
+		    vec_grow(&t->iov, &t->capiov, t->niov + 2,
+		        sizeof(*t->iov)) < 0) {
+			dataread_fail(r, ST_RESOURCE_EXHAUSTED,
+			    "out of memory");
+			return STEP_FAIL;
+		}
+		t->cur[t->ncur] = (struct chunk_id){h.seq, h.first, h.count,
+		    h.flags, t->nagain > 0 && sent_again(t, &h)};
+		if (t->cur[t->ncur++].dup)
+			continue;
+		/* A positioned stream carries the chunk's header as the
+		 * worker sent it, which says which elements follow. */
+		if (r->o->positions)
+			t->iov[t->niov++] =
+			    (struct iovec){(void *)(p - sizeof(h)), sizeof(h)};
+		if (h.len > 0)
+			t->iov[t->niov++] =
+			    (struct iovec){(void *)p, (size_t)h.len};
+	}
+	if (rc < 0) {
+		dataread_fail(r, ST_INTERNAL,
+		    "task %" PRId64 ": worker %s sent a malformed reply", t->id,
+		    t->addr);
+		return STEP_FAIL;
+	}
+	return STEP_AGAIN;
+}
+
+/* Records the chunks of the reply just written as delivered. */
+static void
+task_delivered(struct task *t)
+{
+	struct reader *r = t->r;
+
+	if (!r->dynamic)
+		return;
+	pthread_mutex_lock(&r->mu);
+	for (size_t i = 0; i < t->ncur; i++) {
+		const struct chunk_id *c = &t->cur[i];
+		struct range g = {(int64_t)c->seq, (int64_t)c->first,
+		    (int64_t)(c->first + c->count),
+		    c->flags & CHUNK_SPLIT_END ?
+		        (int64_t)(c->first + c->count) :
+		        -1};
+		if (!c->dup)
+			dataread_note_range_locked(r, &g);
+	}
+	t->mark = ++r->recorded;
+	pthread_mutex_unlock(&r->mu);
+}
+
+/*
+ * Writes a reply's elements (and those before an end or an error), then
+ * records them; they stay held by the worker until the next request.
+ */
+static enum step
+task_take(struct task *t, const struct reply *rp)
+{
+	struct reader *r = t->r;
+	enum step s = task_parse(t, rp);
+	struct chunk_id *swap;
+	size_t cap;
+	int rc;
+
+	pthread_mutex_lock(&r->out_mu);
+	rc = dataread_write_out(r, t->iov, t->niov);
+	if (rc == 0) {
+		for (size_t i = 0; i < t->ncur; i++)
+			__atomic_add_fetch(&r->written,
+			    t->cur[i].dup ? 0 : t->cur[i].count,
+			    __ATOMIC_RELAXED);
+		task_delivered(t);
+	}
+	pthread_mutex_unlock(&r->out_mu);
+	/* The request acknowledged the previous reply; this one, not
+	 * written, goes back when the connection closes: none to ack. */
+	if (rc < 0) {
+		t->nprev = 0;
+		return STEP_FAIL;
+	}
+	swap = t->prev;
+	t->prev = t->cur;
+	t->cur = swap;
+	cap = t->capprev;
+	t->capprev = t->capcur;
+	t->capcur = cap;
+	t->nprev = t->ncur;
+	return s;
+}
+
+/* A consumer idle with a split's end unreported reports it now. */
+static void
+idle_report(struct task *t, struct wconn *wc)
+{
+	struct pollfd p = {.fd = wc->fd, .events = POLLIN};
+	int pending;
+
+	pthread_mutex_lock(&t->r->mu);
+	pending = t->r->split_end;
+	pthread_mutex_unlock(&t->r->mu);
+	if (pending && (wc->tls == NULL || tls_pending(wc->tls) == 0) &&
+	    poll(&p, 1, IDLE_MS) == 0)
+		dataread_poke(t->r);
+}
+
+/* Whether the last reply's deliveries may be acknowledged to its worker
+ * (see await_report). Under r->mu. */
+static int
+ack_allowed_locked(const struct task *t)
+{
+	const struct reader *r = t->r;
+
+	return r->o->job == NULL || !r->dynamic || r->reported >= t->mark;
+}
+
+/*
+ * In a job shared by name, waits until dispatchd has heard of the last
+ * reply's deliveries before the next request acknowledges them: a reader
+ * of the job killed between the two would otherwise take to its grave
+ * elements that the worker no longer holds and dispatchd never hears of,
+ * and the job would never end. (A job of our own has no other reader,
+ * and goes with us.) 0, or -1 when the task is to stop.
+ */
+static int
+await_report(struct task *t)
+{
+	struct reader *r = t->r;
+	int stop;
+
+	pthread_mutex_lock(&r->mu);
+	if (!ack_allowed_locked(t))
+		dataread_poke(r);
+	while (!ack_allowed_locked(t) && !t->stop && !r->stopping)
+		pthread_cond_wait(&r->cv, &r->mu);
+	stop = t->stop || r->stopping;
+	pthread_mutex_unlock(&r->mu);
+	return stop ? -1 : 0;
+}
+
+/* One request for elements and its reply. */
+static enum step
+task_step(struct task *t, struct wconn *wc)
+{
+	struct reader *r = t->r;
+	char path[128];
+	struct reply rp;
+	enum step s;
+	int rc;
+
+	if (await_report(t) < 0)
+		return STEP_RETRY;
+
+	if (wc->fd < 0) {
+		char err[512];
+		if ((rc = dataread_conn_open(t->addr,
+		         ELEMENTS_WAIT_MS + IO_GRACE_MS, wc, err,
+		         sizeof(err))) == -2) {
+			dataread_fail(r, ST_UNAVAILABLE,
+			    "task %" PRId64 ": worker %s: %s", t->id, t->addr,
+			    err);
+			return STEP_FAIL;
+		}
+		if (rc < 0) {
+			log_debug("task %" PRId64 ": cannot reach %s", t->id,
+			    t->addr);
+			return STEP_RETRY;
+		}
+		task_set_fd(t, wc->fd);
+		if (expect_again(t) < 0) {
+			dataread_fail(r, ST_RESOURCE_EXHAUSTED,
+			    "out of memory");
+			return STEP_FAIL;
+		}
+	}
+	dw_request_path(&(struct dw_request){.kind = DW_ELEMENTS,
+	                    .task = (uint64_t)t->id,
+	                    .has_max = 1,
+	                    .max = r->o->max_bytes,
+	                    .has_wait = 1,
+	                    .wait_ms = ELEMENTS_WAIT_MS},
+	    path, sizeof(path));
+	if (task_io(t, 1) < 0)
+		return STEP_RETRY;
+	rc = dataread_send_get(wc, path, t->addr, r->secret) < 0 ||
+	    (idle_report(t, wc),
+	        dataread_recv_reply(wc, &t->buf, &t->cap,
+	            r->o->max_bytes + REPLY_SLACK, &rp)) < 0;
+	task_io(t, 0);
+	if (rc) {
+		log_debug("task %" PRId64 ": %s: the connection broke", t->id,
+		    t->addr);
+		task_close(t, wc);
+		return STEP_RETRY;
+	}
+	/* Not yet known to its worker (dispatchd told us first), or
+	 * refused for now: try again while the task is listed. Not the
+	 * job's secret: never will be. */
+	if (rp.code == status_http(ST_UNAUTHENTICATED)) {
+		dataread_fail(r, ST_UNAUTHENTICATED,
+		    "task %" PRId64 " (%s): %s", t->id, t->addr,
+		    dataread_reply_message(&rp));
+		task_close(t, wc);
+		return STEP_FAIL;
+	}
+	s = rp.code == 200 ? task_take(t, &rp) : STEP_RETRY;
+	if (rp.code != 200)
+		log_debug("task %" PRId64 ": %s replied HTTP %ld", t->id,
+		    t->addr, rp.code);
+	if (rp.close)
+		task_close(t, wc);
+	return s;
+}
+
+/*
+ * Before the connection closes, acknowledges the last reply to its
+ * worker, which would otherwise put it back for another reader of the
+ * job: a request that asks for nothing. Only once dispatchd has heard of
+ * its deliveries (see await_report); if not, or if the worker does not
+ * answer in time, the reply goes back to the worker: at least once.
+ */
+static void
+task_ack(struct task *t, struct wconn *wc)
+{
+	struct timeval tv = {.tv_sec = 0, .tv_usec = ACK_MS * 1000};
+	char path[128];
+	struct reply rp;
+	int ok;
+
+	if (t->nprev == 0)
+		return;
+	pthread_mutex_lock(&t->r->mu);
+	ok = ack_allowed_locked(t);
+	pthread_mutex_unlock(&t->r->mu);
+	if (!ok)
+		return;
+	setsockopt(wc->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(wc->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	dw_request_path(&(struct dw_request){.kind = DW_ELEMENTS,
+	                    .task = (uint64_t)t->id,
+	                    .has_max = 1,
+	                    .max = 0},
+	    path, sizeof(path));
+	if (dataread_send_get(wc, path, t->addr, t->r->secret) < 0 ||
+	    dataread_recv_reply(wc, &t->buf, &t->cap, REPLY_SLACK, &rp) < 0)
+		log_debug("task %" PRId64 ": %s: the last reply was not "
+		          "acknowledged",
+		    t->id, t->addr);
+	else
+		t->nprev = 0;
+}
+
+/*
+ * A task's thread: reads until the task ends, the read stops, or the
+ * task leaves the list; then, having written and recorded everything it
+ * received, acknowledges it and reports the task lost in the last case.
+ */
+static void *
+task_main(void *arg)
+{
+	struct task *t = arg;
+	struct reader *r = t->r;
+	int64_t backoff = BACKOFF_MIN_MS;
+	int ended = 0;
+	struct wconn wc = {-1, NULL};
+
+	while (!task_stopping(t)) {
+		enum step s = task_step(t, &wc);
+		if (s == STEP_END)
+			ended = 1;
+		if (s == STEP_END || s == STEP_FAIL)
+			break;
+		if (s == STEP_AGAIN) {
+			backoff = BACKOFF_MIN_MS;
+			continue;
+		}
+		task_pause(t, backoff);
+		backoff =
+		    backoff * 2 < BACKOFF_MAX_MS ? backoff * 2 : BACKOFF_MAX_MS;
+	}
+	if (wc.fd >= 0)
+		task_ack(t, &wc);
+	task_close(t, &wc);
+	pthread_mutex_lock(&r->mu);
+	/* Once a dynamic job has finished no split waits for our word. */
+	if (!ended && t->stop && !(r->dynamic && r->finished))
+		dataread_note_lost_locked(r, t->id);
+	t->running = 0;
+	pthread_mutex_unlock(&r->mu);
+	dataread_poke(r);
+	free(t->buf);
+	free(t->iov);
+	free(t->cur);
+	free(t->prev);
+	free(t->again);
+	return NULL;
+}
+
+void
+dataread_task_stop_locked(struct task *t)
+{
+	t->stop = 1;
+	/* Only a request is cut: between two, the connection carries the
+	 * last reply's acknowledgement still to be sent. */
+	if (t->fd >= 0 && t->io)
+		shutdown(t->fd, SHUT_RDWR);
+	pthread_cond_broadcast(&t->r->cv);
+}
+
+struct task *
+dataread_task_start_locked(struct reader *r, int64_t id, const char *addr)
+{
+	struct task *t = calloc(1, sizeof(*t));
+
+	if (t == NULL || strlen(addr) >= sizeof(t->addr)) {
+		free(t);
+		dataread_fail_locked(r, ST_INTERNAL,
+		    "task %" PRId64 ": bad address %s", id, addr);
+		return NULL;
+	}
+	t->r = r;
+	t->id = id;
+	t->fd = -1;
+	t->running = 1;
+	snprintf(t->addr, sizeof(t->addr), "%s", addr);
+	if (pthread_create(&t->thread, NULL, task_main, t) != 0) {
+		free(t);
+		dataread_fail_locked(r, ST_RESOURCE_EXHAUSTED,
+		    "cannot start a thread: %s", strerror(errno));
+		return NULL;
+	}
+	t->next = r->tasks;
+	r->tasks = t;
+	return t;
+}
