@@ -268,15 +268,12 @@ static json_t *
 decode_entry(json_t *e)
 {
 	struct buf b = {0};
-	json_t *v = json_object_get(e, "value");
 	json_t *out = json_pack("{s:O,s:O}", "key", json_object_get(e, "key"),
 	    "revision", json_object_get(e, "revision"));
 
 	if (out == NULL)
 		return NULL;
-	if (json_is_string(v) &&
-	    text_base64_decode(&b, json_string_value(v),
-	        json_string_length(v)) == 0)
+	if (coord_kv_value(e, &b) > 0)
 		json_set_value(out, b.data != NULL ? b.data : "", b.len);
 	buf_free(&b);
 	return out;
@@ -329,25 +326,23 @@ do_rm(struct ctx *x, int argc, char **argv)
 
 /* One change as a line: "REV TYPE KEY [VALUE]", or a JSON object. */
 static void
-print_event(struct ctx *x, json_t *ev)
+print_event(json_t *ev, void *arg)
 {
+	struct ctx *x = arg;
 	const char *type = json_string_value(json_object_get(ev, "type"));
 	const char *key = json_string_value(json_object_get(ev, "key"));
 	json_int_t rev = json_integer_value(json_object_get(ev, "revision"));
-	json_t *v = json_object_get(ev, "value");
 	struct buf b = {0};
+	int has = coord_kv_value(ev, &b) != 0; /* a deletion has none */
 
-	if (json_is_string(v))
-		text_base64_decode(&b, json_string_value(v),
-		    json_string_length(v));
 	if (x->o.json) {
 		json_t *out = json_pack("{s:s,s:s,s:I}", "type", type, "key",
 		    key, "revision", rev);
-		if (json_is_string(v))
+		if (has)
 			json_set_value(out, b.data != NULL ? b.data : "",
 			    b.len);
 		print_json(out);
-	} else if (!json_is_string(v)) {
+	} else if (!has) {
 		printf("%" JSON_INTEGER_FORMAT " %s %s\n", rev, type, key);
 	} else if (text_printable(b.data != NULL ? b.data : "", b.len)) {
 		printf("%" JSON_INTEGER_FORMAT " %s %s %s\n", rev, type, key,
@@ -363,47 +358,22 @@ print_event(struct ctx *x, json_t *ev)
 static int
 do_watch(struct ctx *x, int argc, char **argv)
 {
-	int64_t since = x->o.since;
-	long seen = 0;
+	enum status st;
+	long seen;
 
 	if (argc != 1)
 		return usage_error("watch takes PREFIX%s", "");
-	for (;;) {
-		json_t *events, *ev;
-		size_t i;
-		enum status st = coord_kv_watch(x->cc, argv[0], &since,
-		    x->deadline, &events);
-
-		/* A watch outlives coordd going away and coming back. */
-		if (st == ST_UNAVAILABLE &&
-		    (x->deadline == HTTP_NO_DEADLINE ||
-		        duration_now_ms() < x->deadline)) {
-			usleep(100000);
-			continue;
-		}
-		if (st != ST_OK)
-			return fail(x, st);
-		json_array_foreach(events, i, ev) {
-			print_event(x, ev);
-			if (x->o.count > 0 && ++seen >= x->o.count) {
-				json_decref(events);
-				return 0;
-			}
-		}
-		json_decref(events);
-		if (x->deadline != HTTP_NO_DEADLINE &&
-		    duration_now_ms() >= x->deadline) {
-			/* Watching for a while is a success; waiting for N
-			 * changes that did not come is not. */
-			if (x->o.count > 0)
-				return cli_fail(ST_DEADLINE_EXCEEDED,
-				    "saw %ld "
-				    "of %ld changes under %s before the "
-				    "deadline",
-				    seen, x->o.count, argv[0]);
-			return 0;
-		}
-	}
+	st = coord_kv_follow(x->cc, argv[0], x->o.since, x->o.count,
+	    x->deadline, print_event, x, &seen);
+	if (st != ST_OK)
+		return fail(x, st);
+	/* Watching for a while is a success; waiting for N changes that did
+	 * not come is not. */
+	if (x->o.count > 0 && seen < x->o.count)
+		return cli_fail(ST_DEADLINE_EXCEEDED,
+		    "saw %ld of %ld changes under %s before the deadline", seen,
+		    x->o.count, argv[0]);
+	return 0;
 }
 
 static int

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "coord_call.h"
@@ -475,6 +476,19 @@ coord_kv_dir(struct coord_client *cc, const char *prefix, int64_t deadline,
 	return ST_OK;
 }
 
+int
+coord_kv_value(const json_t *e, struct buf *val)
+{
+	json_t *v = json_object_get(e, "value");
+
+	if (!json_is_string(v))
+		return 0;
+	if (text_base64_decode(val, json_string_value(v),
+	        json_string_length(v)) < 0)
+		return -1;
+	return 1;
+}
+
 enum status
 coord_kv_watch(struct coord_client *cc, const char *prefix, int64_t *since,
     int64_t deadline, json_t **events)
@@ -515,6 +529,40 @@ coord_kv_watch(struct coord_client *cc, const char *prefix, int64_t *since,
 	}
 	json_decref(reply);
 	return st;
+}
+
+enum status
+coord_kv_follow(struct coord_client *cc, const char *prefix, int64_t since,
+    long count, int64_t deadline, void (*fn)(json_t *ev, void *arg), void *arg,
+    long *seen)
+{
+	*seen = 0;
+	for (;;) {
+		json_t *events, *ev;
+		size_t i;
+		enum status st =
+		    coord_kv_watch(cc, prefix, &since, deadline, &events);
+
+		if (st == ST_UNAVAILABLE &&
+		    (deadline == HTTP_NO_DEADLINE ||
+		        duration_now_ms() < deadline)) {
+			usleep(100000);
+			continue;
+		}
+		if (st != ST_OK)
+			return st;
+		json_array_foreach(events, i, ev) {
+			fn(ev, arg);
+			if (count > 0 && ++*seen >= count) {
+				json_decref(events);
+				return ST_OK;
+			}
+		}
+		json_decref(events);
+		if (deadline != HTTP_NO_DEADLINE &&
+		    duration_now_ms() >= deadline)
+			return ST_OK;
+	}
 }
 
 enum status

@@ -72,12 +72,28 @@ enum status coord_kv_delete(struct coord_client *cc, const char *key,
 enum status coord_kv_dir(struct coord_client *cc, const char *prefix,
     int64_t deadline, json_t **reply);
 /*
+ * The value of an entry of coord_kv_dir or a change of coord_kv_watch,
+ * decoded from coordd's base64 into val: 1, 0 when it has none (a change
+ * that deleted the key), or -1 when it does not decode.
+ */
+int coord_kv_value(const json_t *e, struct buf *val);
+/*
  * One long poll for changes under prefix after *since (a negative *since
  * means "from now"). *events gets the array of changes (maybe empty, when
  * the deadline passes quietly) and *since advances past them.
  */
 enum status coord_kv_watch(struct coord_client *cc, const char *prefix,
     int64_t *since, int64_t deadline, json_t **events);
+/*
+ * Follows the changes under prefix after since (negative: from now),
+ * calling fn with each, until count of them (0: no limit) or the deadline;
+ * *seen gets how many fn was given. Coordd going away and coming back does
+ * not end it: it asks again until the deadline. ST_OK at the count or the
+ * deadline, whichever comes first; else why the watch failed.
+ */
+enum status coord_kv_follow(struct coord_client *cc, const char *prefix,
+    int64_t since, long count, int64_t deadline,
+    void (*fn)(json_t *ev, void *arg), void *arg, long *seen);
 
 /* The whole cluster status object (GET /v1/tasks). */
 enum status coord_status(struct coord_client *cc, int64_t deadline,
