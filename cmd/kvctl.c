@@ -15,6 +15,7 @@
 #include "buf.h"
 #include "cli.h"
 #include "coord_client.h"
+#include "coord_text.h"
 #include "duration.h"
 #include "keypath.h"
 #include "log.h"
@@ -442,22 +443,13 @@ do_cas(struct ctx *x, int argc, char **argv)
 	return rc;
 }
 
-static const char *
-str(json_t *o, const char *key)
-{
-	const char *v = json_string_value(json_object_get(o, key));
-
-	return v != NULL ? v : "-";
-}
-
 /* The cluster at a glance: tasks, barriers in flight, the store. */
 static int
 do_status(struct ctx *x, int argc, char **argv)
 {
-	json_t *st, *tasks, *t, *bars, *b;
-	size_t i;
-	char d[32];
+	struct buf out = {0};
 	enum status rc;
+	json_t *st;
 
 	(void)argv;
 	if (argc != 0)
@@ -468,64 +460,14 @@ do_status(struct ctx *x, int argc, char **argv)
 		print_json(st);
 		return 0;
 	}
-	tasks = json_object_get(st, "tasks");
-	bars = json_object_get(st, "barriers");
-	printf("%" JSON_INTEGER_FORMAT "/%" JSON_INTEGER_FORMAT " tasks "
-	       "connected, epoch %" JSON_INTEGER_FORMAT
-	       ", heartbeat timeout %s, "
-	       "%" JSON_INTEGER_FORMAT " keys at revision %" JSON_INTEGER_FORMAT
-	       "\n",
-	    json_integer_value(json_object_get(st, "connected")),
-	    json_integer_value(json_object_get(st, "total")),
-	    json_integer_value(json_object_get(st, "epoch")),
-	    duration_format(json_integer_value(
-	                        json_object_get(st, "heartbeat_timeout_ms")),
-	        d, sizeof(d)),
-	    json_integer_value(json_object_get(st, "keys")),
-	    json_integer_value(json_object_get(st, "revision")));
-	if (json_array_size(tasks) > 0)
-		printf("%-16s %-14s %-16s %-10s %s\n", "TASK", "STATE",
-		    "INCARNATION", "HEARTBEAT", "ERROR");
-	json_array_foreach(tasks, i, t) {
-		json_t *age = json_object_get(t, "heartbeat_age_ms");
-		json_t *e = json_object_get(t, "error");
-		char ago[40] = "-", state[24];
-
-		if (json_is_integer(age))
-			snprintf(ago, sizeof(ago), "%s ago",
-			    duration_format(json_integer_value(age), d,
-			        sizeof(d)));
-		/* A recoverable task is marked, as its failures stay local. */
-		snprintf(state, sizeof(state), "%s%s", str(t, "state"),
-		    json_is_true(json_object_get(t, "recoverable")) ? "*" : "");
-		printf("%-16s %-14s %-16s %-10s", str(t, "task"), state,
-		    str(t, "incarnation"), ago);
-		if (json_is_object(e))
-			printf(" %s%s: %s",
-			    strcmp(str(t, "state"), "error") == 0 ? "" :
-			                                            "(last) ",
-			    str(e, "code"), str(e, "message"));
-		putchar('\n');
+	if (coord_text_status(st, &out) < 0) {
+		json_decref(st);
+		buf_free(&out);
+		return cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
 	}
-	json_array_foreach(bars, i, b) {
-		json_t *w = json_object_get(b, "tasks_waiting"), *n;
-		size_t k;
-
-		printf("barrier %s: %" JSON_INTEGER_FORMAT
-		       "/%" JSON_INTEGER_FORMAT
-		       " arrived, deadline in %s; waiting for",
-		    str(b, "id"),
-		    json_integer_value(json_object_get(b, "arrived")),
-		    json_integer_value(json_object_get(b, "total")),
-		    duration_format(json_integer_value(
-		                        json_object_get(b, "deadline_in_ms")),
-		        d, sizeof(d)));
-		json_array_foreach(w, k, n)
-			printf("%s %s", k == 0 ? "" : ",",
-			    json_string_value(n));
-		putchar('\n');
-	}
+	fwrite(out.data, 1, out.len, stdout);
 	json_decref(st);
+	buf_free(&out);
 	return 0;
 }
 
