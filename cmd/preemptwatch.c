@@ -7,12 +7,11 @@
  * restart code (or restarts the command itself) afterwards.
  *
  * The library does the work (session.h: registration and its threads;
- * preempt.h: the protocol; proc.h: the command, its guard, its stop); this
- * file is the options, the restart policy, the exit codes, and the run as
- * a table of states and events.
+ * preempt.h: the protocol; proc.h: the command, its guard, its stop;
+ * agent_opts.h: the options; agent_exit.h: the exit codes); this file is
+ * the restart policy and the run as a table of states and events.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
@@ -24,13 +23,14 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "agent_exit.h"
+#include "agent_opts.h"
 #include "cli.h"
 #include "coord_client.h"
 #include "duration.h"
 #include "keypath.h"
 #include "log.h"
 #include "notice.h"
-#include "parse.h"
 #include "preempt.h"
 #include "proc.h"
 #include "session.h"
@@ -40,39 +40,6 @@
 #include "wallclock.h"
 
 extern char **environ;
-
-/* Exit code: the command was stopped because the cluster failed. */
-#define EXIT_PEER_FAILED 43
-#define MAX_NOTICES 8
-
-static const char synopsis[] =
-    "usage: preemptwatch [-v] [-c ADDR] [-t TASK] [--no-wait-all] "
-    "[--grace DUR] [--timeout DUR]\n"
-    "                    [--notice SOURCE]... [--notice-grace DUR] "
-    "[--notice-interval DUR]\n"
-    "                    [--metadata-url URL] [--protocol-window DUR]\n"
-    "                    [--sync-barrier-timeout DUR] [--restart-exit-code N]\n"
-    "                    [--unsynced-exit-code N] [--max-restarts N]\n"
-    "                    [--stop-signal SIG] -- COMMAND [ARG...]\n";
-
-struct opts {
-	const char *addr;
-	const char *task;
-	int wait_all;
-	int64_t grace;
-	int64_t bringup;
-	struct notice_source notices[MAX_NOTICES];
-	size_t nnotices;
-	int64_t notice_grace;
-	int64_t notice_interval;
-	int64_t window;
-	int64_t barrier_timeout;
-	int stop_signal;   /* how the command is asked to stop */
-	int restart_code;  /* preempted, checkpointed at the sync point */
-	int unsynced_code; /* preempted, with no such checkpoint */
-	long max_restarts;
-	char **cmd;
-};
 
 /*
  * One run of the command, from registration to its end. The state says
@@ -103,7 +70,7 @@ enum event {
 };
 
 struct run {
-	struct opts *o;
+	struct agent_opts *o;
 	struct session s;
 	struct preempt_watch watch;
 	struct coord_client *cc; /* the main loop's own */
@@ -310,7 +277,7 @@ bringup_failed(struct run *r)
 {
 	fprintf(stderr, "%s: %s\n", log_prog(), r->ev->msg);
 	return finish(r,
-	    r->ev->st == ST_INTERNAL ? EXIT_PEER_FAILED :
+	    r->ev->st == ST_INTERNAL ? AGENT_EXIT_PEER_FAILED :
 	                               status_exit(r->ev->st),
 	    r->ev->st == ST_INTERNAL);
 }
@@ -320,7 +287,7 @@ failed_early(struct run *r)
 {
 	fprintf(stderr, "%s: %s; stopping the command of %s\n", log_prog(),
 	    r->ev->msg, r->s.a.task);
-	return finish(r, EXIT_PEER_FAILED, 1);
+	return finish(r, AGENT_EXIT_PEER_FAILED, 1);
 }
 
 static enum state
@@ -556,7 +523,7 @@ settle_failed(struct run *r)
 	    "%s: the command had ended after a preemption notice; "
 	    "stopped because %s\n",
 	    log_prog(), r->ev->msg);
-	return finish(r, EXIT_PEER_FAILED, 1);
+	return finish(r, AGENT_EXIT_PEER_FAILED, 1);
 }
 
 /* A failure trumps a notice: no sync point was kept. */
@@ -564,7 +531,7 @@ static enum state
 exited_stopped(struct run *r)
 {
 	fprintf(stderr, "%s: stopped because %s\n", log_prog(), r->reason);
-	return finish(r, EXIT_PEER_FAILED, 1);
+	return finish(r, AGENT_EXIT_PEER_FAILED, 1);
 }
 
 typedef enum state (*action)(struct run *r);
@@ -813,151 +780,12 @@ wait_next_run(struct run *r, long epoch, int done_code)
 	return 0;
 }
 
-static int
-parse_args(int argc, char **argv, struct opts *o, int *verbose)
-{
-	static const struct option longopts[] = {
-	    {"no-wait-all", no_argument, NULL, 'W'},
-	    {"grace", required_argument, NULL, 'g'},
-	    {"timeout", required_argument, NULL, 'T'},
-	    {"notice", required_argument, NULL, 'N'},
-	    {"notice-grace", required_argument, NULL, 'G'},
-	    {"notice-interval", required_argument, NULL, 'I'},
-	    {"metadata-url", required_argument, NULL, 'M'},
-	    {"protocol-window", required_argument, NULL, 'P'},
-	    {"sync-barrier-timeout", required_argument, NULL, 'B'},
-	    {"restart-exit-code", required_argument, NULL, 'R'},
-	    {"unsynced-exit-code", required_argument, NULL, 'U'},
-	    {"stop-signal", required_argument, NULL, 'S'},
-	    {"max-restarts", required_argument, NULL, 'X'},
-	    CLI_STD_LONGOPTS,
-	    {NULL, 0, NULL, 0},
-	};
-	const char *specs[MAX_NOTICES], *meta = NULL;
-	size_t nspecs = 0;
-	char err[256];
-	long v;
-	int c;
-
-	while ((c = getopt_long(argc, argv, "+c:ht:v", longopts, NULL)) != -1) {
-		switch (c) {
-		case 'c': o->addr = optarg; break;
-		case 't': o->task = optarg; break;
-		case 'v': (*verbose)++; break;
-		case 'W': o->wait_all = 0; break;
-		case 'g':
-			if (cli_duration_flag(synopsis, "--grace", optarg, 0,
-			        &o->grace) != 0)
-				return 2;
-			break;
-		case 'T':
-			if (cli_duration_flag(synopsis, "--timeout", optarg, 1,
-			        &o->bringup) != 0)
-				return 2;
-			break;
-		case 'N':
-			if (nspecs == MAX_NOTICES)
-				return cli_usage_error(synopsis,
-				    "at most %d --notice sources", MAX_NOTICES);
-			specs[nspecs++] = optarg;
-			break;
-		case 'G':
-			if (cli_duration_flag(synopsis, "--notice-grace",
-			        optarg, 0, &o->notice_grace) != 0)
-				return 2;
-			break;
-		case 'I':
-			if (cli_duration_flag(synopsis, "--notice-interval",
-			        optarg, 1, &o->notice_interval) != 0)
-				return 2;
-			break;
-		case 'M':
-			meta = optarg;
-			if (strncmp(meta, "http://", 7) != 0 ||
-			    meta[7] == '\0' || meta[7] == '/')
-				return cli_usage_error(synopsis,
-				    "--metadata-url %s "
-				    "is not http://HOST[:PORT][/PATH]",
-				    meta);
-			break;
-		case 'P':
-			if (cli_duration_flag(synopsis, "--protocol-window",
-			        optarg, 0, &o->window) != 0)
-				return 2;
-			break;
-		case 'B':
-			if (cli_duration_flag(synopsis,
-			        "--sync-barrier-timeout", optarg, 1,
-			        &o->barrier_timeout) != 0)
-				return 2;
-			break;
-		case 'R':
-			if (cli_number_flag(synopsis, "--restart-exit-code",
-			        optarg, 1, 255, &v) != 0)
-				return 2;
-			o->restart_code = (int)v;
-			break;
-		case 'S':
-			if ((o->stop_signal = notice_signal_number(optarg)) < 0)
-				return cli_usage_error(synopsis,
-				    "--stop-signal %s is not a signal (TERM, INT, "
-				    "HUP, USR1, USR2, QUIT, ...)",
-				    optarg);
-			break;
-		case 'U':
-			if (cli_number_flag(synopsis, "--unsynced-exit-code",
-			        optarg, 1, 255, &v) != 0)
-				return 2;
-			o->unsynced_code = (int)v;
-			break;
-		case 'X':
-			if (cli_number_flag(synopsis, "--max-restarts", optarg,
-			        0, 1000000, &o->max_restarts) != 0)
-				return 2;
-			break;
-		default: return cli_std_option(c, synopsis);
-		}
-	}
-	if (o->restart_code == EXIT_PEER_FAILED ||
-	    o->unsynced_code == EXIT_PEER_FAILED)
-		return cli_usage_error(synopsis,
-		    "%d is the code for a failed peer", EXIT_PEER_FAILED);
-	if (o->restart_code == o->unsynced_code)
-		return cli_usage_error(synopsis,
-		    "--restart-exit-code and --unsynced-exit-code must differ");
-	if (optind >= argc)
-		return cli_usage_error(synopsis, "no COMMAND given");
-	o->cmd = argv + optind;
-	if (o->task == NULL || *o->task == '\0')
-		return cli_usage_error(synopsis,
-		    "no task: use -t TASK or set MUSTER_TASK");
-	if (nspecs == 0)
-		specs[nspecs++] = "sigterm";
-	for (size_t i = 0; i < nspecs; i++) {
-		if (notice_parse(specs[i], meta, &o->notices[i], err,
-		        sizeof(err)) < 0)
-			return cli_usage_error(synopsis, "--notice %s: %s",
-			    specs[i], err);
-		o->nnotices++;
-	}
-	return 0;
-}
-
 int
 main(int argc, char **argv)
 {
-	static struct opts o = {.wait_all = 1,
-	    .grace = 10000,
-	    .bringup = 3600000,
-	    .notice_grace = 30000,
-	    .notice_interval = 1000,
-	    .window = 15 * 60000,
-	    .barrier_timeout = 3 * 60000,
-	    .stop_signal = SIGTERM,
-	    .restart_code = 42,
-	    .unsynced_code = 44};
+	static struct agent_opts o;
 	static const int owned[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
-	int sigs[4 + MAX_NOTICES], notice_sig[65] = {0};
+	int sigs[4 + AGENT_MAX_NOTICES], notice_sig[65] = {0};
 	static struct notice_watch nw;
 	struct sync_server *sync;
 	struct evq q;
@@ -970,16 +798,14 @@ main(int argc, char **argv)
 	char err[512];
 
 	log_init(argv[0], 0);
-	o.task = getenv("MUSTER_TASK");
-	if ((rc = parse_args(argc, argv, &o, &verbose)) != 0)
+	if ((rc = agent_opts_parse(argc, argv, &o, &verbose)) != 0)
 		return rc;
 	log_init(argv[0], verbose);
 	if (coord_agent_init(&r.s.a, o.task, 0) < 0)
-		return cli_usage_error(synopsis,
+		return cli_usage_error(agent_opts_synopsis,
 		    "%s is not a task (want JOB:INDEX)", o.task);
-	o.addr = cli_coord_addr(o.addr);
 	if ((r.cc = coord_client_new(o.addr, err, sizeof(err))) == NULL)
-		return cli_usage_error(synopsis, "%s", err);
+		return cli_usage_error(agent_opts_synopsis, "%s", err);
 	coord_client_set_task_secret(r.cc, r.s.a.secret);
 	if (evq_open(&q) < 0)
 		return cli_fail(ST_INTERNAL, "pipe: %s", strerror(errno));
