@@ -8,8 +8,9 @@
  *
  * The library does the work (session.h: registration and its threads;
  * preempt.h: the protocol; proc.h: the command, its guard, its stop;
- * agent_opts.h: the options; agent_exit.h: the exit codes); this file is
- * the restart policy and the run as a table of states and events.
+ * agent_opts.h: the options; agent_exit.h: the exit codes, and which a
+ * preempted run leaves with); this file is the restart policy and the run
+ * as a table of states and events.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -19,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "agent.h"
@@ -424,19 +424,16 @@ exited(struct run *r)
 static enum state
 exited_noticed(struct run *r)
 {
-	struct syncpoint_status st = {0};
-	uint32_t told = atomic_load(&r->watch.page->reached);
 	char what[64], why[2000];
+	enum agent_exit_end end = agent_exit_preempted(r->watch.page, r->status,
+	    r->sync_err, why, sizeof(why));
 
-	if (told == SYNCPOINT_YES && WIFEXITED(r->status) &&
-	    WEXITSTATUS(r->status) == 0) {
+	if (end == AGENT_EXIT_END_SYNCED) {
 		log_info("the command checkpointed at the sync point and "
 		         "exited; exiting with the restart code %d",
 		    r->o->restart_code);
 		return finish(r, r->o->restart_code, 1);
 	}
-	st.state = (enum sync_state)atomic_load(&r->watch.page->state);
-	st.sync_step = atomic_load(&r->watch.page->sync_step);
 	/*
 	 * The others may be agreeing on a sync point this very moment:
 	 * the task stays for it, so that its last step counts and they
@@ -444,8 +441,8 @@ exited_noticed(struct run *r)
 	 * protocol for all). The death time bounds the wait; a task alone
 	 * in its job has nobody to stay for.
 	 */
-	if (st.state != SYNC_KNOWN && st.state != SYNC_FAILED &&
-	    r->s.a.world > 1 && r->state != SETTLING && !r->abandon) {
+	if (end == AGENT_EXIT_END_PENDING && r->s.a.world > 1 &&
+	    r->state != SETTLING && !r->abandon) {
 		int64_t left =
 		    (r->death != 0 ? r->death :
 		                     wall_now_ms() + r->o->notice_grace) -
@@ -458,28 +455,6 @@ exited_noticed(struct run *r)
 		    duration_now_ms() + (left > 0 ? left : 0) + 2000;
 		return SETTLING;
 	}
-	if (told == SYNCPOINT_YES)
-		snprintf(why, sizeof(why),
-		    "after it was told to checkpoint "
-		    "at the sync point");
-	else if (told == SYNCPOINT_PAST)
-		snprintf(why, sizeof(why),
-		    "past the sync point: it was "
-		    "already beyond step %" PRId64 " when it asked",
-		    st.sync_step);
-	else if (st.state == SYNC_FAILED)
-		snprintf(why, sizeof(why), "with no sync point: %s",
-		    r->sync_err[0] != '\0' ? r->sync_err :
-		                             "the protocol failed");
-	else if (st.state == SYNC_KNOWN)
-		snprintf(why, sizeof(why),
-		    "before it reached the sync point, "
-		    "step %" PRId64,
-		    st.sync_step);
-	else
-		snprintf(why, sizeof(why),
-		    "before the tasks agreed on a sync "
-		    "point");
 	log_info("the command %s after a preemption notice, %s: no "
 	         "checkpoint at the agreed step; exiting with %d",
 	    proc_status_text(r->status, what, sizeof(what)), why,
