@@ -8,9 +8,10 @@
  *
  * The library does the work (session.h: registration and its threads;
  * preempt.h: the protocol; proc.h: the command, its guard, its stop;
- * agent_opts.h: the options; agent_exit.h: the exit codes, and which a
- * preempted run leaves with); this file is the restart policy and the run
- * as a table of states and events.
+ * agent_cmd.h: what the command is given; agent_opts.h: the options;
+ * agent_exit.h: the exit codes, and which a preempted run leaves with);
+ * this file is the restart policy and the run as a table of states and
+ * events.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -23,12 +24,12 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "agent_cmd.h"
 #include "agent_exit.h"
 #include "agent_opts.h"
 #include "cli.h"
 #include "coord_client.h"
 #include "duration.h"
-#include "keypath.h"
 #include "log.h"
 #include "notice.h"
 #include "preempt.h"
@@ -143,94 +144,6 @@ publish(struct run *r, int64_t death, const char *from)
 		    from, status_name(st), coord_client_error(r->cc));
 }
 
-/*
- * The command's environment: ours, with the task's variables, which tell
- * it what torchrun's tell a worker: where it stands in the job and in
- * which run. Built for the child only: setenv() would race other threads.
- */
-#define NVARS 11
-
-static char **
-command_env(struct run *r, char *set[NVARS + 1])
-{
-	static const char *names[NVARS] = {"MUSTER_COORD", "MUSTER_TASK",
-	    "MUSTER_INCARNATION", "MUSTER_JOB", "MUSTER_TASK_INDEX",
-	    "MUSTER_RANK", "MUSTER_WORLD_SIZE", "MUSTER_EPOCH",
-	    "MUSTER_RESTARTS", "MUSTER_RUN_PREFIX", "MUSTER_TASK_SECRET"};
-	struct task_name tn;
-	char inc[17], **env = NULL;
-	int k = 0;
-
-	task_parse(r->s.a.task, &tn);
-	if (asprintf(&set[k++], "%s=%s", names[0], r->o->addr) < 0 ||
-	    asprintf(&set[k++], "%s=%s", names[1], r->s.a.task) < 0 ||
-	    asprintf(&set[k++], "%s=%s", names[2],
-	        task_format_incarnation(r->s.a.incarnation, inc)) < 0 ||
-	    asprintf(&set[k++], "%s=%s", names[3], tn.job) < 0 ||
-	    asprintf(&set[k++], "%s=%ld", names[4], tn.index) < 0 ||
-	    asprintf(&set[k++], "%s=%ld", names[5], r->s.a.rank) < 0 ||
-	    asprintf(&set[k++], "%s=%ld", names[6], r->s.a.world) < 0 ||
-	    asprintf(&set[k++], "%s=%ld", names[7], r->s.a.epoch) < 0 ||
-	    asprintf(&set[k++], "%s=%ld", names[8], r->restarts) < 0 ||
-	    asprintf(&set[k++], "%s=%s/run/%ld", names[9], KEYPATH_RUN,
-	        r->s.a.epoch) < 0 ||
-	    asprintf(&set[k++], "%s=%s", names[10], r->s.a.secret) < 0) {
-		k--;
-		goto out;
-	}
-	set[k] = NULL;
-	if ((env = proc_env(environ, set)) != NULL)
-		return env;
-out:
-	while (k > 0)
-		free(set[--k]);
-	set[0] = NULL;
-	return NULL;
-}
-
-static void
-free_env(char **env, char **set)
-{
-	for (int k = 0; set[k] != NULL; k++)
-		free(set[k]);
-	free(env);
-}
-
-/*
- * What the command's guard tells coordd if this preemptwatch is killed or
- * freezes: that the task's agent was lost, so that every log blames the
- * right task, not a peer that died of a broken collective.
- */
-static void
-guard_note(struct run *r, struct proc_note *note)
-{
-	char msg[512];
-
-	memset(note, 0, sizeof(*note));
-	/*
-	 * The guard's report is a plain request written by a process that
-	 * may not allocate; over TLS there is none, and coordd learns of
-	 * the loss from the heartbeats that stop.
-	 */
-	if (coord_client_https(r->cc) ||
-	    coord_client_sockaddr(r->cc, &note->addr, &note->addrlen) < 0) {
-		note->addrlen = 0;
-		return;
-	}
-	snprintf(msg, sizeof(msg),
-	    "the agent (preemptwatch) of %s died: "
-	    "killed or crashed; its command was stopped",
-	    r->s.a.task);
-	note->died_len = coord_error_request(r->cc, &r->s.a, ST_UNAVAILABLE,
-	    msg, note->died, sizeof(note->died));
-	snprintf(msg, sizeof(msg),
-	    "the agent (preemptwatch) of %s stopped "
-	    "responding (stopped or hung); its command was stopped",
-	    r->s.a.task);
-	note->frozen_len = coord_error_request(r->cc, &r->s.a, ST_UNAVAILABLE,
-	    msg, note->frozen, sizeof(note->frozen));
-}
-
 static enum state
 start(struct run *r)
 {
@@ -240,15 +153,16 @@ start(struct run *r)
 	    .stdin_fd = -1,
 	    .stdout_fd = -1,
 	    .stderr_fd = -1};
+	struct agent_cmd_env env;
 	struct proc_note note;
-	char **env, *set[NVARS + 1], err[512];
+	char err[512];
 	int exec_errno = 0;
 
-	if ((env = command_env(r, set)) == NULL)
+	if (agent_cmd_env(&env, environ, r->o->addr, &r->s.a, r->restarts) < 0)
 		return finish(r, cli_fail(ST_INTERNAL, "out of memory"), 0);
-	spec.env = env;
+	spec.env = env.env;
 	r->child = proc_spawn(&spec, &exec_errno, err, sizeof(err));
-	free_env(env, set);
+	agent_cmd_env_free(&env);
 	if (r->child < 0 && exec_errno != 0) {
 		/* Nothing ran: the task failed, as a crash would. */
 		log_info("%s; reporting the error of %s", err, r->s.a.task);
@@ -266,7 +180,7 @@ start(struct run *r)
 	 * or freeze for two heartbeat timeouts (coordd has given up on the
 	 * task after one).
 	 */
-	guard_note(r, &note);
+	agent_cmd_note(r->cc, &r->s.a, &note);
 	proc_guard_start(&r->guard, r->child, r->o->stop_signal, r->o->grace,
 	    2 * r->s.a.heartbeat_timeout_ms, &note);
 	return RUNNING;
