@@ -679,8 +679,8 @@ main(int argc, char **argv)
 	struct sync_server *sync;
 	struct evq q;
 	struct run r = {.o = &o};
-	size_t nsigs = 0;
-	int polled = 0, verbose = 0, rc;
+	size_t nsigs = 4;
+	int polled, verbose = 0, rc;
 	long restarts = 0;
 	sigset_t blocked;
 	pthread_t nt;
@@ -705,15 +705,8 @@ main(int argc, char **argv)
 	/* Signals come through signalfd, never to the threads; those a
 	 * shell may have started us with ignored are ours. */
 	memcpy(sigs, owned, sizeof(owned));
-	nsigs = 4;
-	for (size_t i = 0; i < o.nnotices; i++) {
-		if (o.notices[i].kind == NOTICE_SIGNAL) {
-			notice_sig[o.notices[i].signo] = 1;
-			sigs[nsigs++] = o.notices[i].signo;
-		} else {
-			polled = 1;
-		}
-	}
+	polled =
+	    notice_signals(o.notices, o.nnotices, sigs, &nsigs, notice_sig);
 	if ((r.sfd = sigfd_open(sigs, nsigs, &blocked)) < 0)
 		return cli_fail(ST_INTERNAL, "signalfd: %s", strerror(errno));
 	signal(SIGPIPE, SIG_IGN);

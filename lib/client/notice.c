@@ -410,6 +410,23 @@ notice_check(struct notice_source *src, int64_t grace_ms, int64_t *death_ms,
 	return r;
 }
 
+int
+notice_signals(const struct notice_source *src, size_t n, int *sigs,
+    size_t *nsigs, int *is_signal)
+{
+	int polled = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		if (src[i].kind == NOTICE_SIGNAL) {
+			is_signal[src[i].signo] = 1;
+			sigs[(*nsigs)++] = src[i].signo;
+		} else {
+			polled = 1;
+		}
+	}
+	return polled;
+}
+
 void *
 notice_watcher(void *arg)
 {

@@ -63,6 +63,15 @@ int notice_check(struct notice_source *src, int64_t grace_ms, int64_t *death_ms,
 
 void notice_free(struct notice_source *src);
 
+/*
+ * The signals among the n sources (the program handles them): each is
+ * appended to sigs, which has room for n more, and is_signal[signo] set
+ * (65 entries). 1 when some source must be polled, by a notice_watcher
+ * thread; 0 when all are signals.
+ */
+int notice_signals(const struct notice_source *src, size_t n, int *sigs,
+    size_t *nsigs, int *is_signal);
+
 struct evq;
 
 /* What the polling thread needs. */
