@@ -6,38 +6,33 @@
  * the step every task checkpoints at, answers syncpoint, and exits with the
  * restart code (or restarts the command itself) afterwards.
  *
- * The library does the work (session.h: registration and its threads;
+ * The library does the work (agent_main.h: the signals, the notices,
+ * registration, restarts and leaving; session.h: the session's threads;
  * preempt.h: the protocol; proc.h: the command, its guard, its stop;
  * agent_cmd.h: what the command is given; agent_opts.h: the options;
  * agent_exit.h: the exit codes, and which a preempted run leaves with);
- * this file is the restart policy and the run as a table of states and
- * events.
+ * this file is one run, as a table of states and events.
  */
 #include <errno.h>
-#include <inttypes.h>
 #include <poll.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "agent.h"
 #include "agent_cmd.h"
 #include "agent_exit.h"
+#include "agent_main.h"
 #include "agent_opts.h"
 #include "cli.h"
 #include "coord_client.h"
 #include "duration.h"
 #include "log.h"
-#include "notice.h"
 #include "preempt.h"
 #include "proc.h"
 #include "session.h"
 #include "sigfd.h"
-#include "sync_server.h"
-#include "task.h"
 #include "wallclock.h"
 
 extern char **environ;
@@ -72,12 +67,7 @@ enum event {
 
 struct run {
 	struct agent_opts *o;
-	struct session s;
-	struct preempt_watch watch;
-	struct coord_client *cc; /* the main loop's own */
-	const sigset_t *blocked;
-	const int *notice_sig;
-	int sfd;
+	struct agent_main *ag; /* the session, the client, the signals */
 	enum state state;
 	int noticed;          /* a notice came: the run is preempted */
 	int abandon;          /* leave without waiting for the sync protocol */
@@ -85,7 +75,6 @@ struct run {
 	int64_t settle_until; /* monotonic: SETTLING ends by then */
 	int own_sent;         /* this task published a notice */
 	pid_t child;
-	struct proc_guard guard;
 	struct proc_stop stop;
 	int64_t stop_at;   /* monotonic; 0: none */
 	char reason[2000]; /* why the command is stopped */
@@ -94,27 +83,14 @@ struct run {
 	int sig, status;
 	/* The end of the run. */
 	int done, code, restartable;
-	long restarts;       /* of the command so far */
 	char sync_err[1800]; /* why the sync protocol failed */
 };
-
-/* Tells coordd this task leaves; failures here change nothing. */
-static void
-leave(struct run *r, int barrier)
-{
-	enum status st = coord_shutdown_task(r->cc, &r->s.a, barrier,
-	    duration_now_ms() + (barrier ? 3600000 : 3000));
-
-	if (st != ST_OK && st != ST_FAILED_PRECONDITION)
-		log_info("leaving the cluster: %s: %s", status_name(st),
-		    coord_client_error(r->cc));
-}
 
 /* Ends the run: leave the cluster, exit with code. */
 static enum state
 finish(struct run *r, int code, int restartable)
 {
-	leave(r, 0);
+	agent_main_leave(r->ag);
 	r->done = 1;
 	r->code = code;
 	r->restartable = restartable;
@@ -133,7 +109,7 @@ publish(struct run *r, int64_t death, const char *from)
 {
 	char when[48];
 	enum status st =
-	    preempt_publish(r->cc, &death, duration_now_ms() + 5000);
+	    preempt_publish(r->ag->cc, &death, duration_now_ms() + 5000);
 
 	r->own_sent = 1;
 	if (st == ST_OK)
@@ -141,14 +117,14 @@ publish(struct run *r, int64_t death, const char *from)
 		    wall_format(death, when, sizeof(when)));
 	else
 		log_info("could not publish the preemption notice (%s): %s: %s",
-		    from, status_name(st), coord_client_error(r->cc));
+		    from, status_name(st), coord_client_error(r->ag->cc));
 }
 
 static enum state
 start(struct run *r)
 {
 	struct proc_spec spec = {.argv = r->o->cmd,
-	    .unblock = r->blocked,
+	    .unblock = &r->ag->blocked,
 	    .parent_death_signal = SIGTERM,
 	    .stdin_fd = -1,
 	    .stdout_fd = -1,
@@ -158,18 +134,15 @@ start(struct run *r)
 	char err[512];
 	int exec_errno = 0;
 
-	if (agent_cmd_env(&env, environ, r->o->addr, &r->s.a, r->restarts) < 0)
+	if (agent_cmd_env(&env, environ, r->o->addr, &r->ag->s.a,
+	        r->ag->restarts) < 0)
 		return finish(r, cli_fail(ST_INTERNAL, "out of memory"), 0);
 	spec.env = env.env;
 	r->child = proc_spawn(&spec, &exec_errno, err, sizeof(err));
 	agent_cmd_env_free(&env);
 	if (r->child < 0 && exec_errno != 0) {
 		/* Nothing ran: the task failed, as a crash would. */
-		log_info("%s; reporting the error of %s", err, r->s.a.task);
-		if (coord_report_error(r->cc, &r->s.a, ST_INTERNAL, err,
-		        duration_now_ms() + 5000) != ST_OK)
-			log_info("could not report the error: %s",
-			    coord_client_error(r->cc));
+		agent_main_report(r->ag, err);
 		return finish(r, proc_exec_status(exec_errno), 1);
 	}
 	if (r->child < 0)
@@ -180,9 +153,9 @@ start(struct run *r)
 	 * or freeze for two heartbeat timeouts (coordd has given up on the
 	 * task after one).
 	 */
-	agent_cmd_note(r->cc, &r->s.a, &note);
-	proc_guard_start(&r->guard, r->child, r->o->stop_signal, r->o->grace,
-	    2 * r->s.a.heartbeat_timeout_ms, &note);
+	agent_cmd_note(r->ag->cc, &r->ag->s.a, &note);
+	proc_guard_start(&r->ag->guard, r->child, r->o->stop_signal,
+	    r->o->grace, 2 * r->ag->s.a.heartbeat_timeout_ms, &note);
 	return RUNNING;
 }
 
@@ -200,7 +173,7 @@ static enum state
 failed_early(struct run *r)
 {
 	fprintf(stderr, "%s: %s; stopping the command of %s\n", log_prog(),
-	    r->ev->msg, r->s.a.task);
+	    r->ev->msg, r->ag->s.a.task);
 	return finish(r, AGENT_EXIT_PEER_FAILED, 1);
 }
 
@@ -209,7 +182,7 @@ failed(struct run *r)
 {
 	snprintf(r->reason, sizeof(r->reason), "%s", r->ev->msg);
 	fprintf(stderr, "%s: %s; stopping the command of %s\n", log_prog(),
-	    r->ev->msg, r->s.a.task);
+	    r->ev->msg, r->ag->s.a.task);
 	proc_stop_begin(&r->stop, r->child, r->o->stop_signal, r->o->grace,
 	    duration_now_ms());
 	return STOPPING;
@@ -278,14 +251,6 @@ stop_time(struct run *r)
 	return r->state;
 }
 
-static enum status
-shutdown_call(struct coord_client *cc, void *arg)
-{
-	struct run *r = arg;
-
-	return coord_shutdown_task(cc, &r->s.a, 1, duration_now_ms() + 3600000);
-}
-
 static enum state exited_noticed(struct run *r);
 
 /* The command ended on its own, with no failure. */
@@ -293,38 +258,18 @@ static enum state
 exited(struct run *r)
 {
 	char what[64], err[600];
-	enum status st;
-	int sig;
 
 	if (r->noticed)
 		return exited_noticed(r);
 	if (r->status == 0) {
-		/* Done: leave together, through the shutdown barrier when
-		 * coordd has one; a signal while waiting there leaves at
-		 * once. */
-		st = session_interruptible(r->cc, r->sfd, shutdown_call, r,
-		    &sig);
+		/* Done: leave together; a signal on the way leaves at once. */
 		r->done = 1;
-		r->code = 0;
-		if (st == ST_CANCELLED) {
-			log_info("SIG%s while waiting at the shutdown barrier: "
-			         "exiting",
-			    sigabbrev_np(sig));
-			leave(r, 0);
-			r->code = 128 + sig;
-		} else if (st != ST_OK && st != ST_FAILED_PRECONDITION) {
-			log_info("leaving the cluster: %s: %s", status_name(st),
-			    coord_client_error(r->cc));
-		}
+		r->code = agent_main_depart(r->ag);
 		return r->state;
 	}
 	snprintf(err, sizeof(err), "command %s %s", r->o->cmd[0],
 	    proc_status_text(r->status, what, sizeof(what)));
-	log_info("%s; reporting the error of %s", err, r->s.a.task);
-	if (coord_report_error(r->cc, &r->s.a, ST_INTERNAL, err,
-	        duration_now_ms() + 5000) != ST_OK)
-		log_info("could not report the error: %s",
-		    coord_client_error(r->cc));
+	agent_main_report(r->ag, err);
 	return finish(r, proc_status_code(r->status), 1);
 }
 
@@ -339,8 +284,8 @@ static enum state
 exited_noticed(struct run *r)
 {
 	char what[64], why[2000];
-	enum agent_exit_end end = agent_exit_preempted(r->watch.page, r->status,
-	    r->sync_err, why, sizeof(why));
+	enum agent_exit_end end = agent_exit_preempted(r->ag->watch.page,
+	    r->status, r->sync_err, why, sizeof(why));
 
 	if (end == AGENT_EXIT_END_SYNCED) {
 		log_info("the command checkpointed at the sync point and "
@@ -355,7 +300,7 @@ exited_noticed(struct run *r)
 	 * protocol for all). The death time bounds the wait; a task alone
 	 * in its job has nobody to stay for.
 	 */
-	if (end == AGENT_EXIT_END_PENDING && r->s.a.world > 1 &&
+	if (end == AGENT_EXIT_END_PENDING && r->ag->s.a.world > 1 &&
 	    r->state != SETTLING && !r->abandon) {
 		int64_t left =
 		    (r->death != 0 ? r->death :
@@ -474,7 +419,7 @@ on_session_event(struct run *r, const struct session_event *ev)
 
 	struct session_event failure;
 
-	if (ev->type != SESSION_NOTICE && ev->gen != r->s.gen)
+	if (ev->type != SESSION_NOTICE && ev->gen != r->ag->s.gen)
 		return;
 	/*
 	 * The protocol found a task in error: that is the cluster failing,
@@ -506,11 +451,11 @@ on_signal(struct run *r, int sig)
 		r->status = status;
 		proc_stop_clear(&r->stop);
 		/* The leader has ended: the guard stops the rest of it. */
-		proc_guard_dismiss(&r->guard);
+		proc_guard_dismiss(&r->ag->guard);
 		dispatch(r, E_EXIT);
 		return;
 	}
-	if (r->notice_sig[sig] && !r->own_sent) {
+	if (r->ag->notice_sig[sig] && !r->own_sent) {
 		struct session_event ev = {.type = SESSION_NOTICE,
 		    .value = wall_now_ms() + r->o->notice_grace};
 		snprintf(from, sizeof(from), "SIG%s", sigabbrev_np(sig));
@@ -554,8 +499,8 @@ run_loop(struct run *r)
 	r->sync_err[0] = '\0';
 	proc_stop_clear(&r->stop);
 	while (!r->done) {
-		struct pollfd pfd[2] = {{r->sfd, POLLIN, 0},
-		    {evq_fd(r->s.q), POLLIN, 0}};
+		struct pollfd pfd[2] = {{r->ag->sfd, POLLIN, 0},
+		    {evq_fd(r->ag->s.q), POLLIN, 0}};
 		int64_t now = duration_now_ms(),
 		        next = proc_stop_next(&r->stop);
 		int timeout = -1;
@@ -583,211 +528,38 @@ run_loop(struct run *r)
 			log_info("the command is still running after the grace "
 			         "period: SIGKILL");
 		if ((pfd[1].revents & POLLIN) &&
-		    evq_read(r->s.q, &ev, sizeof(ev)) == 0)
+		    evq_read(r->ag->s.q, &ev, sizeof(ev)) == 0)
 			on_session_event(r, &ev);
 		while (!r->done && (pfd[0].revents & POLLIN) &&
-		    (sig = sigfd_read(r->sfd)) != 0)
+		    (sig = sigfd_read(r->ag->sfd)) != 0)
 			on_signal(r, sig);
 	}
 }
 
-static enum status
-register_call(struct coord_client *cc, void *arg)
+/* One run, for agent_main. */
+static int
+each_run(struct agent_main *ag, void *arg, int *restartable)
 {
 	struct run *r = arg;
 
-	return coord_register(cc, &r->s.a, duration_now_ms() + r->o->bringup);
-}
-
-struct epoch_wait {
-	long after;
-	int64_t deadline;
-	json_t *finished; /* who left run after for good */
-};
-
-static enum status
-epoch_call(struct coord_client *cc, void *arg)
-{
-	struct epoch_wait *w = arg;
-	long epoch;
-
-	json_decref(w->finished);
-	return coord_wait_epoch(cc, w->after, w->deadline, &epoch,
-	    &w->finished);
-}
-
-/*
- * Waits until every task has left run epoch, so that the next run starts
- * clean. 0, or the exit code to leave with: done_code (when not 0) if a
- * task finished its work in that run, since the next run could never have
- * every task; the code of a failed wait otherwise.
- */
-static int
-wait_next_run(struct run *r, long epoch, int done_code)
-{
-	struct epoch_wait w = {epoch, duration_now_ms() + r->o->bringup, NULL};
-	enum status st;
-	const char *first;
-	size_t n;
-	int sig;
-
-	st = session_interruptible(r->cc, r->sfd, epoch_call, &w, &sig);
-	if (st == ST_CANCELLED) {
-		log_info("SIG%s while waiting for the job to wind down: "
-		         "exiting",
-		    sigabbrev_np(sig));
-		json_decref(w.finished);
-		return 128 + sig;
-	}
-	if (st != ST_OK) {
-		json_decref(w.finished);
-		return cli_fail(st, "waiting for the job to wind down: %s",
-		    coord_client_error(r->cc));
-	}
-	n = json_array_size(w.finished);
-	first = json_string_value(json_array_get(w.finished, 0));
-	if (n > 0) {
-		char more[48] = "";
-		if (n > 1)
-			snprintf(more, sizeof(more), " and %zu more", n - 1);
-		/* Waiting for a task that is done would last --timeout. */
-		if (done_code != 0)
-			log_info("not running the command again: task %s%s "
-			         "finished its work in run %ld, and will not "
-			         "come to another",
-			    first != NULL ? first : "?", more, epoch);
-		else
-			done_code = cli_fail(ST_FAILED_PRECONDITION,
-			    "task %s%s finished its work in run %ld, and will "
-			    "not come to another: no run of the whole job "
-			    "is left to join",
-			    first != NULL ? first : "?", more, epoch);
-		json_decref(w.finished);
-		return done_code;
-	}
-	json_decref(w.finished);
-	return 0;
+	r->ag = ag;
+	run_loop(r);
+	*restartable = r->restartable;
+	return r->code;
 }
 
 int
 main(int argc, char **argv)
 {
 	static struct agent_opts o;
-	static const int owned[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
-	int sigs[4 + AGENT_MAX_NOTICES], notice_sig[65] = {0};
-	static struct notice_watch nw;
-	struct sync_server *sync;
-	struct evq q;
 	struct run r = {.o = &o};
-	size_t nsigs = 4;
-	int polled, verbose = 0, rc;
-	long restarts = 0;
-	sigset_t blocked;
-	pthread_t nt;
-	char err[512];
+	int verbose = 0, rc;
 
 	log_init(argv[0], 0);
 	if ((rc = agent_opts_parse(argc, argv, &o, &verbose)) != 0)
 		return rc;
 	log_init(argv[0], verbose);
-	if (coord_agent_init(&r.s.a, o.task, 0) < 0)
-		return cli_usage_error(agent_opts_synopsis,
-		    "%s is not a task (want JOB:INDEX)", o.task);
-	if ((r.cc = coord_client_new(o.addr, err, sizeof(err))) == NULL)
-		return cli_usage_error(agent_opts_synopsis, "%s", err);
-	coord_client_set_task_secret(r.cc, r.s.a.secret);
-	if (evq_open(&q) < 0)
-		return cli_fail(ST_INTERNAL, "pipe: %s", strerror(errno));
-	if ((sync = sync_server_new(err, sizeof(err))) == NULL)
-		return cli_fail(ST_INTERNAL, "%s", err);
-	setenv(SYNCPOINT_ENV, sync_server_path(sync), 1);
-
-	/* Signals come through signalfd, never to the threads; those a
-	 * shell may have started us with ignored are ours. */
-	memcpy(sigs, owned, sizeof(owned));
-	polled =
-	    notice_signals(o.notices, o.nnotices, sigs, &nsigs, notice_sig);
-	if ((r.sfd = sigfd_open(sigs, nsigs, &blocked)) < 0)
-		return cli_fail(ST_INTERNAL, "signalfd: %s", strerror(errno));
-	signal(SIGPIPE, SIG_IGN);
-	nw = (struct notice_watch){.src = o.notices,
-	    .n = o.nnotices,
-	    .grace_ms = o.notice_grace,
-	    .interval_ms = o.notice_interval,
-	    .q = &q};
-	if (sync_server_start(sync) < 0 ||
-	    (polled && pthread_create(&nt, NULL, notice_watcher, &nw) != 0))
-		return cli_fail(ST_INTERNAL, "cannot start threads");
-
-	r.blocked = &blocked;
-	r.notice_sig = notice_sig;
-	r.s.addr = o.addr;
-	r.s.q = &q;
-	r.s.wait_all = o.wait_all;
-	r.s.bringup_ms = o.bringup;
-	r.s.guard = &r.guard;
-	atomic_store(&r.guard.fd, -1);
-	r.watch = (struct preempt_watch){.s = &r.s,
-	    .page = sync_server_page(sync),
-	    .notice_grace_ms = o.notice_grace,
-	    .window_ms = o.window,
-	    .barrier_timeout_ms = o.barrier_timeout,
-	    .grace_ms = o.grace};
-	for (;;) {
-		enum status st;
-		int sig;
-
-		r.s.a.incarnation = task_new_incarnation();
-		r.s.gen++;
-		/* A signal while coordd is still away ends the wait. */
-		st =
-		    session_interruptible(r.cc, r.sfd, register_call, &r, &sig);
-		if (st == ST_CANCELLED) {
-			log_info("SIG%s while registering: exiting",
-			    sigabbrev_np(sig));
-			rc = 128 + sig;
-			break;
-		}
-		if (st != ST_OK && r.s.a.wait_epoch >= 0) {
-			/* Restarted from outside while the run it left winds
-			 * down: join the next run, as a restart from here would. */
-			log_info("%s; waiting for the next run",
-			    coord_client_error(r.cc));
-			if ((rc = wait_next_run(&r, r.s.a.wait_epoch, 0)) != 0)
-				break;
-			r.s.gen--;
-			continue;
-		}
-		if (st != ST_OK) {
-			rc = cli_fail(st, "registering %s: %s", r.s.a.task,
-			    coord_client_error(r.cc));
-			break;
-		}
-		log_debug("registered %s in epoch %ld; heartbeat every %" PRId64
-		          "ms",
-		    r.s.a.task, r.s.a.epoch, r.s.a.heartbeat_interval_ms);
-		r.restarts = restarts;
-		if (session_start(&r.s) < 0 ||
-		    session_spawn(&r.s, preempt_watcher, &r.watch) < 0) {
-			rc = cli_fail(ST_INTERNAL, "cannot start threads");
-			break;
-		}
-		run_loop(&r);
-		session_stop(&r.s);
-		proc_guard_close(&r.guard);
-		rc = r.code;
-		if (!r.restartable || restarts >= o.max_restarts)
-			break;
-		restarts++;
-		log_info("restarting the command (%ld of at most %ld) once "
-		         "every task has left run %ld",
-		    restarts, o.max_restarts, r.s.a.epoch);
-		if ((rc = wait_next_run(&r, r.s.a.epoch, r.code)) != 0)
-			break;
-		sync_page_reset(r.watch.page);
-	}
-	coord_client_free(r.cc);
-	sync_server_free(sync);
+	rc = agent_main(&o, each_run, &r);
 	fflush(NULL);
 	/* Pollers of notices may be mid-call; exit ends them. */
 	_exit(rc);
