@@ -11,9 +11,10 @@
 
 #include "buf.h"
 #include "dataset.h"
+#include "dsjson.h"
 #include "fuzz.h"
 
-/* Whether the last ds_lease found nothing to lease yet. */
+/* Whether the last dsjson_lease found nothing to lease yet. */
 static int later;
 
 static char *static_workers[] = {"w:0", "w:1"};
@@ -52,14 +53,14 @@ base(struct ds *ds)
 	char msg[256];
 	int created;
 
-	FUZZ_CHECK(ds_dataset_register(ds, def, &d, &created, msg,
+	FUZZ_CHECK(dsjson_dataset_register(ds, def, &d, &created, msg,
 	               sizeof(msg)) == ST_OK);
 	ds_worker_up(ds, "w:0", 1, "127.0.0.1:1", "h");
 	ds_worker_up(ds, "w:9", 1, "127.0.0.1:2", "h");
-	FUZZ_CHECK(ds_job_open(ds, req, 0, &j, &c, &created, msg,
+	FUZZ_CHECK(dsjson_job_open(ds, req, 0, &j, &c, &created, msg,
 	               sizeof(msg)) == ST_OK);
-	FUZZ_CHECK(ds_lease(ds, j->tasks, 2, 1, &later, &b, msg, sizeof(msg)) ==
-	    ST_OK);
+	FUZZ_CHECK(dsjson_lease(ds, j->tasks, 2, 1, &later, &b, msg,
+	               sizeof(msg)) == ST_OK);
 	buf_free(&b);
 	json_decref(def);
 	json_decref(req);
@@ -78,14 +79,14 @@ exercise(struct ds *ds)
 		snprintf(key, sizeof(key), "%" PRIu64, id);
 		if ((j = ds_job_find(ds, key)) == NULL)
 			continue;
-		json_decref(ds_job_json(j));
+		json_decref(dsjson_job(j));
 		for (struct ds_task *t = j->tasks; t != NULL; t = t->next) {
 			struct buf b = {0};
 			json_t *l = json_pack("[[i,i,i,i],[i,i,i,i]]", 0, 0, 3,
 			    3, 1, 0, 1, -1);
-			ds_lease(ds, t, 3, 1, &later, &b, msg, sizeof(msg));
-			ds_lease(ds, t, 3, 1, &later, &b, msg, sizeof(msg));
-			ds_task_delivered(ds, t, l, msg, sizeof(msg));
+			dsjson_lease(ds, t, 3, 1, &later, &b, msg, sizeof(msg));
+			dsjson_lease(ds, t, 3, 1, &later, &b, msg, sizeof(msg));
+			dsjson_task_delivered(ds, t, l, msg, sizeof(msg));
 			json_decref(l);
 			buf_free(&b);
 		}
@@ -93,15 +94,15 @@ exercise(struct ds *ds)
 			json_t *body = json_pack("{s:[i,i],s:i,s:i}", "lost", 1,
 			    2, "round", 3, "blocked_round", 4);
 			json_t *reply = NULL;
-			ds_client_beat(ds, c, body, 10, &reply, msg,
+			dsjson_client_beat(ds, c, body, 10, &reply, msg,
 			    sizeof(msg));
 			json_decref(reply);
 			json_decref(body);
 		}
 	}
-	json_decref(ds_datasets_json(ds));
-	json_decref(ds_jobs_json(ds));
-	json_decref(ds_worker_tasks_json(ds, "w:0"));
+	json_decref(dsjson_datasets(ds));
+	json_decref(dsjson_jobs(ds));
+	json_decref(dsjson_worker_tasks(ds, "w:0"));
 	ds_worker_forget(ds, "w:0");
 	ds_worker_forget(ds, "w:9");
 	ds_worker_up(ds, "w:1", 7, "127.0.0.1:3", "h");

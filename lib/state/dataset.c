@@ -10,7 +10,8 @@
  *   dataset_journal.c  records made, committed and applied
  *   dataset_obj.c      the things: find, free, unlink
  *   dataset_lease.c    open leases: the map, lists, delivered ranges
- * (dataset_int.h holds the state and what the files share.)
+ * (dataset_int.h holds the state and what the files share.) What requests
+ * and replies look like is svc/dsjson.c's.
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -29,61 +30,18 @@ static void ids_add(uint64_t **v, size_t *n, size_t *cap, uint64_t id);
 static void rr_settle(struct ds *ds, struct ds_job *j);
 
 enum status
-ds_dataset_register(struct ds *ds, json_t *def, struct ds_dataset **out,
-    int *created, char *msg, size_t msglen)
+ds_dataset_register(struct ds *ds, const struct ds_dataset_def *def,
+    struct ds_dataset **out, int *created, char *msg, size_t msglen)
 {
-	json_t *splits = json_object_get(def, "splits"), *v;
-	const char *reader = json_string_value(json_object_get(def, "reader"));
-	const char *fr = json_string_value(json_object_get(def, "framing"));
-	const char *name = json_string_value(json_object_get(def, "name"));
-	int skips = json_is_true(json_object_get(def, "reader_skips"));
-	enum framing framing = FRAME_LINES;
+	uint64_t h = ds_fp_head(def->reader, def->framing, def->reader_skips);
 	struct ds_dataset *d, *byname = NULL;
-	uint64_t h;
-	size_t i;
+	char fp[17];
 
 	*created = 0;
-	if (!json_is_array(splits) || json_array_size(splits) == 0) {
-		snprintf(msg, msglen, "splits must be a list of one or more");
-		return ST_INVALID_ARGUMENT;
-	}
-	if (json_array_size(splits) > UINT32_MAX) {
-		snprintf(msg, msglen, "too many splits");
-		return ST_RESOURCE_EXHAUSTED;
-	}
-	if (reader == NULL || *reader == '\0') {
-		snprintf(msg, msglen, "a dataset needs a reader command");
-		return ST_INVALID_ARGUMENT;
-	}
-	if (fr != NULL && framing_parse(fr, &framing) < 0) {
-		snprintf(msg, msglen, "framing %s is not lines, nul or len32",
-		    fr);
-		return ST_INVALID_ARGUMENT;
-	}
-	if (name != NULL && !ds_name_ok(name)) {
-		snprintf(msg, msglen,
-		    "dataset name %s: 1 to 128 of A-Z a-z 0-9 - _ ., not all "
-		    "digits",
-		    name);
-		return ST_INVALID_ARGUMENT;
-	}
-	h = ds_fp_head(reader, framing, skips);
-	json_array_foreach(splits, i, v) {
-		const char *s = json_string_value(v);
-		size_t n = json_is_string(v) ? json_string_length(v) : 0;
-		if (s == NULL || n == 0 || n > DS_SPLIT_MAX ||
-		    memchr(s, '\n', n) != NULL || strlen(s) != n) {
-			snprintf(msg, msglen,
-			    "split %zu: a split is a string of 1 to %d bytes "
-			    "with no newline or NUL",
-			    i, DS_SPLIT_MAX);
-			return ST_INVALID_ARGUMENT;
-		}
-		h = ds_fnv(h, s, n + 1);
-	}
-	if (name != NULL)
-		byname = ds_dataset_find(ds, name);
-	char fp[17];
+	for (size_t i = 0; i < def->nsplits; i++)
+		h = ds_fnv(h, def->splits[i], strlen(def->splits[i]) + 1);
+	if (def->name != NULL)
+		byname = ds_dataset_find(ds, def->name);
 	snprintf(fp, sizeof(fp), "%016" PRIx64, h);
 	for (d = ds->datasets; d != NULL; d = d->next)
 		if (strcmp(d->fp, fp) == 0)
@@ -92,30 +50,29 @@ ds_dataset_register(struct ds *ds, json_t *def, struct ds_dataset **out,
 		snprintf(msg, msglen,
 		    "dataset name %s names dataset %" PRIu64
 		    ", of another definition",
-		    name, byname->id);
+		    def->name, byname->id);
 		return ST_ALREADY_EXISTS;
 	}
 	if (d != NULL) {
-		if (name != NULL && d->name == NULL &&
-		    (d->name = strdup(name)) != NULL)
+		if (def->name != NULL && d->name == NULL &&
+		    (d->name = strdup(def->name)) != NULL)
 			ds_jr_dsname(ds, d);
 		*out = d;
 		return ST_OK;
 	}
 	if ((d = calloc(1, sizeof(*d))) == NULL ||
-	    (d->splits = calloc(json_array_size(splits), sizeof(char *))) ==
-	        NULL)
+	    (d->splits = calloc(def->nsplits, sizeof(char *))) == NULL)
 		goto oom;
-	json_array_foreach(splits, i, v) {
-		if ((d->splits[i] = strdup(json_string_value(v))) == NULL)
+	for (size_t i = 0; i < def->nsplits; i++) {
+		if ((d->splits[i] = strdup(def->splits[i])) == NULL)
 			goto oom;
 		d->nsplits++;
 	}
-	if ((d->reader = strdup(reader)) == NULL ||
-	    (name != NULL && (d->name = strdup(name)) == NULL))
+	if ((d->reader = strdup(def->reader)) == NULL ||
+	    (def->name != NULL && (d->name = strdup(def->name)) == NULL))
 		goto oom;
-	d->framing = framing;
-	d->reader_skips = skips;
+	d->framing = def->framing;
+	d->reader_skips = def->reader_skips;
 	memcpy(d->fp, fp, sizeof(fp));
 	d->id = ++ds->next_dataset;
 	d->next = ds->datasets;
@@ -129,29 +86,6 @@ oom:
 		ds_dataset_free(d);
 	snprintf(msg, msglen, "out of memory");
 	return ST_RESOURCE_EXHAUSTED;
-}
-
-json_t *
-ds_dataset_json(const struct ds_dataset *d)
-{
-	char id[24];
-
-	snprintf(id, sizeof(id), "%" PRIu64, d->id);
-	return json_pack("{s:s,s:o,s:I,s:s,s:s,s:b,s:s}", "id", id, "name",
-	    d->name != NULL ? json_string(d->name) : json_null(), "splits",
-	    (json_int_t)d->nsplits, "reader", d->reader, "framing",
-	    framing_name(d->framing), "reader_skips", d->reader_skips,
-	    "fingerprint", d->fp);
-}
-
-json_t *
-ds_datasets_json(struct ds *ds)
-{
-	json_t *a = json_array();
-
-	for (struct ds_dataset *d = ds->datasets; d != NULL; d = d->next)
-		json_array_insert_new(a, 0, ds_dataset_json(d));
-	return json_pack("{s:o}", "datasets", a);
 }
 
 enum status
@@ -356,60 +290,42 @@ rr_settle(struct ds *ds, struct ds_job *j)
 }
 
 enum status
-ds_client_beat(struct ds *ds, struct ds_client *c, json_t *body, int64_t now,
-    json_t **reply, char *msg, size_t msglen)
+ds_client_beat(struct ds *ds, struct ds_client *c, const struct ds_beat *b,
+    int64_t now, char *msg, size_t msglen)
 {
 	struct ds_job *j = c->job;
-	json_t *v, *tasks;
 	enum status st;
-	size_t i;
 
 	c->last_seen = now;
-	if ((st = ds_deliveries(ds, j, json_object_get(body, "delivered"), msg,
+	if ((st = ds_deliveries(ds, j, b->delivered, b->ndelivered, msg,
 	         msglen)) != ST_OK)
 		return st;
-	json_array_foreach(json_object_get(body, "lost"), i, v) {
-		struct ds_task *t;
-		if (json_is_integer(v) &&
-		    (t = ds_job_task(j, (uint64_t)json_integer_value(v))) !=
-		        NULL)
+	if (b->cut)
+		return ST_INVALID_ARGUMENT;
+	for (size_t i = 0; i < b->nlost; i++) {
+		struct ds_task *t = ds_job_task(j, b->lost[i]);
+		if (t != NULL)
 			task_ack(ds, t, c->id);
 	}
 	if (j->consumers > 0) {
-		json_t *r = json_object_get(body, "round");
-		json_t *b = json_object_get(body, "blocked_round");
 		int64_t round = c->round, blocked = c->blocked;
-		if (json_is_integer(r)) {
-			c->round = json_integer_value(r);
+		if (b->has_round) {
+			c->round = b->round;
 			if (c->round > j->rr_latest) {
 				j->rr_latest = c->round;
 				ds_jr_job(ds, j);
 			}
 		}
-		c->blocked = json_is_integer(b) ? json_integer_value(b) : -1;
+		c->blocked = b->blocked;
 		if (c->round != round || c->blocked != blocked)
 			ds_jr_client(ds, c);
 		rr_settle(ds, j);
 	}
 	ds_job_check_done(ds, j);
-	tasks = json_array();
-	for (struct ds_task *t = j->tasks; t != NULL; t = t->next) {
-		if (t->state == DS_TASK_FAILED || t->pending)
-			continue;
-		task_told(ds, t, c->id);
-		json_array_append_new(tasks,
-		    json_pack("{s:I,s:s,s:s,s:s,s:I,s:s}", "id",
-		        (json_int_t)t->id, "worker", t->w->name, "address",
-		        t->w->address, "host", t->w->host, "starting_round",
-		        (json_int_t)t->start_round, "state",
-		        ds_task_state_name(t)));
-	}
-	*reply = json_pack("{s:o,s:b,s:o,s:o}", "tasks", tasks, "finished",
-	    j->finished, "error",
-	    j->error != NULL ? json_string(j->error) : json_null(),
-	    "block_round",
-	    j->rr_target >= 0 ? json_integer(j->rr_target) : json_null());
-	return *reply != NULL ? ST_OK : ST_RESOURCE_EXHAUSTED;
+	for (struct ds_task *t = j->tasks; t != NULL; t = t->next)
+		if (ds_task_listed(t))
+			task_told(ds, t, c->id);
+	return ST_OK;
 }
 
 /* Workers. */
@@ -506,41 +422,6 @@ ds_worker_changed(struct ds *ds, const char *name, int clear)
 	return changed;
 }
 
-json_t *
-ds_worker_tasks_json(struct ds *ds, const char *name)
-{
-	struct ds_worker *w = ds_worker_find(ds, name);
-	json_t *a = json_array();
-
-	if (w == NULL || !w->live)
-		return a;
-	for (struct ds_job *j = ds->jobs; j != NULL; j = j->link)
-		for (struct ds_task *t = j->tasks; t != NULL; t = t->next) {
-			char id[24];
-			if (t->state == DS_TASK_FAILED || t->w != w ||
-			    t->inc != w->inc)
-				continue;
-			snprintf(id, sizeof(id), "%" PRIu64, j->ds->id);
-			json_array_append_new(a,
-			    json_pack("{s:I,s:I,s:s,s:s,s:s,s:s,s:b,s:I,s:I,"
-			              "s:I,s:I,s:I,s:I,s:s}",
-			        "id", (json_int_t)t->id, "job",
-			        (json_int_t)j->id, "dataset", id, "mode",
-			        shard_mode_name(j->eff), "reader",
-			        j->ds->reader, "framing",
-			        framing_name(j->ds->framing), "reader_skips",
-			        j->ds->reader_skips, "repeat",
-			        (json_int_t)j->repeat, "seed",
-			        (json_int_t)j->seed, "splits",
-			        (json_int_t)j->ds->nsplits, "shard_index",
-			        (json_int_t)t->shard, "shard_count",
-			        (json_int_t)(j->shards > 0 ? j->shards : 1),
-			        "consumers", (json_int_t)j->consumers, "secret",
-			        j->secret));
-		}
-	return a;
-}
-
 /* Worker-facing calls. */
 
 struct ds_task *
@@ -634,7 +515,7 @@ ds_view(struct ds *ds, struct ds_view *v)
 	for (struct ds_job *j = ds->jobs; j != NULL; j = j->link) {
 		v->jobs++;
 		v->clients += j->nclients;
-		v->leased += j->leases != NULL ? j->leases->count : 0;
+		v->leased += ds_job_leased(j);
 		for (struct ds_task *t = j->tasks; t != NULL; t = t->next)
 			v->tasks++;
 	}

@@ -23,8 +23,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <jansson.h>
-
 #include "buf.h"
 #include "shardmode.h"
 #include "span.h"
@@ -46,8 +44,17 @@ struct ds_dataset {
 	struct ds_dataset *next;
 };
 
+/* A worker that serves data, as it last registered. */
+struct ds_worker {
+	char *name;
+	uint64_t inc;
+	char *address, *host;
+	int changed; /* its task list, since its heartbeat last said it */
+	int live;
+	struct ds_worker *next;
+};
+
 struct ds_task;
-struct ds_worker;
 
 /* A leased seq of a DYNAMIC job, until its elements are all delivered. */
 struct ds_lease {
@@ -106,7 +113,7 @@ struct ds_job {
 	char *name;         /* NULL: anonymous */
 	uint64_t iteration; /* of its name: 1, 2, ... */
 	int retired;        /* ended, and its name read anew by a newer one */
-	char *start;        /* where it began: a position's JSON; NULL: at 0 */
+	char *start;        /* where it began: a position's text; NULL: at 0 */
 	char *run;          /* the run of the training job that read it */
 	int kept;           /* idle past the GC timeout: kept, without tasks */
 	char secret[33];    /* consumers show it to workers' data servers */
@@ -164,44 +171,122 @@ struct ds;
 struct ds *ds_new(const struct ds_config *cfg, ds_observer_fn fn, void *arg);
 void ds_free(struct ds *ds);
 
-/*
- * Registers what def describes ({"splits":[...], "reader", "framing",
- * "reader_skips", "name"}), or finds the dataset with its fingerprint.
- */
-enum status ds_dataset_register(struct ds *ds, json_t *def,
+/* Whether s may name a dataset or a job: 1 to 128 of A-Z a-z 0-9 - _ .,
+ * not all digits. */
+int ds_name_ok(const char *s);
+/* Whether s may be a run's id: as a name, but digits alone will do. */
+int ds_run_ok(const char *s);
+
+/* A dataset as a request defines it (svc/dsjson checks its shape). */
+struct ds_dataset_def {
+	const char *const *splits; /* 1 to 4,294,967,295 */
+	size_t nsplits;
+	const char *reader;
+	enum framing framing;
+	int reader_skips;
+	const char *name; /* NULL: none */
+};
+
+/* Registers what def describes, or finds the dataset with its
+ * fingerprint (and gives it def's name, if it had none). */
+enum status ds_dataset_register(struct ds *ds, const struct ds_dataset_def *def,
     struct ds_dataset **out, int *created, char *msg, size_t msglen);
 /* By id ("3") or name; NULL when none. */
 struct ds_dataset *ds_dataset_find(struct ds *ds, const char *key);
-json_t *ds_dataset_json(const struct ds_dataset *d);
-json_t *ds_datasets_json(struct ds *ds);
+/* Every dataset, the newest first (through next). */
+const struct ds_dataset *ds_datasets(const struct ds *ds);
 
 /*
- * GetOrCreateJob and a job client for it, from req ({"dataset", "mode",
- * "name", "repeat", "seed", "consumers", "consumer_index", "from_state",
- * "run"}). A name is read anew (its next iteration: the job that had it
- * gives it up) by a reader of another run than its job's, or, without a
- * run, once its job has ended (finished or failed). The readers of one
- * run join its job, and must give the state it started from.
+ * A DYNAMIC job's position to start from, as a reader gives it
+ * (--from-state): what was read up to next, and the seqs below it still
+ * open, with the ranges of their elements delivered. What a request gave
+ * badly is marked, for the job's checks to refuse in their turn: a
+ * reader that joins a job compares the text alone.
  */
-enum status ds_job_open(struct ds *ds, json_t *req, int64_t now,
-    struct ds_job **job, struct ds_client **client, int *created, char *msg,
-    size_t msglen);
+struct ds_open_seq {
+	int64_t seq;             /* -1: not a seq */
+	const struct span *skip; /* delivered, each [a, b) with a <= b */
+	size_t nskip;
+	int skip_bad; /* skip went on with one that is not [first, end] */
+};
+
+struct ds_position {
+	const char *text;     /* as its job keeps it; NULL: none made */
+	const char *dataset;  /* its dataset's fingerprint; NULL: none */
+	int64_t seed, repeat; /* of its job; 0: not numbers */
+	int64_t next;         /* -1: not a seq */
+	int open_bad;         /* open is not a list */
+	const struct ds_open_seq *open;
+	size_t nopen;
+};
+
+/* A reader's request for a job (svc/dsjson checks its shape). */
+struct ds_job_req {
+	struct ds_dataset *dataset;
+	enum shard_mode mode;
+	const char *name; /* NULL: anonymous */
+	const char *run;  /* NULL: none */
+	long repeat;      /* epochs; 0: for ever */
+	uint64_t seed;
+	long consumers, index;          /* round robin; 0: none */
+	const struct ds_position *from; /* NULL: from the start */
+};
+
+/*
+ * GetOrCreateJob and a job client for it. A name is read anew (its next
+ * iteration: the job that had it gives it up) by a reader of another run
+ * than its job's, or, without a run, once its job has ended (finished or
+ * failed). The readers of one run join its job, and must give the state
+ * it started from.
+ */
+enum status ds_job_open(struct ds *ds, const struct ds_job_req *req,
+    int64_t now, struct ds_job **job, struct ds_client **client, int *created,
+    char *msg, size_t msglen);
 struct ds_job *ds_job_find(struct ds *ds, const char *key);
-json_t *ds_job_json(const struct ds_job *j);
-json_t *ds_jobs_json(struct ds *ds);
-/* Where a DYNAMIC job began, as a position (NULL otherwise). */
-json_t *ds_job_start(const struct ds_job *j);
-/* A DYNAMIC job's position, for --from-state. */
-enum status ds_checkpoint(const struct ds_job *j, json_t **out, char *msg,
-    size_t msglen);
+/* Every job, the newest first (through link). */
+const struct ds_job *ds_jobs(const struct ds *ds);
+/* How many seqs of a DYNAMIC job are open (leased, or waiting to be). */
+size_t ds_job_leased(const struct ds_job *j);
+/*
+ * A DYNAMIC job's open leases, by seq, in an array of *n the caller
+ * frees; NULL when memory ran out.
+ */
+const struct ds_lease **ds_job_open_leases(const struct ds_job *j, size_t *n);
+/* The index in j's dataset of the split seq names (seed's order). */
+uint32_t ds_split_index(struct ds_job *j, uint64_t seq);
 
 struct ds_client *ds_client_find(struct ds *ds, uint64_t id);
+
+/* Elements [first, end) of seq were delivered; total: all of them, or
+ * -1 when not known yet. */
+struct ds_delivery {
+	uint64_t seq, first, end;
+	int64_t total;
+};
+
+/* A client's heartbeat, as svc/dsjson reads it. */
+struct ds_beat {
+	const struct ds_delivery *delivered;
+	size_t ndelivered;
+	/* The request's list went on with one that is not a delivery: those
+	 * before it are recorded, and the beat goes no further
+	 * (ST_INVALID_ARGUMENT, for the caller to say why). */
+	int cut;
+	const uint64_t *lost; /* tasks it stopped reading */
+	size_t nlost;
+	int has_round; /* round robin: the round it reads next, */
+	int64_t round;
+	int64_t blocked; /* and the first it will not read; -1: none */
+};
+
 /*
- * A client's heartbeat (body: "delivered", "lost", "round",
- * "blocked_round"); *reply gets the answer.
+ * A client's heartbeat; the caller answers with the job's tasks
+ * ds_task_listed lists, its end or error, and its rr_target.
  */
-enum status ds_client_beat(struct ds *ds, struct ds_client *c, json_t *body,
-    int64_t now, json_t **reply, char *msg, size_t msglen);
+enum status ds_client_beat(struct ds *ds, struct ds_client *c,
+    const struct ds_beat *b, int64_t now, char *msg, size_t msglen);
+/* Whether a client's heartbeat lists t (told of it, from then on). */
+int ds_task_listed(const struct ds_task *t);
 void ds_client_release(struct ds *ds, struct ds_client *c, int64_t now);
 
 /*
@@ -224,32 +309,43 @@ void ds_worker_forget(struct ds *ds, const char *name);
  */
 void ds_worker_each(struct ds *ds,
     void (*fn)(const char *name, uint64_t inc, void *arg), void *arg);
-/* Whether name serves data, and its task list as the heartbeat says it. */
+/* By name; NULL when none. */
+struct ds_worker *ds_worker_find(struct ds *ds, const char *name);
+/*
+ * Whether name serves data; its task list, as the heartbeat says it, is
+ * the tasks of its incarnation that have not failed.
+ */
 int ds_worker_serves(struct ds *ds, const char *name);
-json_t *ds_worker_tasks_json(struct ds *ds, const char *name);
 /* Whether name's task list changed since it was last cleared. */
 int ds_worker_changed(struct ds *ds, const char *name, int clear);
 
 /* Task id of worker name (its incarnation inc); NULL, msg says why. */
 struct ds_task *ds_task_of(struct ds *ds, const char *name, uint64_t inc,
     uint64_t id, enum status *st, char *msg, size_t msglen);
+
+/* What a lease request gets. */
+struct ds_leased {
+	int later; /* nothing to lease yet, and the job goes on */
+	int end;   /* the job is over */
+	size_t n;
+	struct ds_lease *v[DS_WANT_MAX]; /* valid until the next change */
+};
+
 /*
- * Leases up to want (at most DS_WANT_MAX) seqs to t: out gets
- * {"splits":[...], "end"} as JSON text. *later is set (and nothing
- * written) when there is nothing to lease yet and the job goes on: the
+ * Leases up to want (at most DS_WANT_MAX) seqs to t, into out. With
+ * nothing to lease yet and the job going on, out->later is set: the
  * caller waits for DS_EV_SPLITS. A request sent again after its reply was
  * lost (the same id, not 0) gets the seqs of that reply again, those
  * still open.
  */
 enum status ds_lease(struct ds *ds, struct ds_task *t, long want, uint64_t id,
-    int *later, struct buf *out, char *msg, size_t msglen);
+    struct ds_leased *out, char *msg, size_t msglen);
 /*
  * The ranges of t's splits its consumers acknowledged (asked for more
- * after), as [seq, first, end, total] each: what a consumer that died
- * before reporting had delivered.
+ * after): what a consumer that died before reporting had delivered.
  */
-enum status ds_task_delivered(struct ds *ds, struct ds_task *t, json_t *list,
-    char *msg, size_t msglen);
+enum status ds_task_delivered(struct ds *ds, struct ds_task *t,
+    const struct ds_delivery *v, size_t n, char *msg, size_t msglen);
 /* The worker read all of t (finished), or t failed with message. */
 enum status ds_task_end(struct ds *ds, struct ds_task *t, int failed,
     const char *message);

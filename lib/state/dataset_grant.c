@@ -1,7 +1,7 @@
 /*
  * dataset_grant.c: tasks made for a job on a worker, leasing a dynamic
- * job's splits and what is delivered of them (made as records and applied
- * by ds_commit), and a job's end once every task of it has ended.
+ * job's splits (the leases a reply lists: svc/dsjson writes it) and what
+ * is delivered of them, and a job's end once every task of it has ended.
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -131,137 +131,65 @@ delivered(struct ds *ds, struct ds_job *j, uint64_t seq, uint64_t a, uint64_t b,
 	return ds_commit(ds, &o, 0, NULL, 0);
 }
 
-/* What "delivered" lists: [seq, first, end, total] each. ST_OK,
- * ST_INVALID_ARGUMENT for a list that is not one, or ST_UNAVAILABLE when
- * memory ran out (what was recorded stays; the rest is to be sent again,
- * and a range sent twice is recorded once). */
+/* Deliveries v[0..n) of j. ST_OK, or ST_UNAVAILABLE when memory ran
+ * out (what was recorded stays; the rest is to be sent again, and a range
+ * sent twice is recorded once). */
 enum status
-ds_deliveries(struct ds *ds, struct ds_job *j, json_t *list, char *msg,
-    size_t msglen)
+ds_deliveries(struct ds *ds, struct ds_job *j, const struct ds_delivery *v,
+    size_t n, char *msg, size_t msglen)
 {
-	json_t *v;
-	size_t i;
-
-	json_array_foreach(list, i, v) {
-		json_t *s = json_array_get(v, 0), *a = json_array_get(v, 1);
-		json_t *b = json_array_get(v, 2), *n = json_array_get(v, 3);
-		if (!json_is_integer(s) || !json_is_integer(a) ||
-		    !json_is_integer(b) || json_integer_value(s) < 0 ||
-		    json_integer_value(a) < 0 ||
-		    json_integer_value(b) < json_integer_value(a)) {
-			snprintf(msg, msglen,
-			    "delivered[%zu] must be [seq, first, end, total]",
-			    i);
-			return ST_INVALID_ARGUMENT;
-		}
-		if (j->eff == SHARD_DYNAMIC &&
-		    delivered(ds, j, (uint64_t)json_integer_value(s),
-		        (uint64_t)json_integer_value(a),
-		        (uint64_t)json_integer_value(b),
-		        json_is_integer(n) ? json_integer_value(n) : -1) < 0) {
+	for (size_t i = 0; i < n && j->eff == SHARD_DYNAMIC; i++)
+		if (delivered(ds, j, v[i].seq, v[i].first, v[i].end,
+		        v[i].total) < 0) {
 			snprintf(msg, msglen,
 			    "out of memory recording delivered[%zu]: send it "
 			    "again",
 			    i);
 			return ST_UNAVAILABLE;
 		}
-	}
 	return ST_OK;
 }
 
-/* The index in the dataset of the split seq names. */
-static int
-split_index(struct ds_job *j, uint64_t seq, uint32_t *index)
+uint32_t
+ds_split_index(struct ds_job *j, uint64_t seq)
 {
 	size_t n = j->ds->nsplits;
 	uint64_t epoch = seq / n;
 
-	if (j->seed == 0) {
-		*index = (uint32_t)(seq % n);
-		return 0;
-	}
+	if (j->seed == 0)
+		return (uint32_t)(seq % n);
 	if (j->order == NULL || j->order_epoch != epoch) {
+		/* Out of memory: the first split, as good as any. */
 		if (j->order == NULL &&
 		    (j->order = malloc(n * sizeof(*j->order))) == NULL)
-			return -1;
+			return 0;
 		split_order(j->seed, epoch, j->order, n);
 		j->order_epoch = epoch;
 	}
-	*index = j->order[seq % n];
-	return 0;
-}
-
-/* s as a JSON string, quoted, onto b. */
-static void
-json_quote(struct buf *b, const char *s)
-{
-	static const char hex[] = "0123456789abcdef";
-	const char *run = s;
-
-	buf_append(b, "\"", 1);
-	for (; *s != '\0'; s++) {
-		unsigned char c = (unsigned char)*s;
-		char e[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
-		if (c >= 0x20 && c != '"' && c != '\\')
-			continue;
-		buf_append(b, run, (size_t)(s - run));
-		if (c == '"' || c == '\\') {
-			e[1] = (char)c;
-			buf_append(b, e, 2);
-		} else {
-			buf_append(b, e, 6);
-		}
-		run = s + 1;
-	}
-	buf_append(b, run, (size_t)(s - run));
-	buf_append(b, "\"", 1);
-}
-
-/* One leased seq's object onto out. */
-static void
-lease_json(struct ds_job *j, const struct ds_lease *l, int first,
-    struct buf *out)
-{
-	uint32_t index;
-
-	if (split_index(j, l->seq, &index) < 0)
-		index = 0;
-	buf_printf(out,
-	    "%s{\"seq\":%" PRIu64 ",\"index\":%" PRIu32 ",\"epoch\":%" PRIu64
-	    ",\"split\":",
-	    first ? "" : ",", l->seq, index, l->seq / j->ds->nsplits);
-	json_quote(out, j->ds->splits[index]);
-	buf_puts(out, ",\"skip\":[");
-	for (size_t i = 0; i < l->nr; i++)
-		buf_printf(out, "%s[%" PRIu64 ",%" PRIu64 "]", i > 0 ? "," : "",
-		    l->r[i].a, l->r[i].b);
-	buf_puts(out, "]}");
+	return j->order[seq % n];
 }
 
 /* The reply to a lease request sent again: its seqs t still holds. */
 static void
-lease_again(struct ds_task *t, struct buf *out)
+lease_again(struct ds_task *t, struct ds_leased *out)
 {
-	int n = 0;
-
-	buf_puts(out, "{\"splits\":[");
 	for (size_t i = 0; i < t->nlast; i++) {
 		struct ds_lease *l = ds_map_get(t->job->leases, t->last[i]);
 		if (l != NULL && l->task == t)
-			lease_json(t->job, l, n++ == 0, out);
+			out->v[out->n++] = l;
 	}
-	buf_puts(out, "],\"end\":false}");
 }
 
 enum status
-ds_lease(struct ds *ds, struct ds_task *t, long want, uint64_t id, int *later,
-    struct buf *out, char *msg, size_t msglen)
+ds_lease(struct ds *ds, struct ds_task *t, long want, uint64_t id,
+    struct ds_leased *out, char *msg, size_t msglen)
 {
 	struct ds_job *j = t->job;
 	uint64_t seqs[DS_WANT_MAX];
 	long n = 0;
 
-	*later = 0;
+	out->later = out->end = 0;
+	out->n = 0;
 	if (want > DS_WANT_MAX)
 		want = DS_WANT_MAX;
 	if (j->error != NULL) {
@@ -276,7 +204,7 @@ ds_lease(struct ds *ds, struct ds_task *t, long want, uint64_t id, int *later,
 		return ST_FAILED_PRECONDITION;
 	}
 	if (j->finished) {
-		buf_puts(out, "{\"splits\":[],\"end\":true}");
+		out->end = 1;
 		return ST_OK;
 	}
 	if (id != 0 && id == t->lease_id) {
@@ -284,7 +212,7 @@ ds_lease(struct ds *ds, struct ds_task *t, long want, uint64_t id, int *later,
 		return ST_OK;
 	}
 	if (j->queue.count == 0 && j->next >= j->total) {
-		*later = 1;
+		out->later = 1;
 		return ST_OK;
 	}
 	/* The queue's first, then new ones. */
@@ -295,18 +223,16 @@ ds_lease(struct ds *ds, struct ds_task *t, long want, uint64_t id, int *later,
 		seqs[n++] = s;
 	if (grant(ds, t, id, seqs, (size_t)n, msg, msglen) < 0)
 		return ST_RESOURCE_EXHAUSTED;
-	buf_puts(out, "{\"splits\":[");
 	for (long i = 0; i < n; i++)
-		lease_json(j, ds_map_get(j->leases, seqs[i]), i == 0, out);
-	buf_puts(out, "],\"end\":false}");
+		out->v[out->n++] = ds_map_get(j->leases, seqs[i]);
 	return ST_OK;
 }
 
 enum status
-ds_task_delivered(struct ds *ds, struct ds_task *t, json_t *list, char *msg,
-    size_t msglen)
+ds_task_delivered(struct ds *ds, struct ds_task *t, const struct ds_delivery *v,
+    size_t n, char *msg, size_t msglen)
 {
-	enum status st = ds_deliveries(ds, t->job, list, msg, msglen);
+	enum status st = ds_deliveries(ds, t->job, v, n, msg, msglen);
 
 	ds_job_check_done(ds, t->job);
 	return st;

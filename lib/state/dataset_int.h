@@ -21,15 +21,6 @@ struct lease_map {
 	size_t cap, count; /* cap a power of two */
 };
 
-struct ds_worker {
-	char *name;
-	uint64_t inc;
-	char *address, *host;
-	int changed;
-	int live;
-	struct ds_worker *next;
-};
-
 struct ds {
 	struct ds_config cfg;
 	ds_observer_fn fn;
@@ -103,15 +94,12 @@ void ds_emit(struct ds *ds, enum ds_event_type type, const char *worker,
     uint64_t job);
 uint64_t ds_fnv(uint64_t h, const void *p, size_t n);
 uint64_t ds_fp_head(const char *reader, enum framing framing, int skips);
-int ds_name_ok(const char *s);
 void ds_dataset_free(struct ds_dataset *d);
-struct ds_worker *ds_worker_find(struct ds *ds, const char *name);
 void ds_tasks_changed(struct ds *ds, struct ds_worker *w);
 long ds_static_index(struct ds *ds, const char *name);
 void ds_task_free(struct ds_task *t);
 void ds_task_release_leases(struct ds *ds, struct ds_task *t);
 void ds_client_unlink(struct ds_job *j, struct ds_client *c);
-int ds_run_ok(const char *s);
 void ds_job_free(struct ds_job *j);
 struct ds_task *ds_job_task(struct ds_job *j, uint64_t id);
 
@@ -145,11 +133,10 @@ void ds_task_make(struct ds *ds, struct ds_job *j, struct ds_worker *w,
     int pending);
 void ds_job_finish(struct ds *ds, struct ds_job *j);
 void ds_job_check_done(struct ds *ds, struct ds_job *j);
-enum status ds_deliveries(struct ds *ds, struct ds_job *j, json_t *list,
-    char *msg, size_t msglen);
+enum status ds_deliveries(struct ds *ds, struct ds_job *j,
+    const struct ds_delivery *v, size_t n, char *msg, size_t msglen);
 
 /* dataset_job.c */
-const char *ds_task_state_name(const struct ds_task *t);
 int ds_job_keeps(const struct ds_job *j);
 void ds_job_keep(struct ds *ds, struct ds_job *j);
 void ds_job_collect(struct ds *ds, struct ds_job *j);

@@ -1,7 +1,8 @@
 /*
  * dataset_lease.c: a dynamic job's open splits: the map of open seqs, the
  * lists of leases (a task's, the job's queue) and the ranges of each that
- * were delivered. Plain structures: no records, no events.
+ * were delivered, and the views of them. Plain structures: no records, no
+ * events.
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -144,4 +145,35 @@ ds_lease_free(struct ds_lease *l)
 		return;
 	free(l->r);
 	free(l);
+}
+
+size_t
+ds_job_leased(const struct ds_job *j)
+{
+	return j->leases != NULL ? j->leases->count : 0;
+}
+
+static int
+lease_cmp(const void *a, const void *b)
+{
+	const struct ds_lease *x = *(const struct ds_lease *const *)a;
+	const struct ds_lease *y = *(const struct ds_lease *const *)b;
+
+	return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+const struct ds_lease **
+ds_job_open_leases(const struct ds_job *j, size_t *n)
+{
+	const struct lease_map *m = j->leases;
+	const struct ds_lease **v;
+
+	*n = 0;
+	if ((v = calloc(ds_job_leased(j) + 1, sizeof(*v))) == NULL)
+		return NULL;
+	for (size_t i = 0; m != NULL && i < m->cap; i++)
+		if (m->slot[i] != NULL)
+			v[(*n)++] = m->slot[i];
+	qsort(v, *n, sizeof(*v), lease_cmp);
+	return v;
 }

@@ -101,6 +101,12 @@ ds_dataset_find(struct ds *ds, const char *key)
 	return NULL;
 }
 
+const struct ds_dataset *
+ds_datasets(const struct ds *ds)
+{
+	return ds->datasets;
+}
+
 /* Tasks. */
 
 struct ds_worker *
@@ -126,6 +132,12 @@ ds_static_index(struct ds *ds, const char *name)
 		if (strcmp(ds->cfg.static_workers[i], name) == 0)
 			return (long)i;
 	return -1;
+}
+
+int
+ds_task_listed(const struct ds_task *t)
+{
+	return t->state != DS_TASK_FAILED && !t->pending;
 }
 
 void
@@ -173,7 +185,7 @@ ds_client_unlink(struct ds_job *j, struct ds_client *c)
 	j->nclients--;
 }
 
-/* A run's id: as a name, but digits alone will do (an epoch). */
+/* Digits alone: an epoch. */
 int
 ds_run_ok(const char *s)
 {
@@ -229,6 +241,12 @@ ds_job_find(struct ds *ds, const char *key)
 		            !j->retired && strcmp(j->name, key) == 0)
 			return j;
 	return NULL;
+}
+
+const struct ds_job *
+ds_jobs(const struct ds *ds)
+{
+	return ds->jobs;
 }
 
 struct ds_client *

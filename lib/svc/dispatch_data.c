@@ -3,7 +3,8 @@
  * the dispatcher's one lock (dispatch_int.h). Consumers open jobs and
  * heartbeat with what they delivered; workers learn their tasks from
  * their heartbeats (answered early when the list changes) and lease
- * splits, waiting parked while there are none yet.
+ * splits, waiting parked while there are none yet. Bodies are read and
+ * replies written by dsjson.c.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -73,8 +74,8 @@ answer_lease(struct dispatch *d, struct parked *p, int final)
 			http_reply_error(p->req, st, "%s", msg);
 		return 1;
 	}
-	st =
-	    ds_lease(d->ds, t, x->want, x->lease, &later, &b, msg, sizeof(msg));
+	st = dsjson_lease(d->ds, t, x->want, x->lease, &later, &b, msg,
+	    sizeof(msg));
 	if (st == ST_OK && later && !final)
 		return 0;
 	reply_lease(p->req, st, later, &b, msg);
@@ -140,7 +141,7 @@ dispatch_data_lease(struct dispatch *d, struct http_req *req,
 		http_reply_error(req, st, "%s", msg);
 		return;
 	}
-	st = ds_lease(d->ds, t, want, id, &later, &b, msg, sizeof(msg));
+	st = dsjson_lease(d->ds, t, want, id, &later, &b, msg, sizeof(msg));
 	if (st != ST_OK || !later || wait == 0) {
 		reply_lease(req, st, later, &b, msg);
 		return;
@@ -192,7 +193,7 @@ dispatch_data_task(struct dispatch *d, struct http_req *req,
 		http_reply_error(req, st, "%s", msg);
 		return;
 	}
-	if ((st = ds_task_delivered(d->ds, t,
+	if ((st = dsjson_task_delivered(d->ds, t,
 	         json_object_get(body, "delivered"), msg, sizeof(msg))) !=
 	    ST_OK) {
 		http_reply_error(req, st, "%s", msg);
@@ -250,12 +251,12 @@ dispatch_datasets_route(struct http_req *req, const struct route_match *m,
 		return;
 	dispatch_lock(d);
 	if (m->nseg == 0 && m->method == ROUTE_POST) {
-		st = ds_dataset_register(d->ds, body, &ds, &created, msg,
+		st = dsjson_dataset_register(d->ds, body, &ds, &created, msg,
 		    sizeof(msg));
 		if (st != ST_OK) {
 			http_reply_error(req, st, "%s", msg);
 		} else {
-			json_t *o = ds_dataset_json(ds);
+			json_t *o = dsjson_dataset(ds);
 			json_object_set_new(o, "created",
 			    json_boolean(created));
 			if (created)
@@ -265,14 +266,14 @@ dispatch_datasets_route(struct http_req *req, const struct route_match *m,
 			http_reply_json(req, 200, o);
 		}
 	} else if (m->nseg == 0) {
-		http_reply_json(req, 200, ds_datasets_json(d->ds));
+		http_reply_json(req, 200, dsjson_datasets(d->ds));
 	} else if ((ds = ds_dataset_find(d->ds,
 	                route_seg(m, 0, key, sizeof(key)))) == NULL) {
 		http_reply_error(req, ST_NOT_FOUND, "no dataset %s", key);
 	} else if (m->op == &dispatch_dataset_splits) {
 		splits_text(req, ds);
 	} else {
-		http_reply_json(req, 200, ds_dataset_json(ds));
+		http_reply_json(req, 200, dsjson_dataset(ds));
 	}
 	dispatch_unlock(d);
 	json_decref(body);
@@ -297,7 +298,7 @@ dispatch_jobs_route(struct http_req *req, const struct route_match *m,
 	if (dispatch_closing(d)) {
 		dispatch_reply_closing(req);
 	} else if (m->nseg == 0 && m->method == ROUTE_POST) {
-		st = ds_job_open(d->ds, body, duration_now_ms(), &j, &c,
+		st = dsjson_job_open(d->ds, body, duration_now_ms(), &j, &c,
 		    &created, msg, sizeof(msg));
 		if (st != ST_OK) {
 			http_reply_error(req, st, "%s", msg);
@@ -307,7 +308,7 @@ dispatch_jobs_route(struct http_req *req, const struct route_match *m,
 				          "%" PRIu64 ", mode %s",
 				    j->id, j->name != NULL ? j->name : "-",
 				    j->ds->id, shard_mode_name(j->mode));
-			json_t *start = ds_job_start(j);
+			json_t *start = dsjson_job_start(j);
 			http_reply_json(req, 200,
 			    json_pack(
 			        "{s:I,s:I,s:b,s:o,s:I,s:s,s:I,s:I,s:o,s:s,"
@@ -327,17 +328,18 @@ dispatch_jobs_route(struct http_req *req, const struct route_match *m,
 			        start != NULL ? start : json_null()));
 		}
 	} else if (m->nseg == 0) {
-		http_reply_json(req, 200, ds_jobs_json(d->ds));
+		http_reply_json(req, 200, dsjson_jobs(d->ds));
 	} else if ((j = ds_job_find(d->ds,
 	                route_seg(m, 0, key, sizeof(key)))) == NULL) {
 		http_reply_error(req, ST_NOT_FOUND, "no job %s", key);
 	} else if (m->op == &dispatch_job_checkpoint) {
-		if ((st = ds_checkpoint(j, &out, msg, sizeof(msg))) != ST_OK)
+		if ((st = dsjson_checkpoint(j, &out, msg, sizeof(msg))) !=
+		    ST_OK)
 			http_reply_error(req, st, "%s", msg);
 		else
 			http_reply_json(req, 200, out);
 	} else {
-		http_reply_json(req, 200, ds_job_json(j));
+		http_reply_json(req, 200, dsjson_job(j));
 	}
 	dispatch_unlock(d);
 	json_decref(body);
@@ -378,7 +380,7 @@ dispatch_clients_route(struct http_req *req, const struct route_match *m,
 	} else if (m->method == ROUTE_DELETE) {
 		ds_client_release(d->ds, c, now);
 		http_reply_json(req, 200, json_pack("{s:b}", "released", 1));
-	} else if ((st = ds_client_beat(d->ds, c, body, now, &reply, msg,
+	} else if ((st = dsjson_client_beat(d->ds, c, body, now, &reply, msg,
 	                sizeof(msg))) != ST_OK) {
 		http_reply_error(req, st, "%s", msg);
 	} else {

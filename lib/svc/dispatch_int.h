@@ -13,6 +13,7 @@
 #include "commit.h"
 #include "dataset.h"
 #include "dispatch.h"
+#include "dsjson.h"
 #include "http_server.h"
 #include "park.h"
 #include "route.h"

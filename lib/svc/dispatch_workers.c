@@ -44,7 +44,7 @@ beat_json(struct dispatch *d, struct cq_worker *w)
 	if (o != NULL && ds_worker_serves(d->ds, w->name)) {
 		ds_worker_changed(d->ds, w->name, 1);
 		json_object_set_new(o, "tasks",
-		    ds_worker_tasks_json(d->ds, w->name));
+		    dsjson_worker_tasks(d->ds, w->name));
 	}
 	return o;
 }

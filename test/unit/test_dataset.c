@@ -9,10 +9,11 @@
 
 #include "buf.h"
 #include "dataset.h"
+#include "dsjson.h"
 #include "splitorder.h"
 #include "unit.h"
 
-/* Whether the last ds_lease found nothing to lease yet. */
+/* Whether the last dsjson_lease found nothing to lease yet. */
 static int later;
 
 static int nevents;
@@ -42,7 +43,7 @@ add(struct ds *ds, const char *json)
 	char msg[256];
 	int created;
 
-	if (ds_dataset_register(ds, def, &d, &created, msg, sizeof(msg)) !=
+	if (dsjson_dataset_register(ds, def, &d, &created, msg, sizeof(msg)) !=
 	    ST_OK)
 		d = NULL;
 	json_decref(def);
@@ -57,7 +58,7 @@ open_job(struct ds *ds, const char *json, struct ds_client **c, int64_t now)
 	char msg[256];
 	int created;
 
-	if (ds_job_open(ds, req, now, &j, c, &created, msg, sizeof(msg)) !=
+	if (dsjson_job_open(ds, req, now, &j, c, &created, msg, sizeof(msg)) !=
 	    ST_OK)
 		j = NULL;
 	json_decref(req);
@@ -119,7 +120,8 @@ lease(struct ds *ds, struct ds_task *t, long want)
 	char msg[256];
 	json_t *j = NULL;
 
-	if (ds_lease(ds, t, want, 0, &later, &b, msg, sizeof(msg)) == ST_OK &&
+	if (dsjson_lease(ds, t, want, 0, &later, &b, msg, sizeof(msg)) ==
+	        ST_OK &&
 	    !later)
 		j = json_loadb(b.data, b.len, 0, NULL);
 	buf_free(&b);
@@ -133,7 +135,8 @@ beat(struct ds *ds, struct ds_client *c, const char *json, int64_t now,
 	json_t *body = json_loads(json, 0, NULL), *r = NULL;
 	char msg[256];
 
-	CHECK(ds_client_beat(ds, c, body, now, &r, msg, sizeof(msg)) == ST_OK);
+	CHECK(dsjson_client_beat(ds, c, body, now, &r, msg, sizeof(msg)) ==
+	    ST_OK);
 	json_decref(body);
 	if (reply != NULL)
 		*reply = r;
@@ -192,7 +195,7 @@ dead_workers_splits_come_back_with_skips(void)
 	{
 		char buf[64];
 		json_t *cp;
-		CHECK(ds_checkpoint(j, &cp, buf, sizeof(buf)) == ST_OK);
+		CHECK(dsjson_checkpoint(j, &cp, buf, sizeof(buf)) == ST_OK);
 		s = json_object_get(cp, "open");
 		CHECK(json_array_size(s) == 3);
 		json_t *sk = json_object_get(json_array_get(s, 0), "skip");
@@ -225,13 +228,13 @@ lease_sent_again(void)
 	add(ds, "{\"splits\":[\"a\",\"b\",\"c\",\"d\"],\"reader\":\"cat\"}");
 	ds_worker_up(ds, "w:0", 1, "127.0.0.1:1", "h");
 	j = open_job(ds, "{\"dataset\":\"1\"}", &c, 0);
-	CHECK(ds_lease(ds, j->tasks, 2, 7, &later, &a, msg, sizeof(msg)) ==
+	CHECK(dsjson_lease(ds, j->tasks, 2, 7, &later, &a, msg, sizeof(msg)) ==
 	    ST_OK);
-	CHECK(ds_lease(ds, j->tasks, 2, 7, &later, &b, msg, sizeof(msg)) ==
+	CHECK(dsjson_lease(ds, j->tasks, 2, 7, &later, &b, msg, sizeof(msg)) ==
 	    ST_OK);
 	CHECK(a.len == b.len && memcmp(a.data, b.data, a.len) == 0);
 	CHECK(j->next == 2);
-	CHECK(ds_lease(ds, j->tasks, 2, 8, &later, &x, msg, sizeof(msg)) ==
+	CHECK(dsjson_lease(ds, j->tasks, 2, 8, &later, &x, msg, sizeof(msg)) ==
 	    ST_OK);
 	CHECK(j->next == 4 && strstr(x.data, "\"seq\":2") != NULL);
 	buf_free(&a);
@@ -256,12 +259,12 @@ checkpoint_and_resume(void)
 	    0);
 	json_decref(lease(ds, j->tasks, 3));
 	beat(ds, c, "{\"delivered\":[[0,0,4,4],[1,0,2,-1]]}", 1, NULL);
-	CHECK(ds_checkpoint(j, &cp, msg, sizeof(msg)) == ST_OK);
+	CHECK(dsjson_checkpoint(j, &cp, msg, sizeof(msg)) == ST_OK);
 	CHECK(json_integer_value(json_object_get(cp, "next")) == 3);
 	req = json_pack("{s:s,s:I,s:O}", "dataset", "1", "seed", 9,
 	    "from_state", cp);
-	CHECK(ds_job_open(ds, req, 2, &j2, &c2, &created, msg, sizeof(msg)) ==
-	    ST_OK);
+	CHECK(dsjson_job_open(ds, req, 2, &j2, &c2, &created, msg,
+	          sizeof(msg)) == ST_OK);
 	CHECK(j2->next == 3 && j2->done == 1 && j2->queue.count == 2);
 	json_decref(req);
 	json_decref(cp);

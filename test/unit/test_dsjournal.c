@@ -13,9 +13,10 @@
 
 #include "buf.h"
 #include "dataset.h"
+#include "dsjson.h"
 #include "unit.h"
 
-/* Whether the last ds_lease found nothing to lease yet. */
+/* Whether the last dsjson_lease found nothing to lease yet. */
 static int later;
 
 struct rec {
@@ -100,7 +101,7 @@ add(struct ds *ds, const char *json)
 	int created;
 	enum status st;
 
-	st = ds_dataset_register(ds, def, &d, &created, msg, sizeof(msg));
+	st = dsjson_dataset_register(ds, def, &d, &created, msg, sizeof(msg));
 	json_decref(def);
 	return st == ST_OK ? 0 : -1;
 }
@@ -113,7 +114,7 @@ open_job(struct ds *ds, json_t *req, int64_t now)
 	char msg[256];
 	int created;
 
-	if (ds_job_open(ds, req, now, &j, &c, &created, msg, sizeof(msg)) !=
+	if (dsjson_job_open(ds, req, now, &j, &c, &created, msg, sizeof(msg)) !=
 	    ST_OK)
 		j = NULL;
 	json_decref(req);
@@ -257,7 +258,7 @@ op_open(struct run *r)
 		json_t *cp;
 		char msg[256], name[32];
 		if (from == NULL ||
-		    ds_checkpoint(from, &cp, msg, sizeof(msg)) != ST_OK)
+		    dsjson_checkpoint(from, &cp, msg, sizeof(msg)) != ST_OK)
 			return;
 		/* Two names: a state starts one anew, or joins it. */
 		snprintf(name, sizeof(name), "resumed%d", r->resumed++ % 2);
@@ -292,7 +293,8 @@ op_lease(struct run *r)
 	if (t == NULL)
 		return;
 	id = rnd(3) == 0 ? 0 : rnd(2) == 0 ? t->lease_id : 1 + rnd(1000000);
-	ds_lease(r->ds, t, 1 + (long)rnd(4), id, &later, &b, msg, sizeof(msg));
+	dsjson_lease(r->ds, t, 1 + (long)rnd(4), id, &later, &b, msg,
+	    sizeof(msg));
 	buf_free(&b);
 }
 
@@ -322,7 +324,7 @@ op_beat(struct run *r)
 			            c->job->rr_target :
 			            round + 1));
 	}
-	CHECK(ds_client_beat(r->ds, c, body, r->now, &reply, msg,
+	CHECK(dsjson_client_beat(r->ds, c, body, r->now, &reply, msg,
 	          sizeof(msg)) == ST_OK);
 	json_decref(reply);
 	json_decref(body);
@@ -355,7 +357,7 @@ step(struct run *r)
 		json_t *l;
 		if ((t = pick_task(r, 0)) != NULL) {
 			l = some_delivered(t->job, t);
-			CHECK(ds_task_delivered(r->ds, t, l, msg,
+			CHECK(dsjson_task_delivered(r->ds, t, l, msg,
 			          sizeof(msg)) == ST_OK);
 			json_decref(l);
 		}
@@ -646,10 +648,10 @@ restored_clients_and_workers_time_out(void)
 	j = open_job(ds, json_pack("{s:i}", "dataset", 1), 1000000);
 	c = j->clients;
 	body = json_object();
-	CHECK(ds_client_beat(ds, c, body, 1000000, &reply, msg, sizeof(msg)) ==
-	    ST_OK); /* c is told of the task */
+	CHECK(dsjson_client_beat(ds, c, body, 1000000, &reply, msg,
+	          sizeof(msg)) == ST_OK); /* c is told of the task */
 	json_decref(reply);
-	CHECK(ds_lease(ds, j->tasks, 3, 0, &later, &b, msg, sizeof(msg)) ==
+	CHECK(dsjson_lease(ds, j->tasks, 3, 0, &later, &b, msg, sizeof(msg)) ==
 	    ST_OK);
 	buf_free(&b);
 	s = snap(ds);
@@ -671,7 +673,7 @@ restored_clients_and_workers_time_out(void)
 	ds_worker_down(ds, "w:2", 1);
 	CHECK(j->tasks != NULL && j->tasks->state == DS_TASK_FAILED &&
 	    j->tasks->nacks == 1 && j->queue.count == 0);
-	CHECK(ds_client_beat(ds, j->clients, body, 60, &reply, msg,
+	CHECK(dsjson_client_beat(ds, j->clients, body, 60, &reply, msg,
 	          sizeof(msg)) == ST_OK);
 	json_decref(reply);
 	CHECK(j->queue.count == 0);
@@ -693,12 +695,12 @@ restored_clients_and_workers_time_out(void)
 	ds2 = fresh();
 	CHECK(ds_restore(ds2, s.data, s.len, 50, msg, sizeof(msg)) == 0);
 	j = ds_job_find(ds2, "1");
-	CHECK(ds_client_beat(ds2, j->clients, body, 1000, &reply, msg,
+	CHECK(dsjson_client_beat(ds2, j->clients, body, 1000, &reply, msg,
 	          sizeof(msg)) == ST_OK);
 	json_decref(reply);
 	ds_scan(ds2, 1100);
 	CHECK(j->nclients == 1);
-	CHECK(ds_lease(ds2, j->tasks, 3, 0, &later, &b, msg, sizeof(msg)) ==
+	CHECK(dsjson_lease(ds2, j->tasks, 3, 0, &later, &b, msg, sizeof(msg)) ==
 	    ST_OK);
 	CHECK(strstr(b.data, "\"seq\":3") != NULL && j->next == 4);
 	buf_free(&b);
@@ -737,8 +739,8 @@ a_million_splits_load_fast(void)
 	double t0, t1, t2;
 
 	ds_set_journal(ds, on_record, &log);
-	CHECK(ds_dataset_register(ds, def, &d, &created, msg, sizeof(msg)) ==
-	    ST_OK);
+	CHECK(dsjson_dataset_register(ds, def, &d, &created, msg,
+	          sizeof(msg)) == ST_OK);
 	{
 		/* Why the records are not JSON: jansson on the same list. */
 		char *text = json_dumps(def, JSON_COMPACT);
@@ -766,8 +768,8 @@ a_million_splits_load_fast(void)
 	        3, "from_state", cp),
 	    0);
 	CHECK(j != NULL && j->done == 600000);
-	CHECK(ds_lease(ds, j->tasks, 256, 9, &later, &b, msg, sizeof(msg)) ==
-	    ST_OK);
+	CHECK(dsjson_lease(ds, j->tasks, 256, 9, &later, &b, msg,
+	          sizeof(msg)) == ST_OK);
 	buf_free(&b);
 	t0 = secs();
 	s = snap(ds);
@@ -793,7 +795,7 @@ a_million_splits_load_fast(void)
 	while (!j->finished) {
 		json_t *dl = json_array();
 		struct ds_lease *l;
-		if (ds_lease(ds, j->tasks, 256, 0, &later, &b, msg,
+		if (dsjson_lease(ds, j->tasks, 256, 0, &later, &b, msg,
 		        sizeof(msg)) != ST_OK ||
 		    later)
 			break;
@@ -802,8 +804,8 @@ a_million_splits_load_fast(void)
 			json_array_append_new(dl,
 			    json_pack("[I,i,i,i]", (json_int_t)l->seq, 0, 1,
 			        1));
-		CHECK(ds_task_delivered(ds, j->tasks, dl, msg, sizeof(msg)) ==
-		    ST_OK);
+		CHECK(dsjson_task_delivered(ds, j->tasks, dl, msg,
+		          sizeof(msg)) == ST_OK);
 		json_decref(dl);
 	}
 	t1 = secs();
