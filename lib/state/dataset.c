@@ -2,7 +2,9 @@
  * dataset.c: the datasets' state machine: datasets registered, workers
  * that come and go, tasks that fail or end, job clients and their
  * heartbeats, round robin, the scan of idle clients and jobs, and the
- * state's life. Its files, each using only those listed after it:
+ * state's life. Every change is made as a record and applied from it
+ * (dataset_journal.c: ds_commit), as replay applies it. Its files, each
+ * using only those listed after it:
  *   dataset.c          these operations
  *   dataset_job.c      jobs opened by name, positions, keeping, collecting
  *   dataset_grant.c    tasks made, leasing, delivery, a job's end
@@ -26,8 +28,14 @@
 #include "token.h"
 #include "vec.h"
 
-static void ids_add(uint64_t **v, size_t *n, size_t *cap, uint64_t id);
 static void rr_settle(struct ds *ds, struct ds_job *j);
+
+static enum status
+nomem(char *msg, size_t msglen)
+{
+	snprintf(msg, msglen, "out of memory");
+	return ST_RESOURCE_EXHAUSTED;
+}
 
 enum status
 ds_dataset_register(struct ds *ds, const struct ds_dataset_def *def,
@@ -55,37 +63,16 @@ ds_dataset_register(struct ds *ds, const struct ds_dataset_def *def,
 	}
 	if (d != NULL) {
 		if (def->name != NULL && d->name == NULL &&
-		    (d->name = strdup(def->name)) != NULL)
-			ds_jr_dsname(ds, d);
+		    ds_put_dsname(ds, d, def->name) < 0)
+			return nomem(msg, msglen);
 		*out = d;
 		return ST_OK;
 	}
-	if ((d = calloc(1, sizeof(*d))) == NULL ||
-	    (d->splits = calloc(def->nsplits, sizeof(char *))) == NULL)
-		goto oom;
-	for (size_t i = 0; i < def->nsplits; i++) {
-		if ((d->splits[i] = strdup(def->splits[i])) == NULL)
-			goto oom;
-		d->nsplits++;
-	}
-	if ((d->reader = strdup(def->reader)) == NULL ||
-	    (def->name != NULL && (d->name = strdup(def->name)) == NULL))
-		goto oom;
-	d->framing = def->framing;
-	d->reader_skips = def->reader_skips;
-	memcpy(d->fp, fp, sizeof(fp));
-	d->id = ++ds->next_dataset;
-	d->next = ds->datasets;
-	ds->datasets = d;
-	ds_jr_dataset(ds, d);
-	*out = d;
+	if (ds_put_dataset(ds, ds->next_dataset + 1, def, fp) < 0)
+		return nomem(msg, msglen);
+	*out = ds->datasets;
 	*created = 1;
 	return ST_OK;
-oom:
-	if (d != NULL)
-		ds_dataset_free(d);
-	snprintf(msg, msglen, "out of memory");
-	return ST_RESOURCE_EXHAUSTED;
 }
 
 enum status
@@ -116,6 +103,43 @@ job_has_client(const struct ds_job *j, uint64_t id)
 	return 0;
 }
 
+static int
+ids_has(const uint64_t *v, size_t n, uint64_t id)
+{
+	for (size_t i = 0; i < n; i++)
+		if (v[i] == id)
+			return 1;
+	return 0;
+}
+
+/*
+ * Points *v to a copy of its *n ids with id added (add) or taken out (the
+ * last taking its place), for the record of a task as it is to be: 1; 0
+ * when that would change nothing (*v is as it was); -1 when memory ran
+ * out.
+ */
+static int
+ids_edit(uint64_t **v, size_t *n, uint64_t id, int add)
+{
+	size_t i;
+	uint64_t *c;
+
+	for (i = 0; i < *n && (*v)[i] != id; i++)
+		;
+	if ((i < *n) == add)
+		return 0;
+	if ((c = malloc((*n + 1) * sizeof(*c))) == NULL)
+		return -1;
+	if (*n > 0)
+		memcpy(c, *v, *n * sizeof(*c));
+	if (add)
+		c[(*n)++] = id;
+	else
+		c[i] = c[--*n];
+	*v = c;
+	return 1;
+}
+
 /* Removes t from its job once no client is left to hear of its end. */
 static void
 task_settle(struct ds *ds, struct ds_task *t)
@@ -129,23 +153,25 @@ static void
 task_fail(struct ds *ds, struct ds_task *t)
 {
 	struct ds_job *j = t->job;
-	size_t n = 0;
+	struct ds_task x = *t;
+	int r;
 
 	if (t->state == DS_TASK_FAILED)
 		return;
-	t->state = DS_TASK_FAILED;
-	free(t->acks);
-	t->acks = NULL;
-	t->nacks = 0;
+	x.state = DS_TASK_FAILED;
+	x.acks = NULL;
+	x.nacks = 0;
 	/* Only the clients that were told of t can have read from it. */
 	if (j->eff == SHARD_DYNAMIC && t->leases.count > 0 && t->ntold > 0 &&
-	    (t->acks = calloc(t->ntold, sizeof(*t->acks))) != NULL) {
+	    (x.acks = calloc(t->ntold, sizeof(*x.acks))) != NULL) {
 		for (size_t i = 0; i < t->ntold; i++)
 			if (job_has_client(j, t->told[i]))
-				t->acks[n++] = t->told[i];
-		t->nacks = n;
+				x.acks[x.nacks++] = t->told[i];
 	}
-	ds_jr_task(ds, t);
+	r = ds_put_task(ds, &x);
+	free(x.acks);
+	if (r < 0)
+		return;
 	ds_tasks_changed(ds, t->w);
 	task_settle(ds, t);
 	if (j->rr_target >= 0) {
@@ -154,8 +180,9 @@ task_fail(struct ds *ds, struct ds_task *t)
 		for (struct ds_task *u = j->tasks; u != NULL; u = u->next)
 			any |= u->pending && u->state == DS_TASK_RUNNING;
 		if (!any) {
-			j->rr_target = -1;
-			ds_jr_job(ds, j);
+			struct ds_job y = *j;
+			y.rr_target = -1;
+			(void)ds_put_job(ds, &y, 0);
 		}
 	}
 	ds_job_check_done(ds, j);
@@ -169,22 +196,21 @@ task_fail(struct ds *ds, struct ds_task *t)
 static void
 task_ack(struct ds *ds, struct ds_task *t, uint64_t client)
 {
-	size_t skips = t->nskips, told = t->ntold, acks = t->nacks;
+	struct ds_task x = *t;
+	int skips = 0, told, acks;
 
 	if (t->state != DS_TASK_FAILED)
-		ids_add(&t->skips, &t->nskips, &t->capskips, client);
-	for (size_t i = 0; i < t->ntold; i++)
-		if (t->told[i] == client) {
-			t->told[i] = t->told[--t->ntold];
-			break;
-		}
-	for (size_t i = 0; i < t->nacks; i++)
-		if (t->acks[i] == client) {
-			t->acks[i] = t->acks[--t->nacks];
-			break;
-		}
-	if (t->nskips != skips || t->ntold != told || t->nacks != acks)
-		ds_jr_task(ds, t);
+		skips = ids_edit(&x.skips, &x.nskips, client, 1);
+	told = ids_edit(&x.told, &x.ntold, client, 0);
+	acks = ids_edit(&x.acks, &x.nacks, client, 0);
+	if (skips >= 0 && told >= 0 && acks >= 0 && (skips || told || acks))
+		(void)ds_put_task(ds, &x);
+	if (skips > 0)
+		free(x.skips);
+	if (told > 0)
+		free(x.told);
+	if (acks > 0)
+		free(x.acks);
 	task_settle(ds, t);
 }
 
@@ -203,34 +229,16 @@ ds_client_release(struct ds *ds, struct ds_client *c, int64_t now)
 	rr_settle(ds, j);
 }
 
-static int
-ids_has(const uint64_t *v, size_t n, uint64_t id)
-{
-	for (size_t i = 0; i < n; i++)
-		if (v[i] == id)
-			return 1;
-	return 0;
-}
-
-static void
-ids_add(uint64_t **v, size_t *n, size_t *cap, uint64_t id)
-{
-	if (ids_has(*v, *n, id))
-		return;
-	if (vec_grow(v, cap, *n + 1, sizeof(**v)) < 0)
-		return;
-	(*v)[(*n)++] = id;
-}
-
 static void
 task_told(struct ds *ds, struct ds_task *t, uint64_t client)
 {
-	size_t n = t->ntold;
+	struct ds_task x = *t;
 
-	if (!ids_has(t->skips, t->nskips, client))
-		ids_add(&t->told, &t->ntold, &t->captold, client);
-	if (t->ntold != n)
-		ds_jr_task(ds, t);
+	if (ids_has(t->skips, t->nskips, client) ||
+	    ids_edit(&x.told, &x.ntold, client, 1) <= 0)
+		return;
+	(void)ds_put_task(ds, &x);
+	free(x.told);
 }
 
 /* The first pending task of j, if any. */
@@ -256,37 +264,42 @@ rr_settle(struct ds *ds, struct ds_job *j)
 	struct ds_task *t;
 
 	while ((t = rr_pending(j)) != NULL) {
+		struct ds_task x = *t;
 		int ready = j->nclients > 0, late = 0;
-		if (j->rr_target < 0) {
-			j->rr_delta = 1;
-			j->rr_target = j->rr_latest + j->rr_delta;
+		if (target < 0) {
+			delta = 1;
+			target = j->rr_latest + delta;
 		}
 		for (struct ds_client *c = j->clients; c != NULL; c = c->next) {
-			int blocked = c->blocked >= 0 &&
-			    c->blocked <= j->rr_target &&
+			int blocked = c->blocked >= 0 && c->blocked <= target &&
 			    c->round <= c->blocked;
 			if (blocked)
 				continue;
 			ready = 0;
-			if (c->round >= j->rr_target)
+			if (c->round >= target)
 				late = 1;
 		}
 		if (late) {
-			j->rr_delta *= 2;
-			j->rr_target = j->rr_latest + j->rr_delta;
+			delta *= 2;
+			target = j->rr_latest + delta;
 			break;
 		}
 		if (!ready)
 			break;
-		t->pending = 0;
-		t->start_round = j->rr_target;
-		j->rr_target = -1;
-		ds_jr_task(ds, t);
+		x.pending = 0;
+		x.start_round = target;
+		if (ds_put_task(ds, &x) < 0)
+			break;
+		target = -1;
 	}
 	if (t == NULL)
-		j->rr_target = -1;
-	if (j->rr_target != target || j->rr_delta != delta)
-		ds_jr_job(ds, j);
+		target = -1;
+	if (target != j->rr_target || delta != j->rr_delta) {
+		struct ds_job y = *j;
+		y.rr_target = target;
+		y.rr_delta = delta;
+		(void)ds_put_job(ds, &y, 0);
+	}
 }
 
 enum status
@@ -296,7 +309,7 @@ ds_client_beat(struct ds *ds, struct ds_client *c, const struct ds_beat *b,
 	struct ds_job *j = c->job;
 	enum status st;
 
-	c->last_seen = now;
+	c->last_seen = now; /* liveness, not durable */
 	if ((st = ds_deliveries(ds, j, b->delivered, b->ndelivered, msg,
 	         msglen)) != ST_OK)
 		return st;
@@ -308,17 +321,18 @@ ds_client_beat(struct ds *ds, struct ds_client *c, const struct ds_beat *b,
 			task_ack(ds, t, c->id);
 	}
 	if (j->consumers > 0) {
-		int64_t round = c->round, blocked = c->blocked;
+		struct ds_client x = *c;
 		if (b->has_round) {
-			c->round = b->round;
-			if (c->round > j->rr_latest) {
-				j->rr_latest = c->round;
-				ds_jr_job(ds, j);
+			x.round = b->round;
+			if (x.round > j->rr_latest) {
+				struct ds_job y = *j;
+				y.rr_latest = x.round;
+				(void)ds_put_job(ds, &y, 0);
 			}
 		}
-		c->blocked = b->blocked;
-		if (c->round != round || c->blocked != blocked)
-			ds_jr_client(ds, c);
+		x.blocked = b->blocked;
+		if (x.round != c->round || x.blocked != c->blocked)
+			(void)ds_put_client(ds, &x, now);
 		rr_settle(ds, j);
 	}
 	ds_job_check_done(ds, j);
@@ -335,35 +349,15 @@ ds_worker_up(struct ds *ds, const char *name, uint64_t inc, const char *address,
     const char *host)
 {
 	struct ds_worker *w = ds_worker_find(ds, name);
-	char *a = strdup(address), *h = strdup(host != NULL ? host : "");
 
-	if (a == NULL || h == NULL)
-		goto oom;
-	if (w == NULL) {
-		if ((w = calloc(1, sizeof(*w))) == NULL ||
-		    (w->name = strdup(name)) == NULL) {
-			free(w);
-			goto oom;
-		}
-		w->next = ds->workers;
-		ds->workers = w;
-	} else if (w->live) {
+	if (w != NULL && w->live)
 		ds_worker_down(ds, name, w->inc);
-	}
-	free(w->address);
-	free(w->host);
-	w->address = a;
-	w->host = h;
-	w->inc = inc;
-	w->live = 1;
-	w->changed = 1;
-	ds_jr_worker(ds, w);
+	if (ds_put_worker(ds, name, inc, address, host != NULL ? host : "", 1) <
+	    0)
+		return;
+	w = ds_worker_find(ds, name);
 	for (struct ds_job *j = ds->jobs; j != NULL; j = j->link)
 		ds_task_make(ds, j, w, 1);
-	return;
-oom:
-	free(a);
-	free(h);
 }
 
 void
@@ -373,8 +367,8 @@ ds_worker_down(struct ds *ds, const char *name, uint64_t inc)
 
 	if (w == NULL || !w->live || w->inc != inc)
 		return;
-	w->live = 0;
-	ds_jr_worker(ds, w);
+	if (ds_put_worker(ds, w->name, w->inc, w->address, w->host, 0) < 0)
+		return;
 	for (struct ds_job *j = ds->jobs; j != NULL; j = j->link) {
 		struct ds_task *t, *next;
 		for (t = j->tasks; t != NULL; t = next) {
@@ -457,25 +451,36 @@ ds_task_of(struct ds *ds, const char *name, uint64_t inc, uint64_t id,
 enum status
 ds_task_end(struct ds *ds, struct ds_task *t, int failed, const char *message)
 {
-	struct ds_job *j = t->job;
+	struct ds_job *j = t->job, y = *j;
+	struct ds_task x = *t;
+	int r;
 
 	if (failed) {
 		if (j->error == NULL &&
-		    (j->error = strdup(message != NULL && *message != '\0' ?
+		    (y.error = strdup(message != NULL && *message != '\0' ?
 		             message :
-		             "a reader failed")) != NULL)
-			ds_jr_job(ds, j);
+		             "a reader failed")) != NULL) {
+			(void)ds_put_job(ds, &y, 0);
+			free(y.error);
+		}
 		ds_emit(ds, DS_EV_SPLITS, NULL, j->id);
 		return ST_OK;
 	}
 	if (t->state != DS_TASK_RUNNING)
 		return ST_OK;
-	t->state = DS_TASK_FINISHED;
-	t->read_all = 1;
-	ds_jr_task(ds, t);
-	if (j->finished_shards != NULL && t->shard < j->shards) {
-		j->finished_shards[t->shard] = 1;
-		ds_jr_job(ds, j);
+	x.state = DS_TASK_FINISHED;
+	x.read_all = 1;
+	if (ds_put_task(ds, &x) < 0)
+		return ST_RESOURCE_EXHAUSTED;
+	if (j->finished_shards != NULL && t->shard < j->shards &&
+	    (y.finished_shards = malloc((size_t)j->shards)) != NULL) {
+		memcpy(y.finished_shards, j->finished_shards,
+		    (size_t)j->shards);
+		y.finished_shards[t->shard] = 1;
+		r = ds_put_job(ds, &y, 0);
+		free(y.finished_shards);
+		if (r < 0)
+			return ST_RESOURCE_EXHAUSTED;
 	}
 	ds_job_check_done(ds, j);
 	return ST_OK;

@@ -372,17 +372,11 @@ void ds_view(struct ds *ds, struct ds_view *v);
 /*
  * Called with each durable change as one record (at most a few hundred
  * bytes, but for a dataset's definition), in the order made, under the
- * caller's lock; with (NULL, 0) when memory ran out to make one. Cannot
- * refuse.
+ * caller's lock, once the change is applied from it: a change that memory
+ * ran out to make or apply a record for is not made. Cannot refuse.
  */
 typedef void (*ds_journal_fn)(const void *rec, size_t len, void *arg);
 void ds_set_journal(struct ds *ds, ds_journal_fn fn, void *arg);
-/*
- * How many records were lost since ds_set_journal, for want of memory to
- * make them: when it grows, the journal misses a change, and only a
- * snapshot makes it whole again.
- */
-unsigned long ds_journal_lost(struct ds *ds);
 /* The whole durable state appended to out. 0 or -1 (ENOMEM). */
 int ds_snapshot(struct ds *ds, struct buf *out);
 /*

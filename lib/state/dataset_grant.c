@@ -23,7 +23,7 @@ static int grant(struct ds *ds, struct ds_task *t, uint64_t id,
 void
 ds_task_make(struct ds *ds, struct ds_job *j, struct ds_worker *w, int pending)
 {
-	struct ds_task *t, **pp;
+	struct ds_task x = {0};
 	long shard = 0;
 
 	if (j->finished || j->kept || !w->live)
@@ -32,24 +32,21 @@ ds_task_make(struct ds *ds, struct ds_job *j, struct ds_worker *w, int pending)
 		if ((shard = ds_static_index(ds, w->name)) < 0)
 			return;
 	}
-	if ((t = calloc(1, sizeof(*t))) == NULL)
+	x.id = ds->next_task + 1;
+	x.job = j;
+	x.w = w;
+	x.inc = w->inc;
+	x.shard = shard;
+	x.state = DS_TASK_RUNNING;
+	x.pending = pending && j->consumers > 0;
+	x.start_round = 0;
+	if (ds_put_task(ds, &x) < 0)
 		return;
-	t->id = ++ds->next_task;
-	t->job = j;
-	t->w = w;
-	t->inc = w->inc;
-	t->shard = shard;
-	t->state = DS_TASK_RUNNING;
-	t->pending = pending && j->consumers > 0;
-	t->start_round = 0;
-	for (pp = &j->tasks; *pp != NULL; pp = &(*pp)->next)
-		;
-	*pp = t;
-	ds_jr_task(ds, t);
-	if (t->pending && j->rr_target < 0) {
-		j->rr_delta = 1;
-		j->rr_target = j->rr_latest + j->rr_delta;
-		ds_jr_job(ds, j);
+	if (x.pending && j->rr_target < 0) {
+		struct ds_job y = *j;
+		y.rr_delta = 1;
+		y.rr_target = j->rr_latest + y.rr_delta;
+		(void)ds_put_job(ds, &y, 0);
 	}
 	ds_tasks_changed(ds, w);
 }
@@ -59,10 +56,13 @@ ds_task_make(struct ds *ds, struct ds_job *j, struct ds_worker *w, int pending)
 void
 ds_job_finish(struct ds *ds, struct ds_job *j)
 {
+	struct ds_job x = *j;
+
 	if (j->finished)
 		return;
-	j->finished = 1;
-	ds_jr_job(ds, j);
+	x.finished = 1;
+	if (ds_put_job(ds, &x, 0) < 0)
+		return;
 	ds_emit(ds, DS_EV_SPLITS, NULL, j->id);
 	for (struct ds_task *t = j->tasks; t != NULL; t = t->next)
 		ds_tasks_changed(ds, t->w);

@@ -32,10 +32,8 @@ struct ds {
 	unsigned long leases, releases, collected;
 	ds_journal_fn jfn;
 	void *jarg;
-	struct buf jbuf;     /* the record being made */
-	int applying;        /* in an apply_*: no records from it */
-	int replaying;       /* in ds_apply: no events either */
-	unsigned long jlost; /* records memory ran out for */
+	struct buf jbuf; /* the record being made */
+	int replaying;   /* in ds_apply: no events */
 };
 
 /* The longest removal record: its type and two varints. */
@@ -103,7 +101,9 @@ void ds_client_unlink(struct ds_job *j, struct ds_client *c);
 void ds_job_free(struct ds_job *j);
 struct ds_task *ds_job_task(struct ds_job *j, uint64_t id);
 
-/* dataset_journal.c */
+/* dataset_journal.c: the encoders (a snapshot's records too), and the
+ * changes made: each ds_put_* makes the record of a thing as it is to be
+ * (a new one, or a copy of one, changed) and commits it. */
 void ds_enc_dataset(struct rec_out *o, const struct ds_dataset *d);
 void ds_enc_worker(struct rec_out *o, const struct ds_worker *w);
 void ds_enc_job(struct rec_out *o, const struct ds_job *j);
@@ -112,17 +112,19 @@ void ds_enc_client(struct rec_out *o, const struct ds_client *c);
 void ds_enc_ranges(struct rec_out *o, const struct ds_lease *l);
 void ds_enc_open(struct rec_out *o, const struct ds_job *j,
     const struct ds_lease *l);
-void ds_jr_dataset(struct ds *ds, const struct ds_dataset *d);
-void ds_jr_dsname(struct ds *ds, const struct ds_dataset *d);
-void ds_jr_worker(struct ds *ds, const struct ds_worker *w);
-void ds_jr_job(struct ds *ds, const struct ds_job *j);
-void ds_jr_open(struct ds *ds, const struct ds_job *j,
-    const struct ds_lease *l);
-void ds_jr_task(struct ds *ds, const struct ds_task *t);
-void ds_jr_client(struct ds *ds, const struct ds_client *c);
 void ds_rec_begin(struct rec_out *o, struct buf *b, int type);
 int ds_commit(struct ds *ds, struct rec_out *o, int64_t now, char *msg,
     size_t msglen);
+int ds_put_dataset(struct ds *ds, uint64_t id, const struct ds_dataset_def *def,
+    const char *fp);
+int ds_put_dsname(struct ds *ds, const struct ds_dataset *d, const char *name);
+int ds_put_worker(struct ds *ds, const char *name, uint64_t inc,
+    const char *address, const char *host, int live);
+int ds_put_job(struct ds *ds, const struct ds_job *x, int64_t now);
+int ds_put_open(struct ds *ds, const struct ds_job *j,
+    const struct ds_lease *l);
+int ds_put_task(struct ds *ds, const struct ds_task *x);
+int ds_put_client(struct ds *ds, const struct ds_client *x, int64_t now);
 void ds_gone(struct ds *ds, int type, uint64_t a, uint64_t b, int64_t now);
 int ds_bad(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

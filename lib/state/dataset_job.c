@@ -16,7 +16,7 @@
 #include "token.h"
 #include "vec.h"
 
-static void job_unkeep(struct ds *ds, struct ds_job *j);
+static int job_unkeep(struct ds *ds, struct ds_job *j);
 
 static int
 job_ended(const struct ds_job *j)
@@ -100,8 +100,10 @@ job_restore(struct ds_job *j, const struct ds_position *p, char *msg,
 	return ST_OK;
 }
 
+/* A new job as req asks, made apart from the state: job_make makes it
+ * there from its records. */
 static enum status
-job_make(struct ds *ds, const struct ds_job_req *req, struct ds_job **out,
+job_draft(struct ds *ds, const struct ds_job_req *req, struct ds_job **out,
     char *msg, size_t msglen)
 {
 	struct ds_job *j = calloc(1, sizeof(*j));
@@ -150,7 +152,7 @@ job_make(struct ds *ds, const struct ds_job_req *req, struct ds_job **out,
 		ds_job_free(j);
 		return s;
 	}
-	j->id = ++ds->next_job;
+	j->id = ds->next_job + 1;
 	*out = j;
 	return ST_OK;
 }
@@ -185,6 +187,40 @@ job_anew(const struct ds_job *j, const struct ds_job_req *req)
 	                                                               CONFLICT;
 }
 
+/*
+ * Makes in the state the job draft describes, from its record and those of
+ * its open seqs (R_OPEN), and frees draft. old, the job that had its
+ * name, is retired first, which replay finds the name free for. NULL:
+ * memory ran out, and the job was not made.
+ */
+static struct ds_job *
+job_make(struct ds *ds, struct ds_job *draft, struct ds_job *old, int64_t now)
+{
+	struct ds_job *j = NULL;
+
+	if (old != NULL) {
+		struct ds_job x = *old;
+		x.retired = 1;
+		if (ds_put_job(ds, &x, 0) < 0)
+			goto done;
+		if (old->nclients == 0)
+			ds_job_collect(ds, old);
+	}
+	if (ds_put_job(ds, draft, now) < 0)
+		goto done;
+	j = ds->jobs;
+	for (struct ds_lease *l = draft->queue.head; l != NULL; l = l->next)
+		if (ds_put_open(ds, j, l) < 0) {
+			/* Not a position half made: none. */
+			ds_gone(ds, R_JOB_GONE, j->id, 0, 0);
+			j = NULL;
+			break;
+		}
+done:
+	ds_job_free(draft);
+	return j;
+}
+
 /* What of job j a reader asks for otherwise (the first), or NULL. */
 static const char *
 job_differs(const struct ds_job *j, const struct ds_job_req *req)
@@ -202,8 +238,8 @@ ds_job_open(struct ds *ds, const struct ds_job_req *req, int64_t now,
     struct ds_job **job, struct ds_client **client, int *created, char *msg,
     size_t msglen)
 {
-	struct ds_job *j, *old = NULL;
-	struct ds_client *c;
+	struct ds_job *j, *old = NULL, *draft;
+	struct ds_client x = {0};
 	const char *what;
 	uint64_t iteration = 1;
 	enum status s;
@@ -217,16 +253,11 @@ ds_job_open(struct ds *ds, const struct ds_job_req *req, int64_t now,
 		    shard_mode_name(req->mode));
 		return ST_FAILED_PRECONDITION;
 	}
-	/* Nothing changes before every refusal is past: the client first. */
-	if ((c = calloc(1, sizeof(*c))) == NULL)
-		return nomem(msg, msglen);
+	/* Nothing changes before every refusal is past. */
 	j = req->name != NULL ? ds_job_find(ds, req->name) : NULL;
-	if (j != NULL && (anew = job_anew(j, req)) == NOMEM) {
-		free(c);
+	if (j != NULL && (anew = job_anew(j, req)) == NOMEM)
 		return nomem(msg, msglen);
-	}
 	if (j != NULL && anew == CONFLICT) {
-		free(c);
 		snprintf(msg, msglen,
 		    "job %s%s%s started from another state: the readers of a "
 		    "run resume from the same states (a new run, with its "
@@ -245,55 +276,37 @@ ds_job_open(struct ds *ds, const struct ds_job_req *req, int64_t now,
 		iteration = j->iteration + 1;
 		j = NULL;
 	}
+	if (j != NULL && (what = job_differs(j, req)) != NULL) {
+		snprintf(msg, msglen,
+		    "job %s exists with dataset %" PRIu64
+		    ", mode %s, repeat %ld, seed %" PRIu64
+		    ", consumers %ld: its %s differs",
+		    req->name, j->ds->id, shard_mode_name(j->mode), j->repeat,
+		    j->seed, j->consumers, what);
+		return ST_INVALID_ARGUMENT;
+	}
 	if (j != NULL) {
-		if ((what = job_differs(j, req)) != NULL) {
-			free(c);
-			snprintf(msg, msglen,
-			    "job %s exists with dataset %" PRIu64
-			    ", mode %s, repeat %ld, seed %" PRIu64
-			    ", consumers %ld: its %s differs",
-			    req->name, j->ds->id, shard_mode_name(j->mode),
-			    j->repeat, j->seed, j->consumers, what);
-			return ST_INVALID_ARGUMENT;
-		}
-		if (j->kept)
-			job_unkeep(ds, j);
+		if (j->kept && job_unkeep(ds, j) < 0)
+			return nomem(msg, msglen);
 	} else {
-		if ((s = job_make(ds, req, &j, msg, msglen)) != ST_OK) {
-			free(c);
+		if ((s = job_draft(ds, req, &draft, msg, msglen)) != ST_OK)
 			return s;
-		}
-		if (old != NULL) {
-			/* Retired before the new one is recorded, which
-			 * replay finds the name free for. */
-			old->retired = 1;
-			ds_jr_job(ds, old);
-			if (old->nclients == 0)
-				ds_job_collect(ds, old);
-		}
-		j->iteration = iteration;
-		j->link = ds->jobs;
-		ds->jobs = j;
+		draft->iteration = iteration;
+		if ((j = job_make(ds, draft, old, now)) == NULL)
+			return nomem(msg, msglen);
 		*created = 1;
-		ds_jr_job(ds, j);
-		for (struct ds_lease *l = j->queue.head; l != NULL; l = l->next)
-			ds_jr_open(ds, j, l);
 		for (struct ds_worker *w = ds->workers; w != NULL; w = w->next)
 			ds_task_make(ds, j, w, 0);
 	}
-	c->id = ++ds->next_client;
-	c->job = j;
-	c->last_seen = now;
-	c->index = req->index;
-	c->round = -1;
-	c->blocked = -1;
-	c->next = j->clients;
-	j->clients = c;
-	j->nclients++;
-	j->idle_since = 0;
-	ds_jr_client(ds, c);
+	x.id = ds->next_client + 1;
+	x.job = j;
+	x.index = req->index;
+	x.round = -1;
+	x.blocked = -1;
+	if (ds_put_client(ds, &x, now) < 0)
+		return nomem(msg, msglen);
 	*job = j;
-	*client = c;
+	*client = j->clients;
 	return ST_OK;
 }
 
@@ -320,23 +333,30 @@ ds_job_keeps(const struct ds_job *j)
 void
 ds_job_keep(struct ds *ds, struct ds_job *j)
 {
+	struct ds_job x;
+
 	while (j->tasks != NULL) {
 		struct ds_worker *w = j->tasks->w;
 		ds_gone(ds, R_TASK_GONE, j->id, j->tasks->id, 0);
 		ds_tasks_changed(ds, w);
 	}
-	j->kept = 1;
-	ds_jr_job(ds, j);
+	x = *j;
+	x.kept = 1;
+	(void)ds_put_job(ds, &x, 0);
 }
 
 /* A kept job read again: tasks on every worker, as for a new one. */
-static void
+static int
 job_unkeep(struct ds *ds, struct ds_job *j)
 {
-	j->kept = 0;
-	ds_jr_job(ds, j);
+	struct ds_job x = *j;
+
+	x.kept = 0;
+	if (ds_put_job(ds, &x, 0) < 0)
+		return -1;
 	for (struct ds_worker *w = ds->workers; w != NULL; w = w->next)
 		ds_task_make(ds, j, w, 0);
+	return 0;
 }
 
 void

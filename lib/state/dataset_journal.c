@@ -1,7 +1,8 @@
 /*
- * dataset_journal.c: the datasets' journal: records made (ds_jr_* for the
- * whole-thing records, ds_commit for the changes applied as records) and
- * applied (apply_*, ds_apply).
+ * dataset_journal.c: the datasets' journal: records made (ds_enc_*), every
+ * change made as its record and applied from it (ds_commit, and ds_put_*
+ * for the whole-thing records), and applied in replay alike (apply_*,
+ * ds_apply).
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -24,37 +25,47 @@ ds_set_journal(struct ds *ds, ds_journal_fn fn, void *arg)
 {
 	ds->jfn = fn;
 	ds->jarg = arg;
-	ds->jlost = 0;
 }
 
-unsigned long
-ds_journal_lost(struct ds *ds)
+static void
+enc_dataset(struct rec_out *o, uint64_t id, const struct ds_dataset_def *d,
+    const char *fp)
 {
-	return ds->jlost;
-}
-
-void
-ds_enc_dataset(struct rec_out *o, const struct ds_dataset *d)
-{
-	rec_put_u(o, d->id);
+	rec_put_u(o, id);
 	rec_put_s(o, d->name);
 	rec_put_s(o, d->reader);
 	rec_put_u(o, (uint64_t)d->framing);
 	rec_put_u(o, (uint64_t)d->reader_skips);
-	rec_put_s(o, d->fp);
+	rec_put_s(o, fp);
 	rec_put_u(o, d->nsplits);
 	for (size_t i = 0; i < d->nsplits; i++)
 		rec_put_s(o, d->splits[i]);
 }
 
 void
+ds_enc_dataset(struct rec_out *o, const struct ds_dataset *d)
+{
+	struct ds_dataset_def def = {(const char *const *)d->splits, d->nsplits,
+	    d->reader, d->framing, d->reader_skips, d->name};
+
+	enc_dataset(o, d->id, &def, d->fp);
+}
+
+static void
+enc_worker(struct rec_out *o, const char *name, uint64_t inc,
+    const char *address, const char *host, int live)
+{
+	rec_put_s(o, name);
+	rec_put_u(o, inc);
+	rec_put_s(o, address);
+	rec_put_s(o, host);
+	rec_put_u(o, (uint64_t)live);
+}
+
+void
 ds_enc_worker(struct rec_out *o, const struct ds_worker *w)
 {
-	rec_put_s(o, w->name);
-	rec_put_u(o, w->inc);
-	rec_put_s(o, w->address);
-	rec_put_s(o, w->host);
-	rec_put_u(o, (uint64_t)w->live);
+	enc_worker(o, w->name, w->inc, w->address, w->host, w->live);
 }
 
 void
@@ -146,106 +157,6 @@ ds_enc_open(struct rec_out *o, const struct ds_job *j, const struct ds_lease *l)
 	ds_enc_ranges(o, l);
 }
 
-/* A record begins in ds->jbuf when there is a journal to hear it. */
-static int
-jr_begin(struct ds *ds, struct rec_out *o, int type)
-{
-	if (ds->jfn == NULL || ds->applying)
-		return 0;
-	ds_rec_begin(o, &ds->jbuf, type);
-	return 1;
-}
-
-static void
-jr_end(struct ds *ds, struct rec_out *o)
-{
-	if (o->err) {
-		/* Told, so that the change's request is answered an error. */
-		ds->jlost++;
-		ds->jfn(NULL, 0, ds->jarg);
-	} else {
-		ds->jfn(o->b->data, o->b->len, ds->jarg);
-	}
-}
-
-void
-ds_jr_dataset(struct ds *ds, const struct ds_dataset *d)
-{
-	struct rec_out o;
-
-	if (!jr_begin(ds, &o, R_DATASET))
-		return;
-	ds_enc_dataset(&o, d);
-	jr_end(ds, &o);
-}
-
-void
-ds_jr_dsname(struct ds *ds, const struct ds_dataset *d)
-{
-	struct rec_out o;
-
-	if (!jr_begin(ds, &o, R_DSNAME))
-		return;
-	rec_put_u(&o, d->id);
-	rec_put_s(&o, d->name);
-	jr_end(ds, &o);
-}
-
-void
-ds_jr_worker(struct ds *ds, const struct ds_worker *w)
-{
-	struct rec_out o;
-
-	if (!jr_begin(ds, &o, R_WORKER))
-		return;
-	ds_enc_worker(&o, w);
-	jr_end(ds, &o);
-}
-
-void
-ds_jr_job(struct ds *ds, const struct ds_job *j)
-{
-	struct rec_out o;
-
-	if (!jr_begin(ds, &o, R_JOB2))
-		return;
-	ds_enc_job(&o, j);
-	jr_end(ds, &o);
-}
-
-void
-ds_jr_open(struct ds *ds, const struct ds_job *j, const struct ds_lease *l)
-{
-	struct rec_out o;
-
-	if (!jr_begin(ds, &o, R_OPEN))
-		return;
-	ds_enc_open(&o, j, l);
-	jr_end(ds, &o);
-}
-
-void
-ds_jr_task(struct ds *ds, const struct ds_task *t)
-{
-	struct rec_out o;
-
-	if (!jr_begin(ds, &o, R_TASK))
-		return;
-	ds_enc_task(&o, t);
-	jr_end(ds, &o);
-}
-
-void
-ds_jr_client(struct ds *ds, const struct ds_client *c)
-{
-	struct rec_out o;
-
-	if (!jr_begin(ds, &o, R_CLIENT))
-		return;
-	ds_enc_client(&o, c);
-	jr_end(ds, &o);
-}
-
 /* A record of type begins in b (emptied first): ds->jbuf for the
  * journal's, a snapshot's scratch buffer for its records. */
 void
@@ -258,12 +169,11 @@ ds_rec_begin(struct rec_out *o, struct buf *b, int type)
 }
 
 /*
- * The one way leases are granted, delivered and done, and tasks, clients
- * and jobs removed, live and in replay alike: the change is made as a
- * record (ds_rec_begin), applied by the function that applies it in replay
- * (apply_one; live, its events are sent), and then handed to the journal.
- * A record that cannot be made or applied (memory ran out) changes
- * nothing: -1, and msg says why.
+ * The one way the state changes, live and in replay alike: the change is
+ * made as a record (ds_rec_begin), applied by the function that applies
+ * it in replay (apply_one; live, its events are sent), and then handed to
+ * the journal. A record that cannot be made or applied (memory ran out)
+ * changes nothing: -1, and msg says why.
  */
 int
 ds_commit(struct ds *ds, struct rec_out *o, int64_t now, char *msg,
@@ -278,9 +188,7 @@ ds_commit(struct ds *ds, struct rec_out *o, int64_t now, char *msg,
 		return -1;
 	}
 	rec_in_init(&in, o->b->data, o->b->len);
-	ds->applying = 1;
 	r = apply_one(ds, &in, now, err, sizeof(err));
-	ds->applying = 0;
 	if (r < 0) {
 		snprintf(msg, msglen, "%s", err);
 		return -1;
@@ -288,6 +196,86 @@ ds_commit(struct ds *ds, struct rec_out *o, int64_t now, char *msg,
 	if (ds->jfn != NULL)
 		ds->jfn(o->b->data, o->b->len, ds->jarg);
 	return 0;
+}
+
+/*
+ * The changes: each makes the record of a thing as it is to be and
+ * commits it. -1: memory ran out, and nothing changed.
+ */
+
+int
+ds_put_dataset(struct ds *ds, uint64_t id, const struct ds_dataset_def *def,
+    const char *fp)
+{
+	struct rec_out o;
+
+	ds_rec_begin(&o, &ds->jbuf, R_DATASET);
+	enc_dataset(&o, id, def, fp);
+	return ds_commit(ds, &o, 0, NULL, 0);
+}
+
+int
+ds_put_dsname(struct ds *ds, const struct ds_dataset *d, const char *name)
+{
+	struct rec_out o;
+
+	ds_rec_begin(&o, &ds->jbuf, R_DSNAME);
+	rec_put_u(&o, d->id);
+	rec_put_s(&o, name);
+	return ds_commit(ds, &o, 0, NULL, 0);
+}
+
+int
+ds_put_worker(struct ds *ds, const char *name, uint64_t inc,
+    const char *address, const char *host, int live)
+{
+	struct rec_out o;
+
+	ds_rec_begin(&o, &ds->jbuf, R_WORKER);
+	enc_worker(&o, name, inc, address, host, live);
+	return ds_commit(ds, &o, 0, NULL, 0);
+}
+
+/* now: when a new job's idleness starts (its first client ends it). */
+int
+ds_put_job(struct ds *ds, const struct ds_job *x, int64_t now)
+{
+	struct rec_out o;
+
+	ds_rec_begin(&o, &ds->jbuf, R_JOB2);
+	ds_enc_job(&o, x);
+	return ds_commit(ds, &o, now, NULL, 0);
+}
+
+int
+ds_put_open(struct ds *ds, const struct ds_job *j, const struct ds_lease *l)
+{
+	struct rec_out o;
+
+	ds_rec_begin(&o, &ds->jbuf, R_OPEN);
+	ds_enc_open(&o, j, l);
+	return ds_commit(ds, &o, 0, NULL, 0);
+}
+
+int
+ds_put_task(struct ds *ds, const struct ds_task *x)
+{
+	struct rec_out o;
+
+	ds_rec_begin(&o, &ds->jbuf, R_TASK);
+	ds_enc_task(&o, x);
+	return ds_commit(ds, &o, 0, NULL, 0);
+}
+
+/* now: when the client was last seen. */
+int
+ds_put_client(struct ds *ds, const struct ds_client *x, int64_t now)
+{
+	struct rec_out o;
+
+	ds_rec_begin(&o, &ds->jbuf, R_CLIENT);
+	ds_enc_client(&o, x);
+	return ds_commit(ds, &o, now, NULL, 0);
 }
 
 /* Removes a job (R_JOB_GONE job), a task (R_TASK_GONE job task) or a job
@@ -488,7 +476,9 @@ apply_worker(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
 	w->host = host;
 	w->inc = inc;
 	w->live = (int)live;
-	w->changed = 1;
+	/* A worker that comes up hears of its tasks; restored, every one. */
+	if (live || ds->replaying)
+		w->changed = 1;
 	return 0;
 fail:
 	free(name);
@@ -719,7 +709,10 @@ apply_task(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
 	t->nskips = t->capskips = n[2];
 	t->last = v[3];
 	t->nlast = t->caplast = n[3];
-	w->changed = 1;
+	/* Restored, a worker hears of its tasks; live, the change that made
+	 * the record says whether it must (ds_tasks_changed). */
+	if (ds->replaying)
+		w->changed = 1;
 	return 0;
 fail:
 	for (int i = 0; i < 4; i++)
@@ -1039,8 +1032,8 @@ ds_apply(struct ds *ds, const void *rec, size_t len, int64_t now, char *err,
 	int r;
 
 	rec_in_init(&in, rec, len);
-	ds->applying = ds->replaying = 1;
+	ds->replaying = 1;
 	r = apply_one(ds, &in, now, err, errlen);
-	ds->applying = ds->replaying = 0;
+	ds->replaying = 0;
 	return r;
 }
