@@ -67,7 +67,6 @@ static const char synopsis[] =
 
 struct ctl {
 	struct dispatch_client *dc;
-	const char *addr; /* dispatchd's */
 	const char *queue;
 	int json;
 };
@@ -189,8 +188,8 @@ static int
 get_limits(struct ctl *x, struct sched *sc)
 {
 	json_t *reply, *errbody;
-	enum status st = dispatch_call(x->dc, "GET", "/v1/limits", NULL, 0,
-	    duration_now_ms() + 30000, DC_REPEAT, &reply, &errbody, NULL);
+	enum status st =
+	    dc_limits(x->dc, duration_now_ms() + 30000, &reply, &errbody);
 	json_int_t c, r;
 
 	sc->max_closure = DEFAULT_MAX_CLOSURE;
@@ -271,22 +270,18 @@ closure_item(struct sched *sc, const char *line)
 static int
 send_batch(struct ctl *x, struct sched *sc, json_t *items)
 {
-	char path[256];
 	size_t done = 0, n = json_array_size(items);
 
-	snprintf(path, sizeof(path), "/v1/queues/%s/closures?block=%d&wait=30s",
-	    x->queue, sc->block);
 	while (done < n) {
-		json_t *rest = json_array(), *body, *reply, *errbody, *v;
+		json_t *rest = json_array(), *reply, *errbody, *v;
 		size_t i;
 		enum status st;
 
 		for (i = done; i < n; i++)
 			json_array_append(rest, json_array_get(items, i));
-		body = json_pack("{s:o}", "closures", rest);
-		st = dispatch_call_json(x->dc, "POST", path, body,
-		    HTTP_NO_DEADLINE, DC_POLL, &reply, &errbody, NULL);
-		json_decref(body);
+		st = dc_schedule(x->dc, x->queue, rest, sc->block,
+		    HTTP_NO_DEADLINE, &reply, &errbody);
+		json_decref(rest);
 		if (st == ST_DEADLINE_EXCEEDED && sc->block)
 			continue; /* still full: ask again */
 		if (st != ST_OK)
@@ -620,7 +615,6 @@ write_all(const void *p, size_t n)
 static int
 fetch_one(struct ctl *x, uint64_t id, int64_t deadline)
 {
-	char path[128];
 	json_t *reply = NULL, *errbody;
 	enum status st;
 	const char *state;
@@ -630,10 +624,7 @@ fetch_one(struct ctl *x, uint64_t id, int64_t deadline)
 		/* Out of time: one look at it as it is now. */
 		if (wait == 0)
 			hd = duration_now_ms() + 10000;
-		snprintf(path, sizeof(path),
-		    "/v1/closures/%" PRIu64 "?wait=%" PRId64 "ms", id, wait);
-		st = dispatch_call(x->dc, "GET", path, NULL, 0, hd, DC_POLL,
-		    &reply, &errbody, NULL);
+		st = dc_closure(x->dc, id, wait, hd, &reply, &errbody);
 		if (st != ST_OK) {
 			if (dispatch_poll_again(st, deadline)) {
 				json_decref(errbody);
@@ -723,7 +714,6 @@ static int
 cmd_join(struct ctl *x, int argc, char **argv, int is_done)
 {
 	int64_t deadline;
-	char path[256];
 	json_t *reply, *errbody;
 	enum status st;
 	int rc, tty = isatty(2);
@@ -737,18 +727,12 @@ cmd_join(struct ctl *x, int argc, char **argv, int is_done)
 		int64_t hd,
 		    wait =
 		        is_done ? 0 : dispatch_poll_wait(deadline, 10000, &hd);
-		long code = 0;
-		if (is_done) {
-			hd = deadline;
-			snprintf(path, sizeof(path), "/v1/queues/%s/done",
-			    x->queue);
-		} else {
-			snprintf(path, sizeof(path),
-			    "/v1/queues/%s/join?wait=%" PRId64 "ms", x->queue,
-			    wait);
-		}
-		st = dispatch_call(x->dc, "GET", path, NULL, 0, hd, DC_POLL,
-		    &reply, &errbody, &code);
+		if (is_done)
+			st = dc_done(x->dc, x->queue, deadline, &reply,
+			    &errbody);
+		else
+			st = dc_join(x->dc, x->queue, wait, hd, &reply,
+			    &errbody);
 		if (st != ST_OK) {
 			/* Ask again while time is left when the poll ran out
 			 * or dispatchd was shutting down; no worker for
@@ -794,8 +778,9 @@ cmd_join(struct ctl *x, int argc, char **argv, int is_done)
 /* cancel, forget */
 
 static int
-cmd_each_id(struct ctl *x, int argc, char **argv, const char *method,
-    const char *suffix)
+cmd_each_id(struct ctl *x, int argc, char **argv,
+    enum status (*call)(struct dispatch_client *, uint64_t, int64_t, json_t **,
+        json_t **))
 {
 	int rc = 0;
 
@@ -807,16 +792,12 @@ cmd_each_id(struct ctl *x, int argc, char **argv, const char *method,
 			return usage("%s is not a closure id", argv[i]);
 	}
 	for (int i = 1; i < argc; i++) {
-		char path[128];
 		json_t *reply, *errbody;
 		uint64_t id;
 		enum status st;
 		parse_id(argv[i], &id);
-		snprintf(path, sizeof(path), "/v1/closures/%" PRIu64 "%s", id,
-		    suffix);
-		st = dispatch_call(x->dc, method, path, NULL, 0,
-		    duration_now_ms() + 30000, DC_REPEAT, &reply, &errbody,
-		    NULL);
+		st = call(x->dc, id, duration_now_ms() + 30000, &reply,
+		    &errbody);
 		if (st != ST_OK) {
 			json_decref(errbody);
 			int r =
@@ -835,16 +816,18 @@ cmd_each_id(struct ctl *x, int argc, char **argv, const char *method,
 
 /* ls, status */
 
+/* A call's outcome: 0, or the exit code of its failure. */
 static int
-get_json(struct ctl *x, const char *path, json_t **reply)
+got(struct ctl *x, enum status st, json_t *errbody)
 {
-	json_t *errbody;
-	enum status st = dispatch_call(x->dc, "GET", path, NULL, 0,
-	    duration_now_ms() + 30000, DC_REPEAT, reply, &errbody, NULL);
+	return st != ST_OK ? fail(x, st, errbody) : 0;
+}
 
-	if (st != ST_OK)
-		return fail(x, st, errbody);
-	return 0;
+/* The deadline of a call that answers at once. */
+static int64_t
+soon(void)
+{
+	return duration_now_ms() + 30000;
 }
 
 static void
@@ -874,8 +857,7 @@ cmd_ls(struct ctl *x, int argc, char **argv)
 {
 	const char *state = NULL;
 	int64_t deadline;
-	char path[256];
-	json_t *reply, *c;
+	json_t *reply, *errbody, *c;
 	uint64_t after = 0;
 	size_t i, printed = 0;
 	int rc, first = 1;
@@ -888,12 +870,9 @@ cmd_ls(struct ctl *x, int argc, char **argv)
 	 * closures is never held whole, here or in dispatchd. With --json
 	 * the pages make one object, {"closures":[...]}. */
 	for (;;) {
-		json_t *next;
-		snprintf(path, sizeof(path),
-		    "/v1/closures?queue=%s%s%s&after=%" PRIu64, x->queue,
-		    state != NULL ? "&state=" : "", state != NULL ? state : "",
-		    after);
-		if ((rc = get_json(x, path, &reply)) != 0) {
+		enum status st = dc_closures(x->dc, x->queue, state, after,
+		    soon(), &reply, &errbody);
+		if ((rc = got(x, st, errbody)) != 0) {
 			if (x->json && first == 0)
 				fputs("]}\n", stdout);
 			return rc;
@@ -916,15 +895,10 @@ cmd_ls(struct ctl *x, int argc, char **argv)
 				putchar(',');
 			json_dumpf(c, stdout, JSON_COMPACT);
 		}
-		next = json_object_get(reply, "next");
-		/* A dispatchd without pages says nothing of more. */
-		if (!json_is_true(json_object_get(reply, "more")) ||
-		    !json_is_integer(next) ||
-		    (uint64_t)json_integer_value(next) <= after) {
+		if (!dc_closures_more(reply, &after)) {
 			json_decref(reply);
 			break;
 		}
-		after = (uint64_t)json_integer_value(next);
 		json_decref(reply);
 	}
 	if (x->json)
@@ -937,14 +911,16 @@ cmd_ls(struct ctl *x, int argc, char **argv)
 static int
 cmd_status(struct ctl *x, int argc, char **argv)
 {
-	json_t *reply, *v;
+	json_t *reply, *errbody, *v;
+	enum status st;
 	size_t i;
 	int rc;
 
 	(void)argv;
 	if (argc > 1)
 		return usage("unexpected argument %s", argv[1]);
-	if ((rc = get_json(x, "/v1/status", &reply)) != 0)
+	st = dc_status(x->dc, soon(), &reply, &errbody);
+	if ((rc = got(x, st, errbody)) != 0)
 		return rc;
 	if (x->json) {
 		print_json(reply);
@@ -1002,7 +978,6 @@ cmd_status(struct ctl *x, int argc, char **argv)
 static int
 cmd_resource(struct ctl *x, int argc, char **argv)
 {
-	char path[256];
 	json_t *reply, *errbody, *v;
 	const char *k;
 	enum status st;
@@ -1013,7 +988,8 @@ cmd_resource(struct ctl *x, int argc, char **argv)
 	if (strcmp(argv[1], "ls") == 0) {
 		if (argc > 2)
 			return usage("unexpected argument %s", argv[2]);
-		if ((rc = get_json(x, "/v1/resources", &reply)) != 0)
+		st = dc_resources(x->dc, soon(), &reply, &errbody);
+		if ((rc = got(x, st, errbody)) != 0)
 			return rc;
 		size_t i;
 		json_array_foreach(json_object_get(reply, "resources"), i, v) {
@@ -1032,11 +1008,11 @@ cmd_resource(struct ctl *x, int argc, char **argv)
 		return usage("resource %s needs a name", argv[1]);
 	if (strlen(argv[2]) > 128)
 		return usage("resource name %s is too long", argv[2]);
-	snprintf(path, sizeof(path), "/v1/resources/%s", argv[2]);
 	if (strcmp(argv[1], "status") == 0) {
 		if (argc > 3)
 			return usage("unexpected argument %s", argv[3]);
-		if ((rc = get_json(x, path, &reply)) != 0)
+		st = dc_resource(x->dc, argv[2], soon(), &reply, &errbody);
+		if ((rc = got(x, st, errbody)) != 0)
 			return rc;
 		if (x->json) {
 			print_json(reply);
@@ -1064,10 +1040,8 @@ cmd_resource(struct ctl *x, int argc, char **argv)
 	json_t *a = json_array();
 	for (; i < argc; i++)
 		json_array_append_new(a, json_string(argv[i]));
-	json_t *body = json_pack("{s:o}", "argv", a);
-	st = dispatch_call_json(x->dc, "PUT", path, body,
-	    duration_now_ms() + 30000, DC_REPEAT, &reply, &errbody, NULL);
-	json_decref(body);
+	st = dc_resource_add(x->dc, argv[2], a, soon(), &reply, &errbody);
+	json_decref(a);
 	if (st != ST_OK)
 		return fail(x, st, errbody);
 	json_decref(reply);
@@ -1075,36 +1049,6 @@ cmd_resource(struct ctl *x, int argc, char **argv)
 }
 
 /* dataset, job, checkpoint */
-
-/* prefix + percent-encoded name + suffix, for a dataset's or job's path. */
-static char *
-name_path(const char *prefix, const char *name, const char *suffix)
-{
-	struct buf b = {0};
-
-	if (buf_puts(&b, prefix) < 0 ||
-	    text_url_encode(&b, name, strlen(name)) < 0 ||
-	    buf_puts(&b, suffix) < 0) {
-		buf_free(&b);
-		return NULL;
-	}
-	return b.data;
-}
-
-/* GET of a named object's path; 0 with *reply, or the exit code. */
-static int
-get_named(struct ctl *x, const char *prefix, const char *name,
-    const char *suffix, json_t **reply)
-{
-	char *path = name_path(prefix, name, suffix);
-	int rc;
-
-	if (path == NULL)
-		return cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
-	rc = get_json(x, path, reply);
-	free(path);
-	return rc;
-}
 
 /* A JSON value as a person reads it: strings bare, null as "-". */
 static void
@@ -1228,8 +1172,7 @@ dataset_add(struct ctl *x, int argc, char **argv)
 	         "name", name)) == NULL)
 		return cli_fail(ST_INVALID_ARGUMENT,
 		    "--reader or --name is not UTF-8");
-	st = dispatch_call_json(x->dc, "POST", "/v1/datasets", body,
-	    duration_now_ms() + 30000, DC_REPEAT, &reply, &errbody, NULL);
+	st = dc_dataset_add(x->dc, body, soon(), &reply, &errbody);
 	json_decref(body);
 	if (st != ST_OK)
 		return fail(x, st, errbody);
@@ -1248,7 +1191,8 @@ cmd_dataset(struct ctl *x, int argc, char **argv)
 {
 	static const char *const fields[] = {"id", "name", "splits", "framing",
 	    "reader_skips", "fingerprint", "reader", NULL};
-	json_t *reply, *v;
+	json_t *reply, *errbody, *v;
+	enum status st;
 	size_t i;
 	int rc;
 
@@ -1259,7 +1203,8 @@ cmd_dataset(struct ctl *x, int argc, char **argv)
 	if (strcmp(argv[1], "ls") == 0) {
 		if (argc > 2)
 			return usage("unexpected argument %s", argv[2]);
-		if ((rc = get_json(x, "/v1/datasets", &reply)) != 0)
+		st = dc_datasets(x->dc, soon(), &reply, &errbody);
+		if ((rc = got(x, st, errbody)) != 0)
 			return rc;
 		if (x->json) {
 			print_json(reply);
@@ -1288,12 +1233,10 @@ cmd_dataset(struct ctl *x, int argc, char **argv)
 		    argv[1]);
 	if (strcmp(argv[1], "splits") == 0) {
 		struct buf out = {0};
-		char err[1024];
-		enum status st = dataread_splits(x->addr, argv[2],
-		    duration_now_ms() + 30000, &out, err, sizeof(err));
+		st = dc_splits(x->dc, argv[2], soon(), &out);
 		if (st != ST_OK) {
 			buf_free(&out);
-			return cli_fail(st, "%s", err);
+			return cli_fail(st, "%s", dispatch_client_error(x->dc));
 		}
 		rc = out.len > 0 && write_all(out.data, out.len) < 0;
 		buf_free(&out);
@@ -1301,7 +1244,8 @@ cmd_dataset(struct ctl *x, int argc, char **argv)
 		    cli_fail(ST_INTERNAL, "writing: %s", strerror(errno)) :
 		    0;
 	}
-	if ((rc = get_named(x, "/v1/datasets/", argv[2], "", &reply)) != 0)
+	st = dc_dataset(x->dc, argv[2], soon(), &reply, &errbody);
+	if ((rc = got(x, st, errbody)) != 0)
 		return rc;
 	if (x->json)
 		print_json(reply);
@@ -1358,7 +1302,8 @@ print_job(json_t *j)
 static int
 cmd_job(struct ctl *x, int argc, char **argv)
 {
-	json_t *reply, *j;
+	json_t *reply, *errbody, *j;
+	enum status st;
 	size_t i;
 	int rc;
 
@@ -1367,7 +1312,8 @@ cmd_job(struct ctl *x, int argc, char **argv)
 	if (strcmp(argv[1], "ls") == 0) {
 		if (argc > 2)
 			return usage("unexpected argument %s", argv[2]);
-		if ((rc = get_json(x, "/v1/jobs", &reply)) != 0)
+		st = dc_jobs(x->dc, soon(), &reply, &errbody);
+		if ((rc = got(x, st, errbody)) != 0)
 			return rc;
 		if (x->json) {
 			print_json(reply);
@@ -1386,7 +1332,8 @@ cmd_job(struct ctl *x, int argc, char **argv)
 		return usage(argc < 3 ? "job %s needs a job" :
 		                        "job %s takes one job",
 		    argv[1]);
-	if ((rc = get_named(x, "/v1/jobs/", argv[2], "", &reply)) != 0)
+	st = dc_job(x->dc, argv[2], soon(), &reply, &errbody);
+	if ((rc = got(x, st, errbody)) != 0)
 		return rc;
 	if (x->json)
 		print_json(reply);
@@ -1404,7 +1351,8 @@ cmd_checkpoint(struct ctl *x, int argc, char **argv)
 	    {NULL, 0, NULL, 0},
 	};
 	const char *job = NULL;
-	json_t *reply;
+	json_t *reply, *errbody;
+	enum status st;
 	int c, rc;
 
 	optind = 1;
@@ -1417,7 +1365,8 @@ cmd_checkpoint(struct ctl *x, int argc, char **argv)
 		return usage("unexpected argument %s", argv[optind]);
 	if (job == NULL)
 		return usage("checkpoint needs --job%s", "");
-	if ((rc = get_named(x, "/v1/jobs/", job, "/checkpoint", &reply)) != 0)
+	st = dc_checkpoint(x->dc, job, soon(), &reply, &errbody);
+	if ((rc = got(x, st, errbody)) != 0)
 		return rc;
 	print_json(reply);
 	json_decref(reply);
@@ -1854,13 +1803,13 @@ verb_done(struct ctl *x, int argc, char **argv)
 static int
 verb_cancel(struct ctl *x, int argc, char **argv)
 {
-	return cmd_each_id(x, argc, argv, "POST", "/cancel");
+	return cmd_each_id(x, argc, argv, dc_cancel);
 }
 
 static int
 verb_forget(struct ctl *x, int argc, char **argv)
 {
-	return cmd_each_id(x, argc, argv, "DELETE", "");
+	return cmd_each_id(x, argc, argv, dc_forget);
 }
 
 static int
@@ -1936,8 +1885,8 @@ main(int argc, char **argv)
 		return usage("unknown verb %s", verb);
 	if (v->local)
 		return v->run(&x, argc, argv);
-	x.addr = cli_dispatch_addr(addr);
-	if ((x.dc = dispatch_client_new(x.addr, err, sizeof(err))) == NULL)
+	if ((x.dc = dispatch_client_new(cli_dispatch_addr(addr), err,
+	         sizeof(err))) == NULL)
 		return cli_fail(ST_INVALID_ARGUMENT, "%s", err);
 	rc = v->run(&x, argc, argv);
 	dispatch_client_free(x.dc);

@@ -120,8 +120,9 @@ dispatch_call_json(struct dispatch_client *dc, const char *method,
 /*
  * p: base, then name, then what the format makes of the rest. Names of
  * workers and resources are made of letters, digits and "_-.:", which a
- * path carries as they are (dispatchd refuses others); a dataset's name
- * is escaped by the caller.
+ * path carries as they are (dispatchd refuses others, and takes them from
+ * the path as they are), as do queues' names; datasets' and jobs' names
+ * are escaped (path_named).
  */
 static int
 path_of(struct buf *p, const char *base, const char *name, const char *fmt, ...)
@@ -135,6 +136,23 @@ path_of(struct buf *p, const char *base, const char *name, const char *fmt, ...)
 	va_end(ap);
 	if (n < 0 || (size_t)n >= sizeof(tail) || buf_puts(p, base) < 0 ||
 	    (name != NULL && buf_puts(p, name) < 0) || buf_puts(p, tail) < 0) {
+		buf_free(p);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * p: base, then name percent-encoded (a dataset's or a job's name may hold
+ * any byte but NUL), then suffix.
+ */
+static int
+path_named(struct buf *p, const char *base, const char *name,
+    const char *suffix)
+{
+	if (buf_puts(p, base) < 0 ||
+	    text_url_encode(p, name, strlen(name)) < 0 ||
+	    buf_puts(p, suffix) < 0) {
 		buf_free(p);
 		return -1;
 	}
@@ -324,13 +342,9 @@ dc_splits(struct dispatch_client *dc, const char *dataset, int64_t deadline,
 	struct http_resp resp;
 	enum status st;
 
-	if (buf_puts(&p, "/v1/datasets/") < 0 ||
-	    text_url_encode(&p, dataset, strlen(dataset)) < 0 ||
-	    buf_puts(&p, "/splits") < 0) {
-		buf_free(&p);
+	if (path_named(&p, "/v1/datasets/", dataset, "/splits") < 0)
 		return coord_fail(dc->cc, ST_RESOURCE_EXHAUSTED,
 		    "out of memory");
-	}
 	st = coord_call(dc->cc, "GET", &p, NULL, 0, NULL, deadline, CALL_REPEAT,
 	    &resp);
 	buf_free(&p);
@@ -340,6 +354,217 @@ dc_splits(struct dispatch_client *dc, const char *dataset, int64_t deadline,
 		st = coord_fail(dc->cc, ST_RESOURCE_EXHAUSTED, "out of memory");
 	http_resp_free(&resp);
 	return st;
+}
+
+/*
+ * A GET that may be sent again, an operator's look at something: base,
+ * then name (NULL: none; escaped with esc, as path_named does), then
+ * suffix.
+ */
+static enum status
+look(struct dispatch_client *dc, const char *base, const char *name, int esc,
+    const char *suffix, int64_t deadline, json_t **reply, json_t **errbody)
+{
+	struct buf p = {0};
+
+	if (name != NULL && esc)
+		path_named(&p, base, name, suffix);
+	else
+		path_of(&p, base, name, "%s", suffix);
+	return call(dc, "GET", &p, NULL, NULL, 0, deadline, DC_REPEAT, reply,
+	    errbody);
+}
+
+enum status
+dc_limits(struct dispatch_client *dc, int64_t deadline, json_t **reply,
+    json_t **errbody)
+{
+	return look(dc, "/v1/limits", NULL, 0, "", deadline, reply, errbody);
+}
+
+enum status
+dc_schedule(struct dispatch_client *dc, const char *queue, json_t *closures,
+    int block, int64_t deadline, json_t **reply, json_t **errbody)
+{
+	struct buf p = {0};
+	json_t *body = json_pack("{s:O}", "closures", closures);
+	enum status st;
+
+	path_of(&p, "/v1/queues/", queue, "/closures?block=%d&wait=30s", block);
+	st = call(dc, "POST", &p, body, NULL, 0, deadline, DC_POLL, reply,
+	    errbody);
+	json_decref(body);
+	return st;
+}
+
+enum status
+dc_closure(struct dispatch_client *dc, uint64_t id, int64_t wait_ms,
+    int64_t deadline, json_t **reply, json_t **errbody)
+{
+	struct buf p = {0};
+
+	path_of(&p, "/v1/closures/", NULL, "%" PRIu64 "?wait=%" PRId64 "ms", id,
+	    wait_ms);
+	return call(dc, "GET", &p, NULL, NULL, 0, deadline, DC_POLL, reply,
+	    errbody);
+}
+
+enum status
+dc_cancel(struct dispatch_client *dc, uint64_t id, int64_t deadline,
+    json_t **reply, json_t **errbody)
+{
+	struct buf p = {0};
+
+	path_of(&p, "/v1/closures/", NULL, "%" PRIu64 "/cancel", id);
+	return call(dc, "POST", &p, NULL, NULL, 0, deadline, DC_REPEAT, reply,
+	    errbody);
+}
+
+enum status
+dc_forget(struct dispatch_client *dc, uint64_t id, int64_t deadline,
+    json_t **reply, json_t **errbody)
+{
+	struct buf p = {0};
+
+	path_of(&p, "/v1/closures/", NULL, "%" PRIu64, id);
+	return call(dc, "DELETE", &p, NULL, NULL, 0, deadline, DC_REPEAT, reply,
+	    errbody);
+}
+
+enum status
+dc_closures(struct dispatch_client *dc, const char *queue, const char *state,
+    uint64_t after, int64_t deadline, json_t **reply, json_t **errbody)
+{
+	struct buf p = {0};
+
+	if (path_named(&p, "/v1/closures?queue=", queue, "") == 0 &&
+	    state != NULL)
+		path_of(&p, "&state=", state, "");
+	if (p.data != NULL)
+		path_of(&p, "", NULL, "&after=%" PRIu64, after);
+	return call(dc, "GET", &p, NULL, NULL, 0, deadline, DC_REPEAT, reply,
+	    errbody);
+}
+
+int
+dc_closures_more(json_t *page, uint64_t *after)
+{
+	json_t *next = json_object_get(page, "next");
+
+	/* A dispatchd without pages says nothing of more. */
+	if (!json_is_true(json_object_get(page, "more")) ||
+	    !json_is_integer(next) ||
+	    (uint64_t)json_integer_value(next) <= *after)
+		return 0;
+	*after = (uint64_t)json_integer_value(next);
+	return 1;
+}
+
+enum status
+dc_join(struct dispatch_client *dc, const char *queue, int64_t wait_ms,
+    int64_t deadline, json_t **reply, json_t **errbody)
+{
+	struct buf p = {0};
+
+	path_of(&p, "/v1/queues/", queue, "/join?wait=%" PRId64 "ms", wait_ms);
+	return call(dc, "GET", &p, NULL, NULL, 0, deadline, DC_POLL, reply,
+	    errbody);
+}
+
+enum status
+dc_done(struct dispatch_client *dc, const char *queue, int64_t deadline,
+    json_t **reply, json_t **errbody)
+{
+	struct buf p = {0};
+
+	path_of(&p, "/v1/queues/", queue, "/done");
+	return call(dc, "GET", &p, NULL, NULL, 0, deadline, DC_POLL, reply,
+	    errbody);
+}
+
+enum status
+dc_status(struct dispatch_client *dc, int64_t deadline, json_t **reply,
+    json_t **errbody)
+{
+	return look(dc, "/v1/status", NULL, 0, "", deadline, reply, errbody);
+}
+
+enum status
+dc_resources(struct dispatch_client *dc, int64_t deadline, json_t **reply,
+    json_t **errbody)
+{
+	return look(dc, "/v1/resources", NULL, 0, "", deadline, reply, errbody);
+}
+
+enum status
+dc_resource(struct dispatch_client *dc, const char *name, int64_t deadline,
+    json_t **reply, json_t **errbody)
+{
+	return look(dc, "/v1/resources/", name, 0, "", deadline, reply,
+	    errbody);
+}
+
+enum status
+dc_resource_add(struct dispatch_client *dc, const char *name, json_t *argv,
+    int64_t deadline, json_t **reply, json_t **errbody)
+{
+	struct buf p = {0};
+	json_t *body = json_pack("{s:O}", "argv", argv);
+	enum status st;
+
+	path_of(&p, "/v1/resources/", name, "");
+	st = call(dc, "PUT", &p, body, NULL, 0, deadline, DC_REPEAT, reply,
+	    errbody);
+	json_decref(body);
+	return st;
+}
+
+enum status
+dc_dataset_add(struct dispatch_client *dc, json_t *body, int64_t deadline,
+    json_t **reply, json_t **errbody)
+{
+	struct buf p = {0};
+
+	buf_puts(&p, "/v1/datasets");
+	return call(dc, "POST", &p, body, NULL, 0, deadline, DC_REPEAT, reply,
+	    errbody);
+}
+
+enum status
+dc_datasets(struct dispatch_client *dc, int64_t deadline, json_t **reply,
+    json_t **errbody)
+{
+	return look(dc, "/v1/datasets", NULL, 0, "", deadline, reply, errbody);
+}
+
+enum status
+dc_dataset(struct dispatch_client *dc, const char *dataset, int64_t deadline,
+    json_t **reply, json_t **errbody)
+{
+	return look(dc, "/v1/datasets/", dataset, 1, "", deadline, reply,
+	    errbody);
+}
+
+enum status
+dc_jobs(struct dispatch_client *dc, int64_t deadline, json_t **reply,
+    json_t **errbody)
+{
+	return look(dc, "/v1/jobs", NULL, 0, "", deadline, reply, errbody);
+}
+
+enum status
+dc_job(struct dispatch_client *dc, const char *job, int64_t deadline,
+    json_t **reply, json_t **errbody)
+{
+	return look(dc, "/v1/jobs/", job, 1, "", deadline, reply, errbody);
+}
+
+enum status
+dc_checkpoint(struct dispatch_client *dc, const char *job, int64_t deadline,
+    json_t **reply, json_t **errbody)
+{
+	return look(dc, "/v1/jobs/", job, 1, "/checkpoint", deadline, reply,
+	    errbody);
 }
 
 int64_t

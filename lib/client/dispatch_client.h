@@ -46,8 +46,9 @@ enum status dispatch_call_json(struct dispatch_client *dc, const char *method,
     json_t **errbody, long *code);
 
 /*
- * dispatchd's protocol, one typed call per request a worker or a data
- * consumer makes: the one place their paths are written. Each returns
+ * dispatchd's protocol, one typed call per request a worker, a data
+ * consumer or an operator (dispatchctl) makes: the one place their paths
+ * are written. Each returns
  * what dispatch_call returns; a reply is the caller's to free. worker and
  * inc are a worker's name and its incarnation (as registration answered
  * it); wait_ms is how long dispatchd may hold a long poll.
@@ -100,6 +101,77 @@ enum status dc_client_release(struct dispatch_client *dc, int64_t client,
 /* GET /v1/datasets/D/splits: one split a line, appended to out. */
 enum status dc_splits(struct dispatch_client *dc, const char *dataset,
     int64_t deadline, struct buf *out);
+
+/*
+ * An operator's calls. Each hands back the reply, or on failure the error
+ * body (a queue's error carries its closure). Names of queues and
+ * resources go as they are (dispatchctl and dispatchd allow letters,
+ * digits and "_-.:"), those of datasets and jobs escaped.
+ */
+/* GET /v1/limits: the largest closure and request dispatchd takes. */
+enum status dc_limits(struct dispatch_client *dc, int64_t deadline,
+    json_t **reply, json_t **errbody);
+/*
+ * POST /v1/queues/Q/closures {"closures":[...]}: the ids of those the
+ * queue had room for, the first ones, in order. A full queue holds the
+ * request up to 30 s with block, then answers DEADLINE_EXCEEDED; without
+ * it, RESOURCE_EXHAUSTED at once.
+ */
+enum status dc_schedule(struct dispatch_client *dc, const char *queue,
+    json_t *closures, int block, int64_t deadline, json_t **reply,
+    json_t **errbody);
+/* GET /v1/closures/ID: a closure, once it ends or wait_ms has passed. */
+enum status dc_closure(struct dispatch_client *dc, uint64_t id, int64_t wait_ms,
+    int64_t deadline, json_t **reply, json_t **errbody);
+/* POST /v1/closures/ID/cancel */
+enum status dc_cancel(struct dispatch_client *dc, uint64_t id, int64_t deadline,
+    json_t **reply, json_t **errbody);
+/* DELETE /v1/closures/ID: an ended closure and its value. */
+enum status dc_forget(struct dispatch_client *dc, uint64_t id, int64_t deadline,
+    json_t **reply, json_t **errbody);
+/*
+ * GET /v1/closures?queue=Q: a page of the queue's closures with ids above
+ * after, of one state (dispatchd's word for it, sent as given) or of any
+ * (state NULL). dc_closures_more says whether more follow the page, and
+ * moves after to where they start.
+ */
+enum status dc_closures(struct dispatch_client *dc, const char *queue,
+    const char *state, uint64_t after, int64_t deadline, json_t **reply,
+    json_t **errbody);
+int dc_closures_more(json_t *page, uint64_t *after);
+/* GET /v1/queues/Q/join: the queue's counts, once done or after wait_ms. */
+enum status dc_join(struct dispatch_client *dc, const char *queue,
+    int64_t wait_ms, int64_t deadline, json_t **reply, json_t **errbody);
+/* GET /v1/queues/Q/done: whether it is done, at once. */
+enum status dc_done(struct dispatch_client *dc, const char *queue,
+    int64_t deadline, json_t **reply, json_t **errbody);
+/* GET /v1/status: queues and workers. */
+enum status dc_status(struct dispatch_client *dc, int64_t deadline,
+    json_t **reply, json_t **errbody);
+/* GET /v1/resources, and /v1/resources/R with its state on each worker. */
+enum status dc_resources(struct dispatch_client *dc, int64_t deadline,
+    json_t **reply, json_t **errbody);
+enum status dc_resource(struct dispatch_client *dc, const char *name,
+    int64_t deadline, json_t **reply, json_t **errbody);
+/* PUT /v1/resources/R {"argv":[...]}: defines it. */
+enum status dc_resource_add(struct dispatch_client *dc, const char *name,
+    json_t *argv, int64_t deadline, json_t **reply, json_t **errbody);
+/* POST /v1/datasets: registers one (body: its splits, reader, ...). */
+enum status dc_dataset_add(struct dispatch_client *dc, json_t *body,
+    int64_t deadline, json_t **reply, json_t **errbody);
+/* GET /v1/datasets, and /v1/datasets/D (an id or a name). */
+enum status dc_datasets(struct dispatch_client *dc, int64_t deadline,
+    json_t **reply, json_t **errbody);
+enum status dc_dataset(struct dispatch_client *dc, const char *dataset,
+    int64_t deadline, json_t **reply, json_t **errbody);
+/* GET /v1/jobs, and /v1/jobs/J (an id or a name). */
+enum status dc_jobs(struct dispatch_client *dc, int64_t deadline,
+    json_t **reply, json_t **errbody);
+enum status dc_job(struct dispatch_client *dc, const char *job,
+    int64_t deadline, json_t **reply, json_t **errbody);
+/* GET /v1/jobs/J/checkpoint: the job's position, to start a read at. */
+enum status dc_checkpoint(struct dispatch_client *dc, const char *job,
+    int64_t deadline, json_t **reply, json_t **errbody);
 
 /* The wait of one long poll (see coord_poll_wait). */
 int64_t dispatch_poll_wait(int64_t deadline, int64_t max_ms,
