@@ -24,6 +24,7 @@
 #include "datapos.h"
 #include "dataread.h"
 #include "dispatch_client.h"
+#include "dispatch_show.h"
 #include "duration.h"
 #include "log.h"
 #include "parse.h"
@@ -71,14 +72,6 @@ struct ctl {
 	int json;
 };
 
-/* One JSON object on a line of stdout. */
-static void
-print_json(json_t *j)
-{
-	json_dumpf(j, stdout, JSON_COMPACT);
-	putchar('\n');
-}
-
 static int
 usage(const char *fmt, const char *arg)
 {
@@ -107,25 +100,6 @@ closure_code(json_t *c)
 	return status_exit(ST_INTERNAL);
 }
 
-static void
-print_tail(json_t *c)
-{
-	const char *t = json_string_value(json_object_get(c, "stderr_tail"));
-	struct buf b = {0};
-
-	if (t == NULL || *t == '\0' ||
-	    text_base64_decode(&b, t, strlen(t)) < 0 || b.len == 0) {
-		buf_free(&b);
-		return;
-	}
-	fprintf(stderr, "%s: stderr of closure %" JSON_INTEGER_FORMAT ":\n",
-	    log_prog(), json_integer_value(json_object_get(c, "id")));
-	fwrite(b.data, 1, b.len, stderr);
-	if (b.data[b.len - 1] != '\n')
-		fputc('\n', stderr);
-	buf_free(&b);
-}
-
 /*
  * A failed call: a queue's error names its closure (its exit code is the
  * one to exit with, its stderr tail is shown); anything else is the
@@ -135,23 +109,13 @@ static int
 fail(struct ctl *x, enum status st, json_t *errbody)
 {
 	json_t *c = json_object_get(errbody, "closure");
-	const char *msg = json_string_value(
-	    json_object_get(json_object_get(errbody, "error"), "message"));
-	int code;
+	int code = c != NULL ? closure_code(c) :
+	                       cli_fail(st, "%s", dispatch_client_error(x->dc));
 
-	if (c != NULL) {
-		if (x->json) {
-			print_json(errbody);
-		}
-		fprintf(stderr, "%s: %s\n", log_prog(),
-		    msg != NULL ? msg : "a closure failed");
-		print_tail(c);
-		code = closure_code(c);
-		json_decref(errbody);
-		return code != 0 ? code : status_exit(ST_INTERNAL);
-	}
+	if (c != NULL)
+		dispatch_show_failed(stdout, stderr, errbody, x->json);
 	json_decref(errbody);
-	return cli_fail(st, "%s", dispatch_client_error(x->dc));
+	return code != 0 ? code : status_exit(ST_INTERNAL);
 }
 
 static int
@@ -637,9 +601,8 @@ fetch_one(struct ctl *x, uint64_t id, int64_t deadline)
 			break;
 		if (deadline != HTTP_NO_DEADLINE &&
 		    duration_now_ms() >= deadline) {
-			if (x->json) {
-				print_json(reply);
-			}
+			if (x->json)
+				dispatch_show_json(stdout, reply);
 			json_decref(reply);
 			return cli_fail(ST_DEADLINE_EXCEEDED,
 			    "closure %" PRIu64 " is not ready", id);
@@ -648,17 +611,11 @@ fetch_one(struct ctl *x, uint64_t id, int64_t deadline)
 	}
 	int code = closure_code(reply);
 	if (x->json) {
-		print_json(reply);
+		dispatch_show_json(stdout, reply);
 	} else {
-		const char *out =
-		    json_string_value(json_object_get(reply, "stdout"));
-		struct buf b = {0};
-		if (out != NULL &&
-		    text_base64_decode(&b, out, strlen(out)) == 0 &&
-		    b.len > 0 && write_all(b.data, b.len) < 0)
+		if (dispatch_show_stdout(stdout, reply) < 0)
 			code = cli_fail(ST_INTERNAL, "writing: %s",
 			    strerror(errno));
-		buf_free(&b);
 		const char *why =
 		    json_string_value(json_object_get(reply, "message"));
 		if (strcmp(state, "CANCELLED") == 0)
@@ -751,7 +708,7 @@ cmd_join(struct ctl *x, int argc, char **argv, int is_done)
 		int done = json_is_true(json_object_get(reply, "done"));
 		if (is_done || done) {
 			if (x->json) {
-				print_json(reply);
+				dispatch_show_json(stdout, reply);
 			} else if (is_done) {
 				printf("%s\n", done ? "true" : "false");
 			}
@@ -806,9 +763,8 @@ cmd_each_id(struct ctl *x, int argc, char **argv,
 				rc = r;
 			continue;
 		}
-		if (x->json) {
-			print_json(reply);
-		}
+		if (x->json)
+			dispatch_show_json(stdout, reply);
 		json_decref(reply);
 	}
 	return rc;
@@ -816,11 +772,16 @@ cmd_each_id(struct ctl *x, int argc, char **argv,
 
 /* ls, status */
 
-/* A call's outcome: 0, or the exit code of its failure. */
+/* A call's reply shown, or its failure. */
 static int
-got(struct ctl *x, enum status st, json_t *errbody)
+show(struct ctl *x, enum status st, json_t *reply, json_t *errbody,
+    dispatch_show_fn *fn)
 {
-	return st != ST_OK ? fail(x, st, errbody) : 0;
+	if (st != ST_OK)
+		return fail(x, st, errbody);
+	fn(stdout, reply, x->json);
+	json_decref(reply);
+	return 0;
 }
 
 /* The deadline of a call that answers at once. */
@@ -830,147 +791,49 @@ soon(void)
 	return duration_now_ms() + 30000;
 }
 
-static void
-print_closure_line(json_t *c)
-{
-	json_t *ex = json_object_get(c, "exit"), *sig;
-	const char *w = json_string_value(json_object_get(c, "worker"));
-	char end[32] = "-";
-
-	if (json_is_integer(ex))
-		snprintf(end, sizeof(end), "exit %" JSON_INTEGER_FORMAT,
-		    json_integer_value(ex));
-	else if (json_is_integer(sig = json_object_get(c, "signal")))
-		snprintf(end, sizeof(end), "signal %" JSON_INTEGER_FORMAT,
-		    json_integer_value(sig));
-	printf("%-8" JSON_INTEGER_FORMAT
-	       " %-10s %-9s %-8s %-12s %-8" JSON_INTEGER_FORMAT " %s\n",
-	    json_integer_value(json_object_get(c, "id")),
-	    json_string_value(json_object_get(c, "state")),
-	    json_string_value(json_object_get(c, "phase")),
-	    json_string_value(json_object_get(c, "queue")), w != NULL ? w : "-",
-	    json_integer_value(json_object_get(c, "attempts")), end);
-}
-
 static int
 cmd_ls(struct ctl *x, int argc, char **argv)
 {
+	struct dispatch_show_list l = {.f = stdout, .json = x->json};
 	const char *state = NULL;
 	int64_t deadline;
-	json_t *reply, *errbody, *c;
+	json_t *reply, *errbody;
 	uint64_t after = 0;
-	size_t i, printed = 0;
-	int rc, first = 1;
+	int rc, more = 1;
 
 	if ((rc = timeout_opt(argc, argv, &deadline, "ls", &state)) != 0)
 		return rc;
 	if (optind < argc)
 		return usage("unexpected argument %s", argv[optind]);
-	/* Page after page, each printed as it comes: a list of a million
-	 * closures is never held whole, here or in dispatchd. With --json
-	 * the pages make one object, {"closures":[...]}. */
-	for (;;) {
+	/* Page after page, each shown as it comes: a list of a million
+	 * closures is never held whole, here or in dispatchd. */
+	while (rc == 0 && more) {
 		enum status st = dc_closures(x->dc, x->queue, state, after,
 		    soon(), &reply, &errbody);
-		if ((rc = got(x, st, errbody)) != 0) {
-			if (x->json && first == 0)
-				fputs("]}\n", stdout);
-			return rc;
-		}
-		if (first) {
-			if (x->json)
-				fputs("{\"closures\":[", stdout);
-			else
-				printf("%-8s %-10s %-9s %-8s %-12s %-8s %s\n",
-				    "ID", "STATE", "PHASE", "QUEUE", "WORKER",
-				    "ATTEMPTS", "END");
-			first = 0;
-		}
-		json_array_foreach(json_object_get(reply, "closures"), i, c) {
-			if (!x->json) {
-				print_closure_line(c);
-				continue;
-			}
-			if (printed++ > 0)
-				putchar(',');
-			json_dumpf(c, stdout, JSON_COMPACT);
-		}
-		if (!dc_closures_more(reply, &after)) {
-			json_decref(reply);
+		if (st != ST_OK) {
+			rc = fail(x, st, errbody);
 			break;
 		}
+		dispatch_show_list_page(&l, reply);
+		more = dc_closures_more(reply, &after);
 		json_decref(reply);
 	}
-	if (x->json)
-		fputs("]}\n", stdout);
-	if (fflush(stdout) != 0)
+	dispatch_show_list_end(&l);
+	if (rc == 0 && fflush(stdout) != 0)
 		return cli_fail(ST_INTERNAL, "writing: %s", strerror(errno));
-	return 0;
+	return rc;
 }
 
 static int
 cmd_status(struct ctl *x, int argc, char **argv)
 {
-	json_t *reply, *errbody, *v;
+	json_t *reply, *errbody;
 	enum status st;
-	size_t i;
-	int rc;
 
-	(void)argv;
 	if (argc > 1)
 		return usage("unexpected argument %s", argv[1]);
 	st = dc_status(x->dc, soon(), &reply, &errbody);
-	if ((rc = got(x, st, errbody)) != 0)
-		return rc;
-	if (x->json) {
-		print_json(reply);
-		json_decref(reply);
-		return 0;
-	}
-	printf("%-16s %8s %8s %8s %8s %8s %s\n", "QUEUE", "QUEUED", "RUNNING",
-	    "DONE", "FAILED", "CANCEL", "ERROR");
-	json_array_foreach(json_object_get(reply, "queues"), i, v) {
-		json_t *e = json_object_get(v, "error");
-		char err[40] = "-";
-		if (json_is_integer(e))
-			snprintf(err, sizeof(err),
-			    "closure %" JSON_INTEGER_FORMAT,
-			    json_integer_value(e));
-		printf("%-16s %8" JSON_INTEGER_FORMAT " %8" JSON_INTEGER_FORMAT
-		       " %8" JSON_INTEGER_FORMAT " %8" JSON_INTEGER_FORMAT
-		       " %8" JSON_INTEGER_FORMAT " %s\n",
-		    json_string_value(json_object_get(v, "name")),
-		    json_integer_value(json_object_get(v, "queued")),
-		    json_integer_value(json_object_get(v, "inflight")),
-		    json_integer_value(json_object_get(v, "done")),
-		    json_integer_value(json_object_get(v, "failed")),
-		    json_integer_value(json_object_get(v, "cancelled")), err);
-	}
-	printf("\n%-16s %-5s %-9s %5s %7s %6s %s\n", "WORKER", "LIVE", "HEALTH",
-	    "SLOTS", "RUNNING", "DEATHS", "LAST FAILURE");
-	json_array_foreach(json_object_get(reply, "workers"), i, v) {
-		const char *why =
-		    json_string_value(json_object_get(v, "last_failure"));
-		const char *sick = json_string_value(
-		    json_object_get(json_object_get(v, "unhealthy"),
-		        "message"));
-		/* An unhealthy worker's reason comes first: it is why it
-		 * gets no work now. */
-		printf("%-16s %-5s %-9s %5" JSON_INTEGER_FORMAT
-		       " %7" JSON_INTEGER_FORMAT " %6" JSON_INTEGER_FORMAT
-		       " %s\n",
-		    json_string_value(json_object_get(v, "name")),
-		    json_is_true(json_object_get(v, "live")) ? "yes" : "no",
-		    sick != NULL ? "unhealthy" : "ok",
-		    json_integer_value(json_object_get(v, "slots")),
-		    json_integer_value(json_object_get(v, "running")),
-		    json_integer_value(json_object_get(v, "deaths")),
-		    sick != NULL    ? sick :
-		        why != NULL ? why :
-		                      "-");
-	}
-	json_decref(reply);
-	return 0;
+	return show(x, st, reply, errbody, dispatch_show_status);
 }
 
 /* resource */
@@ -978,10 +841,8 @@ cmd_status(struct ctl *x, int argc, char **argv)
 static int
 cmd_resource(struct ctl *x, int argc, char **argv)
 {
-	json_t *reply, *errbody, *v;
-	const char *k;
+	json_t *reply, *errbody;
 	enum status st;
-	int rc;
 
 	if (argc < 2)
 		return usage("resource needs add, status or ls%s", "");
@@ -989,20 +850,7 @@ cmd_resource(struct ctl *x, int argc, char **argv)
 		if (argc > 2)
 			return usage("unexpected argument %s", argv[2]);
 		st = dc_resources(x->dc, soon(), &reply, &errbody);
-		if ((rc = got(x, st, errbody)) != 0)
-			return rc;
-		size_t i;
-		json_array_foreach(json_object_get(reply, "resources"), i, v) {
-			if (x->json) {
-				print_json(v);
-			} else {
-				printf("%s\n",
-				    json_string_value(
-				        json_object_get(v, "name")));
-			}
-		}
-		json_decref(reply);
-		return 0;
+		return show(x, st, reply, errbody, dispatch_show_resources);
 	}
 	if (argc < 3)
 		return usage("resource %s needs a name", argv[1]);
@@ -1012,23 +860,7 @@ cmd_resource(struct ctl *x, int argc, char **argv)
 		if (argc > 3)
 			return usage("unexpected argument %s", argv[3]);
 		st = dc_resource(x->dc, argv[2], soon(), &reply, &errbody);
-		if ((rc = got(x, st, errbody)) != 0)
-			return rc;
-		if (x->json) {
-			print_json(reply);
-		} else {
-			json_object_foreach(json_object_get(reply, "workers"),
-			    k, v) {
-				const char *m = json_string_value(
-				    json_object_get(v, "message"));
-				printf("%-16s %s%s%s\n", k,
-				    json_string_value(
-				        json_object_get(v, "state")),
-				    m != NULL ? ": " : "", m != NULL ? m : "");
-			}
-		}
-		json_decref(reply);
-		return 0;
+		return show(x, st, reply, errbody, dispatch_show_resource);
 	}
 	if (strcmp(argv[1], "add") != 0)
 		return usage("resource: unknown verb %s", argv[1]);
@@ -1049,49 +881,6 @@ cmd_resource(struct ctl *x, int argc, char **argv)
 }
 
 /* dataset, job, checkpoint */
-
-/* A JSON value as a person reads it: strings bare, null as "-". */
-static void
-print_value(json_t *v)
-{
-	if (json_is_string(v)) {
-		fputs(json_string_value(v), stdout);
-	} else if (v == NULL || json_is_null(v)) {
-		putchar('-');
-	} else {
-		json_dumpf(v, stdout, JSON_COMPACT | JSON_ENCODE_ANY);
-	}
-}
-
-/* The fields of obj named in keys, one "key: value" a line. */
-static void
-print_fields(json_t *obj, const char *const *keys)
-{
-	for (; *keys != NULL; keys++) {
-		printf("%s: ", *keys);
-		print_value(json_object_get(obj, *keys));
-		putchar('\n');
-	}
-}
-
-/*
- * A field for a table: strings as they are, integers in decimal (into
- * buf), anything else "-".
- */
-static const char *
-field_text(json_t *obj, const char *key, char *buf, size_t len)
-{
-	json_t *v = json_object_get(obj, key);
-
-	if (json_is_string(v))
-		return json_string_value(v);
-	if (json_is_integer(v) && buf != NULL) {
-		snprintf(buf, len, "%" JSON_INTEGER_FORMAT,
-		    json_integer_value(v));
-		return buf;
-	}
-	return "-";
-}
 
 /* Splits the bytes of b into a JSON array of lines; 0, or the exit code. */
 static int
@@ -1174,26 +963,14 @@ dataset_add(struct ctl *x, int argc, char **argv)
 		    "--reader or --name is not UTF-8");
 	st = dc_dataset_add(x->dc, body, soon(), &reply, &errbody);
 	json_decref(body);
-	if (st != ST_OK)
-		return fail(x, st, errbody);
-	if (x->json) {
-		print_json(reply);
-	} else {
-		print_value(json_object_get(reply, "id"));
-		putchar('\n');
-	}
-	json_decref(reply);
-	return 0;
+	return show(x, st, reply, errbody, dispatch_show_added);
 }
 
 static int
 cmd_dataset(struct ctl *x, int argc, char **argv)
 {
-	static const char *const fields[] = {"id", "name", "splits", "framing",
-	    "reader_skips", "fingerprint", "reader", NULL};
-	json_t *reply, *errbody, *v;
+	json_t *reply, *errbody;
 	enum status st;
-	size_t i;
 	int rc;
 
 	if (argc < 2)
@@ -1204,26 +981,7 @@ cmd_dataset(struct ctl *x, int argc, char **argv)
 		if (argc > 2)
 			return usage("unexpected argument %s", argv[2]);
 		st = dc_datasets(x->dc, soon(), &reply, &errbody);
-		if ((rc = got(x, st, errbody)) != 0)
-			return rc;
-		if (x->json) {
-			print_json(reply);
-		} else {
-			printf("%-6s %-16s %8s %-7s %s\n", "ID", "NAME",
-			    "SPLITS", "FRAMING", "READER");
-			json_array_foreach(json_object_get(reply, "datasets"),
-			    i, v) {
-				char a[32], b[32];
-				printf("%-6s %-16s %8s %-7s %s\n",
-				    field_text(v, "id", a, sizeof(a)),
-				    field_text(v, "name", NULL, 0),
-				    field_text(v, "splits", b, sizeof(b)),
-				    field_text(v, "framing", NULL, 0),
-				    field_text(v, "reader", NULL, 0));
-			}
-		}
-		json_decref(reply);
-		return 0;
+		return show(x, st, reply, errbody, dispatch_show_datasets);
 	}
 	if (strcmp(argv[1], "show") != 0 && strcmp(argv[1], "splits") != 0)
 		return usage("dataset: unknown verb %s", argv[1]);
@@ -1245,67 +1003,14 @@ cmd_dataset(struct ctl *x, int argc, char **argv)
 		    0;
 	}
 	st = dc_dataset(x->dc, argv[2], soon(), &reply, &errbody);
-	if ((rc = got(x, st, errbody)) != 0)
-		return rc;
-	if (x->json)
-		print_json(reply);
-	else
-		print_fields(reply, fields);
-	json_decref(reply);
-	return 0;
-}
-
-/* A job's state in one word. */
-static const char *
-job_state(json_t *j)
-{
-	if (json_is_string(json_object_get(j, "error")))
-		return "failed";
-	if (json_is_true(json_object_get(j, "kept")))
-		return "kept";
-	return json_is_true(json_object_get(j, "finished")) ? "finished" :
-	                                                      "running";
-}
-
-static void
-print_job_line(json_t *j)
-{
-	char a[32], b[32], c[32];
-
-	printf("%-6s %-16s %-8s %-12s %7s %s\n",
-	    field_text(j, "id", a, sizeof(a)), field_text(j, "name", NULL, 0),
-	    field_text(j, "dataset", b, sizeof(b)),
-	    field_text(j, "mode", NULL, 0),
-	    field_text(j, "clients", c, sizeof(c)), job_state(j));
-}
-
-static void
-print_job(json_t *j)
-{
-	static const char *const fields[] = {"id", "name", "iteration", "run",
-	    "dataset", "mode", "repeat", "seed", "consumers", "clients",
-	    "finished", "kept", "error", "splits", "done", "leased", "next",
-	    NULL};
-	json_t *t;
-	size_t i;
-
-	print_fields(j, fields);
-	printf("tasks:\n");
-	json_array_foreach(json_object_get(j, "tasks"), i, t) {
-		char a[32];
-		printf("  %-6s %-16s %s\n", field_text(t, "id", a, sizeof(a)),
-		    field_text(t, "worker", NULL, 0),
-		    field_text(t, "state", NULL, 0));
-	}
+	return show(x, st, reply, errbody, dispatch_show_dataset);
 }
 
 static int
 cmd_job(struct ctl *x, int argc, char **argv)
 {
-	json_t *reply, *errbody, *j;
+	json_t *reply, *errbody;
 	enum status st;
-	size_t i;
-	int rc;
 
 	if (argc < 2)
 		return usage("job needs ls or show%s", "");
@@ -1313,18 +1018,7 @@ cmd_job(struct ctl *x, int argc, char **argv)
 		if (argc > 2)
 			return usage("unexpected argument %s", argv[2]);
 		st = dc_jobs(x->dc, soon(), &reply, &errbody);
-		if ((rc = got(x, st, errbody)) != 0)
-			return rc;
-		if (x->json) {
-			print_json(reply);
-		} else {
-			printf("%-6s %-16s %-8s %-12s %7s %s\n", "ID", "NAME",
-			    "DATASET", "MODE", "CLIENTS", "STATE");
-			json_array_foreach(json_object_get(reply, "jobs"), i, j)
-				print_job_line(j);
-		}
-		json_decref(reply);
-		return 0;
+		return show(x, st, reply, errbody, dispatch_show_jobs);
 	}
 	if (strcmp(argv[1], "show") != 0)
 		return usage("job: unknown verb %s", argv[1]);
@@ -1333,14 +1027,7 @@ cmd_job(struct ctl *x, int argc, char **argv)
 		                        "job %s takes one job",
 		    argv[1]);
 	st = dc_job(x->dc, argv[2], soon(), &reply, &errbody);
-	if ((rc = got(x, st, errbody)) != 0)
-		return rc;
-	if (x->json)
-		print_json(reply);
-	else
-		print_job(reply);
-	json_decref(reply);
-	return 0;
+	return show(x, st, reply, errbody, dispatch_show_job);
 }
 
 static int
@@ -1353,7 +1040,7 @@ cmd_checkpoint(struct ctl *x, int argc, char **argv)
 	const char *job = NULL;
 	json_t *reply, *errbody;
 	enum status st;
-	int c, rc;
+	int c;
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -1365,10 +1052,9 @@ cmd_checkpoint(struct ctl *x, int argc, char **argv)
 		return usage("unexpected argument %s", argv[optind]);
 	if (job == NULL)
 		return usage("checkpoint needs --job%s", "");
-	st = dc_checkpoint(x->dc, job, soon(), &reply, &errbody);
-	if ((rc = got(x, st, errbody)) != 0)
-		return rc;
-	print_json(reply);
+	if ((st = dc_checkpoint(x->dc, job, soon(), &reply, &errbody)) != ST_OK)
+		return fail(x, st, errbody);
+	dispatch_show_json(stdout, reply);
 	json_decref(reply);
 	return 0;
 }
