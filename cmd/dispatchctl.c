@@ -25,6 +25,7 @@
 #include "dataread.h"
 #include "dispatch_client.h"
 #include "dispatch_show.h"
+#include "dispatch_wait.h"
 #include "duration.h"
 #include "log.h"
 #include "parse.h"
@@ -579,54 +580,38 @@ write_all(const void *p, size_t n)
 static int
 fetch_one(struct ctl *x, uint64_t id, int64_t deadline)
 {
-	json_t *reply = NULL, *errbody;
-	enum status st;
-	const char *state;
+	json_t *reply, *errbody;
+	enum status st =
+	    dispatch_wait_closure(x->dc, id, deadline, &reply, &errbody);
+	const char *state, *why;
+	int code;
 
-	for (;;) {
-		int64_t hd, wait = dispatch_poll_wait(deadline, 0, &hd);
-		/* Out of time: one look at it as it is now. */
-		if (wait == 0)
-			hd = duration_now_ms() + 10000;
-		st = dc_closure(x->dc, id, wait, hd, &reply, &errbody);
-		if (st != ST_OK) {
-			if (dispatch_poll_again(st, deadline)) {
-				json_decref(errbody);
-				continue;
-			}
-			return fail(x, st, errbody);
-		}
-		state = json_string_value(json_object_get(reply, "state"));
-		if (state == NULL || strcmp(state, "NOT_READY") != 0)
-			break;
-		if (deadline != HTTP_NO_DEADLINE &&
-		    duration_now_ms() >= deadline) {
-			if (x->json)
-				dispatch_show_json(stdout, reply);
-			json_decref(reply);
-			return cli_fail(ST_DEADLINE_EXCEEDED,
-			    "closure %" PRIu64 " is not ready", id);
-		}
+	if (st != ST_OK)
+		return fail(x, st, errbody);
+	state = json_string_value(json_object_get(reply, "state"));
+	if (state != NULL && strcmp(state, "NOT_READY") == 0) {
+		if (x->json)
+			dispatch_show_json(stdout, reply);
 		json_decref(reply);
+		return cli_fail(ST_DEADLINE_EXCEEDED,
+		    "closure %" PRIu64 " is not ready", id);
 	}
-	int code = closure_code(reply);
+	code = closure_code(reply);
 	if (x->json) {
 		dispatch_show_json(stdout, reply);
 	} else {
 		if (dispatch_show_stdout(stdout, reply) < 0)
 			code = cli_fail(ST_INTERNAL, "writing: %s",
 			    strerror(errno));
-		const char *why =
-		    json_string_value(json_object_get(reply, "message"));
-		if (strcmp(state, "CANCELLED") == 0)
+		why = json_string_value(json_object_get(reply, "message"));
+		if (state != NULL && strcmp(state, "CANCELLED") == 0)
 			cli_fail(ST_CANCELLED,
 			    "closure %" PRIu64 " was cancelled%s%s%s", id,
 			    why != NULL ? " (" : "", why != NULL ? why : "",
 			    why != NULL ? ")" : "");
-		else if (strcmp(state, "ABORTED") == 0)
+		else if (state != NULL && strcmp(state, "ABORTED") == 0)
 			cli_fail(ST_ABORTED, "closure %" PRIu64 ": %s", id,
-			    json_string_value(
-			        json_object_get(reply, "message")));
+			    why);
 		else if (json_is_true(
 		             json_object_get(reply, "stdout_truncated")))
 			fprintf(stderr,
@@ -667,69 +652,51 @@ cmd_fetch(struct ctl *x, int argc, char **argv)
 
 /* join, done */
 
+/* On a terminal, join shows the counts while it waits. */
+static void
+progress(json_t *counts, void *queue)
+{
+	fprintf(stderr,
+	    "%s: queue %s: %" JSON_INTEGER_FORMAT
+	    " queued, %" JSON_INTEGER_FORMAT " in flight\n",
+	    log_prog(), (const char *)queue,
+	    json_integer_value(json_object_get(counts, "queued")),
+	    json_integer_value(json_object_get(counts, "inflight")));
+}
+
 static int
 cmd_join(struct ctl *x, int argc, char **argv, int is_done)
 {
 	int64_t deadline;
 	json_t *reply, *errbody;
 	enum status st;
-	int rc, tty = isatty(2);
+	int rc, done;
 
 	if ((rc = timeout_opt(argc, argv, &deadline, is_done ? "done" : "join",
 	         NULL)) != 0)
 		return rc;
 	if (optind < argc)
 		return usage("unexpected argument %s", argv[optind]);
-	for (;;) {
-		int64_t hd,
-		    wait =
-		        is_done ? 0 : dispatch_poll_wait(deadline, 10000, &hd);
-		if (is_done)
-			st = dc_done(x->dc, x->queue, deadline, &reply,
-			    &errbody);
-		else
-			st = dc_join(x->dc, x->queue, wait, hd, &reply,
-			    &errbody);
-		if (st != ST_OK) {
-			/* Ask again while time is left when the poll ran out
-			 * or dispatchd was shutting down; no worker for
-			 * --worker-recovery is the answer. */
-			int away = st == ST_UNAVAILABLE &&
-			    json_object_get(errbody, "error") != NULL &&
-			    strstr(dispatch_client_error(x->dc),
-			        "worker-recovery") == NULL;
-			if (!is_done && (st == ST_DEADLINE_EXCEEDED || away) &&
-			    dispatch_poll_again(st, deadline)) {
-				json_decref(errbody);
-				continue;
-			}
-			return fail(x, st, errbody);
-		}
-		int done = json_is_true(json_object_get(reply, "done"));
-		if (is_done || done) {
-			if (x->json) {
-				dispatch_show_json(stdout, reply);
-			} else if (is_done) {
-				printf("%s\n", done ? "true" : "false");
-			}
-			json_decref(reply);
-			return done ? 0 : 1;
-		}
-		if (tty)
-			fprintf(stderr,
-			    "%s: queue %s: %" JSON_INTEGER_FORMAT
-			    " queued, %" JSON_INTEGER_FORMAT " in flight\n",
-			    log_prog(), x->queue,
-			    json_integer_value(
-			        json_object_get(reply, "queued")),
-			    json_integer_value(
-			        json_object_get(reply, "inflight")));
+	if (is_done)
+		st = dc_done(x->dc, x->queue, deadline, &reply, &errbody);
+	else
+		st = dispatch_wait_queue(x->dc, x->queue, deadline,
+		    isatty(2) ? progress : NULL, (void *)x->queue, &reply,
+		    &errbody);
+	if (st != ST_OK)
+		return fail(x, st, errbody);
+	done = json_is_true(json_object_get(reply, "done"));
+	if (!is_done && !done) {
 		json_decref(reply);
-		if (deadline != HTTP_NO_DEADLINE &&
-		    duration_now_ms() >= deadline)
-			return cli_fail(ST_DEADLINE_EXCEEDED,
-			    "queue %s is not done", x->queue);
+		return cli_fail(ST_DEADLINE_EXCEEDED, "queue %s is not done",
+		    x->queue);
 	}
+	if (x->json)
+		dispatch_show_json(stdout, reply);
+	else if (is_done)
+		printf("%s\n", done ? "true" : "false");
+	json_decref(reply);
+	return done ? 0 : 1;
 }
 
 /* cancel, forget */
