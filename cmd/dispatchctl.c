@@ -24,11 +24,13 @@
 #include "datapos.h"
 #include "dataread.h"
 #include "dispatch_client.h"
+#include "dispatch_sched.h"
 #include "dispatch_show.h"
 #include "dispatch_wait.h"
 #include "duration.h"
 #include "log.h"
 #include "parse.h"
+#include "readall.h"
 #include "shardmode.h"
 #include "sigfd.h"
 #include "splitorder.h"
@@ -65,8 +67,6 @@ static const char synopsis[] =
     "  checkpoint --job NAME\n"
     "  job ls | job show J\n";
 
-#define BATCH 10000
-
 struct ctl {
 	struct dispatch_client *dc;
 	const char *queue;
@@ -102,21 +102,38 @@ closure_code(json_t *c)
 }
 
 /*
- * A failed call: a queue's error names its closure (its exit code is the
- * one to exit with, its stderr tail is shown); anything else is the
- * status's.
+ * A failed call: a queue's error names its closure, whose exit code is
+ * the one to exit with; anything else is the status's, with msg (NULL:
+ * the client's last error).
  */
 static int
-fail(struct ctl *x, enum status st, json_t *errbody)
+fail(struct ctl *x, enum status st, json_t *errbody, const char *msg)
 {
 	json_t *c = json_object_get(errbody, "closure");
-	int code = c != NULL ? closure_code(c) :
-	                       cli_fail(st, "%s", dispatch_client_error(x->dc));
+	int code = c != NULL ?
+	    closure_code(c) :
+	    cli_fail(st, "%s",
+	        msg != NULL ? msg : dispatch_client_error(x->dc));
 
 	if (c != NULL)
 		dispatch_show_failed(stdout, stderr, errbody, x->json);
 	json_decref(errbody);
 	return code != 0 ? code : status_exit(ST_INTERNAL);
+}
+
+static int
+is(const char *s, const char *t)
+{
+	return s != NULL && strcmp(s, t) == 0;
+}
+
+/* rc, or the exit code of a write to stdout that failed. */
+static int
+flushed(int rc)
+{
+	if (fflush(stdout) != 0 && rc == 0)
+		return cli_fail(ST_INTERNAL, "writing: %s", strerror(errno));
+	return rc;
 }
 
 static int
@@ -131,261 +148,54 @@ parse_id(const char *s, uint64_t *id)
 
 /* schedule */
 
-struct sched {
-	json_t *common; /* fields every closure shares */
-	char **cmd;     /* COMMAND [ARG...] */
-	int ncmd;
-	const char *key;
-	int each, block;
-	size_t max_closure, max_request; /* dispatchd's limits (bytes) */
-};
-
-/* dispatchd's defaults, for one that does not say (before /v1/limits). */
-#define DEFAULT_MAX_CLOSURE (16u << 20)
-#define DEFAULT_MAX_REQUEST (DEFAULT_MAX_CLOSURE / 3 * 4 + (64u << 20))
-
-/*
- * The largest closure and request dispatchd takes, so that schedule stops
- * reading its input there (a --stdin of /dev/zero, a line that never
- * ends) instead of holding all of it first.
- */
+/* One of schedule's options into s: 0, or the exit code. */
 static int
-get_limits(struct ctl *x, struct sched *sc)
+sched_opt(struct dispatch_sched *s, int c, const char *arg)
 {
-	json_t *reply, *errbody;
-	enum status st =
-	    dc_limits(x->dc, duration_now_ms() + 30000, &reply, &errbody);
-	json_int_t c, r;
+	int64_t ms;
+	long n;
+	int r;
 
-	sc->max_closure = DEFAULT_MAX_CLOSURE;
-	sc->max_request = DEFAULT_MAX_REQUEST;
-	if (st == ST_NOT_FOUND) {
-		json_decref(errbody);
+	switch (c) {
+	case 'i': s->in = arg; return 0;
+	case 'e':
+		if ((r = dispatch_sched_env(s, arg)) < 0)
+			return usage(r == -1 ? "--env %s is not NAME=value" :
+			                       "--env %s: not UTF-8",
+			    arg);
 		return 0;
+	case 'T':
+		if (cli_duration_flag(synopsis, "--timeout", arg, 1, &ms) != 0)
+			return 2;
+		dispatch_sched_timeout(s, ms);
+		return 0;
+	case 'r':
+		if (cli_number_flag(synopsis, "--retry-exit", arg, 1, 255,
+		        &n) != 0)
+			return 2;
+		dispatch_sched_retry_exit(s, n);
+		return 0;
+	case 'm':
+		if (cli_number_flag(synopsis, "--max-retries", arg, 0, 1000000,
+		        &n) != 0)
+			return 2;
+		dispatch_sched_max_retries(s, n);
+		return 0;
+	case 'o':
+		if (dispatch_sched_on(s, arg) < 0)
+			return usage("--on %s is not a task name (JOB:INDEX)",
+			    arg);
+		return 0;
+	case 'n': dispatch_sched_needs(s, arg); return 0;
+	case 'k': s->key = arg; return 0;
+	case 'B': s->block = 0; return 0;
+	case 'E': s->each = 1; return 0;
+	default: return cli_std_option(c, synopsis);
 	}
-	if (st != ST_OK)
-		return fail(x, st, errbody);
-	c = json_integer_value(json_object_get(reply, "max_closure_size"));
-	r = json_integer_value(json_object_get(reply, "max_request_bytes"));
-	if (c > 0)
-		sc->max_closure = (size_t)c;
-	if (r > 0)
-		sc->max_request = (size_t)r;
-	json_decref(reply);
-	return 0;
-}
-
-/* The most bytes the JSON of s can take (every byte escaped as \u00XX). */
-static size_t
-json_text_max(size_t len)
-{
-	return 6 * len + 3;
 }
 
 static int
-has_braces(const char *s)
-{
-	return strstr(s, "{}") != NULL;
-}
-
-static json_t *
-substitute(const char *s, const char *line)
-{
-	struct buf b = {0};
-	const char *p;
-	json_t *j;
-
-	while ((p = strstr(s, "{}")) != NULL) {
-		buf_append(&b, s, (size_t)(p - s));
-		buf_puts(&b, line);
-		s = p + 2;
-	}
-	buf_puts(&b, s);
-	j = json_stringn(b.data != NULL ? b.data : "", b.len);
-	buf_free(&b);
-	return j;
-}
-
-static json_t *
-closure_item(struct sched *sc, const char *line)
-{
-	json_t *item = json_deep_copy(sc->common), *argv = json_array();
-	int braces = 0;
-
-	for (int i = 0; i < sc->ncmd; i++) {
-		if (line != NULL && has_braces(sc->cmd[i])) {
-			braces = 1;
-			json_array_append_new(argv,
-			    substitute(sc->cmd[i], line));
-		} else {
-			json_array_append_new(argv, json_string(sc->cmd[i]));
-		}
-	}
-	if (line != NULL && !braces)
-		json_array_append_new(argv, json_string(line));
-	json_object_set_new(item, "argv", argv);
-	if (sc->key != NULL)
-		json_object_set_new(item, "key",
-		    line != NULL ? substitute(sc->key, line) :
-		                   json_string(sc->key));
-	return item;
-}
-
-/* Sends items (as many requests as a full queue takes); prints ids. */
-static int
-send_batch(struct ctl *x, struct sched *sc, json_t *items)
-{
-	size_t done = 0, n = json_array_size(items);
-
-	while (done < n) {
-		json_t *rest = json_array(), *reply, *errbody, *v;
-		size_t i;
-		enum status st;
-
-		for (i = done; i < n; i++)
-			json_array_append(rest, json_array_get(items, i));
-		st = dc_schedule(x->dc, x->queue, rest, sc->block,
-		    HTTP_NO_DEADLINE, &reply, &errbody);
-		json_decref(rest);
-		if (st == ST_DEADLINE_EXCEEDED && sc->block)
-			continue; /* still full: ask again */
-		if (st != ST_OK)
-			return fail(x, st, errbody);
-		json_array_foreach(json_object_get(reply, "ids"), i, v)
-			printf("%" JSON_INTEGER_FORMAT "\n",
-			    json_integer_value(v));
-		done += json_array_size(json_object_get(reply, "ids"));
-		json_decref(reply);
-	}
-	return 0;
-}
-
-/*
- * Reads path (- for stdin) into b, up to max bytes: 0, -1 (errno) when it
- * cannot be read, -2 when there is more than max.
- */
-static int
-read_stdin_file(const char *path, struct buf *b, size_t max)
-{
-	int fd = strcmp(path, "-") == 0 ? 0 : open(path, O_RDONLY | O_CLOEXEC);
-	char chunk[65536];
-	ssize_t n;
-	int rc = 0;
-
-	if (fd < 0)
-		return -1;
-	while ((n = read(fd, chunk, sizeof(chunk))) != 0) {
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			rc = -1;
-			break;
-		}
-		if (b->len + (size_t)n > max) {
-			rc = -2;
-			break;
-		}
-		if (buf_append(b, chunk, (size_t)n) < 0) {
-			errno = ENOMEM;
-			rc = -1;
-			break;
-		}
-	}
-	if (fd != 0)
-		close(fd);
-	return rc;
-}
-
-/*
- * One line of f into b, without its newline, up to max bytes: 1, 0 at the
- * end, -1 (errno) on a read error, -2 when the line is longer, -3 when it
- * holds a NUL byte.
- */
-static int
-read_line(FILE *f, struct buf *b, size_t max)
-{
-	int ch;
-
-	buf_reset(b);
-	while ((ch = getc_unlocked(f)) != EOF) {
-		char c = (char)ch;
-		if (c == '\n')
-			return 1;
-		if (c == '\0')
-			return -3;
-		if (b->len >= max)
-			return -2;
-		if (buf_append(b, &c, 1) < 0) {
-			errno = ENOMEM;
-			return -1;
-		}
-	}
-	if (ferror(f))
-		return -1;
-	return b->len > 0 ? 1 : 0;
-}
-
-/*
- * schedule --each: one closure a line of stdin, sent in batches of at
- * most BATCH closures and of fewer bytes than a request dispatchd takes
- * (every closure carries the same --stdin, which may be large).
- */
-static int
-schedule_each(struct ctl *x, struct sched *sc)
-{
-	json_t *items = json_array();
-	struct buf line = {0};
-	size_t fixed = json_dumpb(sc->common, NULL, 0, JSON_COMPACT) + 64,
-	       uses = 1, batch = 0;
-	int rc = 0, r = 0;
-
-	for (int i = 0; i < sc->ncmd; i++) {
-		fixed += json_text_max(strlen(sc->cmd[i]));
-		uses += has_braces(sc->cmd[i]);
-	}
-	if (sc->key != NULL) {
-		fixed += json_text_max(strlen(sc->key));
-		uses++;
-	}
-	while (rc == 0 && (r = read_line(stdin, &line, sc->max_closure)) > 0) {
-		size_t bytes = fixed + uses * json_text_max(line.len);
-		if (json_array_size(items) > 0 &&
-		    batch + bytes > sc->max_request / 2) {
-			rc = send_batch(x, sc, items);
-			json_array_clear(items);
-			batch = 0;
-		}
-		json_array_append_new(items,
-		    closure_item(sc, line.data != NULL ? line.data : ""));
-		batch += bytes;
-		if (rc == 0 && json_array_size(items) == BATCH) {
-			rc = send_batch(x, sc, items);
-			json_array_clear(items);
-			batch = 0;
-		}
-	}
-	if (rc == 0 && r == -3)
-		rc = cli_fail(ST_INVALID_ARGUMENT,
-		    "a line of input holds a NUL byte");
-	else if (rc == 0 && r == -2)
-		rc = cli_fail(ST_RESOURCE_EXHAUSTED,
-		    "a line of input is longer than %zu bytes, the largest "
-		    "closure dispatchd takes (--max-closure-size)",
-		    sc->max_closure);
-	else if (rc == 0 && r == -1)
-		rc = cli_fail(ST_INVALID_ARGUMENT, "reading stdin: %s",
-		    strerror(errno));
-	if (rc == 0 && json_array_size(items) > 0)
-		rc = send_batch(x, sc, items);
-	json_decref(items);
-	buf_free(&line);
-	return rc;
-}
-
-/* schedule, with the JSON it builds, which cmd_schedule frees. */
-static int
-schedule(struct ctl *x, int argc, char **argv, struct sched *scp, json_t *env,
-    json_t *codes, json_t *needs)
+cmd_schedule(struct ctl *x, int argc, char **argv)
 {
 	static const struct option longopts[] = {
 	    {"stdin", required_argument, NULL, 'i'},
@@ -400,139 +210,39 @@ schedule(struct ctl *x, int argc, char **argv, struct sched *scp, json_t *env,
 	    {"each", no_argument, NULL, 'E'},
 	    {NULL, 0, NULL, 0},
 	};
-	struct sched sc = *scp;
-	const char *in = NULL;
+	struct dispatch_sched s;
+	json_t *errbody;
+	char err[2048];
+	enum status st;
 	int c, rc = 0;
-	long n;
-	int64_t ms;
 
+	if (dispatch_sched_init(&s, x->dc, x->queue, stdout) < 0)
+		rc = cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
-		switch (c) {
-		case 'i': in = optarg; break;
-		case 'e': {
-			const char *eq = strchr(optarg, '=');
-			if (eq == NULL || eq == optarg)
-				return usage("--env %s is not NAME=value",
-				    optarg);
-			json_object_setn_new(env, optarg, (size_t)(eq - optarg),
-			    json_string(eq + 1));
-			if (json_object_size(env) == 0)
-				return usage("--env %s: not UTF-8", optarg);
-			break;
-		}
-		case 'T':
-			if (cli_duration_flag(synopsis, "--timeout", optarg, 1,
-			        &ms) != 0)
-				return 2;
-			json_object_set_new(sc.common, "timeout_ms",
-			    json_integer(ms));
-			break;
-		case 'r':
-			if (cli_number_flag(synopsis, "--retry-exit", optarg, 1,
-			        255, &n) != 0)
-				return 2;
-			json_array_append_new(codes, json_integer(n));
-			break;
-		case 'm':
-			if (cli_number_flag(synopsis, "--max-retries", optarg,
-			        0, 1000000, &n) != 0)
-				return 2;
-			json_object_set_new(sc.common, "max_retries",
-			    json_integer(n));
-			break;
-		case 'o': {
-			struct task_name tn;
-			char name[TASK_JOB_MAX + 32];
-			if (task_parse(optarg, &tn) < 0)
-				return usage("--on %s is not a task name "
-				             "(JOB:INDEX)",
-				    optarg);
-			json_object_set_new(sc.common, "on",
-			    json_string(task_format(&tn, name, sizeof(name))));
-			break;
-		}
-		case 'n':
-			json_array_append_new(needs, json_string(optarg));
-			break;
-		case 'k': sc.key = optarg; break;
-		case 'B': sc.block = 0; break;
-		case 'E': sc.each = 1; break;
-		default: return cli_std_option(c, synopsis);
-		}
-	}
-	if (optind < argc && strcmp(argv[optind - 1], "--") != 0 &&
+	while (
+	    rc == 0 && (c = getopt_long(argc, argv, "+", longopts, NULL)) != -1)
+		rc = sched_opt(&s, c, optarg);
+	if (rc == 0 && optind < argc && strcmp(argv[optind - 1], "--") != 0 &&
 	    strcmp(argv[optind], "--") == 0)
 		optind++;
-	if (optind >= argc)
-		return usage("schedule needs a command%s", "");
-	sc.cmd = argv + optind;
-	sc.ncmd = argc - optind;
-	if (sc.each && in != NULL && strcmp(in, "-") == 0)
-		return usage("--each reads its lines from stdin: --stdin %s "
-		             "must be a file",
-		    in);
-	if (sc.each && sc.key != NULL && !has_braces(sc.key))
-		return usage("with --each, --key %s must hold {} (one key a "
-		             "line)",
-		    sc.key);
-	if (json_object_size(env) > 0)
-		json_object_set(sc.common, "env", env);
-	if (json_array_size(codes) > 0)
-		json_object_set(sc.common, "retry_exit", codes);
-	if (json_array_size(needs) > 0)
-		json_object_set(sc.common, "needs", needs);
-	if ((in != NULL || sc.each) && (rc = get_limits(x, &sc)) != 0)
-		return rc;
-	if (in != NULL) {
-		struct buf b = {0};
-		/* Its base64 alone would be larger than a closure may be. */
-		int r = read_stdin_file(in, &b, sc.max_closure / 4 * 3);
-		if (r < 0) {
-			buf_free(&b);
-			if (r == -2)
-				return cli_fail(ST_RESOURCE_EXHAUSTED,
-				    "--stdin %s: the closure would be larger "
-				    "than %zu bytes (dispatchd's "
-				    "--max-closure-size; stdin counts as "
-				    "base64)",
-				    in, sc.max_closure);
-			return cli_fail(ST_INVALID_ARGUMENT, "--stdin %s: %s",
-			    in, strerror(errno));
-		}
-		json_object_set_new(sc.common, "stdin",
-		    text_base64_json(b.data != NULL ? b.data : "", b.len));
-		buf_free(&b);
+	s.cmd = argv + optind;
+	s.ncmd = argc - optind;
+	if (rc == 0 && s.ncmd <= 0)
+		rc = usage("schedule needs a command%s", "");
+	else if (rc == 0 && s.each && is(s.in, "-"))
+		rc = usage("--each reads its lines from stdin: --stdin %s "
+		           "must be a file",
+		    s.in);
+	else if (rc == 0 && s.each && s.key != NULL &&
+	    !dispatch_sched_braces(s.key))
+		rc = usage("with --each, --key %s must hold {} (one key a "
+		           "line)",
+		    s.key);
+	if (rc == 0) {
+		st = dispatch_sched_run(&s, stdin, &errbody, err, sizeof(err));
+		rc = flushed(st == ST_OK ? 0 : fail(x, st, errbody, err));
 	}
-	if (!sc.each) {
-		json_t *items = json_array();
-		json_array_append_new(items, closure_item(&sc, NULL));
-		rc = send_batch(x, &sc, items);
-		json_decref(items);
-	} else {
-		rc = schedule_each(x, &sc);
-	}
-	if (fflush(stdout) != 0 && rc == 0)
-		rc = cli_fail(ST_INTERNAL, "writing: %s", strerror(errno));
-	return rc;
-}
-
-static int
-cmd_schedule(struct ctl *x, int argc, char **argv)
-{
-	struct sched sc = {.block = 1, .common = json_object()};
-	json_t *env = json_object(), *codes = json_array(),
-	       *needs = json_array();
-	int rc;
-
-	if (sc.common == NULL || env == NULL || codes == NULL || needs == NULL)
-		rc = cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
-	else
-		rc = schedule(x, argc, argv, &sc, env, codes, needs);
-	json_decref(sc.common);
-	json_decref(env);
-	json_decref(codes);
-	json_decref(needs);
+	dispatch_sched_free(&s);
 	return rc;
 }
 
@@ -587,7 +297,7 @@ fetch_one(struct ctl *x, uint64_t id, int64_t deadline)
 	int code;
 
 	if (st != ST_OK)
-		return fail(x, st, errbody);
+		return fail(x, st, errbody, NULL);
 	state = json_string_value(json_object_get(reply, "state"));
 	if (state != NULL && strcmp(state, "NOT_READY") == 0) {
 		if (x->json)
@@ -684,7 +394,7 @@ cmd_join(struct ctl *x, int argc, char **argv, int is_done)
 		    isatty(2) ? progress : NULL, (void *)x->queue, &reply,
 		    &errbody);
 	if (st != ST_OK)
-		return fail(x, st, errbody);
+		return fail(x, st, errbody, NULL);
 	done = json_is_true(json_object_get(reply, "done"));
 	if (!is_done && !done) {
 		json_decref(reply);
@@ -745,7 +455,7 @@ show(struct ctl *x, enum status st, json_t *reply, json_t *errbody,
     dispatch_show_fn *fn)
 {
 	if (st != ST_OK)
-		return fail(x, st, errbody);
+		return fail(x, st, errbody, NULL);
 	fn(stdout, reply, x->json);
 	json_decref(reply);
 	return 0;
@@ -778,7 +488,7 @@ cmd_ls(struct ctl *x, int argc, char **argv)
 		enum status st = dc_closures(x->dc, x->queue, state, after,
 		    soon(), &reply, &errbody);
 		if (st != ST_OK) {
-			rc = fail(x, st, errbody);
+			rc = fail(x, st, errbody, NULL);
 			break;
 		}
 		dispatch_show_list_page(&l, reply);
@@ -842,7 +552,7 @@ cmd_resource(struct ctl *x, int argc, char **argv)
 	st = dc_resource_add(x->dc, argv[2], a, soon(), &reply, &errbody);
 	json_decref(a);
 	if (st != ST_OK)
-		return fail(x, st, errbody);
+		return fail(x, st, errbody, NULL);
 	json_decref(reply);
 	return 0;
 }
@@ -911,7 +621,7 @@ dataset_add(struct ctl *x, int argc, char **argv)
 	if (framing != NULL && framing_parse(framing, &f) < 0)
 		return usage("--framing %s is not lines, nul or len32",
 		    framing);
-	if (read_stdin_file(splits, &b, SIZE_MAX) < 0) {
+	if (readall_file(splits, &b, SIZE_MAX) < 0) {
 		buf_free(&b);
 		return cli_fail(ST_INVALID_ARGUMENT, "--splits %s: %s", splits,
 		    strerror(errno));
@@ -1020,7 +730,7 @@ cmd_checkpoint(struct ctl *x, int argc, char **argv)
 	if (job == NULL)
 		return usage("checkpoint needs --job%s", "");
 	if ((st = dc_checkpoint(x->dc, job, soon(), &reply, &errbody)) != ST_OK)
-		return fail(x, st, errbody);
+		return fail(x, st, errbody, NULL);
 	dispatch_show_json(stdout, reply);
 	json_decref(reply);
 	return 0;
