@@ -7,14 +7,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <glob.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -30,9 +28,9 @@
 #include "duration.h"
 #include "log.h"
 #include "parse.h"
-#include "readall.h"
 #include "shardmode.h"
 #include "sigfd.h"
+#include "splitlist.h"
 #include "splitorder.h"
 #include "task.h"
 #include "text.h"
@@ -559,31 +557,6 @@ cmd_resource(struct ctl *x, int argc, char **argv)
 
 /* dataset, job, checkpoint */
 
-/* Splits the bytes of b into a JSON array of lines; 0, or the exit code. */
-static int
-split_lines(const char *name, struct buf *b, json_t *lines)
-{
-	size_t n = 0, at = 0;
-
-	while (at < b->len) {
-		const char *p = b->data + at,
-		           *nl = memchr(p, '\n', b->len - at);
-		size_t len = nl != NULL ? (size_t)(nl - p) : b->len - at;
-		json_t *s;
-
-		n++;
-		if (memchr(p, '\0', len) != NULL)
-			return cli_fail(ST_INVALID_ARGUMENT,
-			    "--splits %s: line %zu holds a NUL byte", name, n);
-		if ((s = json_stringn(p, len)) == NULL)
-			return cli_fail(ST_INVALID_ARGUMENT,
-			    "--splits %s: line %zu is not UTF-8", name, n);
-		json_array_append_new(lines, s);
-		at += len + 1;
-	}
-	return 0;
-}
-
 static int
 dataset_add(struct ctl *x, int argc, char **argv)
 {
@@ -597,11 +570,11 @@ dataset_add(struct ctl *x, int argc, char **argv)
 	};
 	const char *splits = NULL, *reader = NULL, *framing = NULL,
 	           *name = NULL;
-	struct buf b = {0};
 	json_t *body, *reply, *errbody, *lines;
+	char err[512];
 	enum framing f;
 	enum status st;
-	int c, skips = 0, rc;
+	int c, skips = 0;
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -621,18 +594,8 @@ dataset_add(struct ctl *x, int argc, char **argv)
 	if (framing != NULL && framing_parse(framing, &f) < 0)
 		return usage("--framing %s is not lines, nul or len32",
 		    framing);
-	if (readall_file(splits, &b, SIZE_MAX) < 0) {
-		buf_free(&b);
-		return cli_fail(ST_INVALID_ARGUMENT, "--splits %s: %s", splits,
-		    strerror(errno));
-	}
-	lines = json_array();
-	rc = split_lines(splits, &b, lines);
-	buf_free(&b);
-	if (rc != 0) {
-		json_decref(lines);
-		return rc;
-	}
+	if ((st = splitlist_load(splits, &lines, err, sizeof(err))) != ST_OK)
+		return cli_fail(st, "--splits %s: %s", splits, err);
 	if ((body = json_pack("{s:o,s:s,s:s?,s:b,s:s?}", "splits", lines,
 	         "reader", reader, "framing", framing, "reader_skips", skips,
 	         "name", name)) == NULL)
@@ -738,92 +701,28 @@ cmd_checkpoint(struct ctl *x, int argc, char **argv)
 
 /* splits: split lists made here, for dataset add */
 
+/* rc, or the failure of a split list. */
 static int
-cmp_str(const void *a, const void *b)
+splits_failed(const char *verb, enum status st, const char *err)
 {
-	return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-static int
-grow_files(char ***v, size_t n)
-{
-	char **nv = realloc(*v, (n > 0 ? n : 1) * sizeof(**v));
-
-	if (nv == NULL)
-		return -1;
-	*v = nv;
-	return 0;
-}
-
-/* A name that would break a split list (one split a line). */
-static int
-bad_split_name(const char *verb, const char *name)
-{
-	if (strchr(name, '\n') == NULL)
+	if (st == ST_OK)
 		return 0;
-	return cli_fail(ST_INVALID_ARGUMENT,
-	    "splits %s: a file name holds a newline", verb);
+	if (st == ST_RESOURCE_EXHAUSTED)
+		return cli_fail(st, "%s", err);
+	return cli_fail(st, "splits %s: %s", verb, err);
 }
 
-/*
- * Globs the patterns into g, keeping regular files only (directories
- * cannot be read as splits); 0, or the exit code.
- */
-static int
-glob_files(int argc, char **argv, glob_t *g, char ***files, size_t *n)
-{
-	for (int i = 0; i < argc; i++) {
-		size_t before = g->gl_pathc, found = 0;
-		int e = glob(argv[i], GLOB_NOSORT | (i > 0 ? GLOB_APPEND : 0),
-		    NULL, g);
-		if (e == GLOB_NOSPACE || e == GLOB_ABORTED)
-			return cli_fail(ST_INVALID_ARGUMENT,
-			    "splits files: %s: %s", argv[i],
-			    e == GLOB_NOSPACE ? "out of memory" :
-			                        "a directory cannot be read");
-		if (grow_files(files, *n + (g->gl_pathc - before)) < 0)
-			return cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
-		for (size_t k = before; k < g->gl_pathc; k++) {
-			struct stat sb;
-			if (stat(g->gl_pathv[k], &sb) == 0 &&
-			    S_ISREG(sb.st_mode)) {
-				(*files)[(*n)++] = g->gl_pathv[k];
-				found++;
-			}
-		}
-		if (found == 0)
-			return cli_fail(ST_INVALID_ARGUMENT,
-			    "splits files: %s matches no file", argv[i]);
-	}
-	return 0;
-}
-
-/* Regular files matching each glob, sorted bytewise, each once. */
 static int
 splits_files(int argc, char **argv)
 {
-	glob_t g;
-	char **v = NULL;
-	size_t n = 0;
-	int rc;
+	char err[2048];
 
 	if (argc < 1)
 		return usage("splits files needs a glob%s", "");
-	memset(&g, 0, sizeof(g));
-	if ((rc = glob_files(argc, argv, &g, &v, &n)) == 0) {
-		qsort(v, n, sizeof(*v), cmp_str);
-		for (size_t k = 0; rc == 0 && k < n; k++)
-			rc = bad_split_name("files", v[k]);
-		for (size_t k = 0; rc == 0 && k < n; k++)
-			if (k == 0 || strcmp(v[k], v[k - 1]) != 0)
-				printf("%s\n", v[k]);
-	}
-	free(v);
-	globfree(&g);
-	return rc;
+	return splits_failed("files",
+	    splitlist_files(stdout, argc, argv, err, sizeof(err)), err);
 }
 
-/* "A B" lines over [START, END), STEP apart. */
 static int
 splits_range(int argc, char **argv)
 {
@@ -840,46 +739,15 @@ splits_range(int argc, char **argv)
 	if (argc == 3 && (parse_int64(argv[2], &step) < 0 || step < 1))
 		return usage("splits range: STEP %s is not a number above zero",
 		    argv[2]);
-	while (a < end) {
-		int64_t b = end - a > step ? a + step : end;
-		printf("%" PRId64 " %" PRId64 "\n", a, b);
-		a = b;
-	}
+	splitlist_range(stdout, a, end, step);
 	return 0;
 }
 
-/*
- * The offset just after the first newline at or after at, or size when
- * none follows; -1 on a read error.
- */
-static off_t
-after_newline(int fd, off_t at, off_t size)
-{
-	char block[65536];
-
-	while (at < size) {
-		ssize_t n = pread(fd, block, sizeof(block), at);
-		const char *nl;
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return -1;
-		if ((nl = memchr(block, '\n', (size_t)n)) != NULL)
-			return at + (nl - block) + 1;
-		at += n;
-	}
-	return size;
-}
-
-/* "OFFSET LENGTH FILE" lines: ranges of SIZE bytes or a little more,
- * each ending just after a newline (the last at the end of the file). */
 static int
 splits_bytes(int argc, char **argv)
 {
-	struct stat sb;
+	char err[2048];
 	size_t size;
-	off_t off = 0;
-	int fd, rc = 0;
 
 	if (argc != 2)
 		return usage("splits bytes needs FILE SIZE%s", "");
@@ -888,36 +756,8 @@ splits_bytes(int argc, char **argv)
 		return usage("splits bytes: SIZE %s is not a size above zero "
 		             "(1048576, 64k, 16M, 1G)",
 		    argv[1]);
-	if ((rc = bad_split_name("bytes", argv[0])) != 0)
-		return rc;
-	if ((fd = open(argv[0], O_RDONLY | O_CLOEXEC)) < 0 ||
-	    fstat(fd, &sb) < 0) {
-		rc = cli_fail(ST_INVALID_ARGUMENT, "splits bytes: %s: %s",
-		    argv[0], strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		return rc;
-	}
-	if (!S_ISREG(sb.st_mode)) {
-		close(fd);
-		return cli_fail(ST_INVALID_ARGUMENT,
-		    "splits bytes: %s: not a regular file", argv[0]);
-	}
-	while (off < sb.st_size) {
-		off_t end = sb.st_size - off <= (off_t)size ?
-		    sb.st_size :
-		    after_newline(fd, off + (off_t)size - 1, sb.st_size);
-		if (end < 0) {
-			rc = cli_fail(ST_INVALID_ARGUMENT,
-			    "splits bytes: %s: %s", argv[0], strerror(errno));
-			break;
-		}
-		printf("%jd %jd %s\n", (intmax_t)off, (intmax_t)(end - off),
-		    argv[0]);
-		off = end;
-	}
-	close(fd);
-	return rc;
+	return splits_failed("bytes",
+	    splitlist_bytes(stdout, argv[0], size, err, sizeof(err)), err);
 }
 
 static int
@@ -935,9 +775,7 @@ cmd_splits(int argc, char **argv)
 		rc = splits_bytes(argc - 2, argv + 2);
 	else
 		return usage("splits: unknown verb %s", argv[1]);
-	if (fflush(stdout) != 0 && rc == 0)
-		rc = cli_fail(ST_INTERNAL, "writing: %s", strerror(errno));
-	return rc;
+	return flushed(rc);
 }
 
 /* read */
