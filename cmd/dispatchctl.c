@@ -28,6 +28,7 @@
 #include "duration.h"
 #include "log.h"
 #include "parse.h"
+#include "readopts.h"
 #include "shardmode.h"
 #include "sigfd.h"
 #include "splitlist.h"
@@ -780,42 +781,74 @@ cmd_splits(int argc, char **argv)
 
 /* read */
 
-static int
-valid_mode(const char *m)
-{
-	enum shard_mode x;
+/* read's options, and what it needs to check them. */
+struct readargs {
+	struct dataread_opts o;
+	struct datapos *pos; /* --from-state's */
+	int local, index;    /* --local, --consumer-index given */
+	char host[256];
+};
 
-	return shard_mode_parse(m, &x) == 0;
-}
-
-/*
- * Adds the position in file to pos: a checkpoint, or the position a
- * consumer saved from a positioned stream. Several are merged: the
- * positions of a job's consumers make the job's. 0, or the exit code.
- */
+/* One of read's options into r: 0, or the exit code. */
 static int
-state_add(struct datapos *pos, const char *file)
+read_opt(struct readargs *r, int c, const char *arg)
 {
-	json_error_t je;
-	json_t *st = json_load_file(file, 0, &je);
+	struct dataread_opts *o = &r->o;
+	enum shard_mode mode;
 	char err[512];
-	int rc;
 
-	if (st == NULL)
-		return cli_fail(ST_INVALID_ARGUMENT, "--from-state %s: %s",
-		    file, je.text);
-	rc = datapos_merge(pos, st, err, sizeof(err));
-	json_decref(st);
-	return rc < 0 ?
-	    cli_fail(ST_INVALID_ARGUMENT, "--from-state %s: %s", file, err) :
-	    0;
+	switch (c) {
+	case 'j': o->job = arg; return 0;
+	case 'm':
+		if (shard_mode_parse(arg, &mode) < 0)
+			return usage(
+			    "--mode %s is not off, dynamic, file, data, "
+			    "file_or_data or hint",
+			    arg);
+		o->mode = arg;
+		return 0;
+	case 'r':
+		return cli_number_flag(synopsis, "--repeat", arg, 0, LONG_MAX,
+		    &o->repeat);
+	case 's':
+		if (parse_int64(arg, &o->seed) < 0 || o->seed < 0)
+			return usage("--seed %s is not a number >= 0", arg);
+		return 0;
+	case 'c':
+		return cli_number_flag(synopsis, "--consumers", arg, 1, 1000000,
+		    &o->consumers);
+	case 'i':
+		r->index = 1;
+		return cli_number_flag(synopsis, "--consumer-index", arg, 0,
+		    999999, &o->consumer_index);
+	case 'l': r->local = 1; return 0;
+	case 'H': o->host = arg; return 0;
+	case 'f':
+		if (readopts_from_state(r->pos, arg, err, sizeof(err)) < 0)
+			return cli_fail(ST_INVALID_ARGUMENT,
+			    "--from-state %s: %s", arg, err);
+		return 0;
+	case 'P': o->positions = 1; return 0;
+	case 'u': o->run = arg; return 0;
+	case 'C': o->close_ok = 1; return 0;
+	case 'R':
+		return cli_duration_flag(synopsis, "--refresh", arg, 1,
+		    &o->refresh_ms);
+	case 'b':
+		if (parse_size(arg, &o->max_bytes) < 0 || o->max_bytes == 0 ||
+		    o->max_bytes > DATAREAD_MAX_BYTES_LIMIT)
+			return usage("--max-bytes %s is not 1 to 64M", arg);
+		return 0;
+	case 'T':
+		return cli_duration_flag(synopsis, "--timeout", arg, 0,
+		    &o->timeout_ms);
+	default: return cli_std_option(c, synopsis);
+	}
 }
 
-/* The options of read into o, its positions in pos; 0, or the exit
- * code. */
+/* read's options and dataset into r: 0, or the exit code. */
 static int
-read_opts(int argc, char **argv, struct dataread_opts *o, struct datapos *pos,
-    char *host, size_t hostlen)
+read_args(struct readargs *r, int argc, char **argv)
 {
 	static const struct option longopts[] = {
 	    {"job", required_argument, NULL, 'j'},
@@ -835,113 +868,27 @@ read_opts(int argc, char **argv, struct dataread_opts *o, struct datapos *pos,
 	    {"timeout", required_argument, NULL, 'T'},
 	    {NULL, 0, NULL, 0},
 	};
-	int c, local = 0, index = 0, rc;
+	char err[1024];
+	enum status st;
+	int c, rc = 0;
 
 	/* 0: getopt starts anew, and options may follow the dataset. */
 	optind = 0;
-	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-		switch (c) {
-		case 'j': o->job = optarg; break;
-		case 'm':
-			if (!valid_mode(optarg))
-				return usage("--mode %s is not off, dynamic, "
-				             "file, data, file_or_data or hint",
-				    optarg);
-			o->mode = optarg;
-			break;
-		case 'r':
-			if (cli_number_flag(synopsis, "--repeat", optarg, 0,
-			        LONG_MAX, &o->repeat) != 0)
-				return 2;
-			break;
-		case 's':
-			if (parse_int64(optarg, &o->seed) < 0 || o->seed < 0)
-				return usage("--seed %s is not a number >= 0",
-				    optarg);
-			break;
-		case 'c':
-			if (cli_number_flag(synopsis, "--consumers", optarg, 1,
-			        1000000, &o->consumers) != 0)
-				return 2;
-			break;
-		case 'i':
-			if (cli_number_flag(synopsis, "--consumer-index",
-			        optarg, 0, 999999, &o->consumer_index) != 0)
-				return 2;
-			index = 1;
-			break;
-		case 'l': local = 1; break;
-		case 'H': o->host = optarg; break;
-		case 'f':
-			if ((rc = state_add(pos, optarg)) != 0)
-				return rc;
-			break;
-		case 'P': o->positions = 1; break;
-		case 'u': o->run = optarg; break;
-		case 'C': o->close_ok = 1; break;
-		case 'R':
-			if (cli_duration_flag(synopsis, "--refresh", optarg, 1,
-			        &o->refresh_ms) != 0)
-				return 2;
-			break;
-		case 'b':
-			if (parse_size(optarg, &o->max_bytes) < 0 ||
-			    o->max_bytes == 0 ||
-			    o->max_bytes > DATAREAD_MAX_BYTES_LIMIT)
-				return usage("--max-bytes %s is not 1 to 64M",
-				    optarg);
-			break;
-		case 'T':
-			if (cli_duration_flag(synopsis, "--timeout", optarg, 0,
-			        &o->timeout_ms) != 0)
-				return 2;
-			break;
-		default: return cli_std_option(c, synopsis);
-		}
-	}
+	while (
+	    rc == 0 && (c = getopt_long(argc, argv, "", longopts, NULL)) != -1)
+		rc = read_opt(r, c, optarg);
+	if (rc != 0)
+		return rc;
 	if (optind + 1 != argc)
 		return usage(optind < argc ? "read takes one dataset, not %s" :
 		                             "read needs a dataset%s",
 		    optind < argc ? argv[argc - 1] : "");
-	o->dataset = argv[optind];
-	if ((o->consumers > 0) != index)
-		return usage("--consumers and --consumer-index go "
-		             "together%s",
-		    "");
-	if (o->consumers > 0 && o->consumer_index >= o->consumers)
-		return cli_usage_error(synopsis,
-		    "--consumer-index %ld is not below --consumers %ld",
-		    o->consumer_index, o->consumers);
-	if (o->consumers > 0 && (local || o->host != NULL))
-		return usage("--local and --host read some tasks only; a "
-		             "round-robin read takes every task's turn%s",
-		    "");
-	if (local && o->host == NULL) {
-		if (gethostname(host, hostlen) < 0)
-			return cli_fail(ST_INTERNAL, "gethostname: %s",
-			    strerror(errno));
-		host[hostlen - 1] = '\0';
-		o->host = host;
-	}
-	if (o->positions && o->mode != NULL && strcmp(o->mode, "dynamic") != 0)
-		return usage("--positions: only dynamic jobs have positions, "
-		             "not mode %s",
-		    o->mode);
-	if (o->positions && o->consumers > 0)
-		return usage(
-		    "--positions: a round-robin read has no position%s", "");
-	/* Under preemptwatch, every task of one run of the job has it. */
-	if (o->run == NULL && o->job != NULL)
-		o->run = getenv("MUSTER_EPOCH");
-	if (datapos_loaded(pos) && o->job != NULL && o->run == NULL)
-		return usage("--from-state with --job needs --run ID (or "
-		             "MUSTER_EPOCH): the readers of one run of the "
-		             "training job share the job, a new run starts it "
-		             "anew%s",
-		    "");
-	if (datapos_loaded(pos) && (o->from_state = datapos_json(pos)) == NULL)
-		return cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
-	return 0;
+	r->o.dataset = argv[optind];
+	st = readopts_check(&r->o, r->local, r->index, r->pos, r->host,
+	    sizeof(r->host), err, sizeof(err));
+	if (st == ST_USAGE)
+		return cli_usage_error(synopsis, "%s", err);
+	return st == ST_OK ? 0 : cli_fail(st, "%s", err);
 }
 
 /*
@@ -953,37 +900,36 @@ static int
 cmd_read(struct ctl *x, int argc, char **argv)
 {
 	static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
-	struct dataread_opts o = {.repeat = 1,
-	    .refresh_ms = DATAREAD_REFRESH_DEFAULT,
-	    .max_bytes = DATAREAD_MAX_BYTES_DEFAULT,
-	    .timeout_ms = -1,
-	    .out = 1};
-	char host[256], err[2048];
-	struct datapos *pos = datapos_new();
+	struct readargs r = {.o = {.repeat = 1,
+	                         .refresh_ms = DATAREAD_REFRESH_DEFAULT,
+	                         .max_bytes = DATAREAD_MAX_BYTES_DEFAULT,
+	                         .timeout_ms = -1,
+	                         .out = 1},
+	    .pos = datapos_new()};
+	char err[2048];
 	sigset_t blocked;
 	enum status st;
 	int rc, sig;
 
-	if (pos == NULL)
+	if (r.pos == NULL)
 		return cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
-	rc = read_opts(argc, argv, &o, pos, host, sizeof(host));
-	datapos_free(pos);
+	rc = read_args(&r, argc, argv);
+	datapos_free(r.pos);
+	if (rc == 0 &&
+	    (r.o.stop_fd = sigfd_open(sigs, sizeof(sigs) / sizeof(sigs[0]),
+	         &blocked)) < 0)
+		rc = cli_fail(ST_INTERNAL, "signalfd: %s", strerror(errno));
 	if (rc != 0) {
-		json_decref(o.from_state);
+		json_decref(r.o.from_state);
 		return rc;
 	}
-	if ((o.stop_fd = sigfd_open(sigs, sizeof(sigs) / sizeof(sigs[0]),
-	         &blocked)) < 0) {
-		json_decref(o.from_state);
-		return cli_fail(ST_INTERNAL, "signalfd: %s", strerror(errno));
-	}
-	st = dataread_run(x->dc, &o, err, sizeof(err));
-	json_decref(o.from_state);
-	if (st == ST_CANCELLED && (sig = sigfd_read(o.stop_fd)) > 0) {
+	st = dataread_run(x->dc, &r.o, err, sizeof(err));
+	json_decref(r.o.from_state);
+	if (st == ST_CANCELLED && (sig = sigfd_read(r.o.stop_fd)) > 0) {
 		pthread_sigmask(SIG_UNBLOCK, &blocked, NULL);
 		raise(sig);
 	}
-	close(o.stop_fd);
+	close(r.o.stop_fd);
 	return st == ST_OK ? 0 : cli_fail(st, "%s", err);
 }
 
