@@ -3,9 +3,14 @@
  * line of input), fetch their values, join a queue, cancel, list, and
  * define per-worker resources; register datasets, make their split lists,
  * read a job's elements to stdout, and checkpoint a job.
+ *
+ * Parsing and glue: the verbs are a table, and what they do is the
+ * library's: dispatchd's calls (dispatch_client.h), its long polls
+ * (dispatch_wait.h), what is shown (dispatch_show.h), schedule's batches
+ * (dispatch_sched.h), split lists (splitlist.h), and a read (readopts.h,
+ * dataread.h).
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -33,8 +38,6 @@
 #include "sigfd.h"
 #include "splitlist.h"
 #include "splitorder.h"
-#include "task.h"
-#include "text.h"
 
 static const char synopsis[] =
     "usage: dispatchctl [-d ADDR] [--json] [-q QUEUE] VERB ...\n"
@@ -66,16 +69,75 @@ static const char synopsis[] =
     "  checkpoint --job NAME\n"
     "  job ls | job show J\n";
 
+/*
+ * The verbs, as the synopsis lists them: a row for a verb, or one for
+ * each of its sub-verbs, which gets argv from the sub-verb on; a row with
+ * no sub-verb after them takes those it does not name. args checks the
+ * operands: NONE, ONE (named as the verb is), or ANY (run checks them).
+ * A verb that shows what one call answers names the call (list; get,
+ * which takes the operand) and the view, and no run; cancel and forget
+ * name their call for each closure.
+ */
+struct ctl;
+
+enum { ANY, NONE, ONE };
+
+struct verb {
+	const char *name, *sub;
+	int (*run)(struct ctl *x, int argc, char **argv);
+	int args;
+	int local; /* needs no dispatchd */
+	int wait;  /* join waits for the queue, done does not */
+	enum status (
+	    *list)(struct dispatch_client *, int64_t, json_t **, json_t **);
+	enum status (*get)(struct dispatch_client *, const char *, int64_t,
+	    json_t **, json_t **);
+	dispatch_show_fn *show;
+	enum status (*each)(struct dispatch_client *, uint64_t, int64_t,
+	    json_t **, json_t **);
+};
+
+/* read's options, and what it needs to check them. */
+struct readargs {
+	struct dataread_opts o;
+	struct datapos *pos; /* --from-state's */
+	int local, index;    /* --local, --consumer-index given */
+	char host[256];
+};
+
 struct ctl {
 	struct dispatch_client *dc;
 	const char *queue;
 	int json;
+	const struct verb *v; /* the verb's row */
 };
 
 static int
 usage(const char *fmt, const char *arg)
 {
 	return cli_usage_error(synopsis, fmt, arg);
+}
+
+/* The deadline of a call that answers at once. */
+static int64_t
+soon(void)
+{
+	return duration_now_ms() + 30000;
+}
+
+static int
+is(const char *s, const char *t)
+{
+	return s != NULL && strcmp(s, t) == 0;
+}
+
+/* rc, or the exit code of a write to stdout that failed. */
+static int
+flushed(int rc)
+{
+	if (fflush(stdout) != 0 && rc == 0)
+		return cli_fail(ST_INTERNAL, "writing: %s", strerror(errno));
+	return rc;
 }
 
 /* The exit code a closure's end stands for. */
@@ -85,9 +147,9 @@ closure_code(json_t *c)
 	const char *state = json_string_value(json_object_get(c, "state"));
 	json_t *ex = json_object_get(c, "exit"), *sig;
 
-	if (state != NULL && strcmp(state, "CANCELLED") == 0)
+	if (is(state, "CANCELLED"))
 		return status_exit(ST_CANCELLED);
-	if (state != NULL && strcmp(state, "ABORTED") == 0)
+	if (is(state, "ABORTED"))
 		return status_exit(ST_ABORTED);
 	if (json_is_integer(ex))
 		return json_integer_value(ex) != 0 ||
@@ -120,32 +182,44 @@ fail(struct ctl *x, enum status st, json_t *errbody, const char *msg)
 	return code != 0 ? code : status_exit(ST_INTERNAL);
 }
 
+/* A call's reply shown, or its failure. */
 static int
-is(const char *s, const char *t)
+show(struct ctl *x, enum status st, json_t *reply, json_t *errbody,
+    dispatch_show_fn *fn)
 {
-	return s != NULL && strcmp(s, t) == 0;
+	if (st != ST_OK)
+		return fail(x, st, errbody, NULL);
+	fn(stdout, reply, x->json);
+	json_decref(reply);
+	return 0;
 }
 
-/* rc, or the exit code of a write to stdout that failed. */
-static int
-flushed(int rc)
-{
-	if (fflush(stdout) != 0 && rc == 0)
-		return cli_fail(ST_INTERNAL, "writing: %s", strerror(errno));
-	return rc;
-}
-
-static int
-parse_id(const char *s, uint64_t *id)
+/* argv[i] as a closure's id (0: it is not one). */
+static uint64_t
+id_of(char **argv, int i)
 {
 	char *end;
+	uint64_t id;
 
 	errno = 0;
-	*id = strtoull(s, &end, 10);
-	return *s >= '1' && *s <= '9' && *end == '\0' && errno == 0 ? 0 : -1;
+	id = strtoull(argv[i], &end, 10);
+	return argv[i][0] >= '1' && argv[i][0] <= '9' && *end == '\0' &&
+	        errno == 0 ?
+	    id :
+	    0;
 }
 
-/* schedule */
+/* argv[first...] are closure ids, at least one. */
+static int
+ids_check(int first, int argc, char **argv)
+{
+	if (first >= argc)
+		return usage("%s needs a closure id", argv[0]);
+	for (int i = first; i < argc; i++)
+		if (id_of(argv, i) == 0)
+			return usage("%s is not a closure id", argv[i]);
+	return 0;
+}
 
 /* One of schedule's options into s: 0, or the exit code. */
 static int
@@ -245,11 +319,9 @@ cmd_schedule(struct ctl *x, int argc, char **argv)
 	return rc;
 }
 
-/* fetch */
-
+/* --timeout, and ls's --state (state NULL for the others). */
 static int
-timeout_opt(int argc, char **argv, int64_t *deadline, const char *extra,
-    const char **state)
+timeout_opt(int argc, char **argv, int64_t *deadline, const char **state)
 {
 	static const struct option longopts[] = {
 	    {"timeout", required_argument, NULL, 'T'},
@@ -271,7 +343,7 @@ timeout_opt(int argc, char **argv, int64_t *deadline, const char *extra,
 			break;
 		case 's':
 			if (state == NULL)
-				return usage("%s takes no --state", extra);
+				return usage("%s takes no --state", argv[0]);
 			*state = optarg;
 			break;
 		default: return cli_std_option(c, synopsis);
@@ -280,86 +352,67 @@ timeout_opt(int argc, char **argv, int64_t *deadline, const char *extra,
 	return 0;
 }
 
+/*
+ * A closure's end as text: its stdout's bytes, and on stderr how it ended
+ * when it did not end of itself.
+ */
 static int
-write_all(const void *p, size_t n)
+fetch_end(json_t *c, uint64_t id)
 {
-	return fwrite(p, 1, n, stdout) == n ? 0 : -1;
-}
+	const char *state = json_string_value(json_object_get(c, "state"));
+	const char *why = json_string_value(json_object_get(c, "message"));
+	int code = closure_code(c);
 
-static int
-fetch_one(struct ctl *x, uint64_t id, int64_t deadline)
-{
-	json_t *reply, *errbody;
-	enum status st =
-	    dispatch_wait_closure(x->dc, id, deadline, &reply, &errbody);
-	const char *state, *why;
-	int code;
-
-	if (st != ST_OK)
-		return fail(x, st, errbody, NULL);
-	state = json_string_value(json_object_get(reply, "state"));
-	if (state != NULL && strcmp(state, "NOT_READY") == 0) {
-		if (x->json)
-			dispatch_show_json(stdout, reply);
-		json_decref(reply);
-		return cli_fail(ST_DEADLINE_EXCEEDED,
-		    "closure %" PRIu64 " is not ready", id);
-	}
-	code = closure_code(reply);
-	if (x->json) {
-		dispatch_show_json(stdout, reply);
-	} else {
-		if (dispatch_show_stdout(stdout, reply) < 0)
-			code = cli_fail(ST_INTERNAL, "writing: %s",
-			    strerror(errno));
-		why = json_string_value(json_object_get(reply, "message"));
-		if (state != NULL && strcmp(state, "CANCELLED") == 0)
-			cli_fail(ST_CANCELLED,
-			    "closure %" PRIu64 " was cancelled%s%s%s", id,
-			    why != NULL ? " (" : "", why != NULL ? why : "",
-			    why != NULL ? ")" : "");
-		else if (state != NULL && strcmp(state, "ABORTED") == 0)
-			cli_fail(ST_ABORTED, "closure %" PRIu64 ": %s", id,
-			    why);
-		else if (json_is_true(
-		             json_object_get(reply, "stdout_truncated")))
-			fprintf(stderr,
-			    "%s: closure %" PRIu64 ": its output was cut at "
-			    "the worker's --max-output\n",
-			    log_prog(), id);
-	}
-	json_decref(reply);
+	if (dispatch_show_stdout(stdout, c) < 0)
+		code = cli_fail(ST_INTERNAL, "writing: %s", strerror(errno));
+	if (is(state, "CANCELLED"))
+		cli_fail(ST_CANCELLED,
+		    "closure %" PRIu64 " was cancelled%s%s%s", id,
+		    why != NULL ? " (" : "", why != NULL ? why : "",
+		    why != NULL ? ")" : "");
+	else if (is(state, "ABORTED"))
+		cli_fail(ST_ABORTED, "closure %" PRIu64 ": %s", id, why);
+	else if (json_is_true(json_object_get(c, "stdout_truncated")))
+		fprintf(stderr,
+		    "%s: closure %" PRIu64 ": its output was cut at the "
+		    "worker's --max-output\n",
+		    log_prog(), id);
 	return code;
 }
 
+/* Each closure's value; the exit code is the first that is not 0. */
 static int
 cmd_fetch(struct ctl *x, int argc, char **argv)
 {
+	json_t *c, *errbody;
 	int64_t deadline;
 	int rc, first = 0;
 
-	if ((rc = timeout_opt(argc, argv, &deadline, "fetch", NULL)) != 0)
+	if ((rc = timeout_opt(argc, argv, &deadline, NULL)) != 0 ||
+	    (rc = ids_check(optind, argc, argv)) != 0)
 		return rc;
-	if (optind >= argc)
-		return usage("fetch needs a closure id%s", "");
 	for (int i = optind; i < argc; i++) {
-		uint64_t id;
-		if (parse_id(argv[i], &id) < 0)
-			return usage("%s is not a closure id", argv[i]);
+		uint64_t id = id_of(argv, i);
+		enum status st =
+		    dispatch_wait_closure(x->dc, id, deadline, &c, &errbody);
+		if (st != ST_OK) {
+			rc = fail(x, st, errbody, NULL);
+		} else {
+			if (x->json)
+				dispatch_show_json(stdout, c);
+			if (is(json_string_value(json_object_get(c, "state")),
+			        "NOT_READY"))
+				rc = cli_fail(ST_DEADLINE_EXCEEDED,
+				    "closure %" PRIu64 " is not ready", id);
+			else
+				rc = x->json ? closure_code(c) :
+				               fetch_end(c, id);
+			json_decref(c);
+		}
+		first = first != 0 ? first : rc;
 	}
-	for (int i = optind; i < argc; i++) {
-		uint64_t id;
-		parse_id(argv[i], &id);
-		rc = fetch_one(x, id, deadline);
-		if (rc != 0 && first == 0)
-			first = rc;
-	}
-	if (fflush(stdout) != 0 && first == 0)
-		first = cli_fail(ST_INTERNAL, "writing: %s", strerror(errno));
-	return first;
+	return flushed(first);
 }
-
-/* join, done */
 
 /* On a terminal, join shows the counts while it waits. */
 static void
@@ -373,70 +426,55 @@ progress(json_t *counts, void *queue)
 	    json_integer_value(json_object_get(counts, "inflight")));
 }
 
+/* join, and done: whether the queue is done, at once. */
 static int
-cmd_join(struct ctl *x, int argc, char **argv, int is_done)
+cmd_join(struct ctl *x, int argc, char **argv)
 {
-	int64_t deadline;
+	int join = x->v->wait, done, rc;
 	json_t *reply, *errbody;
+	int64_t deadline;
 	enum status st;
-	int rc, done;
 
-	if ((rc = timeout_opt(argc, argv, &deadline, is_done ? "done" : "join",
-	         NULL)) != 0)
+	if ((rc = timeout_opt(argc, argv, &deadline, NULL)) != 0)
 		return rc;
 	if (optind < argc)
 		return usage("unexpected argument %s", argv[optind]);
-	if (is_done)
-		st = dc_done(x->dc, x->queue, deadline, &reply, &errbody);
-	else
-		st = dispatch_wait_queue(x->dc, x->queue, deadline,
-		    isatty(2) ? progress : NULL, (void *)x->queue, &reply,
-		    &errbody);
+	st = join ? dispatch_wait_queue(x->dc, x->queue, deadline,
+	                isatty(2) ? progress : NULL, (void *)x->queue, &reply,
+	                &errbody) :
+	            dc_done(x->dc, x->queue, deadline, &reply, &errbody);
 	if (st != ST_OK)
 		return fail(x, st, errbody, NULL);
 	done = json_is_true(json_object_get(reply, "done"));
-	if (!is_done && !done) {
+	if (join && !done) {
 		json_decref(reply);
 		return cli_fail(ST_DEADLINE_EXCEEDED, "queue %s is not done",
 		    x->queue);
 	}
 	if (x->json)
 		dispatch_show_json(stdout, reply);
-	else if (is_done)
+	else if (!join)
 		printf("%s\n", done ? "true" : "false");
 	json_decref(reply);
 	return done ? 0 : 1;
 }
 
-/* cancel, forget */
-
+/* cancel and forget: the row's call for each closure, past failures too. */
 static int
-cmd_each_id(struct ctl *x, int argc, char **argv,
-    enum status (*call)(struct dispatch_client *, uint64_t, int64_t, json_t **,
-        json_t **))
+cmd_each(struct ctl *x, int argc, char **argv)
 {
-	int rc = 0;
+	json_t *reply, *errbody;
+	int rc = ids_check(1, argc, argv), r;
 
-	if (argc < 2)
-		return usage("%s needs a closure id", argv[0]);
+	if (rc != 0)
+		return rc;
 	for (int i = 1; i < argc; i++) {
-		uint64_t id;
-		if (parse_id(argv[i], &id) < 0)
-			return usage("%s is not a closure id", argv[i]);
-	}
-	for (int i = 1; i < argc; i++) {
-		json_t *reply, *errbody;
-		uint64_t id;
-		enum status st;
-		parse_id(argv[i], &id);
-		st = call(x->dc, id, duration_now_ms() + 30000, &reply,
-		    &errbody);
+		enum status st =
+		    x->v->each(x->dc, id_of(argv, i), soon(), &reply, &errbody);
 		if (st != ST_OK) {
 			json_decref(errbody);
-			int r =
-			    cli_fail(st, "%s", dispatch_client_error(x->dc));
-			if (rc == 0)
-				rc = r;
+			r = cli_fail(st, "%s", dispatch_client_error(x->dc));
+			rc = rc != 0 ? rc : r;
 			continue;
 		}
 		if (x->json)
@@ -446,117 +484,97 @@ cmd_each_id(struct ctl *x, int argc, char **argv,
 	return rc;
 }
 
-/* ls, status */
-
-/* A call's reply shown, or its failure. */
-static int
-show(struct ctl *x, enum status st, json_t *reply, json_t *errbody,
-    dispatch_show_fn *fn)
-{
-	if (st != ST_OK)
-		return fail(x, st, errbody, NULL);
-	fn(stdout, reply, x->json);
-	json_decref(reply);
-	return 0;
-}
-
-/* The deadline of a call that answers at once. */
-static int64_t
-soon(void)
-{
-	return duration_now_ms() + 30000;
-}
-
+/*
+ * Page after page, each shown as it comes: a list of a million closures
+ * is never held whole, here or in dispatchd.
+ */
 static int
 cmd_ls(struct ctl *x, int argc, char **argv)
 {
 	struct dispatch_show_list l = {.f = stdout, .json = x->json};
 	const char *state = NULL;
-	int64_t deadline;
-	json_t *reply, *errbody;
+	json_t *page, *errbody;
 	uint64_t after = 0;
+	int64_t deadline;
 	int rc, more = 1;
 
-	if ((rc = timeout_opt(argc, argv, &deadline, "ls", &state)) != 0)
+	if ((rc = timeout_opt(argc, argv, &deadline, &state)) != 0)
 		return rc;
 	if (optind < argc)
 		return usage("unexpected argument %s", argv[optind]);
-	/* Page after page, each shown as it comes: a list of a million
-	 * closures is never held whole, here or in dispatchd. */
 	while (rc == 0 && more) {
 		enum status st = dc_closures(x->dc, x->queue, state, after,
-		    soon(), &reply, &errbody);
+		    soon(), &page, &errbody);
 		if (st != ST_OK) {
 			rc = fail(x, st, errbody, NULL);
 			break;
 		}
-		dispatch_show_list_page(&l, reply);
-		more = dc_closures_more(reply, &after);
-		json_decref(reply);
+		dispatch_show_list_page(&l, page);
+		more = dc_closures_more(page, &after);
+		json_decref(page);
 	}
 	dispatch_show_list_end(&l);
-	if (rc == 0 && fflush(stdout) != 0)
-		return cli_fail(ST_INTERNAL, "writing: %s", strerror(errno));
-	return rc;
+	return rc != 0 ? rc : flushed(0);
 }
 
+/* resource NAME, checked before its sub-verb is known. */
 static int
-cmd_status(struct ctl *x, int argc, char **argv)
+resource_name(int argc, char **argv)
 {
-	json_t *reply, *errbody;
-	enum status st;
-
-	if (argc > 1)
-		return usage("unexpected argument %s", argv[1]);
-	st = dc_status(x->dc, soon(), &reply, &errbody);
-	return show(x, st, reply, errbody, dispatch_show_status);
-}
-
-/* resource */
-
-static int
-cmd_resource(struct ctl *x, int argc, char **argv)
-{
-	json_t *reply, *errbody;
-	enum status st;
-
 	if (argc < 2)
-		return usage("resource needs add, status or ls%s", "");
-	if (strcmp(argv[1], "ls") == 0) {
-		if (argc > 2)
-			return usage("unexpected argument %s", argv[2]);
-		st = dc_resources(x->dc, soon(), &reply, &errbody);
-		return show(x, st, reply, errbody, dispatch_show_resources);
-	}
-	if (argc < 3)
-		return usage("resource %s needs a name", argv[1]);
-	if (strlen(argv[2]) > 128)
-		return usage("resource name %s is too long", argv[2]);
-	if (strcmp(argv[1], "status") == 0) {
-		if (argc > 3)
-			return usage("unexpected argument %s", argv[3]);
-		st = dc_resource(x->dc, argv[2], soon(), &reply, &errbody);
-		return show(x, st, reply, errbody, dispatch_show_resource);
-	}
-	if (strcmp(argv[1], "add") != 0)
-		return usage("resource: unknown verb %s", argv[1]);
-	int i = 3;
+		return usage("resource %s needs a name", argv[0]);
+	if (strlen(argv[1]) > 128)
+		return usage("resource name %s is too long", argv[1]);
+	return 0;
+}
+
+static int
+resource_status(struct ctl *x, int argc, char **argv)
+{
+	json_t *reply, *errbody;
+	enum status st;
+	int rc = resource_name(argc, argv);
+
+	if (rc == 0 && argc > 2)
+		rc = usage("unexpected argument %s", argv[2]);
+	if (rc != 0)
+		return rc;
+	st = dc_resource(x->dc, argv[1], soon(), &reply, &errbody);
+	return show(x, st, reply, errbody, dispatch_show_resource);
+}
+
+static int
+resource_add(struct ctl *x, int argc, char **argv)
+{
+	json_t *cmd, *reply, *errbody;
+	enum status st;
+	int rc, i = 2;
+
+	if ((rc = resource_name(argc, argv)) != 0)
+		return rc;
 	if (i < argc && strcmp(argv[i], "--") == 0)
 		i++;
 	if (i >= argc)
 		return usage("resource add needs a command after --%s", "");
-	json_t *a = json_array();
-	for (; i < argc; i++)
-		json_array_append_new(a, json_string(argv[i]));
-	st = dc_resource_add(x->dc, argv[2], a, soon(), &reply, &errbody);
-	json_decref(a);
+	for (cmd = json_array(); i < argc; i++)
+		json_array_append_new(cmd, json_string(argv[i]));
+	st = dc_resource_add(x->dc, argv[1], cmd, soon(), &reply, &errbody);
+	json_decref(cmd);
 	if (st != ST_OK)
 		return fail(x, st, errbody, NULL);
 	json_decref(reply);
 	return 0;
 }
 
-/* dataset, job, checkpoint */
+/* Any other: its name is checked first all the same. */
+static int
+resource_other(struct ctl *x, int argc, char **argv)
+{
+	int rc = resource_name(argc, argv);
+
+	(void)x;
+	return rc != 0 ? rc : usage("resource: unknown verb %s", argv[0]);
+}
 
 static int
 dataset_add(struct ctl *x, int argc, char **argv)
@@ -608,67 +626,19 @@ dataset_add(struct ctl *x, int argc, char **argv)
 }
 
 static int
-cmd_dataset(struct ctl *x, int argc, char **argv)
+dataset_splits(struct ctl *x, int argc, char **argv)
 {
-	json_t *reply, *errbody;
-	enum status st;
-	int rc;
+	struct buf out = {0};
+	enum status st = dc_splits(x->dc, argv[1], soon(), &out);
+	int rc = 0;
 
-	if (argc < 2)
-		return usage("dataset needs add, ls, show or splits%s", "");
-	if (strcmp(argv[1], "add") == 0)
-		return dataset_add(x, argc - 1, argv + 1);
-	if (strcmp(argv[1], "ls") == 0) {
-		if (argc > 2)
-			return usage("unexpected argument %s", argv[2]);
-		st = dc_datasets(x->dc, soon(), &reply, &errbody);
-		return show(x, st, reply, errbody, dispatch_show_datasets);
-	}
-	if (strcmp(argv[1], "show") != 0 && strcmp(argv[1], "splits") != 0)
-		return usage("dataset: unknown verb %s", argv[1]);
-	if (argc != 3)
-		return usage(argc < 3 ? "dataset %s needs a dataset" :
-		                        "dataset %s takes one dataset",
-		    argv[1]);
-	if (strcmp(argv[1], "splits") == 0) {
-		struct buf out = {0};
-		st = dc_splits(x->dc, argv[2], soon(), &out);
-		if (st != ST_OK) {
-			buf_free(&out);
-			return cli_fail(st, "%s", dispatch_client_error(x->dc));
-		}
-		rc = out.len > 0 && write_all(out.data, out.len) < 0;
-		buf_free(&out);
-		return rc ?
-		    cli_fail(ST_INTERNAL, "writing: %s", strerror(errno)) :
-		    0;
-	}
-	st = dc_dataset(x->dc, argv[2], soon(), &reply, &errbody);
-	return show(x, st, reply, errbody, dispatch_show_dataset);
-}
-
-static int
-cmd_job(struct ctl *x, int argc, char **argv)
-{
-	json_t *reply, *errbody;
-	enum status st;
-
-	if (argc < 2)
-		return usage("job needs ls or show%s", "");
-	if (strcmp(argv[1], "ls") == 0) {
-		if (argc > 2)
-			return usage("unexpected argument %s", argv[2]);
-		st = dc_jobs(x->dc, soon(), &reply, &errbody);
-		return show(x, st, reply, errbody, dispatch_show_jobs);
-	}
-	if (strcmp(argv[1], "show") != 0)
-		return usage("job: unknown verb %s", argv[1]);
-	if (argc != 3)
-		return usage(argc < 3 ? "job %s needs a job" :
-		                        "job %s takes one job",
-		    argv[1]);
-	st = dc_job(x->dc, argv[2], soon(), &reply, &errbody);
-	return show(x, st, reply, errbody, dispatch_show_job);
+	(void)argc;
+	if (st != ST_OK)
+		rc = cli_fail(st, "%s", dispatch_client_error(x->dc));
+	else if (out.len > 0 && fwrite(out.data, 1, out.len, stdout) != out.len)
+		rc = cli_fail(ST_INTERNAL, "writing: %s", strerror(errno));
+	buf_free(&out);
+	return rc;
 }
 
 static int
@@ -693,101 +663,75 @@ cmd_checkpoint(struct ctl *x, int argc, char **argv)
 		return usage("unexpected argument %s", argv[optind]);
 	if (job == NULL)
 		return usage("checkpoint needs --job%s", "");
-	if ((st = dc_checkpoint(x->dc, job, soon(), &reply, &errbody)) != ST_OK)
+	st = dc_checkpoint(x->dc, job, soon(), &reply, &errbody);
+	if (st != ST_OK)
 		return fail(x, st, errbody, NULL);
 	dispatch_show_json(stdout, reply);
 	json_decref(reply);
 	return 0;
 }
 
-/* splits: split lists made here, for dataset add */
-
-/* rc, or the failure of a split list. */
+/* splits' sub-verbs: their list on stdout, or why not. */
 static int
-splits_failed(const char *verb, enum status st, const char *err)
+splits_done(const char *verb, enum status st, const char *err)
 {
 	if (st == ST_OK)
-		return 0;
+		return flushed(0);
 	if (st == ST_RESOURCE_EXHAUSTED)
 		return cli_fail(st, "%s", err);
 	return cli_fail(st, "splits %s: %s", verb, err);
 }
 
 static int
-splits_files(int argc, char **argv)
+splits_files(struct ctl *x, int argc, char **argv)
 {
 	char err[2048];
 
-	if (argc < 1)
+	(void)x;
+	if (argc < 2)
 		return usage("splits files needs a glob%s", "");
-	return splits_failed("files",
-	    splitlist_files(stdout, argc, argv, err, sizeof(err)), err);
+	return splits_done("files",
+	    splitlist_files(stdout, argc - 1, argv + 1, err, sizeof(err)), err);
 }
 
 static int
-splits_range(int argc, char **argv)
+splits_range(struct ctl *x, int argc, char **argv)
 {
 	int64_t a, end, step = 1;
 
-	if (argc < 2 || argc > 3)
+	(void)x;
+	if (argc < 3 || argc > 4)
 		return usage("splits range needs START END [STEP]%s", "");
-	if (parse_int64(argv[0], &a) < 0 || a < 0)
+	if (parse_int64(argv[1], &a) < 0 || a < 0)
 		return usage("splits range: START %s is not a number >= 0",
-		    argv[0]);
-	if (parse_int64(argv[1], &end) < 0 || end < a)
-		return usage("splits range: END %s is not a number >= START",
 		    argv[1]);
-	if (argc == 3 && (parse_int64(argv[2], &step) < 0 || step < 1))
-		return usage("splits range: STEP %s is not a number above zero",
+	if (parse_int64(argv[2], &end) < 0 || end < a)
+		return usage("splits range: END %s is not a number >= START",
 		    argv[2]);
+	if (argc == 4 && (parse_int64(argv[3], &step) < 0 || step < 1))
+		return usage("splits range: STEP %s is not a number above zero",
+		    argv[3]);
 	splitlist_range(stdout, a, end, step);
-	return 0;
+	return flushed(0);
 }
 
 static int
-splits_bytes(int argc, char **argv)
+splits_bytes(struct ctl *x, int argc, char **argv)
 {
 	char err[2048];
 	size_t size;
 
-	if (argc != 2)
+	(void)x;
+	if (argc != 3)
 		return usage("splits bytes needs FILE SIZE%s", "");
-	if (parse_size(argv[1], &size) < 0 || size == 0 ||
+	if (parse_size(argv[2], &size) < 0 || size == 0 ||
 	    size > (size_t)INT64_MAX)
 		return usage("splits bytes: SIZE %s is not a size above zero "
 		             "(1048576, 64k, 16M, 1G)",
-		    argv[1]);
-	return splits_failed("bytes",
-	    splitlist_bytes(stdout, argv[0], size, err, sizeof(err)), err);
+		    argv[2]);
+	return splits_done("bytes",
+	    splitlist_bytes(stdout, argv[1], size, err, sizeof(err)), err);
 }
-
-static int
-cmd_splits(int argc, char **argv)
-{
-	int rc;
-
-	if (argc < 2)
-		return usage("splits needs files, range or bytes%s", "");
-	if (strcmp(argv[1], "files") == 0)
-		rc = splits_files(argc - 2, argv + 2);
-	else if (strcmp(argv[1], "range") == 0)
-		rc = splits_range(argc - 2, argv + 2);
-	else if (strcmp(argv[1], "bytes") == 0)
-		rc = splits_bytes(argc - 2, argv + 2);
-	else
-		return usage("splits: unknown verb %s", argv[1]);
-	return flushed(rc);
-}
-
-/* read */
-
-/* read's options, and what it needs to check them. */
-struct readargs {
-	struct dataread_opts o;
-	struct datapos *pos; /* --from-state's */
-	int local, index;    /* --local, --consumer-index given */
-	char host[256];
-};
 
 /* One of read's options into r: 0, or the exit code. */
 static int
@@ -933,60 +877,123 @@ cmd_read(struct ctl *x, int argc, char **argv)
 	return st == ST_OK ? 0 : cli_fail(st, "%s", err);
 }
 
-/* The verbs, as the synopsis lists them. */
-
-static int
-verb_join(struct ctl *x, int argc, char **argv)
-{
-	return cmd_join(x, argc, argv, 0);
-}
-
-static int
-verb_done(struct ctl *x, int argc, char **argv)
-{
-	return cmd_join(x, argc, argv, 1);
-}
-
-static int
-verb_cancel(struct ctl *x, int argc, char **argv)
-{
-	return cmd_each_id(x, argc, argv, dc_cancel);
-}
-
-static int
-verb_forget(struct ctl *x, int argc, char **argv)
-{
-	return cmd_each_id(x, argc, argv, dc_forget);
-}
-
-static int
-verb_splits(struct ctl *x, int argc, char **argv)
-{
-	(void)x;
-	return cmd_splits(argc, argv);
-}
-
-static const struct verb {
-	const char *name;
-	int (*run)(struct ctl *x, int argc, char **argv);
-	int local; /* needs no dispatchd */
-} verbs[] = {
-    {"schedule", cmd_schedule, 0},
-    {"fetch", cmd_fetch, 0},
-    {"join", verb_join, 0},
-    {"done", verb_done, 0},
-    {"cancel", verb_cancel, 0},
-    {"forget", verb_forget, 0},
-    {"ls", cmd_ls, 0},
-    {"status", cmd_status, 0},
-    {"resource", cmd_resource, 0},
-    {"dataset", cmd_dataset, 0},
-    {"splits", verb_splits, 1},
-    {"read", cmd_read, 0},
-    {"checkpoint", cmd_checkpoint, 0},
-    {"job", cmd_job, 0},
-    {NULL, NULL, 0},
+static const struct verb verbs[] = {
+    {.name = "schedule", .run = cmd_schedule},
+    {.name = "fetch", .run = cmd_fetch},
+    {.name = "join", .run = cmd_join, .wait = 1},
+    {.name = "done", .run = cmd_join},
+    {.name = "cancel", .run = cmd_each, .each = dc_cancel},
+    {.name = "forget", .run = cmd_each, .each = dc_forget},
+    {.name = "ls", .run = cmd_ls},
+    {.name = "status",
+        .args = NONE,
+        .list = dc_status,
+        .show = dispatch_show_status},
+    {.name = "resource", .sub = "add", .run = resource_add},
+    {.name = "resource", .sub = "status", .run = resource_status},
+    {.name = "resource",
+        .sub = "ls",
+        .args = NONE,
+        .list = dc_resources,
+        .show = dispatch_show_resources},
+    {.name = "resource", .run = resource_other},
+    {.name = "dataset", .sub = "add", .run = dataset_add},
+    {.name = "dataset",
+        .sub = "ls",
+        .args = NONE,
+        .list = dc_datasets,
+        .show = dispatch_show_datasets},
+    {.name = "dataset",
+        .sub = "show",
+        .args = ONE,
+        .get = dc_dataset,
+        .show = dispatch_show_dataset},
+    {.name = "dataset", .sub = "splits", .run = dataset_splits, .args = ONE},
+    {.name = "splits", .sub = "files", .run = splits_files, .local = 1},
+    {.name = "splits", .sub = "range", .run = splits_range, .local = 1},
+    {.name = "splits", .sub = "bytes", .run = splits_bytes, .local = 1},
+    {.name = "read", .run = cmd_read},
+    {.name = "checkpoint", .run = cmd_checkpoint},
+    {.name = "job",
+        .sub = "ls",
+        .args = NONE,
+        .list = dc_jobs,
+        .show = dispatch_show_jobs},
+    {.name = "job",
+        .sub = "show",
+        .args = ONE,
+        .get = dc_job,
+        .show = dispatch_show_job},
+    {.name = NULL},
 };
+
+/* name's first row, or the one of sub (or the row for others). */
+static const struct verb *
+verb_find(const char *name, const char *sub)
+{
+	const struct verb *v;
+
+	for (v = verbs; v->name != NULL; v++)
+		if (strcmp(v->name, name) == 0 &&
+		    (sub == NULL || v->sub == NULL || strcmp(v->sub, sub) == 0))
+			return v;
+	return NULL;
+}
+
+/* "job needs ls or show": name's sub-verbs, as the table has them. */
+static int
+needs_sub(const char *name)
+{
+	const struct verb *v, *last = NULL;
+	struct buf b = {0};
+	int rc;
+
+	for (v = verbs; v->name != NULL; v++) {
+		if (strcmp(v->name, name) != 0 || v->sub == NULL)
+			continue;
+		if (last != NULL)
+			buf_printf(&b, "%s%s", b.len > 0 ? ", " : "",
+			    last->sub);
+		last = v;
+	}
+	buf_printf(&b, "%s%s", b.len > 0 ? " or " : "", last->sub);
+	rc = cli_usage_error(synopsis, "%s needs %s", name,
+	    b.data != NULL ? b.data : "");
+	buf_free(&b);
+	return rc;
+}
+
+/* Runs v, the first row of argv's verb. */
+static int
+run(struct ctl *x, const struct verb *v, int argc, char **argv)
+{
+	json_t *reply, *errbody;
+	enum status st;
+
+	if (v->sub != NULL) {
+		if (argc < 2)
+			return needs_sub(argv[0]);
+		if ((v = verb_find(argv[0], argv[1])) == NULL)
+			return cli_usage_error(synopsis, "%s: unknown verb %s",
+			    argv[0], argv[1]);
+		argc--;
+		argv++;
+	}
+	if (v->args == NONE && argc > 1)
+		return usage("unexpected argument %s", argv[1]);
+	if (v->args == ONE && argc != 2)
+		return cli_usage_error(synopsis,
+		    argc < 2 ? "%s %s needs a %s" : "%s %s takes one %s",
+		    v->name, v->sub, v->name);
+	x->v = v;
+	if (v->run != NULL)
+		return v->run(x, argc, argv);
+	if (v->get != NULL)
+		st = v->get(x->dc, argv[1], soon(), &reply, &errbody);
+	else
+		st = v->list(x->dc, soon(), &reply, &errbody);
+	return show(x, st, reply, errbody, v->show);
+}
 
 int
 main(int argc, char **argv)
@@ -999,8 +1006,8 @@ main(int argc, char **argv)
 	    {NULL, 0, NULL, 0},
 	};
 	struct ctl x = {.queue = "default"};
-	const char *addr = NULL, *verb;
 	const struct verb *v;
+	const char *addr = NULL;
 	char err[512];
 	int c, rc;
 
@@ -1016,7 +1023,6 @@ main(int argc, char **argv)
 	}
 	if (optind >= argc)
 		return usage("no verb given%s", "");
-	verb = argv[optind];
 	argc -= optind;
 	argv += optind;
 	if (strlen(x.queue) == 0 || strlen(x.queue) > 128 ||
@@ -1026,16 +1032,13 @@ main(int argc, char **argv)
 		return usage("-q %s is not a queue name (letters, digits, "
 		             "_-.:)",
 		    x.queue);
-	for (v = verbs; v->name != NULL && strcmp(verb, v->name) != 0; v++)
-		;
-	if (v->name == NULL)
-		return usage("unknown verb %s", verb);
-	if (v->local)
-		return v->run(&x, argc, argv);
-	if ((x.dc = dispatch_client_new(cli_dispatch_addr(addr), err,
+	if ((v = verb_find(argv[0], NULL)) == NULL)
+		return usage("unknown verb %s", argv[0]);
+	if (!v->local &&
+	    (x.dc = dispatch_client_new(cli_dispatch_addr(addr), err,
 	         sizeof(err))) == NULL)
 		return cli_fail(ST_INVALID_ARGUMENT, "%s", err);
-	rc = v->run(&x, argc, argv);
+	rc = run(&x, v, argc, argv);
 	dispatch_client_free(x.dc);
 	return rc;
 }
