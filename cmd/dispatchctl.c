@@ -38,6 +38,7 @@
 #include "sigfd.h"
 #include "splitlist.h"
 #include "splitorder.h"
+#include "text.h"
 
 static const char synopsis[] =
     "usage: dispatchctl [-d ADDR] [--json] [-q QUEUE] VERB ...\n"
@@ -259,7 +260,10 @@ sched_opt(struct dispatch_sched *s, int c, const char *arg)
 			return usage("--on %s is not a task name (JOB:INDEX)",
 			    arg);
 		return 0;
-	case 'n': dispatch_sched_needs(s, arg); return 0;
+	case 'n':
+		if (dispatch_sched_needs(s, arg) < 0)
+			return usage("--needs %s: not UTF-8", arg);
+		return 0;
 	case 'k': s->key = arg; return 0;
 	case 'B': s->block = 0; return 0;
 	case 'E': s->each = 1; return 0;
@@ -525,6 +529,10 @@ resource_name(int argc, char **argv)
 		return usage("resource %s needs a name", argv[0]);
 	if (strlen(argv[1]) > 128)
 		return usage("resource name %s is too long", argv[1]);
+	if (!text_name(argv[1], 128))
+		return usage("%s is not a resource name (letters, digits, "
+		             "_-.:)",
+		    argv[1]);
 	return 0;
 }
 
@@ -1025,10 +1033,7 @@ main(int argc, char **argv)
 		return usage("no verb given%s", "");
 	argc -= optind;
 	argv += optind;
-	if (strlen(x.queue) == 0 || strlen(x.queue) > 128 ||
-	    strspn(x.queue,
-	        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXY"
-	        "Z0123456789_-.:") != strlen(x.queue))
+	if (!text_name(x.queue, 128))
 		return usage("-q %s is not a queue name (letters, digits, "
 		             "_-.:)",
 		    x.queue);

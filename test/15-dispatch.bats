@@ -447,3 +447,35 @@ bats_require_minimum_version 1.5.0
 	run -11 env MUSTER_TOKEN_FILE="$T/wrong" workerloop -t worker:0
 	assert_output --partial UNAUTHENTICATED
 }
+
+@test "what a path or a closure cannot carry is refused, not dropped: a name with ?, a --state with &, an argument or a line that is not UTF-8" {
+	start_dispatchd
+	run --separate-stderr dispatchctl resource add 'gpu?x=1' -- true
+	assert_failure 2
+	[[ $stderr == *"gpu?x=1 is not a resource name"* ]]
+	run --separate-stderr dispatchctl resource status 'x?y'
+	assert_failure 2
+	run --separate-stderr dispatchctl resource ls
+	assert_success
+	refute_output --partial gpu
+	run --separate-stderr dispatchctl ls --state 'READY&queue=x'
+	assert_failure 3
+	[[ $stderr == *"is not a name"* ]]
+	# Nothing is scheduled with an argument left out.
+	run --separate-stderr dispatchctl schedule -- printf '[%s][%s]\n' a $'\xff' b
+	assert_failure 3
+	[[ $stderr == *"not UTF-8"* ]]
+	run --separate-stderr dispatchctl schedule --needs $'\xff' -- true
+	assert_failure 2
+	run --separate-stderr dispatchctl schedule --env $'A=\xff' --env $'B=\xff' -- true
+	assert_failure 2
+	# With --each, the line that is not UTF-8 is named, and it stops there.
+	run --separate-stderr bash -c "printf 'a\n\xff\nc\n' | dispatchctl schedule --each -- echo"
+	assert_failure 3
+	[[ $stderr == *"line 2 of input"* ]]
+	# None of that went in (the lines before it were in the batch not
+	# sent, as before a line holding a NUL): the next closure is id 1.
+	run --separate-stderr dispatchctl schedule -- true
+	assert_success
+	assert_output 1
+}

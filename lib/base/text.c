@@ -208,3 +208,19 @@ text_printable(const void *p, size_t n)
 			return 0;
 	return text_utf8_valid(p, n);
 }
+
+int
+text_name(const char *s, size_t max)
+{
+	size_t n = strlen(s);
+
+	if (n == 0 || n > max)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char ch = (unsigned char)s[i];
+		if (!(ch >= 'a' && ch <= 'z') && !(ch >= 'A' && ch <= 'Z') &&
+		    !(ch >= '0' && ch <= '9') && strchr("_-.:", ch) == NULL)
+			return 0;
+	}
+	return 1;
+}

@@ -36,4 +36,11 @@ int text_utf8_valid(const void *p, size_t n);
 /* 1 when p is UTF-8 text fit to print on one line: no control bytes. */
 int text_printable(const void *p, size_t n);
 
+/*
+ * 1 when s is a name as dispatchd takes them for queues, workers and
+ * resources: 1 to max bytes of ASCII letters, digits and "_-.:", which a
+ * URL path carries as they are.
+ */
+int text_name(const char *s, size_t max);
+
 #endif

@@ -231,18 +231,3 @@ dataread_run(struct dispatch_client *dc, const struct dataread_opts *o,
 		reader_free(r);
 	return st;
 }
-
-enum status
-dataread_splits(const char *addr, const char *dataset, int64_t deadline,
-    struct buf *out, char *err, size_t errlen)
-{
-	struct dispatch_client *dc = dispatch_client_new(addr, err, errlen);
-	enum status st;
-
-	if (dc == NULL)
-		return ST_INVALID_ARGUMENT;
-	if ((st = dc_splits(dc, dataset, deadline, out)) != ST_OK)
-		snprintf(err, errlen, "%s", dispatch_client_error(dc));
-	dispatch_client_free(dc);
-	return st;
-}

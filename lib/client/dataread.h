@@ -70,8 +70,4 @@ struct dataread_opts {
 enum status dataread_run(struct dispatch_client *dc,
     const struct dataread_opts *o, char *err, size_t errlen);
 
-/* The splits of a dataset (id or name), one per line, appended to out. */
-enum status dataread_splits(const char *addr, const char *dataset,
-    int64_t deadline, struct buf *out, char *err, size_t errlen);
-
 #endif

@@ -16,6 +16,7 @@
 
 struct dispatch_client {
 	struct coord_client *cc;
+	enum status refused; /* why path_of made no path, when not memory */
 };
 
 struct dispatch_client *
@@ -55,32 +56,22 @@ dispatch_client_error(const struct dispatch_client *dc)
 	return coord_client_error(dc->cc);
 }
 
-const char *
-dispatch_client_addr(const struct dispatch_client *dc)
-{
-	return coord_client_addr(dc->cc);
-}
-
-enum status
-dispatch_call(struct dispatch_client *dc, const char *method, const char *path,
+/*
+ * Sends body (NULL: none; len bytes of JSON) to path and parses the reply
+ * into *reply when it is 2xx. On failure *errbody, if asked for, gets the
+ * error object dispatchd sent, or NULL.
+ */
+static enum status
+exchange(struct dispatch_client *dc, const char *method, const struct buf *path,
     const char *body, size_t len, int64_t deadline, int how, json_t **reply,
-    json_t **errbody, long *code)
+    json_t **errbody)
 {
-	struct buf p = {0};
 	struct http_resp resp;
 	enum status st;
 
 	*reply = NULL;
-	if (errbody != NULL)
-		*errbody = NULL;
-	if (buf_puts(&p, path) < 0)
-		return coord_fail(dc->cc, ST_RESOURCE_EXHAUSTED,
-		    "out of memory");
-	st = coord_call(dc->cc, method, &p, body, len,
+	st = coord_call(dc->cc, method, path, body, len,
 	    body != NULL ? "application/json" : NULL, deadline, how, &resp);
-	buf_free(&p);
-	if (code != NULL)
-		*code = resp.code;
 	if (st == ST_OK) {
 		json_error_t e;
 		*reply =
@@ -96,41 +87,29 @@ dispatch_call(struct dispatch_client *dc, const char *method, const char *path,
 	return st;
 }
 
-enum status
-dispatch_call_json(struct dispatch_client *dc, const char *method,
-    const char *path, json_t *body, int64_t deadline, int how, json_t **reply,
-    json_t **errbody, long *code)
-{
-	char *s = NULL;
-	enum status st;
-
-	if (body != NULL && (s = json_dumps(body, JSON_COMPACT)) == NULL) {
-		*reply = NULL;
-		if (errbody != NULL)
-			*errbody = NULL;
-		return coord_fail(dc->cc, ST_RESOURCE_EXHAUSTED,
-		    "out of memory");
-	}
-	st = dispatch_call(dc, method, path, s, s != NULL ? strlen(s) : 0,
-	    deadline, how, reply, errbody, code);
-	free(s);
-	return st;
-}
-
 /*
  * p: base, then name, then what the format makes of the rest. Names of
- * workers and resources are made of letters, digits and "_-.:", which a
- * path carries as they are (dispatchd refuses others, and takes them from
- * the path as they are), as do queues' names; datasets' and jobs' names
- * are escaped (path_named).
+ * queues, workers and resources are made of letters, digits and "_-.:",
+ * which a path carries as they are, and dispatchd takes them from the
+ * path as they are; another name is refused here (INVALID_ARGUMENT from
+ * call), since it would name another path ("gpu?x=1"). Datasets' and
+ * jobs' names are escaped (path_named).
  */
 static int
-path_of(struct buf *p, const char *base, const char *name, const char *fmt, ...)
+path_of(struct dispatch_client *dc, struct buf *p, const char *base,
+    const char *name, const char *fmt, ...)
 {
 	va_list ap;
 	char tail[256];
 	int n;
 
+	if (name != NULL && !text_name(name, 128)) {
+		dc->refused = coord_fail(dc->cc, ST_INVALID_ARGUMENT,
+		    "%s is not a name: 1 to 128 letters, digits and _-.:",
+		    name);
+		buf_free(p);
+		return -1;
+	}
 	va_start(ap, fmt);
 	n = vsnprintf(tail, sizeof(tail), fmt, ap);
 	va_end(ap);
@@ -150,9 +129,7 @@ static int
 path_named(struct buf *p, const char *base, const char *name,
     const char *suffix)
 {
-	if (buf_puts(p, base) < 0 ||
-	    text_url_encode(p, name, strlen(name)) < 0 ||
-	    buf_puts(p, suffix) < 0) {
+	if (coord_key_path(p, base, name, suffix) < 0) {
 		buf_free(p);
 		return -1;
 	}
@@ -170,18 +147,24 @@ call(struct dispatch_client *dc, const char *method, struct buf *path,
     json_t **reply, json_t **errbody)
 {
 	json_t *r = NULL;
+	char *s = NULL;
 	enum status st;
 
 	if (errbody != NULL)
 		*errbody = NULL;
-	if (path->data == NULL)
+	if (path->data == NULL && dc->refused != ST_OK)
+		st = dc->refused; /* path_of said why */
+	else if (path->data == NULL ||
+	    (json != NULL && (s = json_dumps(json, JSON_COMPACT)) == NULL))
 		st = coord_fail(dc->cc, ST_RESOURCE_EXHAUSTED, "out of memory");
-	else if (json != NULL)
-		st = dispatch_call_json(dc, method, path->data, json, deadline,
-		    how, &r, errbody, NULL);
+	else if (s != NULL)
+		st = exchange(dc, method, path, s, strlen(s), deadline, how, &r,
+		    errbody);
 	else
-		st = dispatch_call(dc, method, path->data, body, len, deadline,
-		    how, &r, errbody, NULL);
+		st = exchange(dc, method, path, body, len, deadline, how, &r,
+		    errbody);
+	free(s);
+	dc->refused = ST_OK;
 	buf_free(path);
 	if (reply != NULL)
 		*reply = r;
@@ -199,7 +182,7 @@ dc_register(struct dispatch_client *dc, const char *worker, long slots,
 	    "address", address, "host", host);
 	enum status st;
 
-	path_of(&p, "/v1/workers/", worker, "");
+	path_of(dc, &p, "/v1/workers/", worker, "");
 	st = call(dc, "POST", &p, body, NULL, 0, deadline, DC_REPEAT, reply,
 	    NULL);
 	json_decref(body);
@@ -212,7 +195,7 @@ dc_heartbeat(struct dispatch_client *dc, const char *worker, const char *inc,
 {
 	struct buf p = {0};
 
-	path_of(&p, "/v1/workers/", worker,
+	path_of(dc, &p, "/v1/workers/", worker,
 	    "/heartbeat?incarnation=%.16s&wait=%" PRId64 "ms", inc, wait_ms);
 	return call(dc, "POST", &p, NULL, NULL, 0, deadline, DC_POLL, reply,
 	    errbody);
@@ -226,15 +209,15 @@ dc_take(struct dispatch_client *dc, const char *worker, const char *inc,
 	struct buf p = {0};
 
 	if (results == NULL)
-		path_of(&p, "/v1/workers/", worker,
+		path_of(dc, &p, "/v1/workers/", worker,
 		    "/take?incarnation=%.16s&max=%ld&wait=%" PRId64 "ms", inc,
 		    take, wait_ms);
 	else if (take > 0)
-		path_of(&p, "/v1/workers/", worker,
+		path_of(dc, &p, "/v1/workers/", worker,
 		    "/results?incarnation=%.16s&take=%ld&wait=%" PRId64 "ms",
 		    inc, take, wait_ms);
 	else
-		path_of(&p, "/v1/workers/", worker,
+		path_of(dc, &p, "/v1/workers/", worker,
 		    "/results?incarnation=%.16s", inc);
 	return call(dc, "POST", &p, NULL, results, len, deadline, how, reply,
 	    errbody);
@@ -251,8 +234,8 @@ dc_resource_state(struct dispatch_client *dc, const char *worker,
 
 	if (message != NULL)
 		json_object_set_new(body, "message", json_string(message));
-	if (path_of(&p, "/v1/workers/", worker, "/resources/") == 0)
-		path_of(&p, "", resource, "?incarnation=%.16s", inc);
+	if (path_of(dc, &p, "/v1/workers/", worker, "/resources/") == 0)
+		path_of(dc, &p, "", resource, "?incarnation=%.16s", inc);
 	st = call(dc, "POST", &p, body, NULL, 0, deadline, DC_REPEAT, NULL,
 	    NULL);
 	json_decref(body);
@@ -265,7 +248,7 @@ dc_leave(struct dispatch_client *dc, const char *worker, const char *inc,
 {
 	struct buf p = {0};
 
-	path_of(&p, "/v1/workers/", worker, "?incarnation=%.16s", inc);
+	path_of(dc, &p, "/v1/workers/", worker, "?incarnation=%.16s", inc);
 	return call(dc, "DELETE", &p, NULL, NULL, 0, deadline, DC_REPEAT, NULL,
 	    NULL);
 }
@@ -282,7 +265,7 @@ dc_lease(struct dispatch_client *dc, const char *worker, const char *inc,
 
 	/* A bare number: milliseconds, as the spec says (dispatchd caps it
 	 * at half the heartbeat timeout all the same). */
-	path_of(&p, "/v1/workers/", worker,
+	path_of(dc, &p, "/v1/workers/", worker,
 	    "/splits?incarnation=%.16s&wait=%" PRId64, inc, wait_ms);
 	st =
 	    call(dc, "POST", &p, body, NULL, 0, deadline, DC_ONCE, reply, NULL);
@@ -296,7 +279,7 @@ dc_task_report(struct dispatch_client *dc, const char *worker, const char *inc,
 {
 	struct buf p = {0};
 
-	path_of(&p, "/v1/workers/", worker,
+	path_of(dc, &p, "/v1/workers/", worker,
 	    "/tasks/%" PRIu64 "?incarnation=%.16s", task, inc);
 	return call(dc, "POST", &p, body, NULL, 0, deadline, DC_REPEAT, NULL,
 	    NULL);
@@ -319,7 +302,7 @@ dc_client_beat(struct dispatch_client *dc, int64_t client, json_t *body,
 {
 	struct buf p = {0};
 
-	path_of(&p, "/v1/clients/", NULL, "%" PRId64 "/heartbeat", client);
+	path_of(dc, &p, "/v1/clients/", NULL, "%" PRId64 "/heartbeat", client);
 	return call(dc, "POST", &p, body, NULL, 0, deadline, DC_REPEAT, reply,
 	    NULL);
 }
@@ -329,7 +312,7 @@ dc_client_release(struct dispatch_client *dc, int64_t client, int64_t deadline)
 {
 	struct buf p = {0};
 
-	path_of(&p, "/v1/clients/", NULL, "%" PRId64, client);
+	path_of(dc, &p, "/v1/clients/", NULL, "%" PRId64, client);
 	return call(dc, "DELETE", &p, NULL, NULL, 0, deadline, DC_REPEAT, NULL,
 	    NULL);
 }
@@ -370,7 +353,7 @@ look(struct dispatch_client *dc, const char *base, const char *name, int esc,
 	if (name != NULL && esc)
 		path_named(&p, base, name, suffix);
 	else
-		path_of(&p, base, name, "%s", suffix);
+		path_of(dc, &p, base, name, "%s", suffix);
 	return call(dc, "GET", &p, NULL, NULL, 0, deadline, DC_REPEAT, reply,
 	    errbody);
 }
@@ -390,7 +373,8 @@ dc_schedule(struct dispatch_client *dc, const char *queue, json_t *closures,
 	json_t *body = json_pack("{s:O}", "closures", closures);
 	enum status st;
 
-	path_of(&p, "/v1/queues/", queue, "/closures?block=%d&wait=30s", block);
+	path_of(dc, &p, "/v1/queues/", queue, "/closures?block=%d&wait=30s",
+	    block);
 	st = call(dc, "POST", &p, body, NULL, 0, deadline, DC_POLL, reply,
 	    errbody);
 	json_decref(body);
@@ -403,8 +387,8 @@ dc_closure(struct dispatch_client *dc, uint64_t id, int64_t wait_ms,
 {
 	struct buf p = {0};
 
-	path_of(&p, "/v1/closures/", NULL, "%" PRIu64 "?wait=%" PRId64 "ms", id,
-	    wait_ms);
+	path_of(dc, &p, "/v1/closures/", NULL, "%" PRIu64 "?wait=%" PRId64 "ms",
+	    id, wait_ms);
 	return call(dc, "GET", &p, NULL, NULL, 0, deadline, DC_POLL, reply,
 	    errbody);
 }
@@ -415,7 +399,7 @@ dc_cancel(struct dispatch_client *dc, uint64_t id, int64_t deadline,
 {
 	struct buf p = {0};
 
-	path_of(&p, "/v1/closures/", NULL, "%" PRIu64 "/cancel", id);
+	path_of(dc, &p, "/v1/closures/", NULL, "%" PRIu64 "/cancel", id);
 	return call(dc, "POST", &p, NULL, NULL, 0, deadline, DC_REPEAT, reply,
 	    errbody);
 }
@@ -426,7 +410,7 @@ dc_forget(struct dispatch_client *dc, uint64_t id, int64_t deadline,
 {
 	struct buf p = {0};
 
-	path_of(&p, "/v1/closures/", NULL, "%" PRIu64, id);
+	path_of(dc, &p, "/v1/closures/", NULL, "%" PRIu64, id);
 	return call(dc, "DELETE", &p, NULL, NULL, 0, deadline, DC_REPEAT, reply,
 	    errbody);
 }
@@ -439,9 +423,9 @@ dc_closures(struct dispatch_client *dc, const char *queue, const char *state,
 
 	if (path_named(&p, "/v1/closures?queue=", queue, "") == 0 &&
 	    state != NULL)
-		path_of(&p, "&state=", state, "");
+		path_of(dc, &p, "&state=", state, "");
 	if (p.data != NULL)
-		path_of(&p, "", NULL, "&after=%" PRIu64, after);
+		path_of(dc, &p, "", NULL, "&after=%" PRIu64, after);
 	return call(dc, "GET", &p, NULL, NULL, 0, deadline, DC_REPEAT, reply,
 	    errbody);
 }
@@ -466,7 +450,8 @@ dc_join(struct dispatch_client *dc, const char *queue, int64_t wait_ms,
 {
 	struct buf p = {0};
 
-	path_of(&p, "/v1/queues/", queue, "/join?wait=%" PRId64 "ms", wait_ms);
+	path_of(dc, &p, "/v1/queues/", queue, "/join?wait=%" PRId64 "ms",
+	    wait_ms);
 	return call(dc, "GET", &p, NULL, NULL, 0, deadline, DC_POLL, reply,
 	    errbody);
 }
@@ -477,7 +462,7 @@ dc_done(struct dispatch_client *dc, const char *queue, int64_t deadline,
 {
 	struct buf p = {0};
 
-	path_of(&p, "/v1/queues/", queue, "/done");
+	path_of(dc, &p, "/v1/queues/", queue, "/done");
 	return call(dc, "GET", &p, NULL, NULL, 0, deadline, DC_POLL, reply,
 	    errbody);
 }
@@ -512,7 +497,7 @@ dc_resource_add(struct dispatch_client *dc, const char *name, json_t *argv,
 	json_t *body = json_pack("{s:O}", "argv", argv);
 	enum status st;
 
-	path_of(&p, "/v1/resources/", name, "");
+	path_of(dc, &p, "/v1/resources/", name, "");
 	st = call(dc, "PUT", &p, body, NULL, 0, deadline, DC_REPEAT, reply,
 	    errbody);
 	json_decref(body);

@@ -30,26 +30,15 @@ void dispatch_client_free(struct dispatch_client *dc);
 /* Calls give up with ST_CANCELLED once fd is readable. */
 void dispatch_client_set_cancel(struct dispatch_client *dc, int fd);
 const char *dispatch_client_error(const struct dispatch_client *dc);
-const char *dispatch_client_addr(const struct dispatch_client *dc);
-
-/*
- * Sends body (NULL: none; len bytes of JSON) and parses the reply into
- * *reply when it is 2xx (*code: the HTTP status). On failure *errbody, if
- * asked for, gets the error object dispatchd sent, or NULL.
- */
-enum status dispatch_call(struct dispatch_client *dc, const char *method,
-    const char *path, const char *body, size_t len, int64_t deadline, int how,
-    json_t **reply, json_t **errbody, long *code);
-/* The same with a JSON body. */
-enum status dispatch_call_json(struct dispatch_client *dc, const char *method,
-    const char *path, json_t *body, int64_t deadline, int how, json_t **reply,
-    json_t **errbody, long *code);
 
 /*
  * dispatchd's protocol, one typed call per request a worker, a data
  * consumer or an operator (dispatchctl) makes: the one place their paths
- * are written. Each returns
- * what dispatch_call returns; a reply is the caller's to free. worker and
+ * are written. Each returns ST_OK with a 2xx reply parsed into *reply, or
+ * the failure with the error object dispatchd sent in *errbody (when
+ * asked for; NULL without one); a reply is the caller's to free. A name
+ * of a queue, a worker or a resource that a path cannot carry as it is
+ * (1 to 128 letters, digits and "_-.:") is INVALID_ARGUMENT. worker and
  * inc are a worker's name and its incarnation (as registration answered
  * it); wait_ms is how long dispatchd may hold a long poll.
  */

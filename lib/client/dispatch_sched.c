@@ -73,10 +73,10 @@ dispatch_sched_retry_exit(struct dispatch_sched *s, long code)
 	json_array_append_new(s->codes, json_integer(code));
 }
 
-void
+int
 dispatch_sched_needs(struct dispatch_sched *s, const char *resource)
 {
-	json_array_append_new(s->needs, json_string(resource));
+	return json_array_append_new(s->needs, json_string(resource));
 }
 
 int
@@ -86,11 +86,11 @@ dispatch_sched_env(struct dispatch_sched *s, const char *nv)
 
 	if (eq == NULL || eq == nv)
 		return -1;
-	json_object_setn_new(s->env, nv, (size_t)(eq - nv),
-	    json_string(eq + 1));
-	/* A name or value that is not UTF-8 is not set; dispatchctl has
-	 * always told so only of the first --env. */
-	return json_object_size(s->env) == 0 ? -2 : 0;
+	/* A name or value that is not UTF-8 is not set. */
+	return json_object_setn_new(s->env, nv, (size_t)(eq - nv),
+	           json_string(eq + 1)) < 0 ?
+	    -2 :
+	    0;
 }
 
 int
@@ -198,29 +198,38 @@ substitute(const char *s, const char *line)
 	return j;
 }
 
-/* The closure of line (NULL: the command as it is). */
+/*
+ * The closure of line (NULL: the command as it is); NULL when an argument
+ * or the line is not UTF-8 (JSON strings are), which would else be left
+ * out of the command without a word.
+ */
 static json_t *
 closure_item(const struct dispatch_sched *s, const char *line)
 {
 	json_t *item = json_deep_copy(s->common), *argv = json_array();
-	int braces = 0;
+	int braces = 0, bad = item == NULL || argv == NULL;
 
 	for (int i = 0; i < s->ncmd; i++) {
+		json_t *a;
 		if (line != NULL && dispatch_sched_braces(s->cmd[i])) {
 			braces = 1;
-			json_array_append_new(argv,
-			    substitute(s->cmd[i], line));
+			a = substitute(s->cmd[i], line);
 		} else {
-			json_array_append_new(argv, json_string(s->cmd[i]));
+			a = json_string(s->cmd[i]);
 		}
+		bad |= json_array_append_new(argv, a) < 0;
 	}
 	if (line != NULL && !braces)
-		json_array_append_new(argv, json_string(line));
-	json_object_set_new(item, "argv", argv);
+		bad |= json_array_append_new(argv, json_string(line)) < 0;
+	bad |= json_object_set_new(item, "argv", argv) < 0;
 	if (s->key != NULL)
-		json_object_set_new(item, "key",
-		    line != NULL ? substitute(s->key, line) :
-		                   json_string(s->key));
+		bad |= json_object_set_new(item, "key",
+		           line != NULL ? substitute(s->key, line) :
+		                          json_string(s->key)) < 0;
+	if (bad) {
+		json_decref(item);
+		return NULL;
+	}
 	return item;
 }
 
@@ -264,7 +273,11 @@ one(struct dispatch_sched *s, json_t **errbody, char *err, size_t errlen)
 	json_t *items = json_array();
 	enum status st;
 
-	json_array_append_new(items, closure_item(s, NULL));
+	if (json_array_append_new(items, closure_item(s, NULL)) < 0) {
+		json_decref(items);
+		snprintf(err, errlen, "the command or --key is not UTF-8");
+		return ST_INVALID_ARGUMENT;
+	}
 	st = send_batch(s, items, errbody, err, errlen);
 	json_decref(items);
 	return st;
@@ -303,7 +316,7 @@ each(struct dispatch_sched *s, FILE *lines, json_t **errbody, char *err,
 	json_t *items = json_array();
 	struct buf line = {0};
 	size_t fixed = json_dumpb(s->common, NULL, 0, JSON_COMPACT) + 64,
-	       uses = 1, batch = 0;
+	       uses = 1, batch = 0, n = 0;
 	enum status st = ST_OK;
 	int r = 0;
 
@@ -324,8 +337,19 @@ each(struct dispatch_sched *s, FILE *lines, json_t **errbody, char *err,
 			json_array_clear(items);
 			batch = 0;
 		}
-		json_array_append_new(items,
-		    closure_item(s, line.data != NULL ? line.data : ""));
+		n++;
+		if (st == ST_OK &&
+		    json_array_append_new(items,
+		        closure_item(s, line.data != NULL ? line.data : "")) <
+		        0) {
+			/* It stops there, as at a line holding a NUL. */
+			snprintf(err, errlen,
+			    "line %zu of input, or the command with it, is "
+			    "not UTF-8",
+			    n);
+			st = ST_INVALID_ARGUMENT;
+			break;
+		}
 		batch += bytes;
 		if (st == ST_OK && json_array_size(items) == BATCH) {
 			st = send_batch(s, items, errbody, err, errlen);
