@@ -39,13 +39,18 @@ dup_or(const char *s, int *nomem)
 }
 
 struct cq_closure *
-cq_closure_new(struct cq *cq, const struct cq_spec *s, enum status *st,
-    char *msg, size_t msglen)
+cq_closure_new(struct cq *cq, struct cq_spec *s, enum status *st, char *msg,
+    size_t msglen)
 {
-	struct cq_closure *c;
+	struct cq_closure *c = NULL;
 	int nomem = 0;
 
 	*st = ST_INVALID_ARGUMENT;
+	if (s->spec == NULL) {
+		*st = ST_RESOURCE_EXHAUSTED;
+		cq_say(msg, msglen, "out of memory");
+		return NULL;
+	}
 	if (s->nretry_exit > CQ_MAX_RETRY_CODES || s->nneeds > 64) {
 		cq_say(msg, msglen, "too many retry codes or needs");
 		return NULL;
@@ -57,42 +62,44 @@ cq_closure_new(struct cq *cq, const struct cq_spec *s, enum status *st,
 			    "needs: no resource %s (add it with "
 			    "dispatchctl resource add)",
 			    s->needs[i]);
-			return NULL;
+			goto refused;
 		}
 	*st = ST_RESOURCE_EXHAUSTED;
 	if (s->speclen > cq->cfg.max_spec) {
 		cq_say(msg, msglen, "the closure is larger than %zu bytes",
 		    cq->cfg.max_spec);
-		return NULL;
+		goto refused;
 	}
 	if ((c = calloc(1, sizeof(*c))) == NULL) {
 		cq_say(msg, msglen, "out of memory");
-		return NULL;
+		goto refused;
 	}
-	if ((c->spec = malloc(s->speclen + 1)) != NULL) {
-		memcpy(c->spec, s->spec, s->speclen);
-		c->spec[s->speclen] = '\0';
-	}
+	c->spec = s->spec; /* taken over */
+	s->spec = NULL;
 	c->speclen = s->speclen;
 	c->on = dup_or(s->on, &nomem);
 	c->key = dup_or(s->key, &nomem);
 	if (s->nneeds > 0 &&
 	    (c->needs = calloc(s->nneeds + 1, sizeof(char *))) == NULL)
 		nomem = 1;
-	for (size_t i = 0; c->needs != NULL && i < s->nneeds; i++)
+	for (size_t i = 0; !nomem && c->needs != NULL && i < s->nneeds; i++)
 		c->needs[i] = dup_or(s->needs[i], &nomem);
 	if (s->nretry_exit > 0)
 		memcpy(c->retry_exit, s->retry_exit,
 		    s->nretry_exit * sizeof(*c->retry_exit));
 	c->nretry_exit = s->nretry_exit;
 	c->max_retries = s->max_retries;
-	if (nomem || c->spec == NULL) {
+	if (nomem) {
 		cq_closure_free(cq, c);
 		cq_say(msg, msglen, "out of memory");
 		return NULL;
 	}
 	*st = ST_OK;
 	return c;
+refused:
+	free(s->spec);
+	s->spec = NULL;
+	return NULL;
 }
 
 void
@@ -128,8 +135,9 @@ cq_take_error(struct cq *cq, struct cq_queue *q, int64_t now)
 {
 	struct cq_closure *e = q->error;
 
-	if (e != NULL)
-		(void)cq_commit_take_error(cq, q, now);
+	/* Not taken when its record could not be: a later call does. */
+	if (e != NULL && cq_commit_take_error(cq, q, now) < 0)
+		return NULL;
 	return e;
 }
 
@@ -201,8 +209,17 @@ struct cq_worker *
 cq_register(struct cq *cq, const char *name, long slots, int64_t now, char *msg,
     size_t msglen)
 {
+	struct cq_worker *w;
+
 	if (!cq_name_valid(name)) {
 		cq_say(msg, msglen, "%s is not a worker name", name);
+		return NULL;
+	}
+	if ((w = cq_worker_get(cq, name, 0)) != NULL && w->live &&
+	    cq_commit_down(cq, w, 1,
+	        "it registered again: the incarnation before is gone",
+	        now) < 0) {
+		cq_say(msg, msglen, "out of memory");
 		return NULL;
 	}
 	if (cq_commit_register(cq, name, task_new_incarnation(), slots, now,
@@ -258,16 +275,16 @@ cq_worker_unhealthy(struct cq *cq, struct cq_worker *w, const char *why,
 	w->sick_why = strdup(why);
 }
 
-/* Up to max of l's closures w may take now, their ids into ids. */
+/* Up to max of l's closures w may take now, into out. */
 static size_t
-pick_from(const struct cq_pending *l, size_t max, uint64_t *ids)
+pick_from(const struct cq_pending *l, const struct cq_worker *w, size_t max,
+    struct cq_closure **out)
 {
 	size_t n = 0;
 
-	for (const struct cq_closure *c = l->head; c != NULL && n < max;
-	     c = c->next)
-		if (cq_takeable(c))
-			ids[n++] = c->id;
+	for (struct cq_closure *c = l->head; c != NULL && n < max; c = c->next)
+		if (cq_may_take(c, w))
+			out[n++] = c;
 	return n;
 }
 
@@ -275,22 +292,16 @@ size_t
 cq_take(struct cq *cq, struct cq_worker *w, size_t max, int64_t now,
     struct cq_closure **out)
 {
-	uint64_t some[64], *ids = some;
 	size_t n;
 
-	if (!w->live || cq_worker_sick(w, now) || max == 0)
+	if (!w->live || cq_worker_sick(w, now))
 		return 0;
-	if (max > sizeof(some) / sizeof(*some) &&
-	    (ids = malloc(max * sizeof(*ids))) == NULL)
+	if (max > CQ_TAKE_MAX)
+		max = CQ_TAKE_MAX;
+	n = pick_from(&w->pinned, w, max, out);
+	n += pick_from(&cq->pending, w, max - n, out + n);
+	if (n > 0 && cq_commit_take(cq, w, out, n, now) < 0)
 		return 0;
-	n = pick_from(&w->pinned, max, ids);
-	n += pick_from(&cq->pending, max - n, ids + n);
-	if (n > 0 && cq_commit_take(cq, w, ids, n, now) < 0)
-		n = 0;
-	for (size_t i = 0; i < n; i++)
-		out[i] = cq_closure(cq, ids[i]);
-	if (ids != some)
-		free(ids);
 	return n;
 }
 

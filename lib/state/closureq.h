@@ -63,15 +63,14 @@ struct cq_closure {
 	int retry_exit[CQ_MAX_RETRY_CODES];
 	size_t nretry_exit;
 	long max_retries, retries;
-	long attempts;                    /* attempts started */
-	long deaths;                      /* workers that died running it */
-	struct cq_worker *worker;         /* while RUNNING */
-	char *last_worker;                /* the worker of the last attempt */
-	struct cq_result res;             /* READY; ABORTED: res.message */
-	int failed;                       /* counted as its queue's error */
-	int64_t enqueued, started, ended; /* monotonic ms */
-	struct cq_closure *prev, *next;   /* pending or running list */
-	struct cq_pending *list;          /* the pending list it is on */
+	long attempts;                  /* attempts started */
+	long deaths;                    /* workers that died running it */
+	struct cq_worker *worker;       /* while RUNNING */
+	char *last_worker;              /* the worker of the last attempt */
+	struct cq_result res;           /* READY; ABORTED: res.message */
+	int failed;                     /* counted as its queue's error */
+	struct cq_closure *prev, *next; /* pending or running list */
+	struct cq_pending *list;        /* the pending list it is on */
 };
 
 /* A list of closures waiting to run (all workers', or one's pinned). */
@@ -171,8 +170,9 @@ size_t cq_room(const struct cq *cq, const struct cq_queue *q);
 size_t cq_store_room(const struct cq *cq);
 /* A new closure, as its request said it (the caller checked each field). */
 struct cq_spec {
-	const char
-	    *spec; /* JSON for the worker: argv, env, stdin, timeout_ms */
+	/* JSON for the worker (argv, env, stdin, timeout_ms), from malloc:
+	 * cq_closure_new takes it over, whatever it answers. */
+	char *spec;
 	size_t speclen;
 	const char *on;  /* a worker's name, or NULL */
 	const char *key; /* 1 to 1024 bytes, or NULL */
@@ -187,7 +187,7 @@ struct cq_spec {
  * resource there is not (INVALID_ARGUMENT in *st, msg says why), or when
  * it is too large or memory runs out (RESOURCE_EXHAUSTED).
  */
-struct cq_closure *cq_closure_new(struct cq *cq, const struct cq_spec *s,
+struct cq_closure *cq_closure_new(struct cq *cq, struct cq_spec *s,
     enum status *st, char *msg, size_t msglen);
 /* Frees a closure cq_closure_new made that was never enqueued. */
 void cq_closure_discard(struct cq *cq, struct cq_closure *c);

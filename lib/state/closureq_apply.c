@@ -17,7 +17,6 @@ void
 cq_end(struct cq *cq, struct cq_closure *c, enum cq_state st, int64_t now)
 {
 	c->state = st;
-	c->ended = now;
 	cq->last_end = now;
 	switch (st) {
 	case CQ_READY: cq->v.done++; break;
@@ -89,7 +88,7 @@ cq_put_back(struct cq *cq, struct cq_closure *c, int front, int64_t now)
 }
 
 void
-cq_start(struct cq *cq, struct cq_worker *w, struct cq_closure *c, int64_t now)
+cq_start(struct cq *cq, struct cq_worker *w, struct cq_closure *c)
 {
 	cq_pend_unlink(c);
 	c->q->queued--;
@@ -100,7 +99,7 @@ cq_start(struct cq *cq, struct cq_worker *w, struct cq_closure *c, int64_t now)
 	c->attempts++;
 	free(c->last_worker);
 	c->last_worker = strdup(w->name);
-	cq_run_push(w, c, now);
+	cq_run_push(w, c);
 	cq_emit(cq, CQ_EV_QUEUE, NULL, c->q, NULL);
 }
 
@@ -211,7 +210,7 @@ cq_cancel_queue(struct cq *cq, struct cq_queue *q, int64_t now)
 
 void
 cq_worker_down(struct cq *cq, struct cq_worker *w, const char *why, int death,
-    int64_t now)
+    long max_deaths, int64_t now)
 {
 	struct cq_closure *c;
 
@@ -228,7 +227,7 @@ cq_worker_down(struct cq *cq, struct cq_worker *w, const char *why, int death,
 	while ((c = w->run_head) != NULL) {
 		struct cq_queue *q = c->q;
 		cq_run_unlink(c);
-		if (death && ++c->deaths >= cq->cfg.max_deaths) {
+		if (death && ++c->deaths >= max_deaths) {
 			char m[512];
 			q->inflight--;
 			cq->v.inflight--;

@@ -20,6 +20,7 @@ cq_dec_init(struct dec *d, const void *p, size_t len, char *err, size_t errlen)
 	d->err = err;
 	d->errlen = errlen;
 	d->misfit = 0;
+	d->nomem = 0;
 	rec_in_init(&d->in, p, len);
 }
 
@@ -173,6 +174,7 @@ cq_get_count(struct dec *d, uint64_t *n, uint64_t max, const char *what)
 int
 cq_dec_nomem(struct dec *d)
 {
+	d->nomem = 1;
 	return cq_dbad(d, "out of memory");
 }
 
@@ -225,11 +227,10 @@ cq_dec_spec(struct dec *d, struct jspec *x)
 }
 
 struct cq_closure *
-cq_spec_closure(struct cq *cq, const struct jspec *x, uint64_t id, int64_t now,
+cq_spec_closure(struct cq *cq, const struct jspec *x, uint64_t id,
     struct dec *d)
 {
 	char nm[CQ_NAME_MAX + 1];
-	struct cq_queue *q;
 	struct cq_closure *c;
 	struct dec needs = x->needs;
 	int nomem = 0;
@@ -238,13 +239,11 @@ cq_spec_closure(struct cq *cq, const struct jspec *x, uint64_t id, int64_t now,
 		cq_dbad(d, "closure %" PRIu64 " exists", id);
 		return NULL;
 	}
-	if ((q = cq_queue_get(cq, cq_sview_name(&x->queue, nm), 1)) == NULL ||
-	    (c = calloc(1, sizeof(*c))) == NULL) {
+	if ((c = calloc(1, sizeof(*c))) == NULL) {
 		cq_dec_nomem(d);
 		return NULL;
 	}
 	c->id = id;
-	c->q = q;
 	c->state = CQ_CANCELLED; /* in no list */
 	c->spec = cq_sview_dup(&x->spec, &nomem);
 	c->speclen = x->spec.n;
@@ -253,7 +252,7 @@ cq_spec_closure(struct cq *cq, const struct jspec *x, uint64_t id, int64_t now,
 	if (x->nneeds > 0 &&
 	    (c->needs = calloc(x->nneeds + 1, sizeof(char *))) == NULL)
 		nomem = 1;
-	for (uint64_t i = 0; c->needs != NULL && i < x->nneeds; i++) {
+	for (uint64_t i = 0; !nomem && c->needs != NULL && i < x->nneeds; i++) {
 		struct sview s;
 		cq_get_span(&needs, &s, SPAN_NAME, 1, "a need");
 		c->needs[i] = cq_sview_dup(&s, &nomem);
@@ -261,8 +260,10 @@ cq_spec_closure(struct cq *cq, const struct jspec *x, uint64_t id, int64_t now,
 	memcpy(c->retry_exit, x->retry, sizeof(c->retry_exit));
 	c->nretry_exit = x->nretry;
 	c->max_retries = x->max_retries;
-	c->enqueued = now;
-	if (nomem) {
+	/* The queue last: nothing is made for a closure that is not. */
+	if (nomem ||
+	    (c->q = cq_queue_get(cq, cq_sview_name(&x->queue, nm), 1)) ==
+	        NULL) {
 		cq_closure_free(cq, c);
 		cq_dec_nomem(d);
 		return NULL;

@@ -48,6 +48,7 @@ struct cq {
 
 #define CQ_ID_MAX ((uint64_t)1 << 40)
 #define CQ_ID_STEP ((uint64_t)1 << 20) /* ids one record may add */
+#define CQ_TAKE_MAX 65536              /* closures one take may start */
 
 /* closureq_obj.c */
 void cq_say(char *msg, size_t len, const char *fmt, ...)
@@ -57,7 +58,7 @@ void cq_emit(struct cq *cq, enum cq_event_type type, struct cq_closure *c,
 void cq_pend_push(struct cq_pending *l, struct cq_closure *c, int front);
 void cq_pend_unlink(struct cq_closure *c);
 void cq_run_unlink(struct cq_closure *c);
-void cq_run_push(struct cq_worker *w, struct cq_closure *c, int64_t now);
+void cq_run_push(struct cq_worker *w, struct cq_closure *c);
 void cq_result_clear(struct cq *cq, struct cq_result *r);
 void cq_closure_free(struct cq *cq, struct cq_closure *c);
 void cq_resource_state_free(void *v);
@@ -70,17 +71,15 @@ struct cq_pending *cq_pending_for(struct cq *cq, struct cq_closure *c);
 /* Makes byid[id] an entry (NULL until set). */
 int cq_byid_grow(struct cq *cq, uint64_t id);
 void cq_live_changed(struct cq *cq, int delta, int64_t now);
-/* Whether c may be taken now: its queue holds no error. */
-int cq_takeable(const struct cq_closure *c);
-/* Whether c, queued, waits where w takes from. */
-int cq_waits_for(const struct cq_closure *c, const struct cq_worker *w);
+/* Whether w may take c now: c is queued for any worker or for w, and
+ * its queue holds no error. */
+int cq_may_take(const struct cq_closure *c, const struct cq_worker *w);
 
 /* closureq_apply.c: each keeps the counters, lists and events in step. */
 void cq_end(struct cq *cq, struct cq_closure *c, enum cq_state st, int64_t now);
 void cq_fail(struct cq *cq, struct cq_closure *c);
 void cq_put_back(struct cq *cq, struct cq_closure *c, int front, int64_t now);
-void cq_start(struct cq *cq, struct cq_worker *w, struct cq_closure *c,
-    int64_t now);
+void cq_start(struct cq *cq, struct cq_worker *w, struct cq_closure *c);
 /* Ends c, queued or running, CANCELLED; a running one's worker is told. */
 void cq_cancel_now(struct cq *cq, struct cq_closure *c, int64_t now);
 /* Cancels every closure of q, queued or running, naming its error. */
@@ -88,7 +87,7 @@ void cq_cancel_queue(struct cq *cq, struct cq_queue *q, int64_t now);
 /* Takes w's closures off it: each back to the queue or, past the limit
  * of deaths, ABORTED. */
 void cq_worker_down(struct cq *cq, struct cq_worker *w, const char *why,
-    int death, int64_t now);
+    int death, long max_deaths, int64_t now);
 /* Ends running c's attempt with res (its strings taken over), aborted
  * (back to the queue at once), or as a retry its codes allow. */
 void cq_attempt_end(struct cq *cq, struct cq_closure *c, int aborted,
@@ -106,6 +105,7 @@ struct dec {
 	char *err;
 	size_t errlen;
 	int misfit; /* the record decodes but does not fit the state */
+	int nomem;  /* memory ran out applying it */
 };
 
 struct sview {
@@ -153,7 +153,7 @@ int cq_dec_spec(struct dec *d, struct jspec *x);
 /* A new closure, id, of x: not indexed, in no list; NULL when id is in
  * use or memory runs out (d says why). */
 struct cq_closure *cq_spec_closure(struct cq *cq, const struct jspec *x,
-    uint64_t id, int64_t now, struct dec *d);
+    uint64_t id, struct dec *d);
 
 /* closureq_snap.c */
 /* Applies a record of version 1: what each object it names now is. */
@@ -166,7 +166,7 @@ int cq_commit_enqueue(struct cq *cq, const struct cq_closure *c,
     const struct cq_queue *q, uint64_t id, int64_t now, char *msg,
     size_t msglen);
 int cq_commit_take(struct cq *cq, const struct cq_worker *w,
-    const uint64_t *ids, size_t n, int64_t now);
+    struct cq_closure *const *cs, size_t n, int64_t now);
 int cq_commit_report(struct cq *cq, const struct cq_worker *w,
     const struct cq_closure *c, int aborted, const struct cq_result *res,
     int64_t now, char *msg, size_t msglen);

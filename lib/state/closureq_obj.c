@@ -2,7 +2,6 @@
  * closureq_obj.c: the closure queue's objects (closures, queues, workers),
  * their lists and lookups; see closureq_int.h.
  */
-#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +10,7 @@
 #include "closureq_int.h"
 #include "strmap.h"
 #include "task.h"
+#include "text.h"
 #include "vec.h"
 
 void
@@ -51,16 +51,7 @@ cq_state_name(enum cq_state s)
 int
 cq_name_valid(const char *name)
 {
-	size_t n = strlen(name);
-
-	if (n == 0 || n > CQ_NAME_MAX)
-		return 0;
-	for (size_t i = 0; i < n; i++) {
-		unsigned char ch = (unsigned char)name[i];
-		if (!isalnum(ch) && strchr("_-.:", ch) == NULL)
-			return 0;
-	}
-	return 1;
+	return text_name(name, CQ_NAME_MAX);
 }
 
 /* Pending lists. */
@@ -109,10 +100,9 @@ cq_pend_unlink(struct cq_closure *c)
 
 /* Running lists: newest first, as taking them pushes them. */
 void
-cq_run_push(struct cq_worker *w, struct cq_closure *c, int64_t now)
+cq_run_push(struct cq_worker *w, struct cq_closure *c)
 {
 	c->worker = w;
-	c->started = now;
 	c->prev = NULL;
 	c->next = w->run_head;
 	if (w->run_head != NULL)
@@ -419,15 +409,9 @@ cq_live_changed(struct cq *cq, int delta, int64_t now)
 }
 
 int
-cq_takeable(const struct cq_closure *c)
+cq_may_take(const struct cq_closure *c, const struct cq_worker *w)
 {
-	return c->q->error == NULL;
-}
-
-int
-cq_waits_for(const struct cq_closure *c, const struct cq_worker *w)
-{
-	return c->state == CQ_QUEUED &&
+	return c->state == CQ_QUEUED && c->q->error == NULL &&
 	    (c->on == NULL || strcmp(c->on, w->name) == 0);
 }
 
@@ -479,11 +463,11 @@ cq_has_work(const struct cq *cq, const struct cq_worker *w, int64_t now)
 		return 0;
 	for (const struct cq_closure *c = w->pinned.head; c != NULL;
 	     c = c->next)
-		if (cq_takeable(c))
+		if (cq_may_take(c, w))
 			return 1;
 	for (const struct cq_closure *c = cq->pending.head; c != NULL;
 	     c = c->next)
-		if (cq_takeable(c))
+		if (cq_may_take(c, w))
 			return 1;
 	return 0;
 }

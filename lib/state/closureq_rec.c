@@ -16,8 +16,9 @@
  *	C cancelled: id
  *	X a queue's error taken (its closures cancelled): queue
  *	F forgotten: id
- *	G registered: worker incarnation slots
- *	D down: worker death why
+ *	G registered (down before): worker incarnation slots
+ *	D down: worker death why max-deaths (the limit the deaths of its
+ *	  closures were held to)
  *	K stops taken: worker
  *	Y a resource's state on a worker: worker name state message
  *	R resource: name json
@@ -35,8 +36,6 @@
 
 #include "closureq_int.h"
 #include "strmap.h"
-
-#define TAKE_MAX 65536 /* closures one record may start */
 
 static struct rec_out
 begin(struct cq *cq, int tag)
@@ -68,7 +67,12 @@ commit(struct cq *cq, struct rec_out *o, int64_t now, char *msg, size_t msglen)
 	cq_dec_init(&d, cq->jbuf.data, cq->jbuf.len, err, sizeof(err));
 	rec_get_bytes(&d.in, 4);
 	if (apply_v2(cq, &d, now) < 0) {
-		cq_say(msg, msglen, "%s", err);
+		/* Only memory can fail a record made on the state it is
+		 * applied to; anything else is a fault of ours. */
+		if (d.nomem)
+			cq_say(msg, msglen, "out of memory");
+		else
+			cq_say(msg, msglen, "internal: %s", err);
 		return -1;
 	}
 	if (cq->jfn != NULL)
@@ -89,15 +93,15 @@ cq_commit_enqueue(struct cq *cq, const struct cq_closure *c,
 }
 
 int
-cq_commit_take(struct cq *cq, const struct cq_worker *w, const uint64_t *ids,
-    size_t n, int64_t now)
+cq_commit_take(struct cq *cq, const struct cq_worker *w,
+    struct cq_closure *const *cs, size_t n, int64_t now)
 {
 	struct rec_out o = begin(cq, 'T');
 
 	rec_put_s(&o, w->name);
 	rec_put_u(&o, n);
 	for (size_t i = 0; i < n; i++)
-		rec_put_u(&o, ids[i]);
+		rec_put_u(&o, cs[i]->id);
 	return commit(cq, &o, now, NULL, 0);
 }
 
@@ -180,6 +184,7 @@ cq_commit_down(struct cq *cq, const struct cq_worker *w, int death,
 	rec_put_s(&o, w->name);
 	rec_put_u(&o, (uint64_t)(death != 0));
 	rec_put_s(&o, why);
+	rec_put_i(&o, cq->cfg.max_deaths);
 	return commit(cq, &o, now, NULL, 0);
 }
 
@@ -219,8 +224,9 @@ cq_commit_resource(struct cq *cq, const char *name, const char *json, char *msg,
 	return commit(cq, &o, 0, msg, msglen);
 }
 
-/* Applying. Each reads its fields to the record's end, checks that the
- * record fits the state, and only then changes it. */
+/* Applying. Each reads its fields to the record's end first (bytes that
+ * do not decode are refused), then checks that the record fits the state
+ * (a misfit is skipped in replay), and only then changes it. */
 
 /* A record that decodes but does not fit the state: d says why. */
 #define misfit(d, ...) ((d)->misfit = 1, cq_dbad((d), __VA_ARGS__))
@@ -235,34 +241,38 @@ get_end(struct dec *d)
 	return 0;
 }
 
+static int
+get_id(struct dec *d, uint64_t *id)
+{
+	if (cq_get_max(d, id, CQ_ID_MAX, "a closure id") < 0)
+		return -1;
+	return *id == 0 ? cq_dbad(d, "closure id 0") : 0;
+}
+
+/* The worker name decoded (a name span), once the record is whole. */
 static struct cq_worker *
-get_worker(struct cq *cq, struct dec *d, struct sview *name)
+worker_of(struct cq *cq, struct dec *d, const struct sview *name)
 {
 	char nm[CQ_NAME_MAX + 1];
-	struct cq_worker *w;
+	struct cq_worker *w = cq_worker_get(cq, cq_sview_name(name, nm), 0);
 
-	if (cq_get_span(d, name, SPAN_NAME, 1, "a worker's name") < 0)
-		return NULL;
-	if ((w = cq_worker_get(cq, cq_sview_name(name, nm), 0)) == NULL)
+	if (w == NULL)
 		misfit(d, "no worker %s", nm);
 	return w;
 }
 
 static struct cq_closure *
-get_closure(struct cq *cq, struct dec *d)
+closure_of(struct cq *cq, struct dec *d, uint64_t id)
 {
-	struct cq_closure *c;
-	uint64_t id;
+	struct cq_closure *c = cq_closure(cq, id);
 
-	if (cq_get_max(d, &id, CQ_ID_MAX, "a closure id") < 0)
-		return NULL;
-	if ((c = cq_closure(cq, id)) == NULL)
+	if (c == NULL)
 		misfit(d, "no closure %" PRIu64, id);
 	return c;
 }
 
 static int
-a_enqueue(struct cq *cq, struct dec *d, int64_t now)
+a_enqueue(struct cq *cq, struct dec *d)
 {
 	char nm[CQ_NAME_MAX + 1];
 	struct cq_queue *q;
@@ -270,16 +280,17 @@ a_enqueue(struct cq *cq, struct dec *d, int64_t now)
 	struct jspec x;
 	uint64_t id;
 
-	if (cq_get_max(d, &id, CQ_ID_MAX, "a closure id") < 0 ||
-	    cq_dec_spec(d, &x) < 0 || get_end(d) < 0)
+	if (get_id(d, &id) < 0 || cq_dec_spec(d, &x) < 0 || get_end(d) < 0)
 		return -1;
-	if (id < cq->nid || id >= cq->nid + CQ_ID_STEP)
+	if (id >= cq->nid + CQ_ID_STEP)
+		return cq_dbad(d, "the next id leaps to %" PRIu64, id);
+	if (id < cq->nid)
 		return misfit(d, "closure %" PRIu64 " is not the next id", id);
 	q = cq_queue_get(cq, cq_sview_name(&x.queue, nm), 0);
 	if (q != NULL && x.key.set &&
 	    strmap_get(q->keys, x.key.p, x.key.n) != NULL)
 		return misfit(d, "queue %s holds the key already", nm);
-	if ((c = cq_spec_closure(cq, &x, id, now, d)) == NULL)
+	if ((c = cq_spec_closure(cq, &x, id, d)) == NULL)
 		return -1;
 	if (cq_closure_index(cq, c) < 0) {
 		cq_closure_free(cq, c);
@@ -296,33 +307,39 @@ a_enqueue(struct cq *cq, struct dec *d, int64_t now)
 }
 
 static int
-a_take(struct cq *cq, struct dec *d, int64_t now)
+a_take(struct cq *cq, struct dec *d)
 {
 	struct sview name;
-	struct cq_worker *w = get_worker(cq, d, &name);
-	struct dec ids;
-	uint64_t n;
+	struct cq_worker *w;
+	struct dec ids, again; /* the ids, read twice more */
+	uint64_t n, id;
 
-	if (w == NULL || cq_get_count(d, &n, TAKE_MAX, "closures") < 0)
+	if (cq_get_span(d, &name, SPAN_NAME, 1, "a worker's name") < 0 ||
+	    cq_get_count(d, &n, CQ_TAKE_MAX, "closures") < 0)
 		return -1;
-	ids = *d;
-	for (uint64_t i = 0; i < n; i++) {
-		struct cq_closure *c = get_closure(cq, d);
-		if (c == NULL)
+	ids = again = *d;
+	for (uint64_t i = 0; i < n; i++)
+		if (get_id(d, &id) < 0)
 			return -1;
-		if (!cq_waits_for(c, w) || !cq_takeable(c))
-			return misfit(d,
-			    "closure %" PRIu64 " is not for %s now", c->id,
-			    w->name);
-	}
-	if (get_end(d) < 0)
+	if (get_end(d) < 0 || (w = worker_of(cq, d, &name)) == NULL)
 		return -1;
 	if (!w->live)
 		return misfit(d, "worker %s is down", w->name);
 	for (uint64_t i = 0; i < n; i++) {
-		struct cq_closure *c = get_closure(cq, &ids);
-		if (c->state == CQ_QUEUED) /* not named twice */
-			cq_start(cq, w, c, now);
+		struct cq_closure *c;
+		get_id(&ids, &id);
+		if ((c = closure_of(cq, d, id)) == NULL)
+			return -1;
+		if (!cq_may_take(c, w))
+			return misfit(d,
+			    "closure %" PRIu64 " is not for %s now", c->id,
+			    w->name);
+	}
+	for (uint64_t i = 0; i < n; i++) {
+		struct cq_closure *c;
+		get_id(&again, &id);
+		if ((c = cq_closure(cq, id))->state == CQ_QUEUED) /* once */
+			cq_start(cq, w, c);
 	}
 	return 0;
 }
@@ -331,14 +348,16 @@ static int
 a_report(struct cq *cq, struct dec *d, int64_t now)
 {
 	struct sview name, out = {0}, err = {0}, message = {0};
-	struct cq_worker *w = get_worker(cq, d, &name);
-	struct cq_closure *c = w != NULL ? get_closure(cq, d) : NULL;
 	struct cq_result res = {0};
+	struct cq_worker *w;
+	struct cq_closure *c;
 	int aborted, nomem = 0;
 	long attempt;
 	int64_t code = 0;
+	uint64_t id;
 
-	if (c == NULL ||
+	if (cq_get_span(d, &name, SPAN_NAME, 1, "a worker's name") < 0 ||
+	    get_id(d, &id) < 0 ||
 	    cq_get_long(d, &attempt, 0, LONG_MAX, "an attempt") < 0 ||
 	    cq_get_flag(d, &aborted) < 0)
 		return -1;
@@ -350,7 +369,8 @@ a_report(struct cq *cq, struct dec *d, int64_t now)
 	        cq_get_span(d, &err, SPAN_BYTES, 0, "stderr") < 0 ||
 	        cq_get_span(d, &message, SPAN_TEXT, 0, "a message") < 0))
 		return -1;
-	if (get_end(d) < 0)
+	if (get_end(d) < 0 || (w = worker_of(cq, d, &name)) == NULL ||
+	    (c = closure_of(cq, d, id)) == NULL)
 		return -1;
 	if (c->state != CQ_RUNNING || c->worker != w || c->attempts != attempt)
 		return misfit(d,
@@ -362,36 +382,31 @@ a_report(struct cq *cq, struct dec *d, int64_t now)
 	res.err = cq_sview_dup(&err, &nomem);
 	res.errlen = res.err != NULL ? err.n : 0;
 	res.message = cq_sview_dup(&message, &nomem);
-	if (nomem) {
-		free(res.out);
-		free(res.err);
-		free(res.message);
-		return cq_dec_nomem(d);
+	if (!nomem)
+		cq_attempt_end(cq, c, aborted, &res, now);
+	/* What the closure's end did not take (a retry, a give-back). */
+	free(res.out);
+	free(res.err);
+	free(res.message);
+	return nomem ? cq_dec_nomem(d) : 0;
+}
+
+/* C: a closure cancelled; F: a closure forgotten. */
+static int
+a_closure(struct cq *cq, struct dec *d, int tag, int64_t now)
+{
+	struct cq_closure *c;
+	uint64_t id;
+
+	if (get_id(d, &id) < 0 || get_end(d) < 0 ||
+	    (c = closure_of(cq, d, id)) == NULL)
+		return -1;
+	if (tag == 'C') {
+		if (c->state != CQ_QUEUED && c->state != CQ_RUNNING)
+			return misfit(d, "closure %" PRIu64 " ended", c->id);
+		cq_cancel_now(cq, c, now);
+		return 0;
 	}
-	cq_attempt_end(cq, c, aborted, &res, now);
-	return 0;
-}
-
-static int
-a_cancel(struct cq *cq, struct dec *d, int64_t now)
-{
-	struct cq_closure *c = get_closure(cq, d);
-
-	if (c == NULL || get_end(d) < 0)
-		return -1;
-	if (c->state != CQ_QUEUED && c->state != CQ_RUNNING)
-		return misfit(d, "closure %" PRIu64 " ended", c->id);
-	cq_cancel_now(cq, c, now);
-	return 0;
-}
-
-static int
-a_forget(struct cq *cq, struct dec *d)
-{
-	struct cq_closure *c = get_closure(cq, d);
-
-	if (c == NULL || get_end(d) < 0)
-		return -1;
 	if (c->state == CQ_QUEUED || c->state == CQ_RUNNING || c->q->error == c)
 		return misfit(d, "closure %" PRIu64 " is not to be forgotten",
 		    c->id);
@@ -435,13 +450,13 @@ a_register(struct cq *cq, struct dec *d, int64_t now)
 	    cq_get_u(d, &inc) < 0 ||
 	    cq_get_long(d, &slots, 0, LONG_MAX, "slots") < 0 || get_end(d) < 0)
 		return -1;
-	if ((w = cq_worker_get(cq, cq_sview_name(&name, nm), 1)) == NULL ||
-	    w->resources == NULL)
+	if ((w = cq_worker_get(cq, cq_sview_name(&name, nm), 0)) != NULL &&
+	    w->live)
+		return misfit(d, "worker %s is live", nm);
+	if (w == NULL && (w = cq_worker_get(cq, nm, 1)) == NULL)
 		return cq_dec_nomem(d);
-	if (w->live)
-		cq_worker_down(cq, w,
-		    "it registered again: the incarnation before is gone", 1,
-		    now);
+	if (w->resources == NULL && (w->resources = strmap_new()) == NULL)
+		return cq_dec_nomem(d);
 	w->inc = inc;
 	w->live = 1;
 	/* A new process: whatever ailed the last one may be gone. */
@@ -455,22 +470,29 @@ a_register(struct cq *cq, struct dec *d, int64_t now)
 	return 0;
 }
 
+/* D: down, with the limit of deaths the daemon that decided it had, so
+ * that a replay under other flags ends the same closures. */
 static int
 a_down(struct cq *cq, struct dec *d, int64_t now)
 {
 	struct sview name, s;
-	struct cq_worker *w = get_worker(cq, d, &name);
+	struct cq_worker *w;
 	int death, nomem = 0;
+	long max_deaths;
 	char *why;
 
-	if (w == NULL || cq_get_flag(d, &death) < 0 ||
-	    cq_get_span(d, &s, SPAN_TEXT, 1, "why") < 0 || get_end(d) < 0)
+	if (cq_get_span(d, &name, SPAN_NAME, 1, "a worker's name") < 0 ||
+	    cq_get_flag(d, &death) < 0 ||
+	    cq_get_span(d, &s, SPAN_TEXT, 1, "why") < 0 ||
+	    cq_get_long(d, &max_deaths, 1, LONG_MAX, "the limit of deaths") <
+	        0 ||
+	    get_end(d) < 0 || (w = worker_of(cq, d, &name)) == NULL)
 		return -1;
 	if (!w->live)
 		return misfit(d, "worker %s is down already", w->name);
 	if ((why = cq_sview_dup(&s, &nomem)) == NULL)
 		return cq_dec_nomem(d);
-	cq_worker_down(cq, w, why, death, now);
+	cq_worker_down(cq, w, why, death, max_deaths, now);
 	free(why);
 	return 0;
 }
@@ -479,9 +501,10 @@ static int
 a_stops_taken(struct cq *cq, struct dec *d)
 {
 	struct sview name;
-	struct cq_worker *w = get_worker(cq, d, &name);
+	struct cq_worker *w;
 
-	if (w == NULL || get_end(d) < 0)
+	if (cq_get_span(d, &name, SPAN_NAME, 1, "a worker's name") < 0 ||
+	    get_end(d) < 0 || (w = worker_of(cq, d, &name)) == NULL)
 		return -1;
 	free(w->stop);
 	free(w->stop_attempt);
@@ -495,18 +518,20 @@ static int
 a_resource_state(struct cq *cq, struct dec *d)
 {
 	struct sview wname, name, message;
-	struct cq_worker *w = get_worker(cq, d, &wname);
+	struct cq_worker *w;
 	struct cq_resource_state *s;
 	uint64_t state;
 	char *m;
 	int nomem = 0;
 
-	if (w == NULL ||
+	if (cq_get_span(d, &wname, SPAN_NAME, 1, "a worker's name") < 0 ||
 	    cq_get_span(d, &name, SPAN_NAME, 1, "a resource's name") < 0 ||
 	    cq_get_max(d, &state, CQ_RES_FAILED, "a resource's state") < 0 ||
 	    cq_get_span(d, &message, SPAN_TEXT, 0, "a message") < 0 ||
-	    get_end(d) < 0)
+	    get_end(d) < 0 || (w = worker_of(cq, d, &wname)) == NULL)
 		return -1;
+	if (w->resources == NULL)
+		return cq_dec_nomem(d);
 	m = cq_sview_dup(&message, &nomem);
 	if (nomem)
 		return cq_dec_nomem(d);
@@ -554,13 +579,13 @@ apply_v2(struct cq *cq, struct dec *d, int64_t now)
 	int tag = rec_get_tag(&d->in);
 
 	switch (tag) {
-	case 'E': return a_enqueue(cq, d, now);
+	case 'E': return a_enqueue(cq, d);
 	case 'M':
 	case 'X': return a_queue(cq, d, tag, now);
-	case 'T': return a_take(cq, d, now);
+	case 'T': return a_take(cq, d);
 	case 'P': return a_report(cq, d, now);
-	case 'C': return a_cancel(cq, d, now);
-	case 'F': return a_forget(cq, d);
+	case 'C':
+	case 'F': return a_closure(cq, d, tag, now);
 	case 'G': return a_register(cq, d, now);
 	case 'D': return a_down(cq, d, now);
 	case 'K': return a_stops_taken(cq, d);

@@ -409,14 +409,11 @@ j_attach(struct cq *cq, struct cq_closure *c, enum cq_state st, int front,
 		cq->v.queued++;
 		break;
 	case CQ_RUNNING:
-		cq_run_push(w, c, now);
+		cq_run_push(w, c);
 		c->q->inflight++;
 		cq->v.inflight++;
 		break;
-	default:
-		c->ended = now;
-		cq->last_end = now;
-		break;
+	default: cq->last_end = now; break;
 	}
 }
 
@@ -488,9 +485,9 @@ static void apply_forget(struct cq *cq, uint64_t id);
 
 /* A new closure from x, in no list yet; NULL (d says why) when it cannot. */
 static struct cq_closure *
-j_closure_new(struct cq *cq, struct jclosure *x, int64_t now, struct dec *d)
+j_closure_new(struct cq *cq, struct jclosure *x, struct dec *d)
 {
-	struct cq_closure *c = cq_spec_closure(cq, &x->spec, x->id, now, d);
+	struct cq_closure *c = cq_spec_closure(cq, &x->spec, x->id, d);
 	uint64_t *old;
 
 	if (c == NULL)
@@ -516,7 +513,7 @@ apply_closure(struct cq *cq, struct jclosure *x, int64_t now, struct dec *d)
 	int fresh = 0, nomem = 0;
 
 	if (x->full) {
-		if ((c = j_closure_new(cq, x, now, d)) == NULL)
+		if ((c = j_closure_new(cq, x, d)) == NULL)
 			return -1;
 		fresh = 1;
 	} else if ((c = cq_closure(cq, x->id)) == NULL) {

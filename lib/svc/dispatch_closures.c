@@ -331,22 +331,14 @@ closure_of(struct dispatch *d, json_t *item, enum status *st, char *msg,
 {
 	struct spec_room r;
 	struct cq_spec s;
-	struct cq_closure *c;
-	char *text;
 
 	*st = ST_INVALID_ARGUMENT;
 	if (spec_of(item, &s, &r, msg, msglen) < 0)
 		return NULL;
-	if ((text = json_dumps(item, JSON_COMPACT)) == NULL) {
-		*st = ST_RESOURCE_EXHAUSTED;
-		say(msg, msglen, "out of memory");
-		return NULL;
-	}
-	s.spec = text;
-	s.speclen = strlen(text);
-	c = cq_closure_new(d->cq, &s, st, msg, msglen);
-	free(text);
-	return c;
+	/* Out of memory when NULL: cq_closure_new says so. */
+	s.spec = json_dumps(item, JSON_COMPACT);
+	s.speclen = s.spec != NULL ? strlen(s.spec) : 0;
+	return cq_closure_new(d->cq, &s, st, msg, msglen);
 }
 
 /* Schedules. */
@@ -754,9 +746,12 @@ do_forget(struct dispatch *d, struct http_req *req, struct cq_closure *c,
     int64_t wait)
 {
 	uint64_t id = c->id;
+	enum status st;
 
 	(void)wait;
-	if (cq_forget(d->cq, c) != ST_OK)
+	if ((st = cq_forget(d->cq, c)) == ST_RESOURCE_EXHAUSTED)
+		http_reply_error(req, st, "out of memory");
+	else if (st != ST_OK)
 		http_reply_error(req, ST_FAILED_PRECONDITION,
 		    "closure %" PRIu64 " has not ended, or is its queue's "
 		    "error not yet reported",
@@ -771,8 +766,13 @@ static void
 do_cancel(struct dispatch *d, struct http_req *req, struct cq_closure *c,
     int64_t wait)
 {
+	enum status st;
+
 	(void)wait;
-	if (cq_cancel(d->cq, c, duration_now_ms()) != ST_OK)
+	if ((st = cq_cancel(d->cq, c, duration_now_ms())) ==
+	    ST_RESOURCE_EXHAUSTED)
+		http_reply_error(req, st, "out of memory");
+	else if (st != ST_OK)
 		http_reply_error(req, ST_FAILED_PRECONDITION,
 		    "closure %" PRIu64 " has ended (%s)", c->id,
 		    cq_state_name(c->state));

@@ -28,13 +28,6 @@ append(struct dispatch *d, char side, const void *rec, size_t len)
 {
 	if (d->commit == NULL || !d->jlive)
 		return;
-	if (rec == NULL) {
-		/* The state could not make its record: memory ran out. */
-		log_info("internal: out of memory; a change is not journaled");
-		errno = ENOMEM;
-		http_note_write(0);
-		return;
-	}
 	buf_reset(&d->jrec);
 	if (buf_append(&d->jrec, &side, 1) < 0 ||
 	    buf_append(&d->jrec, rec, len) < 0) {

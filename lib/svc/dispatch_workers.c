@@ -285,6 +285,7 @@ results(struct dispatch *d, struct http_req *req, struct cq_worker *w,
 	json_t *rs = json_object_get(body, "results"), *r;
 	json_t *stale = json_array();
 	int64_t now = duration_now_ms();
+	enum status st;
 	char msg[512];
 	size_t i;
 
@@ -315,14 +316,23 @@ results(struct dispatch *d, struct http_req *req, struct cq_worker *w,
 			    "results[%zu]: %s", i, msg);
 			return;
 		}
-		if (cq_report(d->cq, w, (uint64_t)json_integer_value(jid),
-		        (long)json_integer_value(jat), aborted, &res, now, msg,
-		        sizeof(msg)) != ST_OK) {
-			json_array_append(stale, jid);
+		st = cq_report(d->cq, w, (uint64_t)json_integer_value(jid),
+		    (long)json_integer_value(jat), aborted, &res, now, msg,
+		    sizeof(msg));
+		if (st != ST_OK) {
 			free(res.out);
 			free(res.err);
 			free(res.message);
 		}
+		if (st == ST_RESOURCE_EXHAUSTED) {
+			/* Not recorded: the worker keeps it and sends it
+			 * again, as after any refused report. */
+			json_decref(stale);
+			http_reply_error(req, st, "results[%zu]: %s", i, msg);
+			return;
+		}
+		if (st != ST_OK)
+			json_array_append(stale, jid);
 		/* It could not start the closure, for a reason of its own:
 		 * given back (aborted), and the worker rests a while. */
 		if (aborted && sick != NULL) {

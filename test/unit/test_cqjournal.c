@@ -46,7 +46,6 @@ quiet(const struct cq_event *ev, void *arg)
 struct recs {
 	struct buf *r;
 	size_t n, cap;
-	int lost;
 };
 
 static void
@@ -54,10 +53,6 @@ keep(const void *rec, size_t len, void *arg)
 {
 	struct recs *rs = arg;
 
-	if (rec == NULL) {
-		rs->lost++;
-		return;
-	}
 	if (rs->n == rs->cap) {
 		rs->cap = rs->cap != 0 ? rs->cap * 2 : 256;
 		rs->r = realloc(rs->r, rs->cap * sizeof(*rs->r));
@@ -89,7 +84,7 @@ static struct cq_closure *
 closure(struct cq *cq, const char *spec, const char *key, const char *on,
     const char *need, int retry_code, long max_retries)
 {
-	struct cq_spec s = {.spec = spec,
+	struct cq_spec s = {.spec = strdup(spec),
 	    .speclen = strlen(spec),
 	    .key = key,
 	    .on = on,
@@ -399,7 +394,6 @@ replay_matches_from_every_snapshot(void)
 	long ev = 0;
 
 	run(&r, 6000);
-	CHECK(r.rs.lost == 0);
 	CHECK(cq_view(r.cq)->closures > 100);
 	v = cq_view(r.cq);
 	printf("# %zu records, %zu closures (%zu queued, %zu running), "
@@ -512,6 +506,7 @@ a_lost_record_leaves_older_states(void)
 	char err[256];
 	long ev = 0;
 	int failed = 0, odd = 0;
+	unsigned long misfits = 0;
 
 	run(&r, 2000);
 	for (int trial = 0; trial < 300; trial++) {
@@ -526,13 +521,58 @@ a_lost_record_leaves_older_states(void)
 				failed++;
 			}
 		odd += !consistent(cq);
+		misfits += cq_view(cq)->misfits;
 		cq_scan(cq, 5 + cfg.hb_timeout_ms + 1);
 		odd += !consistent(cq) || cq_view(cq)->inflight != 0;
 		cq_free(cq);
 	}
 	CHECK(failed == 0);
 	CHECK(odd == 0);
+	/* Some records did not fit without the lost one, and were counted. */
+	printf("# %lu records skipped in 300 replays\n", misfits);
+	CHECK(misfits > 0);
 	run_free(&r);
+}
+
+/*
+ * A worker's death ends its closures by the limit of deaths of the
+ * daemon that saw it die: a replay under another --max-worker-deaths
+ * holds the same state.
+ */
+static void
+replay_under_another_limit_of_deaths(void)
+{
+	struct cq_config one = cfg, many = cfg;
+	struct recs rs = {0};
+	long ev = 0;
+	struct cq *cq, *re;
+	struct cq_closure *out[1];
+	struct cq_worker *w;
+	char msg[256], err[256];
+	uint64_t id;
+	int dup;
+
+	one.max_deaths = 1;
+	many.max_deaths = 5;
+	cq = cq_new(&one, quiet, &ev, 0);
+	re = cq_new(&many, quiet, &ev, 0);
+	cq_set_journal(cq, keep, &rs);
+	cq_enqueue(cq, cq_queue(cq, "q", 1),
+	    closure(cq, TRUE, NULL, NULL, NULL, 0, 0), 0, &id, &dup, msg,
+	    sizeof(msg));
+	w = cq_register(cq, "w:0", 1, 0, msg, sizeof(msg));
+	CHECK(cq_take(cq, w, 1, 0, out) == 1);
+	cq_worker_failed(cq, w, "killed", 10);
+	CHECK(cq_closure(cq, id)->state == CQ_ABORTED);
+	for (size_t i = 0; i < rs.n; i++)
+		CHECK(cq_apply(re, rs.r[i].data, rs.r[i].len, 10, err,
+		          sizeof(err)) == 0);
+	CHECK(cq_closure(re, id) != NULL &&
+	    cq_closure(re, id)->state == CQ_ABORTED);
+	CHECK(same_state(cq, re));
+	recs_free(&rs);
+	cq_free(cq);
+	cq_free(re);
 }
 
 static void
@@ -580,7 +620,6 @@ every_operation_writes_its_record(void)
 	    rs.n == ++n);
 	cq_resource_state(w, "r", CQ_RES_READY, NULL);
 	CHECK(rs.n == ++n);
-	CHECK(rs.lost == 0);
 	cq_free(cq);
 	recs_free(&rs);
 }
@@ -887,6 +926,9 @@ UNIT_TESTS(cqjournal_tests) = {
         replay_matches_from_every_snapshot},
     {"closureq_journal: a lost record leaves older states",
         a_lost_record_leaves_older_states},
+    {"closureq_journal: a replay under another limit of deaths ends the "
+     "same closures",
+        replay_under_another_limit_of_deaths},
     {"closureq_journal: damaged records and snapshots are refused",
         damage_is_refused},
     {"closureq_journal: workers must beat again after a restore",
