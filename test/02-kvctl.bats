@@ -555,3 +555,16 @@ json() {
 	MUSTER_TIMEOUT=100ms run --separate-stderr timeout 2 kvctl watch --count 1 x
 	assert_failure 124
 }
+
+@test "what kvctl cannot write to stdout (a full disk) is an error, not exit 0" {
+	start_coordd
+	kvctl put a/x 1
+	kvctl put a/y 2
+	local v
+	for v in "get a/x" "ls a/" "status" "--json get a/y"; do
+		# shellcheck disable=SC2086
+		run bash -c "kvctl $v >/dev/full"
+		assert_failure 10
+		assert_output --partial "kvctl: INTERNAL"
+	done
+}
