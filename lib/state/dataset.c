@@ -25,8 +25,6 @@
 #include "buf.h"
 #include "dataset_int.h"
 #include "rec.h"
-#include "token.h"
-#include "vec.h"
 
 static void rr_settle(struct ds *ds, struct ds_job *j);
 
@@ -451,11 +449,12 @@ ds_task_of(struct ds *ds, const char *name, uint64_t inc, uint64_t id,
 enum status
 ds_task_end(struct ds *ds, struct ds_task *t, int failed, const char *message)
 {
-	struct ds_job *j = t->job, y = *j;
-	struct ds_task x = *t;
+	struct ds_job *j = t->job, y;
+	struct ds_task x;
 	int r;
 
 	if (failed) {
+		y = *j;
 		if (j->error == NULL &&
 		    (y.error = strdup(message != NULL && *message != '\0' ?
 		             message :
@@ -468,12 +467,13 @@ ds_task_end(struct ds *ds, struct ds_task *t, int failed, const char *message)
 	}
 	if (t->state != DS_TASK_RUNNING)
 		return ST_OK;
-	x.state = DS_TASK_FINISHED;
-	x.read_all = 1;
-	if (ds_put_task(ds, &x) < 0)
-		return ST_RESOURCE_EXHAUSTED;
+	/* The job's shard before the task: a refused end is sent again,
+	 * and finds the task still running. */
 	if (j->finished_shards != NULL && t->shard < j->shards &&
-	    (y.finished_shards = malloc((size_t)j->shards)) != NULL) {
+	    !j->finished_shards[t->shard]) {
+		y = *j;
+		if ((y.finished_shards = malloc((size_t)j->shards)) == NULL)
+			return ST_RESOURCE_EXHAUSTED;
 		memcpy(y.finished_shards, j->finished_shards,
 		    (size_t)j->shards);
 		y.finished_shards[t->shard] = 1;
@@ -482,6 +482,11 @@ ds_task_end(struct ds *ds, struct ds_task *t, int failed, const char *message)
 		if (r < 0)
 			return ST_RESOURCE_EXHAUSTED;
 	}
+	x = *t;
+	x.state = DS_TASK_FINISHED;
+	x.read_all = 1;
+	if (ds_put_task(ds, &x) < 0)
+		return ST_RESOURCE_EXHAUSTED;
 	ds_job_check_done(ds, j);
 	return ST_OK;
 }

@@ -89,9 +89,9 @@ struct ds_task {
 	uint64_t *acks; /* failed: clients yet to say they stopped reading */
 	size_t nacks;
 	uint64_t *told; /* clients whose heartbeats listed it */
-	size_t ntold, captold;
+	size_t ntold;
 	uint64_t *skips; /* clients that said they do not read it */
-	size_t nskips, capskips;
+	size_t nskips;
 	uint64_t lease_id; /* its worker's last lease request, */
 	uint64_t *last;    /* and the seqs it was given */
 	size_t nlast, caplast;

@@ -13,8 +13,6 @@
 #include "buf.h"
 #include "dataset_int.h"
 #include "rec.h"
-#include "token.h"
-#include "vec.h"
 
 static int grant(struct ds *ds, struct ds_task *t, uint64_t id,
     const uint64_t *seqs, size_t n, char *msg, size_t msglen);

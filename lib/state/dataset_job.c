@@ -14,7 +14,6 @@
 #include "dataset_int.h"
 #include "rec.h"
 #include "token.h"
-#include "vec.h"
 
 static int job_unkeep(struct ds *ds, struct ds_job *j);
 

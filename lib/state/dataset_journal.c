@@ -14,8 +14,6 @@
 #include "buf.h"
 #include "dataset_int.h"
 #include "rec.h"
-#include "token.h"
-#include "vec.h"
 
 static int apply_one(struct ds *ds, struct rec_in *in, int64_t now, char *err,
     size_t errlen);
@@ -704,9 +702,9 @@ apply_task(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
 	t->acks = v[0];
 	t->nacks = n[0];
 	t->told = v[1];
-	t->ntold = t->captold = n[1];
+	t->ntold = n[1];
 	t->skips = v[2];
-	t->nskips = t->capskips = n[2];
+	t->nskips = n[2];
 	t->last = v[3];
 	t->nlast = t->caplast = n[3];
 	/* Restored, a worker hears of its tasks; live, the change that made

@@ -14,8 +14,6 @@
 #include "buf.h"
 #include "dataset_int.h"
 #include "rec.h"
-#include "token.h"
-#include "vec.h"
 
 /* The lease map. */
 

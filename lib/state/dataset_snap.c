@@ -12,8 +12,6 @@
 #include "buf.h"
 #include "dataset_int.h"
 #include "rec.h"
-#include "token.h"
-#include "vec.h"
 
 static void
 snap_end(struct rec_out *o, const struct rec_out *r)

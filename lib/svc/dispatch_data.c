@@ -207,8 +207,12 @@ dispatch_data_task(struct dispatch *d, struct http_req *req,
 	if (failed)
 		log_info("job %" PRIu64 ": task %" PRIu64 " on %s failed: %s",
 		    t->job->id, t->id, w->name, message != NULL ? message : "");
-	ds_task_end(d->ds, t, failed, message);
-	http_reply_json(req, 200, json_pack("{s:b}", "ok", 1));
+	/* A refused end (memory) is sent again by the worker. */
+	if ((st = ds_task_end(d->ds, t, failed, message)) != ST_OK)
+		http_reply_error(req, st, "task %" PRIu64 ": out of memory",
+		    t->id);
+	else
+		http_reply_json(req, 200, json_pack("{s:b}", "ok", 1));
 }
 
 /* Client-facing routes. */
