@@ -65,6 +65,11 @@ bats_require_minimum_version 1.5.0
 	code=$(curl -s -o bad.2 -w '%{http_code}' "http://$addr/v1/tasks/$task/rounds/0?consumer=0&wait=soon")
 	[ "$code" = 400 ]
 	grep -q 'wait is not a number of milliseconds' bad.2
+	# A value too long to hold is refused, not read as a shorter one
+	# (64 zeros and a 5 is not 0).
+	code=$(curl -s -o bad.5 -w '%{http_code}' "http://$addr/v1/tasks/$task/elements?max=0&wait=$(printf '0%.0s' {1..64})5")
+	[ "$code" = 400 ]
+	grep -q 'wait is not a number of milliseconds' bad.5
 	for path in "/v1/tasks/$task" "/v1/tasks/$task/elements/x" /v1/tasks/x/elements /v1/jobs /; do
 		code=$(curl -s -o bad.3 -w '%{http_code}' "http://$addr$path")
 		[ "$code" = 404 ] || fail "$path: $code"

@@ -483,6 +483,9 @@ serve_round(struct conn *c, const struct dw_request *w, const struct req *req)
 	long who = w->consumer;
 	int rc, end = 0, gone = 0;
 
+	/* Only who took the held chunks may acknowledge them. */
+	if (c->ht != NULL && !allowed(c->ht, req))
+		return send_unauthorized(c, id, keep);
 	conn_release(c, 1);
 	if ((t = dataserve_task_get(c->ds, id)) == NULL)
 		return send_error(c, ST_NOT_FOUND, keep,

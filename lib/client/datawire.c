@@ -1,7 +1,7 @@
 /*
  * datawire.c: the data path's request line, written by a consumer
- * (client/dataread.c) and read by a worker's data server
- * (client/dataserve.c): see datawire.h.
+ * (client/dataread_task.c, dataread_rr.c) and read by a worker's data
+ * server (client/dataserve_server.c): see datawire.h.
  */
 #include <inttypes.h>
 #include <limits.h>
@@ -53,7 +53,8 @@ dw_request_path(const struct dw_request *r, char *out, size_t size)
 	return 0;
 }
 
-/* The value of name in query q into out (cut to size); NULL if absent. */
+/* The value of name in query q into out; NULL if absent. One longer than
+ * out holds is "?", which no number parses: not a shorter number. */
 static const char *
 arg(const char *q, const char *name, char *out, size_t size)
 {
@@ -62,8 +63,11 @@ arg(const char *q, const char *name, char *out, size_t size)
 	while (q != NULL && *q != '\0') {
 		size_t len = strcspn(q, "&");
 		if (len > nl && strncmp(q, name, nl) == 0 && q[nl] == '=') {
-			snprintf(out, size, "%.*s", (int)(len - nl - 1),
-			    q + nl + 1);
+			if (len - nl - 1 >= size)
+				snprintf(out, size, "?");
+			else
+				snprintf(out, size, "%.*s", (int)(len - nl - 1),
+				    q + nl + 1);
 			return out;
 		}
 		q += len;

@@ -142,9 +142,6 @@ void coord_kv_observe(const struct kv_event *ev, void *arg);
 /* coord_barriers.c */
 void coord_barrier_route(struct http_req *req, const struct route_match *m,
     void *arg);
-/* GET /v1/barriers: the barriers in flight. */
-void coord_barriers_status_route(struct http_req *req,
-    const struct route_match *m, void *arg);
 /* The observer of the barriers: answers everyone waiting at b. */
 void coord_barrier_ended(struct barrier *b, void *arg);
 void coord_barrier_timer(struct timer *t);
@@ -166,6 +163,9 @@ void coord_barrier_reply(struct http_req *req, const char *id, enum status st,
 /* coord_tasks.c: the registry's routes. */
 void coord_tasks_status_route(struct http_req *req, const struct route_match *m,
     void *arg);
+/* GET /v1/barriers: the barriers in flight. */
+void coord_barriers_status_route(struct http_req *req,
+    const struct route_match *m, void *arg);
 /* /v1/tasks/JOB/INDEX[/VERB]: the op says which. */
 void coord_task_route(struct http_req *req, const struct route_match *m,
     void *arg);
