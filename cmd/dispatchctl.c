@@ -4,16 +4,14 @@
  * define per-worker resources; register datasets, make their split lists,
  * read a job's elements to stdout, and checkpoint a job.
  *
- * Parsing and glue: the verbs are a table, and what they do is the
- * library's: dispatchd's calls (dispatch_client.h), its long polls
+ * Glue: the verbs are a table; their options and operands are
+ * dispatch_opts.h's, and what they do is the library's: dispatchd's calls (dispatch_client.h), its long polls
  * (dispatch_wait.h), what is shown (dispatch_show.h), schedule's batches
  * (dispatch_sched.h), split lists (splitlist.h), and a read (readopts.h,
  * dataread.h).
  */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
-#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,51 +22,17 @@
 
 #include "buf.h"
 #include "cli.h"
-#include "datapos.h"
 #include "dataread.h"
 #include "dispatch_client.h"
+#include "dispatch_opts.h"
 #include "dispatch_sched.h"
 #include "dispatch_show.h"
 #include "dispatch_wait.h"
 #include "duration.h"
 #include "log.h"
-#include "parse.h"
-#include "readopts.h"
-#include "shardmode.h"
 #include "sigfd.h"
 #include "splitlist.h"
-#include "splitorder.h"
 #include "text.h"
-
-static const char synopsis[] =
-    "usage: dispatchctl [-d ADDR] [--json] [-q QUEUE] VERB ...\n"
-    "  schedule [--stdin FILE|-] [--env K=V]... [--timeout DUR] "
-    "[--retry-exit CODE]...\n"
-    "           [--max-retries N] [--on TASK] [--needs RESOURCE]... "
-    "[--key KEY]\n"
-    "           [--no-block] [--each] -- COMMAND [ARG...]\n"
-    "  fetch [--timeout DUR] ID...\n"
-    "  join [--timeout DUR]\n"
-    "  done\n"
-    "  cancel ID...\n"
-    "  forget ID...\n"
-    "  ls [--state STATE]\n"
-    "  status\n"
-    "  resource add NAME -- COMMAND [ARG...]\n"
-    "  resource status NAME\n"
-    "  resource ls\n"
-    "  dataset add --splits FILE|- --reader CMD [--framing lines|nul|len32]\n"
-    "          [--reader-skips] [--name NAME]\n"
-    "  dataset ls | dataset show D | dataset splits D\n"
-    "  splits files GLOB...\n"
-    "  splits range START END [STEP]\n"
-    "  splits bytes FILE SIZE\n"
-    "  read D [--job NAME] [--mode MODE] [--repeat N] [--seed S]\n"
-    "       [--consumers N --consumer-index I] [--local] [--host HOST]\n"
-    "       [--from-state FILE...] [--run ID] [--positions] [--close-ok]\n"
-    "       [--refresh DUR] [--max-bytes N] [--timeout DUR]\n"
-    "  checkpoint --job NAME\n"
-    "  job ls | job show J\n";
 
 /*
  * The verbs, as the synopsis lists them: a row for a verb, or one for
@@ -98,14 +62,6 @@ struct verb {
 	    json_t **, json_t **);
 };
 
-/* read's options, and what it needs to check them. */
-struct readargs {
-	struct dataread_opts o;
-	struct datapos *pos; /* --from-state's */
-	int local, index;    /* --local, --consumer-index given */
-	char host[256];
-};
-
 struct ctl {
 	struct dispatch_client *dc;
 	const char *queue;
@@ -116,7 +72,7 @@ struct ctl {
 static int
 usage(const char *fmt, const char *arg)
 {
-	return cli_usage_error(synopsis, fmt, arg);
+	return cli_usage_error(dispatch_opts_synopsis, fmt, arg);
 }
 
 /* The deadline of a call that answers at once. */
@@ -141,28 +97,6 @@ flushed(int rc)
 	return rc;
 }
 
-/* The exit code a closure's end stands for. */
-static int
-closure_code(json_t *c)
-{
-	const char *state = json_string_value(json_object_get(c, "state"));
-	json_t *ex = json_object_get(c, "exit"), *sig;
-
-	if (is(state, "CANCELLED"))
-		return status_exit(ST_CANCELLED);
-	if (is(state, "ABORTED"))
-		return status_exit(ST_ABORTED);
-	if (json_is_integer(ex))
-		return json_integer_value(ex) != 0 ||
-		        json_object_get(c, "message") == NULL ?
-		    (int)json_integer_value(ex) :
-		    status_exit(ST_INTERNAL);
-	sig = json_object_get(c, "signal");
-	if (json_is_integer(sig))
-		return 128 + (int)json_integer_value(sig);
-	return status_exit(ST_INTERNAL);
-}
-
 /*
  * A failed call: a queue's error names its closure, whose exit code is
  * the one to exit with; anything else is the status's, with msg (NULL:
@@ -173,7 +107,7 @@ fail(struct ctl *x, enum status st, json_t *errbody, const char *msg)
 {
 	json_t *c = json_object_get(errbody, "closure");
 	int code = c != NULL ?
-	    closure_code(c) :
+	    dispatch_show_code(c) :
 	    cli_fail(st, "%s",
 	        msg != NULL ? msg : dispatch_client_error(x->dc));
 
@@ -195,193 +129,25 @@ show(struct ctl *x, enum status st, json_t *reply, json_t *errbody,
 	return 0;
 }
 
-/* argv[i] as a closure's id (0: it is not one). */
-static uint64_t
-id_of(char **argv, int i)
-{
-	char *end;
-	uint64_t id;
-
-	errno = 0;
-	id = strtoull(argv[i], &end, 10);
-	return argv[i][0] >= '1' && argv[i][0] <= '9' && *end == '\0' &&
-	        errno == 0 ?
-	    id :
-	    0;
-}
-
-/* argv[first...] are closure ids, at least one. */
-static int
-ids_check(int first, int argc, char **argv)
-{
-	if (first >= argc)
-		return usage("%s needs a closure id", argv[0]);
-	for (int i = first; i < argc; i++)
-		if (id_of(argv, i) == 0)
-			return usage("%s is not a closure id", argv[i]);
-	return 0;
-}
-
-/* One of schedule's options into s: 0, or the exit code. */
-static int
-sched_opt(struct dispatch_sched *s, int c, const char *arg)
-{
-	int64_t ms;
-	long n;
-	int r;
-
-	switch (c) {
-	case 'i': s->in = arg; return 0;
-	case 'e':
-		if ((r = dispatch_sched_env(s, arg)) < 0)
-			return usage(r == -1 ? "--env %s is not NAME=value" :
-			                       "--env %s: not UTF-8",
-			    arg);
-		return 0;
-	case 'T':
-		if (cli_duration_flag(synopsis, "--timeout", arg, 1, &ms) != 0)
-			return 2;
-		dispatch_sched_timeout(s, ms);
-		return 0;
-	case 'r':
-		if (cli_number_flag(synopsis, "--retry-exit", arg, 1, 255,
-		        &n) != 0)
-			return 2;
-		dispatch_sched_retry_exit(s, n);
-		return 0;
-	case 'm':
-		if (cli_number_flag(synopsis, "--max-retries", arg, 0, 1000000,
-		        &n) != 0)
-			return 2;
-		dispatch_sched_max_retries(s, n);
-		return 0;
-	case 'o':
-		if (dispatch_sched_on(s, arg) < 0)
-			return usage("--on %s is not a task name (JOB:INDEX)",
-			    arg);
-		return 0;
-	case 'n':
-		if (dispatch_sched_needs(s, arg) < 0)
-			return usage("--needs %s: not UTF-8", arg);
-		return 0;
-	case 'k': s->key = arg; return 0;
-	case 'B': s->block = 0; return 0;
-	case 'E': s->each = 1; return 0;
-	default: return cli_std_option(c, synopsis);
-	}
-}
-
 static int
 cmd_schedule(struct ctl *x, int argc, char **argv)
 {
-	static const struct option longopts[] = {
-	    {"stdin", required_argument, NULL, 'i'},
-	    {"env", required_argument, NULL, 'e'},
-	    {"timeout", required_argument, NULL, 'T'},
-	    {"retry-exit", required_argument, NULL, 'r'},
-	    {"max-retries", required_argument, NULL, 'm'},
-	    {"on", required_argument, NULL, 'o'},
-	    {"needs", required_argument, NULL, 'n'},
-	    {"key", required_argument, NULL, 'k'},
-	    {"no-block", no_argument, NULL, 'B'},
-	    {"each", no_argument, NULL, 'E'},
-	    {NULL, 0, NULL, 0},
-	};
 	struct dispatch_sched s;
 	json_t *errbody;
 	char err[2048];
 	enum status st;
-	int c, rc = 0;
+	int rc = 0;
 
 	if (dispatch_sched_init(&s, x->dc, x->queue, stdout) < 0)
 		rc = cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
-	optind = 1;
-	while (
-	    rc == 0 && (c = getopt_long(argc, argv, "+", longopts, NULL)) != -1)
-		rc = sched_opt(&s, c, optarg);
-	if (rc == 0 && optind < argc && strcmp(argv[optind - 1], "--") != 0 &&
-	    strcmp(argv[optind], "--") == 0)
-		optind++;
-	s.cmd = argv + optind;
-	s.ncmd = argc - optind;
-	if (rc == 0 && s.ncmd <= 0)
-		rc = usage("schedule needs a command%s", "");
-	else if (rc == 0 && s.each && is(s.in, "-"))
-		rc = usage("--each reads its lines from stdin: --stdin %s "
-		           "must be a file",
-		    s.in);
-	else if (rc == 0 && s.each && s.key != NULL &&
-	    !dispatch_sched_braces(s.key))
-		rc = usage("with --each, --key %s must hold {} (one key a "
-		           "line)",
-		    s.key);
+	if (rc == 0)
+		rc = dispatch_opts_schedule(argc, argv, &s);
 	if (rc == 0) {
 		st = dispatch_sched_run(&s, stdin, &errbody, err, sizeof(err));
 		rc = flushed(st == ST_OK ? 0 : fail(x, st, errbody, err));
 	}
 	dispatch_sched_free(&s);
 	return rc;
-}
-
-/* --timeout, and ls's --state (state NULL for the others). */
-static int
-timeout_opt(int argc, char **argv, int64_t *deadline, const char **state)
-{
-	static const struct option longopts[] = {
-	    {"timeout", required_argument, NULL, 'T'},
-	    {"state", required_argument, NULL, 's'},
-	    {NULL, 0, NULL, 0},
-	};
-	int c;
-	int64_t ms;
-
-	*deadline = HTTP_NO_DEADLINE;
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
-		switch (c) {
-		case 'T':
-			if (cli_duration_flag(synopsis, "--timeout", optarg, 0,
-			        &ms) != 0)
-				return 2;
-			*deadline = duration_now_ms() + ms;
-			break;
-		case 's':
-			if (state == NULL)
-				return usage("%s takes no --state", argv[0]);
-			*state = optarg;
-			break;
-		default: return cli_std_option(c, synopsis);
-		}
-	}
-	return 0;
-}
-
-/*
- * A closure's end as text: its stdout's bytes, and on stderr how it ended
- * when it did not end of itself.
- */
-static int
-fetch_end(json_t *c, uint64_t id)
-{
-	const char *state = json_string_value(json_object_get(c, "state"));
-	const char *why = json_string_value(json_object_get(c, "message"));
-	int code = closure_code(c);
-
-	if (dispatch_show_stdout(stdout, c) < 0)
-		code = cli_fail(ST_INTERNAL, "writing: %s", strerror(errno));
-	if (is(state, "CANCELLED"))
-		cli_fail(ST_CANCELLED,
-		    "closure %" PRIu64 " was cancelled%s%s%s", id,
-		    why != NULL ? " (" : "", why != NULL ? why : "",
-		    why != NULL ? ")" : "");
-	else if (is(state, "ABORTED"))
-		cli_fail(ST_ABORTED, "closure %" PRIu64 ": %s", id, why);
-	else if (json_is_true(json_object_get(c, "stdout_truncated")))
-		fprintf(stderr,
-		    "%s: closure %" PRIu64 ": its output was cut at the "
-		    "worker's --max-output\n",
-		    log_prog(), id);
-	return code;
 }
 
 /* Each closure's value; the exit code is the first that is not 0. */
@@ -392,11 +158,11 @@ cmd_fetch(struct ctl *x, int argc, char **argv)
 	int64_t deadline;
 	int rc, first = 0;
 
-	if ((rc = timeout_opt(argc, argv, &deadline, NULL)) != 0 ||
-	    (rc = ids_check(optind, argc, argv)) != 0)
+	if ((rc = dispatch_opts_wait(argc, argv, &deadline, NULL)) != 0 ||
+	    (rc = dispatch_opts_ids(optind, argc, argv)) != 0)
 		return rc;
 	for (int i = optind; i < argc; i++) {
-		uint64_t id = id_of(argv, i);
+		uint64_t id = dispatch_opts_id(argv[i]);
 		enum status st =
 		    dispatch_wait_closure(x->dc, id, deadline, &c, &errbody);
 		if (st != ST_OK) {
@@ -409,25 +175,13 @@ cmd_fetch(struct ctl *x, int argc, char **argv)
 				rc = cli_fail(ST_DEADLINE_EXCEEDED,
 				    "closure %" PRIu64 " is not ready", id);
 			else
-				rc = x->json ? closure_code(c) :
-				               fetch_end(c, id);
+				rc = x->json ? dispatch_show_code(c) :
+				               dispatch_show_end(stdout, c, id);
 			json_decref(c);
 		}
 		first = first != 0 ? first : rc;
 	}
 	return flushed(first);
-}
-
-/* On a terminal, join shows the counts while it waits. */
-static void
-progress(json_t *counts, void *queue)
-{
-	fprintf(stderr,
-	    "%s: queue %s: %" JSON_INTEGER_FORMAT
-	    " queued, %" JSON_INTEGER_FORMAT " in flight\n",
-	    log_prog(), (const char *)queue,
-	    json_integer_value(json_object_get(counts, "queued")),
-	    json_integer_value(json_object_get(counts, "inflight")));
 }
 
 /* join, and done: whether the queue is done, at once. */
@@ -439,13 +193,13 @@ cmd_join(struct ctl *x, int argc, char **argv)
 	int64_t deadline;
 	enum status st;
 
-	if ((rc = timeout_opt(argc, argv, &deadline, NULL)) != 0)
+	if ((rc = dispatch_opts_wait(argc, argv, &deadline, NULL)) != 0)
 		return rc;
 	if (optind < argc)
 		return usage("unexpected argument %s", argv[optind]);
 	st = join ? dispatch_wait_queue(x->dc, x->queue, deadline,
-	                isatty(2) ? progress : NULL, (void *)x->queue, &reply,
-	                &errbody) :
+	                isatty(2) ? dispatch_show_progress : NULL,
+	                (void *)x->queue, &reply, &errbody) :
 	            dc_done(x->dc, x->queue, deadline, &reply, &errbody);
 	if (st != ST_OK)
 		return fail(x, st, errbody, NULL);
@@ -468,13 +222,13 @@ static int
 cmd_each(struct ctl *x, int argc, char **argv)
 {
 	json_t *reply, *errbody;
-	int rc = ids_check(1, argc, argv), r;
+	int rc = dispatch_opts_ids(1, argc, argv), r;
 
 	if (rc != 0)
 		return rc;
 	for (int i = 1; i < argc; i++) {
-		enum status st =
-		    x->v->each(x->dc, id_of(argv, i), soon(), &reply, &errbody);
+		enum status st = x->v->each(x->dc, dispatch_opts_id(argv[i]),
+		    soon(), &reply, &errbody);
 		if (st != ST_OK) {
 			json_decref(errbody);
 			r = cli_fail(st, "%s", dispatch_client_error(x->dc));
@@ -502,7 +256,7 @@ cmd_ls(struct ctl *x, int argc, char **argv)
 	int64_t deadline;
 	int rc, more = 1;
 
-	if ((rc = timeout_opt(argc, argv, &deadline, &state)) != 0)
+	if ((rc = dispatch_opts_wait(argc, argv, &deadline, &state)) != 0)
 		return rc;
 	if (optind < argc)
 		return usage("unexpected argument %s", argv[optind]);
@@ -521,27 +275,12 @@ cmd_ls(struct ctl *x, int argc, char **argv)
 	return rc != 0 ? rc : flushed(0);
 }
 
-/* resource NAME, checked before its sub-verb is known. */
-static int
-resource_name(int argc, char **argv)
-{
-	if (argc < 2)
-		return usage("resource %s needs a name", argv[0]);
-	if (strlen(argv[1]) > 128)
-		return usage("resource name %s is too long", argv[1]);
-	if (!text_name(argv[1], 128))
-		return usage("%s is not a resource name (letters, digits, "
-		             "_-.:)",
-		    argv[1]);
-	return 0;
-}
-
 static int
 resource_status(struct ctl *x, int argc, char **argv)
 {
 	json_t *reply, *errbody;
 	enum status st;
-	int rc = resource_name(argc, argv);
+	int rc = dispatch_opts_resource(argc, argv);
 
 	if (rc == 0 && argc > 2)
 		rc = usage("unexpected argument %s", argv[2]);
@@ -558,14 +297,18 @@ resource_add(struct ctl *x, int argc, char **argv)
 	enum status st;
 	int rc, i = 2;
 
-	if ((rc = resource_name(argc, argv)) != 0)
+	if ((rc = dispatch_opts_resource(argc, argv)) != 0)
 		return rc;
 	if (i < argc && strcmp(argv[i], "--") == 0)
 		i++;
 	if (i >= argc)
 		return usage("resource add needs a command after --%s", "");
 	for (cmd = json_array(); i < argc; i++)
-		json_array_append_new(cmd, json_string(argv[i]));
+		if (json_array_append_new(cmd, json_string(argv[i])) < 0) {
+			json_decref(cmd);
+			return cli_fail(ST_INVALID_ARGUMENT,
+			    "resource add: the command is not UTF-8");
+		}
 	st = dc_resource_add(x->dc, argv[1], cmd, soon(), &reply, &errbody);
 	json_decref(cmd);
 	if (st != ST_OK)
@@ -578,7 +321,7 @@ resource_add(struct ctl *x, int argc, char **argv)
 static int
 resource_other(struct ctl *x, int argc, char **argv)
 {
-	int rc = resource_name(argc, argv);
+	int rc = dispatch_opts_resource(argc, argv);
 
 	(void)x;
 	return rc != 0 ? rc : usage("resource: unknown verb %s", argv[0]);
@@ -587,45 +330,19 @@ resource_other(struct ctl *x, int argc, char **argv)
 static int
 dataset_add(struct ctl *x, int argc, char **argv)
 {
-	static const struct option longopts[] = {
-	    {"splits", required_argument, NULL, 's'},
-	    {"reader", required_argument, NULL, 'r'},
-	    {"framing", required_argument, NULL, 'f'},
-	    {"reader-skips", no_argument, NULL, 'k'},
-	    {"name", required_argument, NULL, 'n'},
-	    {NULL, 0, NULL, 0},
-	};
-	const char *splits = NULL, *reader = NULL, *framing = NULL,
-	           *name = NULL;
+	struct dispatch_opts_dataset d;
 	json_t *body, *reply, *errbody, *lines;
 	char err[512];
-	enum framing f;
 	enum status st;
-	int c, skips = 0;
+	int rc;
 
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-		switch (c) {
-		case 's': splits = optarg; break;
-		case 'r': reader = optarg; break;
-		case 'f': framing = optarg; break;
-		case 'k': skips = 1; break;
-		case 'n': name = optarg; break;
-		default: return cli_std_option(c, synopsis);
-		}
-	}
-	if (optind < argc)
-		return usage("unexpected argument %s", argv[optind]);
-	if (splits == NULL || reader == NULL)
-		return usage("dataset add needs --splits and --reader%s", "");
-	if (framing != NULL && framing_parse(framing, &f) < 0)
-		return usage("--framing %s is not lines, nul or len32",
-		    framing);
-	if ((st = splitlist_load(splits, &lines, err, sizeof(err))) != ST_OK)
-		return cli_fail(st, "--splits %s: %s", splits, err);
+	if ((rc = dispatch_opts_dataset(argc, argv, &d)) != 0)
+		return rc;
+	if ((st = splitlist_load(d.splits, &lines, err, sizeof(err))) != ST_OK)
+		return cli_fail(st, "--splits %s: %s", d.splits, err);
 	if ((body = json_pack("{s:o,s:s,s:s?,s:b,s:s?}", "splits", lines,
-	         "reader", reader, "framing", framing, "reader_skips", skips,
-	         "name", name)) == NULL)
+	         "reader", d.reader, "framing", d.framing, "reader_skips",
+	         d.skips, "name", d.name)) == NULL)
 		return cli_fail(ST_INVALID_ARGUMENT,
 		    "--reader or --name is not UTF-8");
 	st = dc_dataset_add(x->dc, body, soon(), &reply, &errbody);
@@ -652,25 +369,13 @@ dataset_splits(struct ctl *x, int argc, char **argv)
 static int
 cmd_checkpoint(struct ctl *x, int argc, char **argv)
 {
-	static const struct option longopts[] = {
-	    {"job", required_argument, NULL, 'j'},
-	    {NULL, 0, NULL, 0},
-	};
-	const char *job = NULL;
+	const char *job;
 	json_t *reply, *errbody;
 	enum status st;
-	int c;
+	int rc;
 
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-		if (c != 'j')
-			return cli_std_option(c, synopsis);
-		job = optarg;
-	}
-	if (optind < argc)
-		return usage("unexpected argument %s", argv[optind]);
-	if (job == NULL)
-		return usage("checkpoint needs --job%s", "");
+	if ((rc = dispatch_opts_checkpoint(argc, argv, &job)) != 0)
+		return rc;
 	st = dc_checkpoint(x->dc, job, soon(), &reply, &errbody);
 	if (st != ST_OK)
 		return fail(x, st, errbody, NULL);
@@ -705,20 +410,12 @@ splits_files(struct ctl *x, int argc, char **argv)
 static int
 splits_range(struct ctl *x, int argc, char **argv)
 {
-	int64_t a, end, step = 1;
+	int64_t a, end, step;
+	int rc = dispatch_opts_range(argc, argv, &a, &end, &step);
 
 	(void)x;
-	if (argc < 3 || argc > 4)
-		return usage("splits range needs START END [STEP]%s", "");
-	if (parse_int64(argv[1], &a) < 0 || a < 0)
-		return usage("splits range: START %s is not a number >= 0",
-		    argv[1]);
-	if (parse_int64(argv[2], &end) < 0 || end < a)
-		return usage("splits range: END %s is not a number >= START",
-		    argv[2]);
-	if (argc == 4 && (parse_int64(argv[3], &step) < 0 || step < 1))
-		return usage("splits range: STEP %s is not a number above zero",
-		    argv[3]);
+	if (rc != 0)
+		return rc;
 	splitlist_range(stdout, a, end, step);
 	return flushed(0);
 }
@@ -728,119 +425,13 @@ splits_bytes(struct ctl *x, int argc, char **argv)
 {
 	char err[2048];
 	size_t size;
+	int rc = dispatch_opts_bytes(argc, argv, &size);
 
 	(void)x;
-	if (argc != 3)
-		return usage("splits bytes needs FILE SIZE%s", "");
-	if (parse_size(argv[2], &size) < 0 || size == 0 ||
-	    size > (size_t)INT64_MAX)
-		return usage("splits bytes: SIZE %s is not a size above zero "
-		             "(1048576, 64k, 16M, 1G)",
-		    argv[2]);
-	return splits_done("bytes",
-	    splitlist_bytes(stdout, argv[1], size, err, sizeof(err)), err);
-}
-
-/* One of read's options into r: 0, or the exit code. */
-static int
-read_opt(struct readargs *r, int c, const char *arg)
-{
-	struct dataread_opts *o = &r->o;
-	enum shard_mode mode;
-	char err[512];
-
-	switch (c) {
-	case 'j': o->job = arg; return 0;
-	case 'm':
-		if (shard_mode_parse(arg, &mode) < 0)
-			return usage(
-			    "--mode %s is not off, dynamic, file, data, "
-			    "file_or_data or hint",
-			    arg);
-		o->mode = arg;
-		return 0;
-	case 'r':
-		return cli_number_flag(synopsis, "--repeat", arg, 0, LONG_MAX,
-		    &o->repeat);
-	case 's':
-		if (parse_int64(arg, &o->seed) < 0 || o->seed < 0)
-			return usage("--seed %s is not a number >= 0", arg);
-		return 0;
-	case 'c':
-		return cli_number_flag(synopsis, "--consumers", arg, 1, 1000000,
-		    &o->consumers);
-	case 'i':
-		r->index = 1;
-		return cli_number_flag(synopsis, "--consumer-index", arg, 0,
-		    999999, &o->consumer_index);
-	case 'l': r->local = 1; return 0;
-	case 'H': o->host = arg; return 0;
-	case 'f':
-		if (readopts_from_state(r->pos, arg, err, sizeof(err)) < 0)
-			return cli_fail(ST_INVALID_ARGUMENT,
-			    "--from-state %s: %s", arg, err);
-		return 0;
-	case 'P': o->positions = 1; return 0;
-	case 'u': o->run = arg; return 0;
-	case 'C': o->close_ok = 1; return 0;
-	case 'R':
-		return cli_duration_flag(synopsis, "--refresh", arg, 1,
-		    &o->refresh_ms);
-	case 'b':
-		if (parse_size(arg, &o->max_bytes) < 0 || o->max_bytes == 0 ||
-		    o->max_bytes > DATAREAD_MAX_BYTES_LIMIT)
-			return usage("--max-bytes %s is not 1 to 64M", arg);
-		return 0;
-	case 'T':
-		return cli_duration_flag(synopsis, "--timeout", arg, 0,
-		    &o->timeout_ms);
-	default: return cli_std_option(c, synopsis);
-	}
-}
-
-/* read's options and dataset into r: 0, or the exit code. */
-static int
-read_args(struct readargs *r, int argc, char **argv)
-{
-	static const struct option longopts[] = {
-	    {"job", required_argument, NULL, 'j'},
-	    {"mode", required_argument, NULL, 'm'},
-	    {"repeat", required_argument, NULL, 'r'},
-	    {"seed", required_argument, NULL, 's'},
-	    {"consumers", required_argument, NULL, 'c'},
-	    {"consumer-index", required_argument, NULL, 'i'},
-	    {"local", no_argument, NULL, 'l'},
-	    {"host", required_argument, NULL, 'H'},
-	    {"from-state", required_argument, NULL, 'f'},
-	    {"positions", no_argument, NULL, 'P'},
-	    {"run", required_argument, NULL, 'u'},
-	    {"close-ok", no_argument, NULL, 'C'},
-	    {"refresh", required_argument, NULL, 'R'},
-	    {"max-bytes", required_argument, NULL, 'b'},
-	    {"timeout", required_argument, NULL, 'T'},
-	    {NULL, 0, NULL, 0},
-	};
-	char err[1024];
-	enum status st;
-	int c, rc = 0;
-
-	/* 0: getopt starts anew, and options may follow the dataset. */
-	optind = 0;
-	while (
-	    rc == 0 && (c = getopt_long(argc, argv, "", longopts, NULL)) != -1)
-		rc = read_opt(r, c, optarg);
 	if (rc != 0)
 		return rc;
-	if (optind + 1 != argc)
-		return usage(optind < argc ? "read takes one dataset, not %s" :
-		                             "read needs a dataset%s",
-		    optind < argc ? argv[argc - 1] : "");
-	r->o.dataset = argv[optind];
-	st = readopts_check(&r->o, r->local, r->index, r->pos, r->host,
-	    sizeof(r->host), err, sizeof(err));
-	if (st == ST_USAGE)
-		return cli_usage_error(synopsis, "%s", err);
-	return st == ST_OK ? 0 : cli_fail(st, "%s", err);
+	return splits_done("bytes",
+	    splitlist_bytes(stdout, argv[1], size, err, sizeof(err)), err);
 }
 
 /*
@@ -852,21 +443,13 @@ static int
 cmd_read(struct ctl *x, int argc, char **argv)
 {
 	static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
-	struct readargs r = {.o = {.repeat = 1,
-	                         .refresh_ms = DATAREAD_REFRESH_DEFAULT,
-	                         .max_bytes = DATAREAD_MAX_BYTES_DEFAULT,
-	                         .timeout_ms = -1,
-	                         .out = 1},
-	    .pos = datapos_new()};
+	struct dispatch_opts_read r;
 	char err[2048];
 	sigset_t blocked;
 	enum status st;
 	int rc, sig;
 
-	if (r.pos == NULL)
-		return cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
-	rc = read_args(&r, argc, argv);
-	datapos_free(r.pos);
+	rc = dispatch_opts_read(argc, argv, &r);
 	if (rc == 0 &&
 	    (r.o.stop_fd = sigfd_open(sigs, sizeof(sigs) / sizeof(sigs[0]),
 	         &blocked)) < 0)
@@ -885,55 +468,34 @@ cmd_read(struct ctl *x, int argc, char **argv)
 	return st == ST_OK ? 0 : cli_fail(st, "%s", err);
 }
 
+/* clang-format off */
 static const struct verb verbs[] = {
-    {.name = "schedule", .run = cmd_schedule},
-    {.name = "fetch", .run = cmd_fetch},
-    {.name = "join", .run = cmd_join, .wait = 1},
-    {.name = "done", .run = cmd_join},
-    {.name = "cancel", .run = cmd_each, .each = dc_cancel},
-    {.name = "forget", .run = cmd_each, .each = dc_forget},
-    {.name = "ls", .run = cmd_ls},
-    {.name = "status",
-        .args = NONE,
-        .list = dc_status,
-        .show = dispatch_show_status},
-    {.name = "resource", .sub = "add", .run = resource_add},
-    {.name = "resource", .sub = "status", .run = resource_status},
-    {.name = "resource",
-        .sub = "ls",
-        .args = NONE,
-        .list = dc_resources,
-        .show = dispatch_show_resources},
-    {.name = "resource", .run = resource_other},
-    {.name = "dataset", .sub = "add", .run = dataset_add},
-    {.name = "dataset",
-        .sub = "ls",
-        .args = NONE,
-        .list = dc_datasets,
-        .show = dispatch_show_datasets},
-    {.name = "dataset",
-        .sub = "show",
-        .args = ONE,
-        .get = dc_dataset,
-        .show = dispatch_show_dataset},
-    {.name = "dataset", .sub = "splits", .run = dataset_splits, .args = ONE},
-    {.name = "splits", .sub = "files", .run = splits_files, .local = 1},
-    {.name = "splits", .sub = "range", .run = splits_range, .local = 1},
-    {.name = "splits", .sub = "bytes", .run = splits_bytes, .local = 1},
-    {.name = "read", .run = cmd_read},
-    {.name = "checkpoint", .run = cmd_checkpoint},
-    {.name = "job",
-        .sub = "ls",
-        .args = NONE,
-        .list = dc_jobs,
-        .show = dispatch_show_jobs},
-    {.name = "job",
-        .sub = "show",
-        .args = ONE,
-        .get = dc_job,
-        .show = dispatch_show_job},
-    {.name = NULL},
+	{"schedule", NULL, .run = cmd_schedule},
+	{"fetch", NULL, .run = cmd_fetch},
+	{"join", NULL, .run = cmd_join, .wait = 1},
+	{"done", NULL, .run = cmd_join},
+	{"cancel", NULL, .run = cmd_each, .each = dc_cancel},
+	{"forget", NULL, .run = cmd_each, .each = dc_forget},
+	{"ls", NULL, .run = cmd_ls},
+	{"status", NULL, .args = NONE, .list = dc_status, .show = dispatch_show_status},
+	{"resource", "add", .run = resource_add},
+	{"resource", "status", .run = resource_status},
+	{"resource", "ls", .args = NONE, .list = dc_resources, .show = dispatch_show_resources},
+	{"resource", NULL, .run = resource_other},
+	{"dataset", "add", .run = dataset_add},
+	{"dataset", "ls", .args = NONE, .list = dc_datasets, .show = dispatch_show_datasets},
+	{"dataset", "show", .args = ONE, .get = dc_dataset, .show = dispatch_show_dataset},
+	{"dataset", "splits", .args = ONE, .run = dataset_splits},
+	{"splits", "files", .local = 1, .run = splits_files},
+	{"splits", "range", .local = 1, .run = splits_range},
+	{"splits", "bytes", .local = 1, .run = splits_bytes},
+	{"read", NULL, .run = cmd_read},
+	{"checkpoint", NULL, .run = cmd_checkpoint},
+	{"job", "ls", .args = NONE, .list = dc_jobs, .show = dispatch_show_jobs},
+	{"job", "show", .args = ONE, .get = dc_job, .show = dispatch_show_job},
+	{.name = NULL},
 };
+/* clang-format on */
 
 /* name's first row, or the one of sub (or the row for others). */
 static const struct verb *
@@ -965,7 +527,7 @@ needs_sub(const char *name)
 		last = v;
 	}
 	buf_printf(&b, "%s%s", b.len > 0 ? " or " : "", last->sub);
-	rc = cli_usage_error(synopsis, "%s needs %s", name,
+	rc = cli_usage_error(dispatch_opts_synopsis, "%s needs %s", name,
 	    b.data != NULL ? b.data : "");
 	buf_free(&b);
 	return rc;
@@ -982,15 +544,15 @@ run(struct ctl *x, const struct verb *v, int argc, char **argv)
 		if (argc < 2)
 			return needs_sub(argv[0]);
 		if ((v = verb_find(argv[0], argv[1])) == NULL)
-			return cli_usage_error(synopsis, "%s: unknown verb %s",
-			    argv[0], argv[1]);
+			return cli_usage_error(dispatch_opts_synopsis,
+			    "%s: unknown verb %s", argv[0], argv[1]);
 		argc--;
 		argv++;
 	}
 	if (v->args == NONE && argc > 1)
 		return usage("unexpected argument %s", argv[1]);
 	if (v->args == ONE && argc != 2)
-		return cli_usage_error(synopsis,
+		return cli_usage_error(dispatch_opts_synopsis,
 		    argc < 2 ? "%s %s needs a %s" : "%s %s takes one %s",
 		    v->name, v->sub, v->name);
 	x->v = v;
@@ -1006,37 +568,19 @@ run(struct ctl *x, const struct verb *v, int argc, char **argv)
 int
 main(int argc, char **argv)
 {
-	static const struct option longopts[] = {
-	    {"dispatcher", required_argument, NULL, 'd'},
-	    {"queue", required_argument, NULL, 'q'},
-	    {"json", no_argument, NULL, 'J'},
-	    CLI_STD_LONGOPTS,
-	    {NULL, 0, NULL, 0},
-	};
-	struct ctl x = {.queue = "default"};
+	struct ctl x = {0};
 	const struct verb *v;
-	const char *addr = NULL;
+	const char *addr;
 	char err[512];
-	int c, rc;
+	int rc;
 
 	log_init(argv[0], 0);
 	signal(SIGPIPE, SIG_IGN);
-	while ((c = getopt_long(argc, argv, "+hd:q:", longopts, NULL)) != -1) {
-		switch (c) {
-		case 'd': addr = optarg; break;
-		case 'q': x.queue = optarg; break;
-		case 'J': x.json = 1; break;
-		default: return cli_std_option(c, synopsis);
-		}
-	}
-	if (optind >= argc)
-		return usage("no verb given%s", "");
+	if ((rc = dispatch_opts_main(argc, argv, &addr, &x.queue, &x.json)) !=
+	    0)
+		return rc;
 	argc -= optind;
 	argv += optind;
-	if (!text_name(x.queue, 128))
-		return usage("-q %s is not a queue name (letters, digits, "
-		             "_-.:)",
-		    x.queue);
 	if ((v = verb_find(argv[0], NULL)) == NULL)
 		return usage("unknown verb %s", argv[0]);
 	if (!v->local &&

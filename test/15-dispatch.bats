@@ -465,6 +465,11 @@ bats_require_minimum_version 1.5.0
 	run --separate-stderr dispatchctl schedule -- printf '[%s][%s]\n' a $'\xff' b
 	assert_failure 3
 	[[ $stderr == *"not UTF-8"* ]]
+	run --separate-stderr dispatchctl resource add gpu -- echo a $'\xff' b
+	assert_failure 3
+	[[ $stderr == *"the command is not UTF-8"* ]]
+	run --separate-stderr dispatchctl resource ls
+	refute_output --partial gpu
 	run --separate-stderr dispatchctl schedule --needs $'\xff' -- true
 	assert_failure 2
 	run --separate-stderr dispatchctl schedule --env $'A=\xff' --env $'B=\xff' -- true

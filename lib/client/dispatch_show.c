@@ -3,9 +3,11 @@
  * dispatchctl.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <string.h>
 
 #include "buf.h"
+#include "cli.h"
 #include "dispatch_show.h"
 #include "log.h"
 #include "text.h"
@@ -377,4 +379,66 @@ dispatch_show_failed(FILE *out, FILE *err, json_t *errbody, int json)
 	fprintf(err, "%s: %s\n", log_prog(),
 	    why != NULL ? why : "a closure failed");
 	show_tail(err, json_object_get(errbody, "closure"));
+}
+
+static int
+is(const char *s, const char *t)
+{
+	return s != NULL && strcmp(s, t) == 0;
+}
+
+int
+dispatch_show_code(json_t *c)
+{
+	const char *state = json_string_value(json_object_get(c, "state"));
+	json_t *ex = json_object_get(c, "exit"), *sig;
+
+	if (is(state, "CANCELLED"))
+		return status_exit(ST_CANCELLED);
+	if (is(state, "ABORTED"))
+		return status_exit(ST_ABORTED);
+	if (json_is_integer(ex))
+		return json_integer_value(ex) != 0 ||
+		        json_object_get(c, "message") == NULL ?
+		    (int)json_integer_value(ex) :
+		    status_exit(ST_INTERNAL);
+	sig = json_object_get(c, "signal");
+	if (json_is_integer(sig))
+		return 128 + (int)json_integer_value(sig);
+	return status_exit(ST_INTERNAL);
+}
+
+int
+dispatch_show_end(FILE *f, json_t *c, uint64_t id)
+{
+	const char *state = json_string_value(json_object_get(c, "state"));
+	const char *why = json_string_value(json_object_get(c, "message"));
+	int code = dispatch_show_code(c);
+
+	if (dispatch_show_stdout(f, c) < 0)
+		code = cli_fail(ST_INTERNAL, "writing: %s", strerror(errno));
+	if (is(state, "CANCELLED"))
+		cli_fail(ST_CANCELLED,
+		    "closure %" PRIu64 " was cancelled%s%s%s", id,
+		    why != NULL ? " (" : "", why != NULL ? why : "",
+		    why != NULL ? ")" : "");
+	else if (is(state, "ABORTED"))
+		cli_fail(ST_ABORTED, "closure %" PRIu64 ": %s", id, why);
+	else if (json_is_true(json_object_get(c, "stdout_truncated")))
+		fprintf(stderr,
+		    "%s: closure %" PRIu64 ": its output was cut at the "
+		    "worker's --max-output\n",
+		    log_prog(), id);
+	return code;
+}
+
+void
+dispatch_show_progress(json_t *counts, void *queue)
+{
+	fprintf(stderr,
+	    "%s: queue %s: %" JSON_INTEGER_FORMAT
+	    " queued, %" JSON_INTEGER_FORMAT " in flight\n",
+	    log_prog(), (const char *)queue,
+	    json_integer_value(json_object_get(counts, "queued")),
+	    json_integer_value(json_object_get(counts, "inflight")));
 }

@@ -8,6 +8,7 @@
 #define MUSTER_DISPATCH_SHOW_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include <jansson.h>
@@ -55,5 +56,15 @@ void dispatch_show_list_end(struct dispatch_show_list *l);
 void dispatch_show_failed(FILE *out, FILE *err, json_t *errbody, int json);
 /* A closure's stdout, its bytes as they were: 0, or -1 (errno). */
 int dispatch_show_stdout(FILE *f, json_t *closure);
+
+/* The exit code a closure's end stands for. */
+int dispatch_show_code(json_t *closure);
+/*
+ * A closure's end as text: its stdout's bytes on f, and on stderr how it
+ * ended when it did not end of itself. Its exit code.
+ */
+int dispatch_show_end(FILE *f, json_t *closure, uint64_t id);
+/* A queue's counts while join waits, a line on stderr (queue: its name). */
+void dispatch_show_progress(json_t *counts, void *queue);
 
 #endif
