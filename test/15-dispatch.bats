@@ -401,7 +401,7 @@ bats_require_minimum_version 1.5.0
 	run -0 curl -sf "$A/healthz"
 }
 
-@test "ls lists a queue's closures, and --state picks one state" {
+@test "ls lists a queue's closures, and --state picks the states it names, as ls prints them or finer" {
 	start_dispatchd
 	start_worker worker:0
 	a=$(dispatchctl schedule -- true)
@@ -412,8 +412,25 @@ bats_require_minimum_version 1.5.0
 	assert_line --regexp "^$b +NOT_READY +queued +default +- +0 +-$"
 	run -0 dispatchctl --json ls --state queued
 	jq -e --argjson b "$b" '[.closures[].id] == [$b]' <<<"$output"
-	run -3 dispatchctl ls --state sideways
-	assert_output --partial "one of queued, running, ready, aborted, cancelled"
+	# The names ls prints, in any case; NOT_READY is queued and running.
+	run -0 dispatchctl ls --state READY
+	assert_line --regexp "^$a +READY"
+	refute_line --regexp "^$b "
+	run -0 dispatchctl ls --state NOT_READY
+	assert_line --regexp "^$b +NOT_READY"
+	refute_line --regexp "^$a "
+	run -0 dispatchctl --json ls --state ready
+	jq -e --argjson a "$a" '[.closures[].id] == [$a]' <<<"$output"
+	run -0 dispatchctl --json ls --state Running
+	jq -e '.closures == []' <<<"$output"
+	# Another name is a usage error, and dispatchd refuses it too.
+	run --separate-stderr dispatchctl ls --state sideways
+	assert_failure 2
+	[[ $stderr == *"--state sideways is not NOT_READY, READY, ABORTED, CANCELLED, queued or running"* ]]
+	run -0 curl -s "http://$MUSTER_DISPATCHER/v1/closures?state=sideways"
+	assert_output --partial "one of NOT_READY, READY"
+	run -0 curl -s "http://$MUSTER_DISPATCHER/v1/closures?state=not_ready"
+	jq -e --argjson b "$b" '[.closures[].id] == [$b]' <<<"$output"
 }
 
 @test "resource ls lists the resources; workerloop --dir is where they are built" {
@@ -459,8 +476,8 @@ bats_require_minimum_version 1.5.0
 	assert_success
 	refute_output --partial gpu
 	run --separate-stderr dispatchctl ls --state 'READY&queue=x'
-	assert_failure 3
-	[[ $stderr == *"is not a name"* ]]
+	assert_failure 2
+	[[ $stderr == *"is not NOT_READY, READY"* ]]
 	# Nothing is scheduled with an argument left out.
 	run --separate-stderr dispatchctl schedule -- printf '[%s][%s]\n' a $'\xff' b
 	assert_failure 3

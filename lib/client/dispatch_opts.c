@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "closurestate.h"
 #include "datapos.h"
 #include "dispatch_opts.h"
 #include "duration.h"
@@ -205,6 +206,10 @@ dispatch_opts_wait(int argc, char **argv, int64_t *deadline, const char **state)
 		case 's':
 			if (state == NULL)
 				return usage("%s takes no --state", argv[0]);
+			if (closure_states_parse(optarg) == 0)
+				return usage(
+				    "--state %s is not " CLOSURE_STATE_NAMES,
+				    optarg);
 			*state = optarg;
 			break;
 		default: return cli_std_option(c, synopsis);

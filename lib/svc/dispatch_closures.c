@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "buf.h"
+#include "closurestate.h"
 #include "dispatch_int.h"
 #include "duration.h"
 #include "log.h"
@@ -824,16 +825,30 @@ dispatch_closure_route(struct http_req *req, const struct route_match *m,
 
 struct ls_ctx {
 	json_t *a;
-	int state; /* -1: any */
+	unsigned states; /* closurestate.h's; 0: any */
 	size_t n, limit;
 };
+
+/* c's state as closurestate.h names it. */
+static unsigned
+state_bit(const struct cq_closure *c)
+{
+	switch (c->state) {
+	case CQ_QUEUED: return CLOSURE_QUEUED;
+	case CQ_RUNNING: return CLOSURE_RUNNING;
+	case CQ_READY: return CLOSURE_READY;
+	case CQ_ABORTED: return CLOSURE_ABORTED;
+	case CQ_CANCELLED: return CLOSURE_CANCELLED;
+	}
+	return 0;
+}
 
 static int
 ls_one(struct cq_closure *c, void *arg)
 {
 	struct ls_ctx *x = arg;
 
-	if (x->state >= 0 && (int)c->state != x->state)
+	if (x->states != 0 && (state_bit(c) & x->states) == 0)
 		return 0;
 	json_array_append_new(x->a, value_json(c, 0));
 	return ++x->n >= x->limit;
@@ -847,7 +862,7 @@ dispatch_closures_route(struct http_req *req, const struct route_match *m,
 	const char *qn = http_req_arg(req, "queue");
 	const char *st = http_req_arg(req, "state");
 	const char *af = http_req_arg(req, "after");
-	struct ls_ctx x = {NULL, -1, 0, LS_LIMIT};
+	struct ls_ctx x = {NULL, 0, 0, LS_LIMIT};
 	struct cq_queue *q = NULL;
 	uint64_t after = 0, next;
 	long limit;
@@ -871,20 +886,11 @@ dispatch_closures_route(struct http_req *req, const struct route_match *m,
 		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
-	if (st != NULL) {
-		static const char *names[] = {"queued", "running", "ready",
-		    "aborted", "cancelled"};
-		for (int i = 0; i < 5; i++)
-			if (strcmp(st, names[i]) == 0)
-				x.state = i;
-		if (x.state < 0) {
-			json_decref(x.a);
-			http_reply_error(req, ST_INVALID_ARGUMENT,
-			    "state=%s: one of queued, running, ready, "
-			    "aborted, cancelled",
-			    st);
-			return;
-		}
+	if (st != NULL && (x.states = closure_states_parse(st)) == 0) {
+		json_decref(x.a);
+		http_reply_error(req, ST_INVALID_ARGUMENT,
+		    "state=%s: one of " CLOSURE_STATE_NAMES, st);
+		return;
 	}
 	dispatch_lock(d);
 	if (qn != NULL && (q = cq_queue(d->cq, qn, 0)) == NULL) {
