@@ -44,11 +44,15 @@ expected() {
 	[[ $output == *nosuch* ]]
 }
 
-@test "split helpers: files, numeric ranges, byte ranges on line boundaries" {
+@test "split helpers: files, numeric ranges, byte ranges on line boundaries; file names made absolute for workers elsewhere" {
 	mkdir d
 	touch d/b.txt d/a.txt d/c.bin
 	run -0 dispatchctl splits files 'd/*.txt'
-	[ "$output" = "$(printf 'd/a.txt\nd/b.txt')" ]
+	[ "$output" = "$(printf '%s/d/a.txt\n%s/d/b.txt' "$PWD" "$PWD")" ]
+	run -0 dispatchctl splits files './d/a*' "$PWD/d/b.txt" 'd/b.*'
+	[ "$output" = "$(printf '%s/d/a.txt\n%s/d/b.txt' "$PWD" "$PWD")" ]
+	run -0 bash -c 'cd d && dispatchctl splits files "*.bin"'
+	[ "$output" = "$PWD/d/c.bin" ]
 	run -0 dispatchctl splits range 0 10 4
 	[ "$output" = "$(printf '0 4\n4 8\n8 10')" ]
 	seq 1 1000 >big
@@ -57,7 +61,7 @@ expected() {
 	off=0
 	while read -r o l f; do
 		[ "$o" = "$off" ]
-		[ "$f" = big ]
+		[ "$f" = "$PWD/big" ]
 		[ "$(tail -c +$((o + l)) big | head -c 1)" = "$(printf '\n')" ] ||
 			[ $((o + l)) = "$(wc -c <big)" ]
 		off=$((o + l))

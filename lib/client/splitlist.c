@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <glob.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -40,6 +41,36 @@ bad_name(const char *name, char *err, size_t errlen)
 		return ST_OK;
 	snprintf(err, errlen, "a file name holds a newline");
 	return ST_INVALID_ARGUMENT;
+}
+
+/*
+ * name as an absolute path into *abs (the caller's to free), against the
+ * current directory, without resolving links: the workers that open it
+ * run elsewhere.
+ */
+static enum status
+absolute(const char *name, char **abs, char *err, size_t errlen)
+{
+	char *cwd = NULL;
+	int n;
+
+	if (name[0] != '/' && (cwd = getcwd(NULL, 0)) == NULL) {
+		snprintf(err, errlen, "the current directory: %s",
+		    strerror(errno));
+		return errno == ENOMEM ? ST_RESOURCE_EXHAUSTED :
+		                         ST_FAILED_PRECONDITION;
+	}
+	while (cwd != NULL && name[0] == '.' && name[1] == '/')
+		for (name += 2; *name == '/'; name++)
+			;
+	n = asprintf(abs, "%s%s%s", cwd != NULL ? cwd : "",
+	    cwd != NULL && strcmp(cwd, "/") != 0 ? "/" : "", name);
+	free(cwd);
+	if (n < 0) {
+		snprintf(err, errlen, "out of memory");
+		return ST_RESOURCE_EXHAUSTED;
+	}
+	return ST_OK;
 }
 
 /*
@@ -85,11 +116,18 @@ splitlist_files(FILE *out, int n, char *const *globs, char *err, size_t errlen)
 {
 	glob_t g;
 	char **v = NULL;
-	size_t nf = 0;
+	size_t nf = 0, na = 0; /* na: those made absolute */
 	enum status st;
 
 	memset(&g, 0, sizeof(g));
 	if ((st = glob_files(n, globs, &g, &v, &nf, err, errlen)) == ST_OK) {
+		/* The matches, made absolute in place of glob's names. */
+		for (; na < nf; na++)
+			if ((st = absolute(v[na], &v[na], err, errlen)) !=
+			    ST_OK)
+				break;
+	}
+	if (st == ST_OK) {
 		qsort(v, nf, sizeof(*v), cmp_str);
 		for (size_t k = 0; st == ST_OK && k < nf; k++)
 			st = bad_name(v[k], err, errlen);
@@ -97,6 +135,8 @@ splitlist_files(FILE *out, int n, char *const *globs, char *err, size_t errlen)
 			if (k == 0 || strcmp(v[k], v[k - 1]) != 0)
 				fprintf(out, "%s\n", v[k]);
 	}
+	for (size_t k = 0; k < na; k++)
+		free(v[k]);
 	free(v);
 	globfree(&g);
 	return st;
@@ -162,6 +202,7 @@ splitlist_bytes(FILE *out, const char *file, size_t size, char *err,
 {
 	struct stat sb;
 	enum status st;
+	char *abs;
 	int fd;
 
 	if ((st = bad_name(file, err, errlen)) != ST_OK)
@@ -175,8 +216,9 @@ splitlist_bytes(FILE *out, const char *file, size_t size, char *err,
 	if (!S_ISREG(sb.st_mode)) {
 		snprintf(err, errlen, "%s: not a regular file", file);
 		st = ST_INVALID_ARGUMENT;
-	} else {
-		st = cut(out, fd, file, sb.st_size, size, err, errlen);
+	} else if ((st = absolute(file, &abs, err, errlen)) == ST_OK) {
+		st = cut(out, fd, abs, sb.st_size, size, err, errlen);
+		free(abs);
 	}
 	close(fd);
 	return st;
