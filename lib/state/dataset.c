@@ -192,7 +192,7 @@ task_fail(struct ds *ds, struct ds_task *t)
  * task, is not waited for when t fails).
  */
 static void
-task_ack(struct ds *ds, struct ds_task *t, uint64_t client)
+task_forget_client(struct ds *ds, struct ds_task *t, uint64_t client)
 {
 	struct ds_task x = *t;
 	int skips = 0, told, acks;
@@ -222,7 +222,7 @@ ds_client_release(struct ds *ds, struct ds_client *c, int64_t now)
 	ds_gone(ds, R_CLIENT_GONE, id, 0, now); /* frees c */
 	for (t = j->tasks; t != NULL; t = next) {
 		next = t->next;
-		task_ack(ds, t, id);
+		task_forget_client(ds, t, id);
 	}
 	rr_settle(ds, j);
 }
@@ -316,7 +316,7 @@ ds_client_beat(struct ds *ds, struct ds_client *c, const struct ds_beat *b,
 	for (size_t i = 0; i < b->nlost; i++) {
 		struct ds_task *t = ds_job_task(j, b->lost[i]);
 		if (t != NULL)
-			task_ack(ds, t, c->id);
+			task_forget_client(ds, t, c->id);
 	}
 	if (j->consumers > 0) {
 		struct ds_client x = *c;

@@ -26,6 +26,7 @@ static const struct unit_test *groups[] = {
     syncpoint_tests,
     state_tests,
     cqjournal_tests,
+    client_tests,
 };
 
 int
