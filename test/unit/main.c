@@ -27,6 +27,7 @@ static const struct unit_test *groups[] = {
     state_tests,
     cqjournal_tests,
     client_tests,
+    pump_tests,
 };
 
 int

@@ -29,6 +29,7 @@ extern const struct unit_test status_tests[], duration_tests[], text_tests[],
     buf_tests[], strmap_tests[], kvstore_tests[], timer_tests[], cli_tests[],
     span_tests[], http_tests[], task_tests[], notice_tests[], syncpoint_tests[],
     state_tests[], dataset_tests[], dsjournal_tests[], journal_tests[],
-    crc32c_tests[], cqjournal_tests[], datapos_tests[], client_tests[];
+    crc32c_tests[], cqjournal_tests[], datapos_tests[], client_tests[],
+    pump_tests[];
 
 #endif

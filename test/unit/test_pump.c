@@ -1,0 +1,191 @@
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "duration.h"
+#include "proc.h"
+#include "pump.h"
+#include "unit.h"
+
+/* A child of "sh -c script" with its stdout and stderr on the pump's
+ * pipes and its stdin on *in (a pipe's write end), or /dev/null. */
+static pid_t
+spawn(const char *script, struct pump *p, struct buf *tail, int *in)
+{
+	char *argv[] = {"/bin/sh", "-c", (char *)script, NULL}, err[256];
+	int ip[2] = {-1, -1}, op[2], ep[2], e;
+	struct proc_spec spec = {argv, NULL, NULL, 0, -1, -1, -1, NULL};
+	pid_t pid;
+
+	if (in != NULL ? pipe2(ip, O_CLOEXEC) < 0 :
+	                 (ip[0] = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0)
+		return -1;
+	if (pipe2(op, O_CLOEXEC) < 0 || pipe2(ep, O_CLOEXEC) < 0)
+		return -1;
+	spec.stdin_fd = ip[0];
+	spec.stdout_fd = op[1];
+	spec.stderr_fd = ep[1];
+	pid = proc_spawn(&spec, &e, err, sizeof(err));
+	close(ip[0]);
+	close(op[1]);
+	close(ep[1]);
+	pump_init(p, op[0], ep[0], tail);
+	p->pid = pid;
+	if (in != NULL)
+		*in = ip[1];
+	return pid;
+}
+
+/* Pumps until the child is done; its stdout in out. */
+static void
+pump_all(struct pump *p, struct buf *out)
+{
+	char b[1024];
+	size_t n;
+
+	while (!pump_done(p)) {
+		CHECK(pump_wait(p, 0) == 0);
+		if ((n = pump_read(p, b, sizeof(b))) > 0)
+			buf_append(out, b, n);
+	}
+	pump_close(p);
+}
+
+static void
+pump_output_and_status(void)
+{
+	struct buf out = {0}, tail = {0};
+	struct pump p;
+
+	CHECK(spawn("printf out; printf err >&2; printf more; exit 3", &p,
+	          &tail, NULL) > 0);
+	pump_all(&p, &out);
+	CHECK(out.len == 7 && memcmp(out.data, "outmore", 7) == 0);
+	CHECK(tail.len == 3 && memcmp(tail.data, "err", 3) == 0);
+	CHECK(WIFEXITED(p.status) && WEXITSTATUS(p.status) == 3);
+	CHECK(!pump_open(&p, PUMP_OUT) && !pump_open(&p, PUMP_ERR));
+	buf_free(&out);
+	buf_free(&tail);
+}
+
+/* More than a pipe holds, both ways: the feed must not block the pump. */
+static void
+pump_feeds_stdin(void)
+{
+	size_t len = 300000;
+	char *data = malloc(len);
+	struct buf out = {0};
+	struct pump p;
+	int in;
+
+	for (size_t i = 0; data != NULL && i < len; i++)
+		data[i] = (char)('a' + i % 26);
+	CHECK(data != NULL && spawn("cat", &p, NULL, &in) > 0);
+	pump_feed(&p, in, data, len);
+	pump_all(&p, &out);
+	CHECK(out.len == len && memcmp(out.data, data, len) == 0);
+	CHECK(WIFEXITED(p.status) && WEXITSTATUS(p.status) == 0);
+	buf_free(&out);
+	free(data);
+}
+
+static int lines;
+static size_t line_bytes;
+
+static void
+count_line(void *arg, const char *s, size_t n)
+{
+	(void)arg;
+	(void)s;
+	lines++;
+	line_bytes += n;
+}
+
+/* Only the last of stderr is kept, though every line is handed on. */
+static void
+pump_keeps_the_tail(void)
+{
+	struct buf out = {0}, tail = {0};
+	struct pump p;
+
+	lines = 0;
+	line_bytes = 0;
+	/* 2000 lines of 9 bytes and their newlines, then "end". */
+	CHECK(spawn("i=1000; while [ $i -lt 3000 ]; do echo line:$i >&2; "
+	            "i=$((i+1)); done; printf end >&2",
+	          &p, &tail, NULL) > 0);
+	p.line = count_line;
+	pump_all(&p, &out);
+	CHECK(lines == 2000 && line_bytes == 2000 * 9);
+	CHECK(tail.len >= PUMP_TAIL && tail.len <= 2 * PUMP_TAIL);
+	CHECK(tail.len >= 13 &&
+	    memcmp(tail.data + tail.len - 13, "line:2999\nend", 13) == 0);
+	buf_reset(&tail);
+	for (int i = 0; i < 2 * PUMP_TAIL; i++)
+		pump_tail_add(&tail, i == 2 * PUMP_TAIL - 1 ? "z" : "y", 1);
+	CHECK(tail.len == 2 * PUMP_TAIL && tail.data[tail.len - 1] == 'z');
+	pump_tail_add(&tail, "zz", 2);
+	CHECK(tail.len == PUMP_TAIL &&
+	    memcmp(tail.data + PUMP_TAIL - 3, "zzz", 3) == 0);
+	buf_free(&out);
+	buf_free(&tail);
+}
+
+/* The caller's descriptors and deadline, and a stop's KILL, wake it. */
+static void
+pump_wakes_for_the_caller(void)
+{
+	struct proc_stop stop = {0};
+	struct buf out = {0};
+	struct pump p;
+	int fds[2], w;
+	int64_t t0;
+
+	CHECK(pipe2(fds, O_CLOEXEC) == 0);
+	/* A child that ignores TERM, and keeps its pipes open. */
+	CHECK(spawn("trap '' TERM; while :; do sleep 0.05; done", &p, NULL,
+	          NULL) > 0);
+	p.stop = &stop;
+	w = pump_watch(&p, fds[0], POLLIN);
+	CHECK(w >= 0);
+	t0 = duration_now_ms();
+	CHECK(pump_wait(&p, t0 + 50) == 0);
+	CHECK(duration_now_ms() - t0 >= 50 && pump_ready(&p, w) == 0);
+	CHECK(write(fds[1], "x", 1) == 1);
+	CHECK(pump_wait(&p, 0) == 0 && (pump_ready(&p, w) & POLLIN));
+	CHECK(pump_ready(&p, -1) == 0);
+	t0 = duration_now_ms();
+	proc_stop_begin(&stop, p.pid, SIGTERM, 100, t0);
+	while (!pump_done(&p)) {
+		char b[64];
+		CHECK(pump_wait(&p, t0 + 10000) == 0);
+		proc_stop_tick(&stop, duration_now_ms());
+		(void)pump_read(&p, b, sizeof(b));
+		CHECK(duration_now_ms() - t0 < 5000);
+		if (duration_now_ms() - t0 >= 5000)
+			break;
+	}
+	CHECK(duration_now_ms() - t0 >= 100);
+	CHECK(WIFSIGNALED(p.status) && WTERMSIG(p.status) == SIGKILL);
+	pump_close(&p);
+	for (int i = 0; i < PUMP_WATCH_MAX - 1; i++)
+		CHECK(pump_watch(&p, fds[0], POLLIN) >= 0);
+	CHECK(pump_watch(&p, fds[0], POLLIN) == -1);
+	close(fds[0]);
+	close(fds[1]);
+	buf_free(&out);
+}
+
+UNIT_TESTS(pump_tests) = {
+    {"pump: a child's stdout, the tail of its stderr, its end",
+        pump_output_and_status},
+    {"pump: stdin fed while stdout is read", pump_feeds_stdin},
+    {"pump: stderr's lines handed on, its last bytes kept",
+        pump_keeps_the_tail},
+    {"pump: woken by the caller's fds, deadline and a stop's KILL",
+        pump_wakes_for_the_caller},
+    {NULL, NULL},
+};
