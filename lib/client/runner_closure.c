@@ -71,17 +71,6 @@ runner_strv_free(char **v)
 }
 
 void
-runner_tail_append(struct buf *b, const char *p, size_t n)
-{
-	buf_append(b, p, n);
-	if (b->len > 2 * RUNNER_ERR_TAIL) {
-		memmove(b->data, b->data + b->len - RUNNER_ERR_TAIL,
-		    RUNNER_ERR_TAIL);
-		b->len = RUNNER_ERR_TAIL;
-	}
-}
-
-void
 runner_out_append(struct runner_slot *s, struct runner_run *r, const char *p,
     size_t n)
 {

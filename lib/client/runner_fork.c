@@ -11,12 +11,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "duration.h"
 #include "proc.h"
+#include "pump.h"
 #include "runner_int.h"
 #include "text.h"
 
@@ -32,14 +32,6 @@ close_pair(int p[2])
 		}
 }
 
-static int
-set_nonblock(int fd)
-{
-	int fl = fcntl(fd, F_GETFL);
-
-	return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-}
-
 void
 runner_fork(struct runner_slot *s, struct runner_run *r)
 {
@@ -48,14 +40,15 @@ runner_fork(struct runner_slot *s, struct runner_run *r)
 	int64_t timeout =
 	    json_integer_value(json_object_get(r->spec, "timeout_ms"));
 	struct buf in = {0};
-	size_t inoff = 0, i;
+	size_t i;
 	int ip[2] = {-1, -1}, op[2] = {-1, -1}, ep[2] = {-1, -1}, e, status = 0;
 	char **argv, **env = NULL, **owned = NULL, why[1024];
 	const char *what = NULL;
 	struct proc_stop stop = {0};
+	struct pump pump;
 	int64_t start = duration_now_ms();
 	pid_t pid;
-	int timed_out = 0;
+	int timed_out = 0, cancel;
 
 	if (jin != NULL)
 		text_base64_decode(&in, json_string_value(jin),
@@ -116,108 +109,22 @@ runner_fork(struct runner_slot *s, struct runner_run *r)
 	pthread_mutex_unlock(&s->mu);
 	if (pre)
 		proc_stop_begin(&stop, pid, SIGTERM, s->wk->o.grace, start);
+	pump_init(&pump, op[0], ep[0], &r->err);
 	if (ip[1] >= 0)
-		set_nonblock(ip[1]);
-	int open_out = 1, open_err = 1;
-	while (open_out || open_err) {
-		struct pollfd pf[4];
-		int np = 0, io = -1, ie = -1, ii = -1, ic;
-		int64_t now = duration_now_ms(), wait = -1;
+		pump_feed(&pump, ip[1], in.data, in.len);
+	pump.pid = pid;
+	pump.stop = &stop;
+	cancel = pump_watch(&pump, s->cancel[0], POLLIN);
+	while (!pump_done(&pump)) {
 		char b[65536];
+		size_t n;
+		int64_t now;
 
-		if (open_out) {
-			io = np;
-			pf[np++] = (struct pollfd){op[0], POLLIN, 0};
-		}
-		if (open_err) {
-			ie = np;
-			pf[np++] = (struct pollfd){ep[0], POLLIN, 0};
-		}
-		if (ip[1] >= 0) {
-			ii = np;
-			pf[np++] = (struct pollfd){ip[1], POLLOUT, 0};
-		}
-		ic = np;
-		pf[np++] = (struct pollfd){s->cancel[0], POLLIN, 0};
-		if (timeout > 0 && !timed_out) {
-			wait = start + timeout - now;
-			if (wait <= 0) {
-				timed_out = 1;
-				proc_stop_begin(&stop, pid, SIGTERM,
-				    s->wk->o.grace, now);
-				continue;
-			}
-		}
-		if (proc_stop_next(&stop) != 0) {
-			int64_t k = proc_stop_next(&stop) - now;
-			if (k < 0)
-				k = 0;
-			if (wait < 0 || k < wait)
-				wait = k;
-		}
-		if (poll(pf, (nfds_t)np, wait < 0 ? -1 : (int)wait) < 0 &&
-		    errno != EINTR)
-			break;
-		now = duration_now_ms();
-		proc_stop_tick(&stop, now);
-		if (pf[ic].revents != 0) {
-			runner_drain(s->cancel[0]);
-			if (stop.kill_at == 0)
-				proc_stop_begin(&stop, pid, SIGTERM,
-				    s->wk->o.grace, now);
-		}
-		if (io >= 0 && pf[io].revents != 0) {
-			ssize_t n = read(op[0], b, sizeof(b));
-			if (n > 0)
-				runner_out_append(s, r, b, (size_t)n);
-			else if (n == 0 || errno != EINTR)
-				open_out = 0;
-		}
-		if (ie >= 0 && pf[ie].revents != 0) {
-			ssize_t n = read(ep[0], b, sizeof(b));
-			if (n > 0)
-				runner_tail_append(&r->err, b, (size_t)n);
-			else if (n == 0 || errno != EINTR)
-				open_err = 0;
-		}
-		if (ii >= 0 && pf[ii].revents != 0) {
-			ssize_t n =
-			    write(ip[1], in.data + inoff, in.len - inoff);
-			if (n > 0)
-				inoff += (size_t)n;
-			if ((n < 0 && errno != EAGAIN && errno != EINTR) ||
-			    inoff == in.len) {
-				close(ip[1]);
-				ip[1] = -1;
-			}
-		}
-	}
-	close(op[0]);
-	close(ep[0]);
-	if (ip[1] >= 0)
-		close(ip[1]);
-	/* Its output closed; it may still be ending (or in its grace): wait
-	 * on a pidfd, so that its end is seen at once. */
-	int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
-	while (waitpid(pid, &status, WNOHANG) == 0) {
-		struct pollfd pf[2] = {{s->cancel[0], POLLIN, 0},
-		    {pfd, POLLIN, 0}};
-		int64_t now = duration_now_ms(), wait = pfd >= 0 ? 1000 : 5;
-		if (proc_stop_next(&stop) != 0 &&
-		    proc_stop_next(&stop) - now < wait)
-			wait = proc_stop_next(&stop) > now ?
-			    proc_stop_next(&stop) - now :
-			    0;
-		if (timeout > 0 && !timed_out && start + timeout - now < wait)
-			wait =
-			    start + timeout > now ? start + timeout - now : 0;
-		if (poll(pf, pfd >= 0 ? 2 : 1, (int)wait) > 0 &&
-		    pf[0].revents != 0) {
-			runner_drain(s->cancel[0]);
-			if (stop.kill_at == 0)
-				proc_stop_begin(&stop, pid, SIGTERM,
-				    s->wk->o.grace, now);
-		}
+		/* A failed poll ends the pumping: the child is awaited
+		 * with its pipes closed, as one whose output ended. */
+		if (pump_wait(&pump,
+		        timeout > 0 && !timed_out ? start + timeout : 0) < 0)
+			pump_close(&pump);
 		now = duration_now_ms();
 		if (timeout > 0 && !timed_out && now - start >= timeout) {
 			timed_out = 1;
@@ -225,9 +132,17 @@ runner_fork(struct runner_slot *s, struct runner_run *r)
 			    now);
 		}
 		proc_stop_tick(&stop, now);
+		if (pump_ready(&pump, cancel) != 0) {
+			runner_drain(s->cancel[0]);
+			if (stop.kill_at == 0)
+				proc_stop_begin(&stop, pid, SIGTERM,
+				    s->wk->o.grace, now);
+		}
+		if ((n = pump_read(&pump, b, sizeof(b))) > 0)
+			runner_out_append(s, r, b, n);
 	}
-	if (pfd >= 0)
-		close(pfd);
+	pump_close(&pump);
+	status = pump.status;
 	pthread_mutex_lock(&s->mu);
 	s->pid = 0;
 	pthread_mutex_unlock(&s->mu);

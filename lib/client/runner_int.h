@@ -8,8 +8,8 @@
  *	                   as JSON
  *	runner_resource.c  resources, built once per incarnation, and the
  *	                   directory they are built in
- *	runner_fork.c      a closure as a process of its own, and the pump
- *	                   of its stdin, stdout and stderr
+ *	runner_fork.c      a closure as a process of its own, its stdin,
+ *	                   stdout and stderr pumped (io/pump.h)
  *	runner_serve.c     a closure as a line to the slot's --serve process
  *	runner_beat.c      registering, and the heartbeat
  *	runner.c           the slots' take and report loop; runner.h's calls
@@ -26,9 +26,11 @@
 
 #include "buf.h"
 #include "dispatch_client.h"
+#include "pump.h"
 #include "runner.h"
 
-#define RUNNER_ERR_TAIL 4096 /* of a closure's stderr, reported */
+/* Of a closure's stderr, reported: what the pump keeps of it. */
+#define RUNNER_ERR_TAIL PUMP_TAIL
 
 /* A resource, as built on this worker in this incarnation. */
 struct runner_res {
@@ -109,10 +111,9 @@ int runner_exec_local(int e);
 /* What a closure sees set in its environment ("NAME=value" each). */
 char **runner_closure_vars(struct runner_slot *s, struct runner_run *r);
 void runner_strv_free(char **v);
-/* Its stdout, cut at max_output; the tail of its stderr. */
+/* Its stdout, cut at max_output. */
 void runner_out_append(struct runner_slot *s, struct runner_run *r,
     const char *p, size_t n);
-void runner_tail_append(struct buf *b, const char *p, size_t n);
 /*
  * r could not be started here, for a reason of this worker's (no file
  * descriptors, no memory, no fork, no /bin/sh for --serve): it goes back

@@ -19,6 +19,7 @@
 
 #include "duration.h"
 #include "proc.h"
+#include "pump.h"
 #include "runner_int.h"
 #include "text.h"
 
@@ -233,7 +234,7 @@ runner_serve(struct runner_slot *s, struct runner_run *r)
 		runner_out_append(s, r, b.data, b.len);
 	buf_reset(&b);
 	if (e != NULL && text_base64_decode(&b, e, strlen(e)) == 0)
-		runner_tail_append(&r->err, b.data, b.len);
+		pump_tail_add(&r->err, b.data, b.len);
 	buf_free(&b);
 	json_decref(reply);
 }
