@@ -175,7 +175,6 @@ struct rd {
 	struct skip *skip;      /* ranges to drop, sorted */
 	size_t nskip, sk;
 	struct buf tail; /* the reader's stderr, its last bytes */
-	size_t logged;   /* of tail, copied to our log (-v) */
 	size_t bsize;    /* new blocks' size: grows with the elements */
 	const char *why; /* the reading cannot go on: out of memory, say */
 };

@@ -20,12 +20,12 @@
 #include "dataserve_int.h"
 #include "log.h"
 #include "proc.h"
+#include "pump.h"
 
 extern char **environ;
 
 #define ROOM_MIN (16u << 10) /* the smallest read worth making */
 #define PIPE_SIZE (1 << 20)  /* fewer, larger reads from a fast reader */
-#define ERR_TAIL 4096
 
 /* Calls to dispatchd. */
 
@@ -384,28 +384,14 @@ rd_split_end(struct rd *rd)
 	rd_publish(rd, CHUNK_SPLIT_END);
 }
 
-/* The reader's stderr: its tail kept for a message, its lines logged
- * with -v. */
+/* The reader's stderr: its tail is kept for a message (the pump keeps
+ * it), its lines logged with -v. */
 static void
-tail_add(struct rd *rd, const char *p, size_t n)
+log_line(void *arg, const char *s, size_t n)
 {
-	struct buf *b = &rd->tail;
-	char *nl;
+	struct rd *rd = arg;
 
-	buf_append(b, p, n);
-	while (log_verbose() && b->data != NULL &&
-	    (nl = memchr(b->data + rd->logged, '\n', b->len - rd->logged)) !=
-	        NULL) {
-		log_debug("task %" PRIu64 " reader: %.*s", rd->t->id,
-		    (int)(nl - b->data - rd->logged), b->data + rd->logged);
-		rd->logged = (size_t)(nl - b->data) + 1;
-	}
-	if (b->len > 2 * ERR_TAIL) {
-		size_t cut = b->len - ERR_TAIL;
-		memmove(b->data, b->data + cut, ERR_TAIL);
-		b->len = ERR_TAIL;
-		rd->logged = rd->logged > cut ? rd->logged - cut : 0;
-	}
+	log_debug("task %" PRIu64 " reader: %.*s", rd->t->id, (int)n, s);
 }
 
 static void
@@ -453,11 +439,11 @@ free_vars(char *set[12])
 		free(set[i]);
 }
 
-/* Starts the reader on sp, stdout and stderr to pipes (*out, *err);
- * its pid, or -1 with why in msg. */
+/* Starts the reader on sp, its stdout and stderr pumped by p; its pid, or
+ * -1 with why in msg. */
 static pid_t
-reader_spawn(struct rd *rd, const struct split *sp, uint64_t skip0, int *out,
-    int *err, char *msg, size_t msglen)
+reader_spawn(struct rd *rd, const struct split *sp, uint64_t skip0,
+    struct pump *p, char *msg, size_t msglen)
 {
 	struct task *t = rd->t;
 	char *argv[] = {"/bin/sh", "-c", t->reader, NULL}, *set[12], **env;
@@ -500,49 +486,35 @@ reader_spawn(struct rd *rd, const struct split *sp, uint64_t skip0, int *out,
 		kill(-pid, SIGKILL);
 	t->pid = pid;
 	pthread_mutex_unlock(&t->mu);
-	*out = op[0];
-	*err = ep[0];
+	pump_init(p, op[0], ep[0], &rd->tail);
 	return pid;
 }
 
 /*
- * Reads the reader's stdout into chunks and its stderr into the tail
- * until both close. 0, or -1 when the task is dropped or the reading
- * cannot go on.
+ * Reads the reader's stdout into chunks, and has p keep its stderr, until
+ * both close. 0, or -1 when the task is dropped or the reading cannot go
+ * on.
  */
 static int
-rd_pump(struct rd *rd, int out, int err)
+rd_pump(struct rd *rd, struct pump *p)
 {
-	struct pollfd pf[3] = {{out, POLLIN, 0}, {err, POLLIN, 0},
-	    {rd->t->cancel[0], POLLIN, 0}};
-	char b[4096];
-	ssize_t n;
+	int cancel = pump_watch(p, rd->t->cancel[0], POLLIN);
+	size_t n;
 
-	while (pf[0].fd >= 0 || pf[1].fd >= 0) {
-		if (pf[0].fd >= 0 && rd_room(rd) < 0)
+	if (log_verbose()) {
+		p->line = log_line;
+		p->arg = rd;
+	}
+	while (!pump_done(p)) {
+		if (pump_open(p, PUMP_OUT) && rd_room(rd) < 0)
 			return -1;
-		if (poll(pf, 3, -1) < 0) {
-			if (errno == EINTR)
-				continue;
+		if (pump_wait(p, 0) < 0 || pump_ready(p, cancel) != 0)
 			return -1;
-		}
-		if (pf[2].revents != 0)
-			return -1;
-		if (pf[1].revents != 0) {
-			if ((n = read(err, b, sizeof(b))) > 0)
-				tail_add(rd, b, (size_t)n);
-			else if (n == 0 || errno != EINTR)
-				pf[1].fd = -1;
-		}
-		if (pf[0].revents != 0) {
-			n = read(out, rd->blk->data + rd->fill,
-			    rd->blk->cap - rd->fill);
-			if (n > 0) {
-				rd->fill += (size_t)n;
-				rd_scan(rd);
-			} else if (n == 0 || errno != EINTR) {
-				pf[0].fd = -1;
-			}
+		if (pump_ready(p, PUMP_OUT) != 0 &&
+		    (n = pump_read(p, rd->blk->data + rd->fill,
+		         rd->blk->cap - rd->fill)) > 0) {
+			rd->fill += n;
+			rd_scan(rd);
 		}
 		if (rd->why != NULL)
 			return -1;
@@ -695,7 +667,8 @@ dataserve_read_split(struct rd *rd, const struct split *sp)
 	struct task *t = rd->t;
 	char msg[512];
 	uint64_t skip0, ee0 = rd->ee;
-	int out, err, status, rc, tries = 0;
+	int status, rc, tries = 0;
+	struct pump p;
 	pid_t pid;
 
 	if (rd_skips(rd, sp->skip, &skip0) < 0) {
@@ -714,16 +687,13 @@ again:
 	rd->ee = ee0 + rd->e;
 	rd->count = 0;
 	buf_reset(&rd->tail);
-	rd->logged = 0;
-	if ((pid = reader_spawn(rd, sp, skip0, &out, &err, msg, sizeof(msg))) <
-	    0) {
-		tail_add(rd, msg, strlen(msg));
+	if ((pid = reader_spawn(rd, sp, skip0, &p, msg, sizeof(msg))) < 0) {
+		buf_append(&rd->tail, msg, strlen(msg));
 		reader_failed(rd, sp, 127 << 8);
 		return -1;
 	}
-	rc = rd_pump(rd, out, err);
-	close(out);
-	close(err);
+	rc = rd_pump(rd, &p);
+	pump_close(&p);
 	if (rc < 0)
 		kill(-pid, SIGKILL);
 	status = reader_wait(t, pid);
