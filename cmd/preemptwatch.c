@@ -9,11 +9,11 @@
  * The library does the work (agent_main.h: the signals, the notices,
  * registration, restarts and leaving; session.h: the session's threads;
  * preempt.h: the protocol; proc.h: the command, its guard, its stop;
+ * pump.h: the wait for signals, events and the next deadline;
  * agent_cmd.h: what the command is given; agent_opts.h: the options;
  * agent_exit.h: the exit codes, and which a preempted run leaves with);
  * this file is one run, as a table of states and events.
  */
-#include <errno.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -31,6 +31,7 @@
 #include "log.h"
 #include "preempt.h"
 #include "proc.h"
+#include "pump.h"
 #include "session.h"
 #include "sigfd.h"
 #include "wallclock.h"
@@ -475,6 +476,9 @@ on_signal(struct run *r, int sig)
 static void
 run_loop(struct run *r)
 {
+	struct pump p;
+	int sigs, events;
+
 	/*
 	 * Each run is judged alone: nothing of the one before (how it
 	 * ended, whether it may restart, why it was stopped) may decide
@@ -498,24 +502,27 @@ run_loop(struct run *r)
 	r->reason[0] = '\0';
 	r->sync_err[0] = '\0';
 	proc_stop_clear(&r->stop);
+	/*
+	 * The command writes where we do, and its end comes as SIGCHLD (as
+	 * process 1 of a container we reap orphans too): the pump has none
+	 * of its pipes and no pid to reap, only the signals, the session's
+	 * events and the times to wake for.
+	 */
+	pump_init(&p, -1, -1, NULL);
+	p.stop = &r->stop;
+	sigs = pump_watch(&p, r->ag->sfd, POLLIN);
+	events = pump_watch(&p, evq_fd(r->ag->s.q), POLLIN);
 	while (!r->done) {
-		struct pollfd pfd[2] = {{r->ag->sfd, POLLIN, 0},
-		    {evq_fd(r->ag->s.q), POLLIN, 0}};
-		int64_t now = duration_now_ms(),
-		        next = proc_stop_next(&r->stop);
-		int timeout = -1;
+		int64_t now, next = 0;
 		struct session_event ev;
 		int sig;
 
-		if (r->stop_at != 0 && r->child > 0 &&
-		    (next == 0 || r->stop_at < next))
+		if (r->stop_at != 0 && r->child > 0)
 			next = r->stop_at;
 		if (r->state == SETTLING &&
 		    (next == 0 || r->settle_until < next))
 			next = r->settle_until;
-		if (next != 0)
-			timeout = next > now ? (int)(next - now) : 0;
-		if (poll(pfd, 2, timeout) < 0 && errno != EINTR)
+		if (pump_wait(&p, next) < 0)
 			break;
 		now = duration_now_ms();
 		if (r->stop_at != 0 && r->child > 0 && now >= r->stop_at) {
@@ -527,10 +534,10 @@ run_loop(struct run *r)
 		if (proc_stop_tick(&r->stop, now))
 			log_info("the command is still running after the grace "
 			         "period: SIGKILL");
-		if ((pfd[1].revents & POLLIN) &&
+		if ((pump_ready(&p, events) & POLLIN) &&
 		    evq_read(r->ag->s.q, &ev, sizeof(ev)) == 0)
 			on_session_event(r, &ev);
-		while (!r->done && (pfd[0].revents & POLLIN) &&
+		while (!r->done && (pump_ready(&p, sigs) & POLLIN) &&
 		    (sig = sigfd_read(r->ag->sfd)) != 0)
 			on_signal(r, sig);
 	}
