@@ -480,28 +480,12 @@ run_loop(struct run *r)
 	int sigs, events;
 
 	/*
-	 * Each run is judged alone: nothing of the one before (how it
-	 * ended, whether it may restart, why it was stopped) may decide
-	 * this one, or a run that succeeds after a failed one would be
-	 * restarted too.
+	 * Each run is judged alone, so all of it but the options and the
+	 * skeleton starts anew: nothing of the one before (how it ended,
+	 * whether it may restart, why it was stopped) may decide this one,
+	 * or a run that succeeds after a failed one would be restarted too.
 	 */
-	r->state = WAITING;
-	r->done = 0;
-	r->code = 0;
-	r->restartable = 0;
-	r->noticed = 0;
-	r->abandon = 0;
-	r->death = 0;
-	r->settle_until = 0;
-	r->own_sent = 0;
-	r->child = 0;
-	r->stop_at = 0;
-	r->sig = 0;
-	r->status = 0;
-	r->ev = NULL;
-	r->reason[0] = '\0';
-	r->sync_err[0] = '\0';
-	proc_stop_clear(&r->stop);
+	*r = (struct run){.o = r->o, .ag = r->ag, .state = WAITING};
 	/*
 	 * The command writes where we do, and its end comes as SIGCHLD (as
 	 * process 1 of a container we reap orphans too): the pump has none
