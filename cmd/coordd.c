@@ -52,99 +52,87 @@ parse_recoverable(const char *arg, struct registry_config *rc)
 	return 0;
 }
 
+static const struct option longopts[] = {
+    DAEMON_LONGOPTS,
+    {"max-value-size", required_argument, NULL, 'M'},
+    {"cluster", required_argument, NULL, 'C'},
+    {"heartbeat-timeout", required_argument, NULL, 'H'},
+    {"register-timeout", required_argument, NULL, 'G'},
+    {"shutdown-barrier-timeout", required_argument, NULL, 'S'},
+    {"recoverable", required_argument, NULL, 'r'},
+    {"max-keys", required_argument, NULL, 'K'},
+    {"max-store-bytes", required_argument, NULL, 'B'},
+    {"max-barriers", required_argument, NULL, 'b'},
+    {NULL, 0, NULL, 0},
+};
+
+/* --recoverable's jobs, checked once --cluster is read, wherever it is. */
+static const char *recoverable;
+
 static int
-parse_args(int argc, char **argv, struct daemon_options *d, void *cfg)
+option(int c, const char *arg, void *cfg)
 {
 	struct coord_config *cc = cfg;
-	static const struct option longopts[] = {
-	    DAEMON_LONGOPTS,
-	    {"max-value-size", required_argument, NULL, 'M'},
-	    {"cluster", required_argument, NULL, 'C'},
-	    {"heartbeat-timeout", required_argument, NULL, 'H'},
-	    {"register-timeout", required_argument, NULL, 'G'},
-	    {"shutdown-barrier-timeout", required_argument, NULL, 'S'},
-	    {"recoverable", required_argument, NULL, 'r'},
-	    {"max-keys", required_argument, NULL, 'K'},
-	    {"max-store-bytes", required_argument, NULL, 'B'},
-	    {"max-barriers", required_argument, NULL, 'b'},
-	    {NULL, 0, NULL, 0},
-	};
 	struct registry_config *rc = &cc->cluster;
-	const char *recoverable = NULL;
 	char err[512];
 	long n;
-	int c, r;
 
-	while ((c = getopt_long(argc, argv, DAEMON_SHORTOPTS, longopts,
-	            NULL)) != -1) {
-		if ((r = daemon_option(d, c, optarg, synopsis)) != 0) {
-			if (r < 0)
-				return 2;
-			continue;
-		}
-		switch (c) {
-		case 'M':
-			if (parse_size(optarg, &cc->kv.max_value) < 0 ||
-			    cc->kv.max_value == 0)
-				return cli_usage_error(synopsis,
-				    "--max-value-size "
-				    "%s is not a size (like 1048576, 64K, 16M)",
-				    optarg);
-			break;
-		case 'C':
-			if (task_parse_cluster(optarg, &rc->cluster, err,
-			        sizeof(err)) < 0)
-				return cli_usage_error(synopsis,
-				    "--cluster: %s", err);
-			break;
-		case 'H':
-			if (cli_duration_flag(synopsis, "--heartbeat-timeout",
-			        optarg, 1, &rc->heartbeat_timeout_ms) != 0)
-				return 2;
-			break;
-		case 'G':
-			if (cli_duration_flag(synopsis, "--register-timeout",
-			        optarg, 1, &rc->register_timeout_ms) != 0)
-				return 2;
-			break;
-		case 'S':
-			if (cli_duration_flag(synopsis,
-			        "--shutdown-barrier-timeout", optarg, 0,
-			        &cc->shutdown_barrier_timeout_ms) != 0)
-				return 2;
-			break;
-		case 'r': recoverable = optarg; break;
-		case 'K':
-			if (cli_number_flag(synopsis, "--max-keys", optarg, 1,
-			        1L << 40, &n) != 0)
-				return 2;
-			cc->kv.max_keys = (size_t)n;
-			break;
-		case 'B':
-			if (parse_size(optarg, &cc->kv.max_bytes) < 0 ||
-			    cc->kv.max_bytes == 0)
-				return cli_usage_error(synopsis,
-				    "--max-store-bytes %s is not a size (like "
-				    "1G, 512M)",
-				    optarg);
-			break;
-		case 'b':
-			if (cli_number_flag(synopsis, "--max-barriers", optarg,
-			        1, 1L << 30, &n) != 0)
-				return 2;
-			cc->max_barriers = (size_t)n;
-			break;
-		default: return cli_std_option(c, synopsis);
-		}
+	switch (c) {
+	case 'M':
+		if (parse_size(arg, &cc->kv.max_value) < 0 ||
+		    cc->kv.max_value == 0)
+			return cli_usage_error(synopsis,
+			    "--max-value-size "
+			    "%s is not a size (like 1048576, 64K, 16M)",
+			    arg);
+		return 0;
+	case 'C':
+		if (task_parse_cluster(arg, &rc->cluster, err, sizeof(err)) < 0)
+			return cli_usage_error(synopsis, "--cluster: %s", err);
+		return 0;
+	case 'H':
+		return cli_duration_flag(synopsis, "--heartbeat-timeout", arg,
+		    1, &rc->heartbeat_timeout_ms);
+	case 'G':
+		return cli_duration_flag(synopsis, "--register-timeout", arg, 1,
+		    &rc->register_timeout_ms);
+	case 'S':
+		return cli_duration_flag(synopsis, "--shutdown-barrier-timeout",
+		    arg, 0, &cc->shutdown_barrier_timeout_ms);
+	case 'r': recoverable = arg; return 0;
+	case 'K':
+		if (cli_number_flag(synopsis, "--max-keys", arg, 1, 1L << 40,
+		        &n) != 0)
+			return 2;
+		cc->kv.max_keys = (size_t)n;
+		return 0;
+	case 'B':
+		if (parse_size(arg, &cc->kv.max_bytes) < 0 ||
+		    cc->kv.max_bytes == 0)
+			return cli_usage_error(synopsis,
+			    "--max-store-bytes %s is not a size (like "
+			    "1G, 512M)",
+			    arg);
+		return 0;
+	case 'b':
+		if (cli_number_flag(synopsis, "--max-barriers", arg, 1,
+		        1L << 30, &n) != 0)
+			return 2;
+		cc->max_barriers = (size_t)n;
+		return 0;
+	default: return cli_std_option(c, synopsis);
 	}
-	if (optind != argc)
-		return cli_usage_error(synopsis, "unexpected argument %s",
-		    argv[optind]);
-	if ((r = daemon_options_check(d, synopsis)) != 0)
-		return r;
+}
+
+static int
+configure(struct daemon_options *d, void *cfg)
+{
+	struct coord_config *cc = cfg;
+
 	if (cc->kv.max_value == 0)
 		cc->kv.max_value = KV_MAX_VALUE_DEFAULT;
-	if (recoverable != NULL && parse_recoverable(recoverable, rc) != 0)
+	if (recoverable != NULL &&
+	    parse_recoverable(recoverable, &cc->cluster) != 0)
 		return 2;
 	cc->max_wait_ms = d->max_wait_ms;
 	cc->authenticated = d->token_len > 0;
@@ -183,8 +171,8 @@ int
 main(int argc, char **argv)
 {
 	static struct coord_config cc;
-	static const struct daemon_program p = {"coordd", 7700, &cc, parse_args,
-	    open_service, close_service};
+	static const struct daemon_program p = {"coordd", 7700, synopsis,
+	    longopts, &cc, option, configure, open_service, close_service};
 
 	return daemon_main(&p, argc, argv);
 }

@@ -71,106 +71,90 @@ bad:
 	return -1;
 }
 
+static const struct option longopts[] = {
+    DAEMON_LONGOPTS,
+    {"heartbeat-timeout", required_argument, NULL, 'H'},
+    {"queue-max", required_argument, NULL, 'Q'},
+    {"worker-recovery", required_argument, NULL, 'R'},
+    {"watchdog", required_argument, NULL, 'W'},
+    {"max-worker-deaths", required_argument, NULL, 'D'},
+    {"max-closure-size", required_argument, NULL, 'M'},
+    {"max-store-bytes", required_argument, NULL, 'B'},
+    {"static-workers", required_argument, NULL, 'S'},
+    {"client-timeout", required_argument, NULL, 'C'},
+    {"job-gc-timeout", required_argument, NULL, 'G'},
+    {NULL, 0, NULL, 0},
+};
+
 static int
-parse_args(int argc, char **argv, struct daemon_options *d, void *cfg)
+option(int c, const char *arg, void *cfg)
 {
 	struct dispatch_config *dc = cfg;
-	static const struct option longopts[] = {
-	    DAEMON_LONGOPTS,
-	    {"heartbeat-timeout", required_argument, NULL, 'H'},
-	    {"queue-max", required_argument, NULL, 'Q'},
-	    {"worker-recovery", required_argument, NULL, 'R'},
-	    {"watchdog", required_argument, NULL, 'W'},
-	    {"max-worker-deaths", required_argument, NULL, 'D'},
-	    {"max-closure-size", required_argument, NULL, 'M'},
-	    {"max-store-bytes", required_argument, NULL, 'B'},
-	    {"static-workers", required_argument, NULL, 'S'},
-	    {"client-timeout", required_argument, NULL, 'C'},
-	    {"job-gc-timeout", required_argument, NULL, 'G'},
-	    {NULL, 0, NULL, 0},
-	};
 	long n;
-	int c, r;
 
-	while ((c = getopt_long(argc, argv, DAEMON_SHORTOPTS, longopts,
-	            NULL)) != -1) {
-		if ((r = daemon_option(d, c, optarg, synopsis)) != 0) {
-			if (r < 0)
-				return 2;
-			continue;
+	switch (c) {
+	case 'H':
+		return cli_duration_flag(synopsis, "--heartbeat-timeout", arg,
+		    100, &dc->cq.hb_timeout_ms);
+	case 'Q':
+		if (cli_number_flag(synopsis, "--queue-max", arg, 1, 1L << 30,
+		        &n) != 0)
+			return 2;
+		dc->cq.queue_max = (size_t)n;
+		return 0;
+	case 'R':
+		return cli_duration_flag(synopsis, "--worker-recovery", arg, 1,
+		    &dc->worker_recovery_ms);
+	case 'W':
+		return cli_duration_flag(synopsis, "--watchdog", arg, 10,
+		    &dc->watchdog_ms);
+	case 'D':
+		if (cli_number_flag(synopsis, "--max-worker-deaths", arg, 1,
+		        1000000, &n) != 0)
+			return 2;
+		dc->cq.max_deaths = n;
+		return 0;
+	case 'M':
+		if (parse_size(arg, &dc->cq.max_spec) < 0 ||
+		    dc->cq.max_spec < 1024)
+			return cli_usage_error(synopsis,
+			    "--max-closure-size %s is not a size of "
+			    "at least 1K (like 64K, 16M)",
+			    arg);
+		return 0;
+	case 'B':
+		if (parse_size(arg, &dc->cq.max_store) < 0 ||
+		    dc->cq.max_store < 1024)
+			return cli_usage_error(synopsis,
+			    "--max-store-bytes %s is not a size of "
+			    "at least 1K (like 512M, 4G)",
+			    arg);
+		return 0;
+	case 'S':
+		if (static_workers(arg, &dc->ds) < 0) {
+			fprintf(stderr,
+			    "dispatchd: --static-workers %s: a list of "
+			    "worker names (JOB:INDEX), comma-separated, "
+			    "each once\n%s",
+			    arg, synopsis);
+			return 2;
 		}
-		switch (c) {
-		case 'H':
-			if (cli_duration_flag(synopsis, "--heartbeat-timeout",
-			        optarg, 100, &dc->cq.hb_timeout_ms) != 0)
-				return 2;
-			break;
-		case 'Q':
-			if (cli_number_flag(synopsis, "--queue-max", optarg, 1,
-			        1L << 30, &n) != 0)
-				return 2;
-			dc->cq.queue_max = (size_t)n;
-			break;
-		case 'R':
-			if (cli_duration_flag(synopsis, "--worker-recovery",
-			        optarg, 1, &dc->worker_recovery_ms) != 0)
-				return 2;
-			break;
-		case 'W':
-			if (cli_duration_flag(synopsis, "--watchdog", optarg,
-			        10, &dc->watchdog_ms) != 0)
-				return 2;
-			break;
-		case 'D':
-			if (cli_number_flag(synopsis, "--max-worker-deaths",
-			        optarg, 1, 1000000, &n) != 0)
-				return 2;
-			dc->cq.max_deaths = n;
-			break;
-		case 'M':
-			if (parse_size(optarg, &dc->cq.max_spec) < 0 ||
-			    dc->cq.max_spec < 1024)
-				return cli_usage_error(synopsis,
-				    "--max-closure-size %s is not a size of "
-				    "at least 1K (like 64K, 16M)",
-				    optarg);
-			break;
-		case 'B':
-			if (parse_size(optarg, &dc->cq.max_store) < 0 ||
-			    dc->cq.max_store < 1024)
-				return cli_usage_error(synopsis,
-				    "--max-store-bytes %s is not a size of "
-				    "at least 1K (like 512M, 4G)",
-				    optarg);
-			break;
-		case 'S':
-			if (static_workers(optarg, &dc->ds) < 0) {
-				fprintf(stderr,
-				    "dispatchd: --static-workers %s: a list of "
-				    "worker names (JOB:INDEX), comma-separated, "
-				    "each once\n%s",
-				    optarg, synopsis);
-				return 2;
-			}
-			break;
-		case 'C':
-			if (cli_duration_flag(synopsis, "--client-timeout",
-			        optarg, 1, &dc->ds.client_timeout_ms) != 0)
-				return 2;
-			break;
-		case 'G':
-			if (cli_duration_flag(synopsis, "--job-gc-timeout",
-			        optarg, 1, &dc->ds.gc_timeout_ms) != 0)
-				return 2;
-			break;
-		default: return cli_std_option(c, synopsis);
-		}
+		return 0;
+	case 'C':
+		return cli_duration_flag(synopsis, "--client-timeout", arg, 1,
+		    &dc->ds.client_timeout_ms);
+	case 'G':
+		return cli_duration_flag(synopsis, "--job-gc-timeout", arg, 1,
+		    &dc->ds.gc_timeout_ms);
+	default: return cli_std_option(c, synopsis);
 	}
-	if (optind != argc)
-		return cli_usage_error(synopsis, "unexpected argument %s",
-		    argv[optind]);
-	if ((r = daemon_options_check(d, synopsis)) != 0)
-		return r;
+}
+
+static int
+configure(struct daemon_options *d, void *cfg)
+{
+	struct dispatch_config *dc = cfg;
+
 	if (dc->cq.max_spec == 0)
 		dc->cq.max_spec = 16u << 20;
 	dc->max_wait_ms = d->max_wait_ms;
@@ -211,8 +195,8 @@ int
 main(int argc, char **argv)
 {
 	static struct dispatch_config dc;
-	static const struct daemon_program p = {"dispatchd", 7701, &dc,
-	    parse_args, open_service, close_service};
+	static const struct daemon_program p = {"dispatchd", 7701, synopsis,
+	    longopts, &dc, option, configure, open_service, close_service};
 
 	/*
 	 * Values are held until forgotten, between requests whose bodies

@@ -50,7 +50,14 @@ daemon_options_init(struct daemon_options *o, int port)
 	o->max_body = 1u << 20;
 }
 
-int
+/* The skeleton's short options; a program's own are long ones. */
+#define DAEMON_SHORTOPTS "hl:nv"
+
+/*
+ * Takes option c if it is one of the skeleton's: 1 taken, 0 not ours, -1
+ * a usage error (said on stderr). -h and --version are cli_std_option's.
+ */
+static int
 daemon_option(struct daemon_options *o, int c, const char *arg,
     const char *synopsis)
 {
@@ -264,7 +271,12 @@ daemon_options_free(struct daemon_options *o)
 	o->tls_cert_pem = o->tls_key_pem = o->tls_client_ca_pem = NULL;
 }
 
-int
+/*
+ * Checks what the options say once all are read, and reads the token: 0,
+ * or 2 (usage). A daemon that would listen beyond loopback without a
+ * token refuses, unless told --insecure (Redis's protected mode).
+ */
+static int
 daemon_options_check(struct daemon_options *o, const char *synopsis)
 {
 	char err[512];
@@ -590,6 +602,34 @@ daemon_health_lock(pthread_mutex_t *mu, const char *name, char *why, size_t len)
 	return 0;
 }
 
+/*
+ * Reads the command line into o (the skeleton's options) and p->cfg (the
+ * program's, through its hooks): 0, or the exit code.
+ */
+static int
+daemon_parse(const struct daemon_program *p, int argc, char **argv,
+    struct daemon_options *o)
+{
+	int c, r;
+
+	while ((c = getopt_long(argc, argv, DAEMON_SHORTOPTS, p->longopts,
+	            NULL)) != -1) {
+		if ((r = daemon_option(o, c, optarg, p->synopsis)) != 0) {
+			if (r < 0)
+				return 2;
+			continue;
+		}
+		if ((r = p->option(c, optarg, p->cfg)) != 0)
+			return r;
+	}
+	if (optind != argc)
+		return cli_usage_error(p->synopsis, "unexpected argument %s",
+		    argv[optind]);
+	if ((r = daemon_options_check(o, p->synopsis)) != 0)
+		return r;
+	return p->configure(o, p->cfg);
+}
+
 int
 daemon_main(const struct daemon_program *p, int argc, char **argv)
 {
@@ -599,7 +639,7 @@ daemon_main(const struct daemon_program *p, int argc, char **argv)
 
 	log_init(argv[0], 0);
 	daemon_options_init(&o, p->port);
-	if ((rc = p->parse(argc, argv, &o, p->cfg)) != 0)
+	if ((rc = daemon_parse(p, argc, argv, &o)) != 0)
 		return rc;
 	log_init(argv[0], o.verbose);
 	if (o.check) {

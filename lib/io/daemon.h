@@ -1,10 +1,11 @@
 /*
- * daemon.h: the skeleton every muster daemon runs in: the options they all
- * take, the listening socket and its port file, /healthz and /metrics, the
- * route table, and the signals. A daemon stays in the foreground, logs to
- * stderr through a queue that never blocks it, and on SIGINT or SIGTERM
- * answers every parked request (clients retry against the next daemon)
- * before it stops. SIGHUP is ignored.
+ * daemon.h: the skeleton every muster daemon runs in: its command line
+ * (the options they all take, and a program's own through its hooks), its
+ * service opened and freed, the listening socket and its port file,
+ * /healthz and /metrics, the route table, and the signals. A daemon stays
+ * in the foreground, logs to stderr through a queue that never blocks it,
+ * and on SIGINT or SIGTERM answers every parked request (clients retry
+ * against the next daemon) before it stops. SIGHUP is ignored.
  */
 #ifndef MUSTER_DAEMON_H
 #define MUSTER_DAEMON_H
@@ -89,20 +90,25 @@ struct daemon_options {
 	{"check", no_argument, NULL, 'n'}, \
 	CLI_STD_LONGOPTS
 /* clang-format on */
-#define DAEMON_SHORTOPTS "hl:nv"
 
 /*
  * A daemon program: its name and port, its own options and its service.
  * daemon_main does the rest, the same for every daemon.
  */
 struct daemon_program {
-	const char *name; /* "coordd" */
-	int port;         /* the default port */
-	void *cfg;        /* the program's configuration, for its hooks */
-	/* Reads the options (the skeleton's through daemon_option) into o
-	 * and cfg: 0, or the exit code. */
-	int (
-	    *parse)(int argc, char **argv, struct daemon_options *o, void *cfg);
+	const char *name;     /* "coordd" */
+	int port;             /* the default port */
+	const char *synopsis; /* its usage, for -h and every usage error */
+	/* Its long options: DAEMON_LONGOPTS, then its own. */
+	const struct option *longopts;
+	void *cfg; /* the program's configuration, for its hooks */
+	/* Takes option c, not one of the skeleton's, into cfg: 0, or the
+	 * exit code (the reason said); cli_std_option's for one it does not
+	 * know. */
+	int (*option)(int c, const char *arg, void *cfg);
+	/* Once every option is read and the skeleton's are checked: what
+	 * they make of cfg (defaults, o->max_body): 0, or the exit code. */
+	int (*configure)(struct daemon_options *o, void *cfg);
 	/* Makes the service, with its journal when o->state_dir is set,
 	 * and fills svc: 0, or the exit code (the reason said). */
 	int (*open)(const struct daemon_options *o, void *cfg,
@@ -117,20 +123,6 @@ struct daemon_program {
  * exit code.
  */
 int daemon_main(const struct daemon_program *p, int argc, char **argv);
-
-/*
- * Takes option c if it is one of the skeleton's: 1 taken, 0 not ours, -1
- * a usage error (said on stderr). -h and --version are cli_std_option's.
- */
-int daemon_option(struct daemon_options *o, int c, const char *arg,
-    const char *synopsis);
-
-/*
- * Checks what the options say once all are read, and reads the token: 0,
- * or 2 (usage). A daemon that would listen beyond loopback without a
- * token refuses, unless told --insecure (Redis's protected mode).
- */
-int daemon_options_check(struct daemon_options *o, const char *synopsis);
 
 /*
  * For a service's health callback: takes mu within 2 s (0, the caller
