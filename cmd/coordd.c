@@ -141,30 +141,11 @@ configure(struct daemon_options *d, void *cfg)
 	return 0;
 }
 
-static int
-open_service(const struct daemon_options *d, void *cfg,
-    struct daemon_service *svc)
+static enum status
+open_service(void *cfg, const struct daemon_options *o,
+    struct daemon_service *svc, char *err, size_t errlen)
 {
-	struct coord *co;
-	char err[512];
-	enum status st;
-
-	if ((co = coord_new(cfg, err, sizeof(err))) == NULL)
-		return cli_fail(ST_INTERNAL, "%s", err);
-	if (d->state_dir != NULL &&
-	    (st = coord_journal_open(co, d->state_dir, d->fsync, d->journal_max,
-	         err, sizeof(err))) != ST_OK) {
-		coord_free(co);
-		return cli_fail(st, "%s", err);
-	}
-	coord_service(co, svc);
-	return 0;
-}
-
-static void
-close_service(struct daemon_service *svc)
-{
-	coord_free(svc->arg);
+	return coord_open(cfg, o, svc, err, errlen);
 }
 
 int
@@ -172,7 +153,7 @@ main(int argc, char **argv)
 {
 	static struct coord_config cc;
 	static const struct daemon_program p = {"coordd", 7700, synopsis,
-	    longopts, &cc, option, configure, open_service, close_service};
+	    longopts, &cc, option, configure, open_service};
 
 	return daemon_main(&p, argc, argv);
 }

@@ -165,30 +165,11 @@ configure(struct daemon_options *d, void *cfg)
 	return 0;
 }
 
-static int
-open_service(const struct daemon_options *d, void *cfg,
-    struct daemon_service *svc)
+static enum status
+open_service(void *cfg, const struct daemon_options *o,
+    struct daemon_service *svc, char *err, size_t errlen)
 {
-	struct dispatch *ds;
-	char err[512];
-	enum status st;
-
-	if ((ds = dispatch_new(cfg, err, sizeof(err))) == NULL)
-		return cli_fail(ST_INTERNAL, "%s", err);
-	if (d->state_dir != NULL &&
-	    (st = dispatch_journal_open(ds, d->state_dir, d->fsync,
-	         d->journal_max, err, sizeof(err))) != ST_OK) {
-		dispatch_free(ds);
-		return cli_fail(st, "%s", err);
-	}
-	dispatch_service(ds, svc);
-	return 0;
-}
-
-static void
-close_service(struct daemon_service *svc)
-{
-	dispatch_free(svc->arg);
+	return dispatch_open(cfg, o, svc, err, errlen);
 }
 
 int
@@ -196,7 +177,7 @@ main(int argc, char **argv)
 {
 	static struct dispatch_config dc;
 	static const struct daemon_program p = {"dispatchd", 7701, synopsis,
-	    longopts, &dc, option, configure, open_service, close_service};
+	    longopts, &dc, option, configure, open_service};
 
 	/*
 	 * Values are held until forgotten, between requests whose bodies

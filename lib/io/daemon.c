@@ -635,6 +635,8 @@ daemon_main(const struct daemon_program *p, int argc, char **argv)
 {
 	struct daemon_options o;
 	struct daemon_service svc;
+	char err[512];
+	enum status st;
 	int rc;
 
 	log_init(argv[0], 0);
@@ -645,9 +647,12 @@ daemon_main(const struct daemon_program *p, int argc, char **argv)
 	if (o.check) {
 		printf("%s: configuration ok\n", p->name);
 		rc = 0;
-	} else if ((rc = p->open(&o, p->cfg, &svc)) == 0) {
+	} else if ((st = p->open(p->cfg, &o, &svc, err, sizeof(err))) !=
+	    ST_OK) {
+		rc = cli_fail(st, "%s", err);
+	} else {
 		rc = daemon_run(&o, &svc);
-		p->close(&svc);
+		svc.free(svc.arg);
 	}
 	daemon_options_free(&o);
 	return rc;

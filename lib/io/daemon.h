@@ -38,6 +38,8 @@ struct daemon_service {
 	void (*gone)(struct http_req *req, void *arg);
 	/* With a journal: its replies wait for it (commit.h); else NULL. */
 	struct commit *commit;
+	/* Frees the service, once the server has stopped. */
+	void (*free)(void *arg);
 };
 
 /* The options every daemon takes, with their defaults. */
@@ -109,12 +111,10 @@ struct daemon_program {
 	/* Once every option is read and the skeleton's are checked: what
 	 * they make of cfg (defaults, o->max_body): 0, or the exit code. */
 	int (*configure)(struct daemon_options *o, void *cfg);
-	/* Makes the service, with its journal when o->state_dir is set,
-	 * and fills svc: 0, or the exit code (the reason said). */
-	int (*open)(const struct daemon_options *o, void *cfg,
-	    struct daemon_service *svc);
-	/* Frees the service open made (svc->arg). */
-	void (*close)(struct daemon_service *svc);
+	/* Makes the service from cfg, with its journal when o->state_dir
+	 * is set, and fills svc: ST_OK, or the error (err). */
+	enum status (*open)(void *cfg, const struct daemon_options *o,
+	    struct daemon_service *svc, char *err, size_t errlen);
 };
 
 /*

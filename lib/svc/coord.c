@@ -1,7 +1,7 @@
 /*
  * coord.c: coordd's service, over all its parts: what the pump does with a
- * change the state machines report (the hooks of coord_core.c), making and
- * freeing the service, /metrics, and the routes.
+ * change the state machines report (the hooks of coord_core.c), shutting
+ * down and freeing the service, /metrics, the routes, and last making it.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -35,67 +35,6 @@ settled(struct coord *co)
 	coord_journal_settle(co);
 }
 
-struct coord *
-coord_new(const struct coord_config *cfg, char *err, size_t errlen)
-{
-	struct coord *co = calloc(1, sizeof(*co));
-
-	if (co == NULL) {
-		snprintf(err, errlen, "out of memory");
-		return NULL;
-	}
-	pthread_mutex_init(&co->mu, NULL);
-	co->shutdown_timeout = cfg->shutdown_barrier_timeout_ms;
-	co->authenticated = cfg->authenticated;
-	if ((co->park = park_new(&co->mu, err, errlen)) == NULL)
-		goto fail;
-	if ((co->getters = park_index_new()) == NULL ||
-	    (co->watchers = park_index_new()) == NULL ||
-	    (co->kv = kv_new(&cfg->kv, coord_kv_observe, co)) == NULL ||
-	    (co->reg = registry_new(&cfg->cluster, coord_task_event, co, err,
-	         errlen)) == NULL ||
-	    (co->bars = barriers_new(co->reg, coord_barrier_ended, co)) ==
-	        NULL) {
-		snprintf(err, errlen, "out of memory");
-		goto fail;
-	}
-	co->rv = registry_view(co->reg);
-	barriers_set_limit(co->bars, cfg->max_barriers);
-	park_set_max_wait(co->park, cfg->max_wait_ms);
-	/* Revisions of an in-memory store must not repeat those of the
-	 * coordd before this one: they start from the clock (microseconds
-	 * from the epoch, in units of a thousand revisions a millisecond). */
-	kv_set_origin(co->kv, wall_now_ms() * 1000);
-	if ((co->rejoin = calloc(co->rv->ntasks + 1, sizeof(*co->rejoin))) ==
-	        NULL ||
-	    (co->heard = calloc(co->rv->ntasks + 1, sizeof(*co->heard))) ==
-	        NULL ||
-	    (co->secret = calloc(co->rv->ntasks + 1, sizeof(*co->secret))) ==
-	        NULL ||
-	    (co->shutdown_said = calloc(co->rv->ntasks + 1,
-	         sizeof(*co->shutdown_said))) == NULL) {
-		snprintf(err, errlen, "out of memory");
-		goto fail;
-	}
-	/* Tasks of a coordd that restarted register again within a
-	 * heartbeat timeout: barriers give them that long. */
-	barriers_set_settle(co->bars, duration_now_ms() + co->rv->hb_timeout);
-	co->react = react;
-	co->settled = settled;
-	co->scan.fire = coord_tasks_scan;
-	co->bar_timer.fire = coord_barrier_timer;
-	coord_lock(co);
-	park_set_unlock(co->park, unlock_cb, co);
-	if (co->rv->ntasks > 0)
-		timers_add(park_timers(co->park), &co->scan,
-		    duration_now_ms() + co->rv->hb_timeout / 5);
-	coord_unlock(co);
-	return co;
-fail:
-	coord_free(co);
-	return NULL;
-}
-
 static void
 drain(struct park_list *l, void *arg)
 {
@@ -109,7 +48,13 @@ drain(struct park_list *l, void *arg)
 	park_list_release(l);
 }
 
-void
+/*
+ * Answers every parked request with UNAVAILABLE and Retry-After, and every
+ * later one the same way, so clients wait for the next coordd instead of
+ * failing; barrier waits, whose state dies with this coordd, get ABORTED.
+ * The skeleton calls it on SIGTERM.
+ */
+static void
 coord_shutdown(struct coord *co)
 {
 	coord_lock(co);
@@ -122,7 +67,7 @@ coord_shutdown(struct coord *co)
 		commit_detach(co->commit);
 }
 
-void
+static void
 coord_free(struct coord *co)
 {
 	if (co == NULL)
@@ -220,6 +165,12 @@ shutdown_cb(void *arg)
 }
 
 static void
+free_cb(void *arg)
+{
+	coord_free(arg);
+}
+
+static void
 started_cb(struct http_server *srv, void *arg)
 {
 	struct coord *co = arg;
@@ -283,8 +234,9 @@ static const struct route routes[] = {
     {"/v1/barriers/*", ROUTE_POST | ROUTE_DELETE, coord_barrier_route, NULL},
 };
 
-void
-coord_service(struct coord *co, struct daemon_service *svc)
+/* What the daemon skeleton serves: coordd's routes and callbacks. */
+static void
+service(struct coord *co, struct daemon_service *svc)
 {
 	memset(svc, 0, sizeof(*svc));
 	svc->name = "coordd";
@@ -297,4 +249,73 @@ coord_service(struct coord *co, struct daemon_service *svc)
 	svc->started = started_cb;
 	svc->gone = gone_cb;
 	svc->commit = co->commit;
+	svc->free = free_cb;
+}
+
+enum status
+coord_open(const struct coord_config *cfg, const struct daemon_options *o,
+    struct daemon_service *svc, char *err, size_t errlen)
+{
+	struct coord *co = calloc(1, sizeof(*co));
+	enum status st = ST_INTERNAL;
+
+	if (co == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return st;
+	}
+	pthread_mutex_init(&co->mu, NULL);
+	co->shutdown_timeout = cfg->shutdown_barrier_timeout_ms;
+	co->authenticated = cfg->authenticated;
+	if ((co->park = park_new(&co->mu, err, errlen)) == NULL)
+		goto fail;
+	if ((co->getters = park_index_new()) == NULL ||
+	    (co->watchers = park_index_new()) == NULL ||
+	    (co->kv = kv_new(&cfg->kv, coord_kv_observe, co)) == NULL ||
+	    (co->reg = registry_new(&cfg->cluster, coord_task_event, co, err,
+	         errlen)) == NULL ||
+	    (co->bars = barriers_new(co->reg, coord_barrier_ended, co)) ==
+	        NULL) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	co->rv = registry_view(co->reg);
+	barriers_set_limit(co->bars, cfg->max_barriers);
+	park_set_max_wait(co->park, cfg->max_wait_ms);
+	/* Revisions of an in-memory store must not repeat those of the
+	 * coordd before this one: they start from the clock (microseconds
+	 * from the epoch, in units of a thousand revisions a millisecond). */
+	kv_set_origin(co->kv, wall_now_ms() * 1000);
+	if ((co->rejoin = calloc(co->rv->ntasks + 1, sizeof(*co->rejoin))) ==
+	        NULL ||
+	    (co->heard = calloc(co->rv->ntasks + 1, sizeof(*co->heard))) ==
+	        NULL ||
+	    (co->secret = calloc(co->rv->ntasks + 1, sizeof(*co->secret))) ==
+	        NULL ||
+	    (co->shutdown_said = calloc(co->rv->ntasks + 1,
+	         sizeof(*co->shutdown_said))) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	/* Tasks of a coordd that restarted register again within a
+	 * heartbeat timeout: barriers give them that long. */
+	barriers_set_settle(co->bars, duration_now_ms() + co->rv->hb_timeout);
+	co->react = react;
+	co->settled = settled;
+	co->scan.fire = coord_tasks_scan;
+	co->bar_timer.fire = coord_barrier_timer;
+	coord_lock(co);
+	park_set_unlock(co->park, unlock_cb, co);
+	if (co->rv->ntasks > 0)
+		timers_add(park_timers(co->park), &co->scan,
+		    duration_now_ms() + co->rv->hb_timeout / 5);
+	coord_unlock(co);
+	if (o->state_dir != NULL &&
+	    (st = coord_journal_open(co, o->state_dir, o->fsync, o->journal_max,
+	         err, errlen)) != ST_OK)
+		goto fail;
+	service(co, svc);
+	return ST_OK;
+fail:
+	coord_free(co);
+	return st;
 }

@@ -9,12 +9,9 @@
 #include <stddef.h>
 
 #include "daemon.h"
-#include "journal.h"
 #include "keypath.h"
 #include "kvstore.h"
 #include "registry.h"
-
-struct coord;
 
 /*
  * Keys under this prefix belong to one run of the job (an epoch): coordd
@@ -31,28 +28,19 @@ struct coord_config {
 	int authenticated; /* coordd has a token: tasks need secrets */
 };
 
-struct coord *coord_new(const struct coord_config *cfg, char *err,
+/*
+ * Makes coordd's service from cfg and fills svc with what the daemon
+ * skeleton serves and how it frees it (daemon_program.open). With
+ * o->state_dir, the state directory is read back before serving (made if
+ * missing; one coordd at a time) and every change journaled from then on,
+ * compacting the journal into a snapshot once it is over
+ * o->journal_max (0: 64 MiB) and twice the snapshot.
+ * ST_OK, or the error (FAILED_PRECONDITION: another process has the
+ * directory; INTERNAL: out of memory, or the directory cannot be read or
+ * is damaged) with err filled.
+ */
+enum status coord_open(const struct coord_config *cfg,
+    const struct daemon_options *o, struct daemon_service *svc, char *err,
     size_t errlen);
-/* What the daemon skeleton serves: coordd's routes and callbacks. */
-void coord_service(struct coord *co, struct daemon_service *svc);
-/*
- * Answers every parked request with UNAVAILABLE and Retry-After, and every
- * later one the same way, so clients wait for the next coordd instead of
- * failing; barrier waits, whose state dies with this coordd, get ABORTED.
- * The skeleton calls it on SIGTERM.
- */
-void coord_shutdown(struct coord *co);
-void coord_free(struct coord *co);
-
-/*
- * Reads the state directory dir back (made if missing; one coordd at a
- * time) and journals every change from then on, compacting the journal
- * into a snapshot once it is over max_bytes (0: 64 MiB) and twice the
- * snapshot; before coord_service.
- * ST_OK, or the error (FAILED_PRECONDITION: another process has it;
- * INTERNAL: it cannot be read, or is damaged) with err filled.
- */
-enum status coord_journal_open(struct coord *co, const char *dir,
-    enum journal_fsync mode, size_t max_bytes, char *err, size_t errlen);
 
 #endif

@@ -21,6 +21,7 @@
 #include "commit.h"
 #include "coord.h"
 #include "http_server.h"
+#include "journal.h"
 #include "kvstore.h"
 #include "park.h"
 #include "registry.h"
@@ -51,7 +52,7 @@ struct coord {
 					 * until its agent registers again */
 	struct reg_event *events; /* reported, not yet acted on */
 	size_t nevents, capevents;
-	/* The pump's hooks, set by coord_new: what acts on one task event
+	/* The pump's hooks, set by coord_open: what acts on one task event
 	 * (coord_tasks_react), and what runs once none is left (the barrier
 	 * timer re-armed, the journal settled). */
 	void (*react)(struct coord *co, const struct reg_event *ev);
@@ -130,6 +131,8 @@ struct parked *coord_park(struct coord *co, struct http_req *req,
  * at the end of each locked section, writes the tasks' state when it
  * changed and compacts; coord_journal_barrier records an ended barrier.
  */
+enum status coord_journal_open(struct coord *co, const char *dir,
+    enum journal_fsync mode, size_t max_bytes, char *err, size_t errlen);
 void coord_journal_settle(struct coord *co);
 void coord_journal_barrier(struct coord *co, const struct barrier *b);
 

@@ -6,7 +6,8 @@
  * wake their fetchers, a queue that changed settles its waiters, closures
  * to stop and new task lists go out on their workers' heartbeats, splits
  * come free for parked leases, and new work goes to parked takes. Then
- * making and freeing the service, status, /metrics, timers and the routes.
+ * status, timers, shutting down and freeing the service, /metrics, the
+ * routes, and last making it.
  */
 #include <inttypes.h>
 #include <signal.h>
@@ -281,57 +282,6 @@ watchdog(struct timer *t)
 
 /* The service. */
 
-struct dispatch *
-dispatch_new(const struct dispatch_config *cfg, char *err, size_t errlen)
-{
-	struct dispatch *d = calloc(1, sizeof(*d));
-	int64_t now = duration_now_ms();
-
-	if (d == NULL) {
-		snprintf(err, errlen, "out of memory");
-		return NULL;
-	}
-	pthread_mutex_init(&d->mu, NULL);
-	d->pump.react = react;
-	d->pump.idle = idle;
-	d->pump.settled = settled;
-	d->cfg = *cfg;
-	if (d->cfg.worker_recovery_ms == 0)
-		d->cfg.worker_recovery_ms = 3600 * 1000;
-	if (d->cfg.max_batch == 0)
-		d->cfg.max_batch = 100000;
-
-	if ((d->park = park_new(&d->mu, err, errlen)) == NULL)
-		goto fail;
-	if ((d->fetchers = park_index_new()) == NULL ||
-	    (d->qwait = park_index_new()) == NULL ||
-	    (d->beats = park_index_new()) == NULL ||
-	    (d->leasers = park_index_new()) == NULL ||
-	    (d->ds = ds_new(&cfg->ds, dispatch_ds_event, d)) == NULL ||
-	    (d->cq = cq_new(&cfg->cq, dispatch_cq_event, d, now)) == NULL) {
-		snprintf(err, errlen, "out of memory");
-		goto fail;
-	}
-	/* As dispatchd sets it: a schedule of many closures, or a value. */
-	if (d->cfg.max_body == 0)
-		d->cfg.max_body =
-		    cq_config(d->cq)->max_spec / 3 * 4 + (64u << 20);
-	park_set_max_wait(d->park, cfg->max_wait_ms);
-	d->scan.fire = scan;
-	d->watchdog.fire = watchdog;
-	dispatch_lock(d);
-	park_set_unlock(d->park, unlock_cb, d);
-	timers_add(park_timers(d->park), &d->scan, now + 100);
-	if (d->cfg.watchdog_ms > 0)
-		timers_add(park_timers(d->park), &d->watchdog,
-		    now + d->cfg.watchdog_ms / 4 + 1);
-	dispatch_unlock(d);
-	return d;
-fail:
-	dispatch_free(d);
-	return NULL;
-}
-
 static void
 drain(struct park_list *l, void *arg)
 {
@@ -346,7 +296,8 @@ drain(struct park_list *l, void *arg)
 	park_list_release(l);
 }
 
-void
+/* Answers everything parked with UNAVAILABLE and Retry-After. */
+static void
 dispatch_shutdown(struct dispatch *d)
 {
 	dispatch_lock(d);
@@ -361,7 +312,7 @@ dispatch_shutdown(struct dispatch *d)
 		commit_detach(d->commit);
 }
 
-void
+static void
 dispatch_free(struct dispatch *d)
 {
 	if (d == NULL)
@@ -495,6 +446,12 @@ shutdown_cb(void *arg)
 }
 
 static void
+free_cb(void *arg)
+{
+	dispatch_free(arg);
+}
+
+static void
 gone_cb(struct http_req *req, void *arg)
 {
 	struct dispatch *d = arg;
@@ -549,8 +506,9 @@ static const struct route routes[] = {
     {"/v1/clients/*/heartbeat", ROUTE_POST, dispatch_clients_route, NULL},
 };
 
-void
-dispatch_service(struct dispatch *d, struct daemon_service *svc)
+/* What the daemon skeleton serves: dispatchd's routes and callbacks. */
+static void
+service(struct dispatch *d, struct daemon_service *svc)
 {
 	memset(svc, 0, sizeof(*svc));
 	svc->name = "dispatchd";
@@ -562,4 +520,63 @@ dispatch_service(struct dispatch *d, struct daemon_service *svc)
 	svc->shutdown = shutdown_cb;
 	svc->gone = gone_cb;
 	svc->commit = d->commit;
+	svc->free = free_cb;
+}
+
+enum status
+dispatch_open(const struct dispatch_config *cfg, const struct daemon_options *o,
+    struct daemon_service *svc, char *err, size_t errlen)
+{
+	struct dispatch *d = calloc(1, sizeof(*d));
+	int64_t now = duration_now_ms();
+	enum status st = ST_INTERNAL;
+
+	if (d == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return st;
+	}
+	pthread_mutex_init(&d->mu, NULL);
+	d->pump.react = react;
+	d->pump.idle = idle;
+	d->pump.settled = settled;
+	d->cfg = *cfg;
+	if (d->cfg.worker_recovery_ms == 0)
+		d->cfg.worker_recovery_ms = 3600 * 1000;
+	if (d->cfg.max_batch == 0)
+		d->cfg.max_batch = 100000;
+
+	if ((d->park = park_new(&d->mu, err, errlen)) == NULL)
+		goto fail;
+	if ((d->fetchers = park_index_new()) == NULL ||
+	    (d->qwait = park_index_new()) == NULL ||
+	    (d->beats = park_index_new()) == NULL ||
+	    (d->leasers = park_index_new()) == NULL ||
+	    (d->ds = ds_new(&cfg->ds, dispatch_ds_event, d)) == NULL ||
+	    (d->cq = cq_new(&cfg->cq, dispatch_cq_event, d, now)) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	/* As dispatchd sets it: a schedule of many closures, or a value. */
+	if (d->cfg.max_body == 0)
+		d->cfg.max_body =
+		    cq_config(d->cq)->max_spec / 3 * 4 + (64u << 20);
+	park_set_max_wait(d->park, cfg->max_wait_ms);
+	d->scan.fire = scan;
+	d->watchdog.fire = watchdog;
+	dispatch_lock(d);
+	park_set_unlock(d->park, unlock_cb, d);
+	timers_add(park_timers(d->park), &d->scan, now + 100);
+	if (d->cfg.watchdog_ms > 0)
+		timers_add(park_timers(d->park), &d->watchdog,
+		    now + d->cfg.watchdog_ms / 4 + 1);
+	dispatch_unlock(d);
+	if (o->state_dir != NULL &&
+	    (st = dispatch_journal_open(d, o->state_dir, o->fsync,
+	         o->journal_max, err, errlen)) != ST_OK)
+		goto fail;
+	service(d, svc);
+	return ST_OK;
+fail:
+	dispatch_free(d);
+	return st;
 }

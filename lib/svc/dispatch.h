@@ -13,9 +13,6 @@
 #include "closureq.h"
 #include "daemon.h"
 #include "dataset.h"
-#include "journal.h"
-
-struct dispatch;
 
 struct dispatch_config {
 	struct cq_config cq;
@@ -27,21 +24,18 @@ struct dispatch_config {
 	size_t max_body;            /* bytes of a request's body, as served */
 };
 
-struct dispatch *dispatch_new(const struct dispatch_config *cfg, char *err,
-    size_t errlen);
-void dispatch_service(struct dispatch *d, struct daemon_service *svc);
-/* Answers everything parked with UNAVAILABLE and Retry-After. */
-void dispatch_shutdown(struct dispatch *d);
-void dispatch_free(struct dispatch *d);
-
 /*
- * Reads the state directory dir back (made if missing; one dispatchd at a
- * time) and journals every change from then on, compacting past max_bytes
- * (0: 64 MiB); before dispatch_service. ST_OK, or the error
- * (FAILED_PRECONDITION: another process has it; INTERNAL: it cannot be
- * read, or is damaged) with err filled.
+ * Makes dispatchd's service from cfg and fills svc with what the daemon
+ * skeleton serves and how it frees it (daemon_program.open). With
+ * o->state_dir, the state directory is read back before serving (made if
+ * missing; one dispatchd at a time) and every change journaled from then
+ * on, compacting past o->journal_max (0: 64 MiB). ST_OK, or the error
+ * (FAILED_PRECONDITION: another process has the directory; INTERNAL: out
+ * of memory, or the directory cannot be read or is damaged) with err
+ * filled.
  */
-enum status dispatch_journal_open(struct dispatch *d, const char *dir,
-    enum journal_fsync mode, size_t max_bytes, char *err, size_t errlen);
+enum status dispatch_open(const struct dispatch_config *cfg,
+    const struct daemon_options *o, struct daemon_service *svc, char *err,
+    size_t errlen);
 
 #endif

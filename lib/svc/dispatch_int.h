@@ -15,6 +15,7 @@
 #include "dispatch.h"
 #include "dsjson.h"
 #include "http_server.h"
+#include "journal.h"
 #include "park.h"
 #include "route.h"
 #include "timer.h"
@@ -60,7 +61,7 @@ struct dispatch {
 	struct ds *ds;               /* datasets, jobs, tasks */
 	struct park_index *leasers;  /* job id -> parked split leases */
 	/* Reported by the queues and the data side, acted on in
-	 * dispatch_unlock's pump through the hooks dispatch_new sets. */
+	 * dispatch_unlock's pump through the hooks dispatch_open sets. */
 	struct dispatch_event *events;
 	size_t nevents, capevents;
 	struct dispatch_pump {
@@ -111,8 +112,13 @@ void dispatch_free_ctx(struct parked *w);
 struct parked *dispatch_park(struct dispatch *d, struct http_req *req,
     struct park_list *l, int64_t wait, park_fn expire, struct waitctx *x);
 
-/* dispatch_journal.c: compacts the journal when it is due; at the end of
- * a locked section. */
+/*
+ * dispatch_journal.c: dispatch_journal_open reads the state directory back
+ * (before serving) and journals every change after; dispatch_journal_settle
+ * compacts the journal when it is due, at the end of a locked section.
+ */
+enum status dispatch_journal_open(struct dispatch *d, const char *dir,
+    enum journal_fsync mode, size_t max_bytes, char *err, size_t errlen);
 void dispatch_journal_settle(struct dispatch *d);
 
 /* dispatch_data.c: datasets, jobs and splits. */
