@@ -731,27 +731,42 @@ j_items(struct cq *cq, const void *p, size_t len, const char *magic, int dry,
 	return 0;
 }
 
+/*
+ * Loads p (a version 1 record, or a snapshot): checks it whole before
+ * applying any of it, then applies it as replay does (no events) and puts
+ * back what workers that are not live were running. A snapshot starts the
+ * queue's clocks anew.
+ */
+static int
+j_load(struct cq *cq, const void *p, size_t len, const char *magic, int64_t now,
+    char *err, size_t errlen)
+{
+	int rc;
+
+	if (j_items(cq, p, len, magic, 1, now, err, errlen) < 0)
+		return -1;
+	cq->replaying = 1;
+	rc = j_items(cq, p, len, magic, 0, now, err, errlen);
+	j_settle(cq);
+	cq->replaying = 0;
+	if (magic[2] == 'S') {
+		cq->last_end = now;
+		cq->no_worker_since = now;
+	}
+	return rc;
+}
+
 int
 cq_apply_v1(struct cq *cq, const void *rec, size_t len, int64_t now, char *err,
     size_t errlen)
 {
-	int rc;
-
-	if (j_items(cq, rec, len, "CQR", 1, now, err, errlen) < 0)
-		return -1;
-	cq->replaying = 1;
-	rc = j_items(cq, rec, len, "CQR", 0, now, err, errlen);
-	j_settle(cq);
-	cq->replaying = 0;
-	return rc;
+	return j_load(cq, rec, len, "CQR", now, err, errlen);
 }
 
 int
 cq_restore(struct cq *cq, const void *p, size_t len, int64_t now, char *err,
     size_t errlen)
 {
-	int rc;
-
 	if (cq->nbyid != 1 || cq->nid != 1 || strmap_count(cq->queues) != 0 ||
 	    strmap_count(cq->workers) != 0 ||
 	    strmap_count(cq->resources) != 0) {
@@ -759,13 +774,5 @@ cq_restore(struct cq *cq, const void *p, size_t len, int64_t now, char *err,
 		    "a snapshot loads into an empty queue only");
 		return -1;
 	}
-	if (j_items(cq, p, len, "CQS", 1, now, err, errlen) < 0)
-		return -1;
-	cq->replaying = 1;
-	rc = j_items(cq, p, len, "CQS", 0, now, err, errlen);
-	j_settle(cq);
-	cq->replaying = 0;
-	cq->last_end = now;
-	cq->no_worker_since = now;
-	return rc;
+	return j_load(cq, p, len, "CQS", now, err, errlen);
 }
