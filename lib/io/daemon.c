@@ -318,6 +318,24 @@ reply_closing(struct daemon *d, struct http_req *req)
 	    d->svc->name);
 }
 
+/*
+ * Takes mu within 2 s (0, the caller then lets it go the service's way),
+ * or says in why that name could not.
+ */
+static int
+health_lock(pthread_mutex_t *mu, const char *name, char *why, size_t len)
+{
+	struct timespec at;
+
+	clock_gettime(CLOCK_REALTIME, &at);
+	at.tv_sec += 2;
+	if (pthread_mutex_timedlock(mu, &at) != 0) {
+		snprintf(why, len, "%s could not take its lock for 2s", name);
+		return -1;
+	}
+	return 0;
+}
+
 static void
 healthz(struct daemon *d, struct http_req *req)
 {
@@ -327,11 +345,14 @@ healthz(struct daemon *d, struct http_req *req)
 		http_reply(req, 503, "text/plain", "shutting down\n", 14);
 		return;
 	}
-	if (d->svc->health != NULL &&
-	    d->svc->health(d->svc->arg, why, sizeof(why) - 1) != 0) {
-		strcat(why, "\n");
-		http_reply(req, 503, "text/plain", why, strlen(why));
-		return;
+	if (d->svc->mu != NULL) {
+		if (health_lock(d->svc->mu, d->svc->name, why,
+		        sizeof(why) - 1) != 0) {
+			strcat(why, "\n");
+			http_reply(req, 503, "text/plain", why, strlen(why));
+			return;
+		}
+		d->svc->unlock(d->svc->arg);
 	}
 	http_reply(req, 200, "text/plain", "ok\n", 3);
 }
@@ -481,7 +502,7 @@ gone(struct http_req *req, void *arg)
 {
 	struct daemon *d = arg;
 
-	d->svc->gone(req, d->svc->arg);
+	park_gone(d->svc->park, req);
 }
 
 /*
@@ -504,7 +525,7 @@ daemon_run(const struct daemon_options *o, const struct daemon_service *svc)
 	    .tls_trust = o->tls_client_ca_pem,
 	    .handler = handle,
 	    .arg = &d,
-	    .gone = svc->gone != NULL ? gone : NULL,
+	    .gone = svc->park != NULL ? gone : NULL,
 	    .gate = svc->commit != NULL ? commit_gate : NULL,
 	    .gate_flush = svc->commit != NULL ? commit_flush : NULL,
 	    .gate_arg = svc->commit};
@@ -583,20 +604,6 @@ daemon_write_port_file(const char *path, int port)
 	fprintf(f, "%d\n", port);
 	if (fclose(f) != 0 || rename(tmp, path) != 0) {
 		unlink(tmp);
-		return -1;
-	}
-	return 0;
-}
-
-int
-daemon_health_lock(pthread_mutex_t *mu, const char *name, char *why, size_t len)
-{
-	struct timespec at;
-
-	clock_gettime(CLOCK_REALTIME, &at);
-	at.tv_sec += 2;
-	if (pthread_mutex_timedlock(mu, &at) != 0) {
-		snprintf(why, len, "%s could not take its lock for 2s", name);
 		return -1;
 	}
 	return 0;

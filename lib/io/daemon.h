@@ -28,14 +28,21 @@ struct daemon_service {
 	void *arg; /* passed to every callback */
 	/* Appends the service's lines to /metrics; may be NULL. */
 	void (*metrics)(struct buf *out, void *arg);
-	/* 0 when the service can answer now; else why not, in why. */
-	int (*health)(void *arg, char *why, size_t len);
+	/*
+	 * The service's lock, and how it lets it go (unlock(arg), as each of
+	 * its locked sections ends): /healthz answers only once it takes the
+	 * lock within 2 s, for a daemon stuck holding it must not look
+	 * healthy. mu may be NULL.
+	 */
+	pthread_mutex_t *mu;
+	void (*unlock)(void *arg);
 	/* SIGTERM: answer what is parked; nothing may park after. */
 	void (*shutdown)(void *arg);
 	/* The server is up (before the port file is written); may be NULL. */
 	void (*started)(struct http_server *srv, void *arg);
-	/* A parked request's client went away: http_server_config.gone. */
-	void (*gone)(struct http_req *req, void *arg);
+	/* Where its requests park: one whose client went away leaves it
+	 * (park_gone). May be NULL. */
+	struct park *park;
 	/* With a journal: its replies wait for it (commit.h); else NULL. */
 	struct commit *commit;
 	/* Frees the service, once the server has stopped. */
@@ -123,14 +130,6 @@ struct daemon_program {
  * exit code.
  */
 int daemon_main(const struct daemon_program *p, int argc, char **argv);
-
-/*
- * For a service's health callback: takes mu within 2 s (0, the caller
- * then lets it go its own way), or says in why that name could not.
- * A daemon stuck holding its lock must not look healthy.
- */
-int daemon_health_lock(pthread_mutex_t *mu, const char *name, char *why,
-    size_t len);
 
 /* Raises the soft limit on open files to the hard one. */
 void daemon_raise_nofile(void);

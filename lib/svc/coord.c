@@ -143,21 +143,6 @@ metrics(struct buf *b, void *arg)
 	coord_unlock(co);
 }
 
-/*
- * /healthz: the service answers only if it can take its lock; a coordd
- * stuck holding it must not look healthy.
- */
-static int
-health(void *arg, char *why, size_t len)
-{
-	struct coord *co = arg;
-
-	if (daemon_health_lock(&co->mu, "coordd", why, len) < 0)
-		return -1;
-	coord_unlock(co);
-	return 0;
-}
-
 static void
 shutdown_cb(void *arg)
 {
@@ -176,14 +161,6 @@ started_cb(struct http_server *srv, void *arg)
 	struct coord *co = arg;
 
 	atomic_store(&co->srv, srv);
-}
-
-static void
-gone_cb(struct http_req *req, void *arg)
-{
-	struct coord *co = arg;
-
-	park_gone(co->park, req);
 }
 
 static void
@@ -244,10 +221,11 @@ service(struct coord *co, struct daemon_service *svc)
 	svc->nroutes = sizeof(routes) / sizeof(routes[0]);
 	svc->arg = co;
 	svc->metrics = metrics;
-	svc->health = health;
+	svc->mu = &co->mu;
+	svc->unlock = unlock_cb;
 	svc->shutdown = shutdown_cb;
 	svc->started = started_cb;
-	svc->gone = gone_cb;
+	svc->park = co->park;
 	svc->commit = co->commit;
 	svc->free = free_cb;
 }

@@ -428,17 +428,6 @@ metrics(struct buf *b, void *arg)
 	dispatch_unlock(d);
 }
 
-static int
-health(void *arg, char *why, size_t len)
-{
-	struct dispatch *d = arg;
-
-	if (daemon_health_lock(&d->mu, "dispatchd", why, len) < 0)
-		return -1;
-	dispatch_unlock(d);
-	return 0;
-}
-
 static void
 shutdown_cb(void *arg)
 {
@@ -449,14 +438,6 @@ static void
 free_cb(void *arg)
 {
 	dispatch_free(arg);
-}
-
-static void
-gone_cb(struct http_req *req, void *arg)
-{
-	struct dispatch *d = arg;
-
-	park_gone(d->park, req);
 }
 
 static const struct route routes[] = {
@@ -516,9 +497,10 @@ service(struct dispatch *d, struct daemon_service *svc)
 	svc->nroutes = sizeof(routes) / sizeof(routes[0]);
 	svc->arg = d;
 	svc->metrics = metrics;
-	svc->health = health;
+	svc->mu = &d->mu;
+	svc->unlock = unlock_cb;
 	svc->shutdown = shutdown_cb;
-	svc->gone = gone_cb;
+	svc->park = d->park;
 	svc->commit = d->commit;
 	svc->free = free_cb;
 }
