@@ -81,7 +81,8 @@ SYNCLIB_OBJ := $(BUILD)/pic/syncpoint.o $(BUILD)/pic/sync_page.o
 # positioned stream) likewise, linked with jansson, exporting datapos_*.
 DATALIB   := $(BUILD)/lib/libmuster-data.so.0
 DATALIB_OBJ := $(BUILD)/pic/datapos.o $(BUILD)/pic/base/vec.o \
-	$(BUILD)/pic/base/splitorder.o $(BUILD)/pic/base/span.o
+	$(BUILD)/pic/base/splitorder.o $(BUILD)/pic/base/span.o \
+	$(BUILD)/pic/base/errbuf.o
 PIC_CFLAGS = $(filter-out -fsanitize=% -fno-omit-frame-pointer,$(CFLAGS)) -fPIC
 PIC_LDFLAGS = $(filter-out -fsanitize=%,$(LDFLAGS))
 

@@ -13,6 +13,7 @@
 
 #include "datapos.h"
 #include "datawire.h"
+#include "errbuf.h"
 #include "span.h"
 #include "splitorder.h"
 #include "vec.h"
@@ -32,20 +33,6 @@ struct datapos {
 	struct seqpos *open; /* sorted by seq */
 	size_t nopen, capopen;
 };
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int
-fail(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-	return -1;
-}
 
 struct datapos *
 datapos_new(void)
@@ -117,25 +104,26 @@ load_open(json_t *o, size_t i, struct seqpos *s, char *err, size_t errlen)
 
 	s->total = -1;
 	if (json_u64(json_object_get(o, "seq"), &s->seq) < 0)
-		return fail(err, errlen, "open[%zu]: no seq", i);
+		return errbuf_say(err, errlen, "open[%zu]: no seq", i);
 	t = json_object_get(o, "total");
 	if (t != NULL && !json_is_null(t)) {
 		if (!json_is_integer(t) || json_integer_value(t) < 0)
-			return fail(err, errlen,
+			return errbuf_say(err, errlen,
 			    "open[%zu]: total must be a count", i);
 		s->total = json_integer_value(t);
 	}
 	if (skip != NULL && !json_is_array(skip))
-		return fail(err, errlen, "open[%zu]: skip must be a list", i);
+		return errbuf_say(err, errlen, "open[%zu]: skip must be a list",
+		    i);
 	json_array_foreach(skip, k, r) {
 		uint64_t a, b;
 		if (!json_is_array(r) || json_array_size(r) != 2 ||
 		    json_u64(json_array_get(r, 0), &a) < 0 ||
 		    json_u64(json_array_get(r, 1), &b) < 0 || b < a)
-			return fail(err, errlen,
+			return errbuf_say(err, errlen,
 			    "open[%zu].skip[%zu] must be [first, end]", i, k);
 		if (span_add(&s->r, &s->nr, &s->capr, a, b) < 0)
-			return fail(err, errlen, "out of memory");
+			return errbuf_say(err, errlen, "out of memory");
 	}
 	return 0;
 }
@@ -160,32 +148,32 @@ datapos_load(struct datapos *p, json_t *json, char *err, size_t errlen)
 	open_clear(p);
 	p->loaded = 0;
 	if (!json_is_object(json))
-		return fail(err, errlen, "a position is a JSON object");
+		return errbuf_say(err, errlen, "a position is a JSON object");
 	if (ver != NULL && json_integer_value(ver) != DATAPOS_VERSION)
-		return fail(err, errlen,
+		return errbuf_say(err, errlen,
 		    "version %" JSON_INTEGER_FORMAT " is not %d",
 		    json_integer_value(ver), DATAPOS_VERSION);
 	if (fp == NULL || strlen(fp) != 16 ||
 	    strspn(fp, "0123456789abcdef") != 16)
-		return fail(err, errlen,
+		return errbuf_say(err, errlen,
 		    "dataset must be a dataset's fingerprint (16 hex digits)");
 	if (mode != NULL && strcmp(mode, "dynamic") != 0)
-		return fail(err, errlen,
+		return errbuf_say(err, errlen,
 		    "mode %s: only dynamic jobs have a position", mode);
 	if (json_u64(json_object_get(json, "repeat"), &p->repeat) < 0 ||
 	    json_u64(json_object_get(json, "seed"), &p->seed) < 0 ||
 	    json_u64(json_object_get(json, "next"), &p->next) < 0)
-		return fail(err, errlen,
+		return errbuf_say(err, errlen,
 		    "repeat, seed and next must be counts");
 	if (open != NULL && !json_is_array(open))
-		return fail(err, errlen, "open must be a list");
+		return errbuf_say(err, errlen, "open must be a list");
 	if (json_array_size(open) > DATAPOS_OPEN_MAX)
-		return fail(err, errlen, "open holds more than %u seqs",
+		return errbuf_say(err, errlen, "open holds more than %u seqs",
 		    DATAPOS_OPEN_MAX);
 	memcpy(p->fp, fp, sizeof(p->fp));
 	if (vec_grow(&p->open, &p->capopen, json_array_size(open),
 	        sizeof(*p->open)) < 0)
-		return fail(err, errlen, "out of memory");
+		return errbuf_say(err, errlen, "out of memory");
 	json_array_foreach(open, i, o) {
 		struct seqpos *s = &p->open[n];
 		memset(s, 0, sizeof(*s));
@@ -197,7 +185,7 @@ datapos_load(struct datapos *p, json_t *json, char *err, size_t errlen)
 		if (s->seq >= p->next) {
 			free(s->r);
 			open_clear(p);
-			return fail(err, errlen,
+			return errbuf_say(err, errlen,
 			    "open[%zu]: seq %" PRIu64 " is not below next", i,
 			    s->seq);
 		}
@@ -212,7 +200,7 @@ datapos_load(struct datapos *p, json_t *json, char *err, size_t errlen)
 		if (p->open[i].seq == p->open[i - 1].seq) {
 			uint64_t seq = p->open[i].seq;
 			open_clear(p);
-			return fail(err, errlen,
+			return errbuf_say(err, errlen,
 			    "seq %" PRIu64 " is open twice", seq);
 		}
 	p->loaded = 1;
@@ -229,7 +217,7 @@ datapos_add(struct datapos *p, uint64_t seq, uint64_t first, uint64_t end,
 
 	/* As JSON carries them: signed 64-bit numbers. */
 	if (seq > INT64_MAX || end > INT64_MAX || first > end)
-		return fail(err, errlen,
+		return errbuf_say(err, errlen,
 		    "seq %" PRIu64 ", elements %" PRIu64 " to %" PRIu64
 		    ": out of range",
 		    seq, first, end);
@@ -237,11 +225,11 @@ datapos_add(struct datapos *p, uint64_t seq, uint64_t first, uint64_t end,
 		/* The seqs between were leased to others, or are not read
 		 * yet: open, with nothing delivered. */
 		if (seq - p->next >= DATAPOS_OPEN_MAX)
-			return fail(err, errlen,
+			return errbuf_say(err, errlen,
 			    "seq %" PRIu64 " is too far beyond %" PRIu64, seq,
 			    p->next);
 		if (p->nopen + (seq - p->next) >= DATAPOS_OPEN_MAX)
-			return fail(err, errlen,
+			return errbuf_say(err, errlen,
 			    "the position would hold more than %u splits open "
 			    "(each split shared with other consumers of the "
 			    "job stays open in this one's position)",
@@ -249,7 +237,7 @@ datapos_add(struct datapos *p, uint64_t seq, uint64_t first, uint64_t end,
 		if (vec_grow(&p->open, &p->capopen,
 		        p->nopen + (size_t)(seq - p->next) + 1,
 		        sizeof(*p->open)) < 0)
-			return fail(err, errlen, "out of memory");
+			return errbuf_say(err, errlen, "out of memory");
 		for (; p->next <= seq; p->next++)
 			p->open[p->nopen++] =
 			    (struct seqpos){.seq = p->next, .total = -1};
@@ -261,7 +249,7 @@ datapos_add(struct datapos *p, uint64_t seq, uint64_t first, uint64_t end,
 	if (total >= 0)
 		s->total = total;
 	if (span_add(&s->r, &s->nr, &s->capr, first, end) < 0)
-		return fail(err, errlen, "out of memory");
+		return errbuf_say(err, errlen, "out of memory");
 	if (span_whole(s->r, s->nr, s->total))
 		open_drop(p, i);
 	return 0;
@@ -304,7 +292,7 @@ datapos_merge(struct datapos *p, json_t *json, char *err, size_t errlen)
 	int rc = -1;
 
 	if (q == NULL)
-		return fail(err, errlen, "out of memory");
+		return errbuf_say(err, errlen, "out of memory");
 	if (datapos_load(q, json, err, errlen) < 0)
 		goto out;
 	if (!p->loaded) {
@@ -316,7 +304,7 @@ datapos_merge(struct datapos *p, json_t *json, char *err, size_t errlen)
 	}
 	if (strcmp(p->fp, q->fp) != 0 || p->seed != q->seed ||
 	    p->repeat != q->repeat) {
-		fail(err, errlen,
+		errbuf_say(err, errlen,
 		    "positions of different jobs: dataset %s, seed %" PRIu64
 		    ", repeat %" PRIu64 " and dataset %s, seed %" PRIu64
 		    ", repeat %" PRIu64,
@@ -338,14 +326,14 @@ datapos_merge(struct datapos *p, json_t *json, char *err, size_t errlen)
 			if (side == 1 && found)
 				continue; /* merged on the first side */
 			if (vec_grow(&v, &cap, n + 1, sizeof(*v)) < 0) {
-				fail(err, errlen, "out of memory");
+				errbuf_say(err, errlen, "out of memory");
 				goto out;
 			}
 			s = &v[n++];
 			*s =
 			    (struct seqpos){.seq = a->open[i].seq, .total = -1};
 			if (fold(s, a) < 0 || (found && fold(s, b) < 0)) {
-				fail(err, errlen, "out of memory");
+				errbuf_say(err, errlen, "out of memory");
 				goto out;
 			}
 			if (span_whole(s->r, s->nr, s->total))

@@ -11,6 +11,7 @@
 
 #include "closureq_int.h"
 #include "duration.h"
+#include "errbuf.h"
 #include "strmap.h"
 #include "task.h"
 #include "vec.h"
@@ -48,17 +49,17 @@ cq_closure_new(struct cq *cq, struct cq_spec *s, enum status *st, char *msg,
 	*st = ST_INVALID_ARGUMENT;
 	if (s->spec == NULL) {
 		*st = ST_RESOURCE_EXHAUSTED;
-		cq_say(msg, msglen, "out of memory");
+		errbuf_say(msg, msglen, "out of memory");
 		return NULL;
 	}
 	if (s->nretry_exit > CQ_MAX_RETRY_CODES || s->nneeds > 64) {
-		cq_say(msg, msglen, "too many retry codes or needs");
+		errbuf_say(msg, msglen, "too many retry codes or needs");
 		return NULL;
 	}
 	for (size_t i = 0; i < s->nneeds; i++)
 		if (strmap_get(cq->resources, s->needs[i],
 		        strlen(s->needs[i])) == NULL) {
-			cq_say(msg, msglen,
+			errbuf_say(msg, msglen,
 			    "needs: no resource %s (add it with "
 			    "dispatchctl resource add)",
 			    s->needs[i]);
@@ -66,12 +67,12 @@ cq_closure_new(struct cq *cq, struct cq_spec *s, enum status *st, char *msg,
 		}
 	*st = ST_RESOURCE_EXHAUSTED;
 	if (s->speclen > cq->cfg.max_spec) {
-		cq_say(msg, msglen, "the closure is larger than %zu bytes",
+		errbuf_say(msg, msglen, "the closure is larger than %zu bytes",
 		    cq->cfg.max_spec);
 		goto refused;
 	}
 	if ((c = calloc(1, sizeof(*c))) == NULL) {
-		cq_say(msg, msglen, "out of memory");
+		errbuf_say(msg, msglen, "out of memory");
 		goto refused;
 	}
 	c->spec = s->spec; /* taken over */
@@ -91,7 +92,7 @@ cq_closure_new(struct cq *cq, struct cq_spec *s, enum status *st, char *msg,
 	c->max_retries = s->max_retries;
 	if (nomem) {
 		cq_closure_free(cq, c);
-		cq_say(msg, msglen, "out of memory");
+		errbuf_say(msg, msglen, "out of memory");
 		return NULL;
 	}
 	*st = ST_OK;
@@ -212,14 +213,14 @@ cq_register(struct cq *cq, const char *name, long slots, int64_t now, char *msg,
 	struct cq_worker *w;
 
 	if (!cq_name_valid(name)) {
-		cq_say(msg, msglen, "%s is not a worker name", name);
+		errbuf_say(msg, msglen, "%s is not a worker name", name);
 		return NULL;
 	}
 	if ((w = cq_worker_get(cq, name, 0)) != NULL && w->live &&
 	    cq_commit_down(cq, w, 1,
 	        "it registered again: the incarnation before is gone",
 	        now) < 0) {
-		cq_say(msg, msglen, "out of memory");
+		errbuf_say(msg, msglen, "out of memory");
 		return NULL;
 	}
 	if (cq_commit_register(cq, name, task_new_incarnation(), slots, now,
@@ -235,11 +236,11 @@ cq_worker_check(const struct cq_worker *w, const char *inc, char *msg,
 	uint64_t v;
 
 	if (inc == NULL || task_parse_incarnation(inc, &v) < 0) {
-		cq_say(msg, msglen, "incarnation= must be 16 hex digits");
+		errbuf_say(msg, msglen, "incarnation= must be 16 hex digits");
 		return ST_INVALID_ARGUMENT;
 	}
 	if (!w->live || v != w->inc) {
-		cq_say(msg, msglen, "%s incarnation %s is not current (%s)",
+		errbuf_say(msg, msglen, "%s incarnation %s is not current (%s)",
 		    w->name, inc,
 		    w->live ? "it registered again" :
 		              (w->why != NULL ? w->why : "not registered"));
@@ -314,7 +315,7 @@ cq_report(struct cq *cq, struct cq_worker *w, uint64_t id, long attempt,
 	if (c == NULL || c->state != CQ_RUNNING || c->worker != w ||
 	    c->attempts != attempt) {
 		cq->v.stale++;
-		cq_say(msg, msglen,
+		errbuf_say(msg, msglen,
 		    "attempt %ld of closure %" PRIu64 " is not current on %s",
 		    attempt, id, w->name);
 		return ST_ABORTED;
@@ -384,15 +385,15 @@ cq_resource_add(struct cq *cq, const char *name, const char *json, char *msg,
 	const char *old;
 
 	if (!cq_name_valid(name)) {
-		cq_say(msg, msglen,
+		errbuf_say(msg, msglen,
 		    "%s is not a resource name (letters, digits, _-.:)", name);
 		return ST_INVALID_ARGUMENT;
 	}
 	if ((old = strmap_get(cq->resources, name, strlen(name))) != NULL) {
 		if (strcmp(old, json) == 0)
 			return ST_OK;
-		cq_say(msg, msglen, "resource %s exists with another command",
-		    name);
+		errbuf_say(msg, msglen,
+		    "resource %s exists with another command", name);
 		return ST_ALREADY_EXISTS;
 	}
 	if (cq_commit_resource(cq, name, json, msg, msglen) < 0)

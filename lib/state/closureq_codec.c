@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "closureq_int.h"
+#include "errbuf.h"
 #include "strmap.h"
 
 void
@@ -33,7 +34,7 @@ cq_dbad(struct dec *d, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(m, sizeof(m), fmt, ap);
 	va_end(ap);
-	cq_say(d->err, d->errlen, "at byte %zu: %s",
+	errbuf_say(d->err, d->errlen, "at byte %zu: %s",
 	    (size_t)(d->in.p - d->start), m);
 	return -1;
 }

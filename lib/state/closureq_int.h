@@ -51,8 +51,6 @@ struct cq {
 #define CQ_TAKE_MAX 65536              /* closures one take may start */
 
 /* closureq_obj.c */
-void cq_say(char *msg, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 void cq_emit(struct cq *cq, enum cq_event_type type, struct cq_closure *c,
     struct cq_queue *q, struct cq_worker *w);
 void cq_pend_push(struct cq_pending *l, struct cq_closure *c, int front);

@@ -2,7 +2,6 @@
  * closureq_obj.c: the closure queue's objects (closures, queues, workers),
  * their lists and lookups; see closureq_int.h.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,18 +20,6 @@ cq_emit(struct cq *cq, enum cq_event_type type, struct cq_closure *c,
 
 	if (!cq->replaying)
 		cq->observe(&ev, cq->arg);
-}
-
-void
-cq_say(char *msg, size_t len, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (msg == NULL || len == 0)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(msg, len, fmt, ap);
-	va_end(ap);
 }
 
 const char *

@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "closureq_int.h"
+#include "errbuf.h"
 #include "strmap.h"
 
 static struct rec_out
@@ -61,7 +62,7 @@ commit(struct cq *cq, struct rec_out *o, int64_t now, char *msg, size_t msglen)
 	struct dec d;
 
 	if (o->err) {
-		cq_say(msg, msglen, "out of memory");
+		errbuf_say(msg, msglen, "out of memory");
 		return -1;
 	}
 	cq_dec_init(&d, cq->jbuf.data, cq->jbuf.len, err, sizeof(err));
@@ -70,9 +71,9 @@ commit(struct cq *cq, struct rec_out *o, int64_t now, char *msg, size_t msglen)
 		/* Only memory can fail a record made on the state it is
 		 * applied to; anything else is a fault of ours. */
 		if (d.nomem)
-			cq_say(msg, msglen, "out of memory");
+			errbuf_say(msg, msglen, "out of memory");
 		else
-			cq_say(msg, msglen, "internal: %s", err);
+			errbuf_say(msg, msglen, "internal: %s", err);
 		return -1;
 	}
 	if (cq->jfn != NULL)

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "closureq_int.h"
+#include "errbuf.h"
 #include "strmap.h"
 #include "vec.h"
 
@@ -770,7 +771,7 @@ cq_restore(struct cq *cq, const void *p, size_t len, int64_t now, char *err,
 	if (cq->nbyid != 1 || cq->nid != 1 || strmap_count(cq->queues) != 0 ||
 	    strmap_count(cq->workers) != 0 ||
 	    strmap_count(cq->resources) != 0) {
-		cq_say(err, errlen,
+		errbuf_say(err, errlen,
 		    "a snapshot loads into an empty queue only");
 		return -1;
 	}

@@ -126,8 +126,6 @@ int ds_put_open(struct ds *ds, const struct ds_job *j,
 int ds_put_task(struct ds *ds, const struct ds_task *x);
 int ds_put_client(struct ds *ds, const struct ds_client *x, int64_t now);
 void ds_gone(struct ds *ds, int type, uint64_t a, uint64_t b, int64_t now);
-int ds_bad(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 int ds_ended_badly(const struct rec_in *in);
 
 /* dataset_grant.c */

@@ -5,7 +5,6 @@
  * ds_apply).
  */
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +12,7 @@
 
 #include "buf.h"
 #include "dataset_int.h"
+#include "errbuf.h"
 #include "rec.h"
 
 static int apply_one(struct ds *ds, struct rec_in *in, int64_t now, char *err,
@@ -292,17 +292,6 @@ ds_gone(struct ds *ds, int type, uint64_t a, uint64_t b, int64_t now)
 	(void)ds_commit(ds, &o, now, NULL, 0);
 }
 
-int
-ds_bad(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-	return -1;
-}
-
 /* Whether the record was cut short, bad, or goes on past its fields. */
 int
 ds_ended_badly(const struct rec_in *in)
@@ -336,7 +325,7 @@ apply_counters(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
 	for (int i = 0; i < 7; i++)
 		v[i] = rec_get_u(in);
 	if (ds_ended_badly(in))
-		return ds_bad(err, errlen, "counters: a bad record");
+		return errbuf_say(err, errlen, "counters: a bad record");
 	ds->next_dataset = v[0];
 	ds->next_job = v[1];
 	ds->next_task = v[2];
@@ -364,19 +353,19 @@ apply_dataset(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
 	if (in->err || n == 0 || n > UINT32_MAX || n > rec_left(in) / 2 ||
 	    reader == NULL || *reader == '\0' || framing > FRAME_LEN32 ||
 	    skips > 1 || fp == NULL || fplen != 16) {
-		ds_bad(err, errlen, "dataset: a bad record");
+		errbuf_say(err, errlen, "dataset: a bad record");
 		goto out;
 	}
 	if (id == 0 || dataset_by_id(ds, id) != NULL ||
 	    (name != NULL &&
 	        (!ds_name_ok(name) || ds_dataset_find(ds, name) != NULL))) {
-		ds_bad(err, errlen,
+		errbuf_say(err, errlen,
 		    "dataset %" PRIu64 ": its id or name is taken", id);
 		goto out;
 	}
 	if ((d = calloc(1, sizeof(*d))) == NULL ||
 	    (d->splits = calloc((size_t)n, sizeof(char *))) == NULL) {
-		ds_bad(err, errlen, "out of memory");
+		errbuf_say(err, errlen, "out of memory");
 		goto out;
 	}
 	h = ds_fp_head(reader, (enum framing)framing, (int)skips);
@@ -385,13 +374,13 @@ apply_dataset(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
 		const char *s = rec_get_sv(in, DS_SPLIT_MAX, &len);
 		char *c;
 		if (s == NULL || len == 0 || memchr(s, '\n', len) != NULL) {
-			ds_bad(err, errlen,
+			errbuf_say(err, errlen,
 			    "dataset %" PRIu64 ": split %" PRIu64 " is bad", id,
 			    i);
 			goto out;
 		}
 		if ((c = malloc(len + 1)) == NULL) {
-			ds_bad(err, errlen, "out of memory");
+			errbuf_say(err, errlen, "out of memory");
 			goto out;
 		}
 		memcpy(c, s, len);
@@ -401,7 +390,7 @@ apply_dataset(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
 	}
 	snprintf(fpx, sizeof(fpx), "%016" PRIx64, h);
 	if (ds_ended_badly(in) || memcmp(fpx, fp, 16) != 0) {
-		ds_bad(err, errlen,
+		errbuf_say(err, errlen,
 		    "dataset %" PRIu64 ": a bad record, or splits that do not "
 		    "match its fingerprint",
 		    id);
@@ -439,7 +428,7 @@ apply_dsname(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
 	    d->name != NULL || !ds_name_ok(name) ||
 	    ds_dataset_find(ds, name) != NULL) {
 		free(name);
-		return ds_bad(err, errlen,
+		return errbuf_say(err, errlen,
 		    "dataset %" PRIu64 ": a name it cannot take", id);
 	}
 	d->name = name;
@@ -482,7 +471,7 @@ fail:
 	free(name);
 	free(addr);
 	free(host);
-	return ds_bad(err, errlen, "worker: a bad record");
+	return errbuf_say(err, errlen, "worker: a bad record");
 }
 
 static int
@@ -603,7 +592,7 @@ fail:
 	free(start);
 	free(secret);
 	free(run);
-	return ds_bad(err, errlen, "job %" PRIu64 ": a bad record", id);
+	return errbuf_say(err, errlen, "job %" PRIu64 ": a bad record", id);
 }
 
 static int
@@ -613,8 +602,8 @@ apply_job_gone(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
 	struct ds_job *j = job_by_id(ds, id), **pp;
 
 	if (ds_ended_badly(in) || j == NULL)
-		return ds_bad(err, errlen, "job %" PRIu64 " to collect: none",
-		    id);
+		return errbuf_say(err, errlen,
+		    "job %" PRIu64 " to collect: none", id);
 	for (pp = &ds->jobs; *pp != j; pp = &(*pp)->link)
 		;
 	*pp = j->link;
@@ -715,7 +704,7 @@ apply_task(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
 fail:
 	for (int i = 0; i < 4; i++)
 		free(v[i]);
-	return ds_bad(err, errlen,
+	return errbuf_say(err, errlen,
 	    "task %" PRIu64 " of job %" PRIu64 ": a bad record", id, jid);
 }
 
@@ -727,7 +716,7 @@ apply_task_gone(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
 	struct ds_task *t = j != NULL ? ds_job_task(j, id) : NULL, **pp;
 
 	if (ds_ended_badly(in) || t == NULL)
-		return ds_bad(err, errlen,
+		return errbuf_say(err, errlen,
 		    "task %" PRIu64 " of job %" PRIu64 " to end: none", id,
 		    jid);
 	ds_task_release_leases(ds, t);
@@ -750,12 +739,12 @@ apply_client(struct ds *ds, struct rec_in *in, int64_t now, char *err,
 
 	if (ds_ended_badly(in) || j == NULL || id == 0 || index < 0 ||
 	    index > 4095 || (c != NULL && c->job != j))
-		return ds_bad(err, errlen,
+		return errbuf_say(err, errlen,
 		    "client %" PRIu64 " of job %" PRIu64 ": a bad record", id,
 		    jid);
 	if (c == NULL) {
 		if ((c = calloc(1, sizeof(*c))) == NULL)
-			return ds_bad(err, errlen, "out of memory");
+			return errbuf_say(err, errlen, "out of memory");
 		c->id = id;
 		c->job = j;
 		c->next = j->clients;
@@ -781,7 +770,7 @@ apply_client_gone(struct ds *ds, struct rec_in *in, int64_t now, char *err,
 	struct ds_job *j;
 
 	if (ds_ended_badly(in) || c == NULL)
-		return ds_bad(err, errlen,
+		return errbuf_say(err, errlen,
 		    "client %" PRIu64 " to release: none", id);
 	j = c->job;
 	ds_client_unlink(j, c);
@@ -847,7 +836,7 @@ apply_open(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
 	ds_list_push(t != NULL ? &t->leases : &j->queue, l, 0);
 	return 0;
 fail:
-	return ds_bad(err, errlen,
+	return errbuf_say(err, errlen,
 	    "open seq %" PRIu64 " of job %" PRIu64 ": a bad record", seq, jid);
 }
 
@@ -862,7 +851,7 @@ apply_lease(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
 	if (in->err || l == NULL || get_ranges(in, &x) < 0 ||
 	    ds_ended_badly(in)) {
 		free(x.r);
-		return ds_bad(err, errlen,
+		return errbuf_say(err, errlen,
 		    "delivered of seq %" PRIu64 " of job %" PRIu64
 		    ": a bad record, or no such lease",
 		    seq, jid);
@@ -883,7 +872,7 @@ apply_done(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
 	struct ds_lease *l = lease_of(ds, jid, seq, &j);
 
 	if (ds_ended_badly(in) || l == NULL)
-		return ds_bad(err, errlen,
+		return errbuf_say(err, errlen,
 		    "seq %" PRIu64 " of job %" PRIu64 " done: not open", seq,
 		    jid);
 	ds_list_unlink(l->task != NULL ? &l->task->leases : &j->queue, l);
@@ -987,10 +976,10 @@ apply_grant(struct ds *ds, struct rec_in *in, char *err, size_t errlen)
 nomem:
 	while (nmade > 0)
 		free(made[--nmade]);
-	return ds_bad(err, errlen, "grant to task %" PRIu64 ": out of memory",
-	    tid);
+	return errbuf_say(err, errlen,
+	    "grant to task %" PRIu64 ": out of memory", tid);
 fail:
-	return ds_bad(err, errlen,
+	return errbuf_say(err, errlen,
 	    "grant to task %" PRIu64 " of job %" PRIu64
 	    ": a bad record, or seqs neither next nor waiting",
 	    tid, jid);
@@ -1018,7 +1007,7 @@ apply_one(struct ds *ds, struct rec_in *in, int64_t now, char *err,
 	case R_OPEN: return apply_open(ds, in, err, errlen);
 	case R_LEASE: return apply_lease(ds, in, err, errlen);
 	case R_DONE: return apply_done(ds, in, err, errlen);
-	default: return ds_bad(err, errlen, "a record of no known type");
+	default: return errbuf_say(err, errlen, "a record of no known type");
 	}
 }
 

@@ -11,6 +11,7 @@
 
 #include "buf.h"
 #include "dataset_int.h"
+#include "errbuf.h"
 #include "rec.h"
 
 static void
@@ -144,11 +145,11 @@ ds_restore(struct ds *ds, const void *p, size_t len, int64_t now, char *err,
 	char e[256];
 
 	if (ds->datasets != NULL || ds->jobs != NULL || ds->workers != NULL)
-		return ds_bad(err, errlen,
+		return errbuf_say(err, errlen,
 		    "a snapshot loads into an empty state");
 	rec_in_init(&in, p, len);
 	if ((version = rec_get_u(&in)) != DS_SNAP_VERSION || in.err)
-		return ds_bad(err, errlen,
+		return errbuf_say(err, errlen,
 		    "snapshot: version %" PRIu64 ", not %d", version,
 		    DS_SNAP_VERSION);
 	for (;;) {
@@ -158,50 +159,50 @@ ds_restore(struct ds *ds, const void *p, size_t len, int64_t now, char *err,
 		    NULL;
 		struct rec_in r;
 		if (rec == NULL)
-			return ds_bad(err, errlen,
+			return errbuf_say(err, errlen,
 			    "snapshot: cut short at record %zu", n);
 		rec_in_init(&r, rec, (size_t)rlen);
 		if (rec_get_u(&r) == R_END) {
 			if (rec_get_u(&r) != n || ds_ended_badly(&r) ||
 			    rec_left(&in) != 0)
-				return ds_bad(err, errlen,
+				return errbuf_say(err, errlen,
 				    "snapshot: its end does not match its %zu "
 				    "records",
 				    n);
 			break;
 		}
 		if (ds_apply(ds, rec, (size_t)rlen, now, e, sizeof(e)) < 0)
-			return ds_bad(err, errlen, "snapshot: record %zu: %s",
-			    n, e);
+			return errbuf_say(err, errlen,
+			    "snapshot: record %zu: %s", n, e);
 		n++;
 	}
 	for (struct ds_dataset *d = ds->datasets; d != NULL; d = d->next)
 		if (d->id > ds->next_dataset)
-			return ds_bad(err, errlen,
+			return errbuf_say(err, errlen,
 			    "snapshot: dataset %" PRIu64 " above its counter",
 			    d->id);
 	for (struct ds_job *j = ds->jobs; j != NULL; j = j->link) {
 		if (j->eff == SHARD_DYNAMIC &&
 		    j->done + j->leases->count != j->next)
-			return ds_bad(err, errlen,
+			return errbuf_say(err, errlen,
 			    "snapshot: job %" PRIu64 " has %" PRIu64
 			    " seqs done and %zu open, but %" PRIu64
 			    " leased in all",
 			    j->id, j->done, j->leases->count, j->next);
 		/* Ids are never given twice. */
 		if (j->id > ds->next_job)
-			return ds_bad(err, errlen,
+			return errbuf_say(err, errlen,
 			    "snapshot: job %" PRIu64 " above its counter",
 			    j->id);
 		for (struct ds_task *t = j->tasks; t != NULL; t = t->next)
 			if (t->id > ds->next_task)
-				return ds_bad(err, errlen,
+				return errbuf_say(err, errlen,
 				    "snapshot: task %" PRIu64
 				    " above its counter",
 				    t->id);
 		for (struct ds_client *c = j->clients; c != NULL; c = c->next)
 			if (c->id > ds->next_client)
-				return ds_bad(err, errlen,
+				return errbuf_say(err, errlen,
 				    "snapshot: client %" PRIu64
 				    " above its counter",
 				    c->id);

@@ -4,7 +4,6 @@
  * value (waiting until it ends), cancel, listings, and resources.
  */
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +12,7 @@
 #include "closurestate.h"
 #include "dispatch_int.h"
 #include "duration.h"
+#include "errbuf.h"
 #include "log.h"
 #include "park.h"
 #include "route.h"
@@ -141,19 +141,6 @@ dispatch_no_workers(struct dispatch *d, int64_t now, int64_t *until)
 
 /* Reading a closure from a request. */
 
-static void say(char *msg, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void
-say(char *msg, size_t len, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, len, fmt, ap);
-	va_end(ap);
-}
-
 /* Whether argv is not a non-empty array of strings without NUL (msg). */
 static int
 argv_bad(json_t *argv, char *msg, size_t msglen)
@@ -162,13 +149,14 @@ argv_bad(json_t *argv, char *msg, size_t msglen)
 	size_t i;
 
 	if (!json_is_array(argv) || json_array_size(argv) == 0) {
-		say(msg, msglen, "argv must be a non-empty array of strings");
+		errbuf_say(msg, msglen,
+		    "argv must be a non-empty array of strings");
 		return 1;
 	}
 	json_array_foreach(argv, i, v)
 		if (!json_is_string(v) ||
 		    json_string_length(v) != strlen(json_string_value(v))) {
-			say(msg, msglen,
+			errbuf_say(msg, msglen,
 			    "argv[%zu] must be a string without NUL", i);
 			return 1;
 		}
@@ -189,12 +177,13 @@ run_fields_bad(json_t *item, char *msg, size_t msglen)
 	if (argv_bad(argv, msg, msglen))
 		return 1;
 	if (json_string_length(json_array_get(argv, 0)) == 0) {
-		say(msg, msglen, "argv[0] must not be empty");
+		errbuf_say(msg, msglen, "argv[0] must not be empty");
 		return 1;
 	}
 	if (env != NULL) {
 		if (!json_is_object(env)) {
-			say(msg, msglen, "env must be an object of strings");
+			errbuf_say(msg, msglen,
+			    "env must be an object of strings");
 			return 1;
 		}
 		json_object_foreach(env, k, v) {
@@ -202,7 +191,7 @@ run_fields_bad(json_t *item, char *msg, size_t msglen)
 			    !json_is_string(v) ||
 			    json_string_length(v) !=
 			        strlen(json_string_value(v))) {
-				say(msg, msglen,
+				errbuf_say(msg, msglen,
 				    "env: %s is not NAME=value without NUL", k);
 				return 1;
 			}
@@ -215,13 +204,14 @@ run_fields_bad(json_t *item, char *msg, size_t msglen)
 		        json_string_length(in)) < 0;
 		buf_free(&b);
 		if (bad) {
-			say(msg, msglen, "stdin must be base64");
+			errbuf_say(msg, msglen, "stdin must be base64");
 			return 1;
 		}
 	}
 	if (to != NULL &&
 	    (!json_is_integer(to) || json_integer_value(to) < 0)) {
-		say(msg, msglen, "timeout_ms must be a whole number >= 0");
+		errbuf_say(msg, msglen,
+		    "timeout_ms must be a whole number >= 0");
 		return 1;
 	}
 	return 0;
@@ -252,7 +242,7 @@ spec_of(json_t *item, struct cq_spec *s, struct spec_room *r, char *msg,
 
 	memset(s, 0, sizeof(*s));
 	if (!json_is_object(item)) {
-		say(msg, msglen, "a closure must be an object");
+		errbuf_say(msg, msglen, "a closure must be an object");
 		return -1;
 	}
 	if (run_fields_bad(item, msg, msglen))
@@ -260,7 +250,7 @@ spec_of(json_t *item, struct cq_spec *s, struct spec_room *r, char *msg,
 	if (codes != NULL) {
 		if (!json_is_array(codes) ||
 		    json_array_size(codes) > CQ_MAX_RETRY_CODES) {
-			say(msg, msglen,
+			errbuf_say(msg, msglen,
 			    "retry_exit must be an array of at "
 			    "most %d exit codes",
 			    CQ_MAX_RETRY_CODES);
@@ -269,7 +259,7 @@ spec_of(json_t *item, struct cq_spec *s, struct spec_room *r, char *msg,
 		json_array_foreach(codes, i, v) {
 			if (!json_is_integer(v) || json_integer_value(v) < 1 ||
 			    json_integer_value(v) > 255) {
-				say(msg, msglen,
+				errbuf_say(msg, msglen,
 				    "retry_exit: exit codes are 1 to 255");
 				return -1;
 			}
@@ -281,7 +271,8 @@ spec_of(json_t *item, struct cq_spec *s, struct spec_room *r, char *msg,
 	if (mr != NULL) {
 		if (!json_is_integer(mr) || json_integer_value(mr) < 0 ||
 		    json_integer_value(mr) > 1000000) {
-			say(msg, msglen, "max_retries must be 0 to 1000000");
+			errbuf_say(msg, msglen,
+			    "max_retries must be 0 to 1000000");
 			return -1;
 		}
 		s->max_retries = (long)json_integer_value(mr);
@@ -289,7 +280,8 @@ spec_of(json_t *item, struct cq_spec *s, struct spec_room *r, char *msg,
 	if (on != NULL) {
 		if (!json_is_string(on) ||
 		    !cq_name_valid(json_string_value(on))) {
-			say(msg, msglen, "on must name a worker (JOB:INDEX)");
+			errbuf_say(msg, msglen,
+			    "on must name a worker (JOB:INDEX)");
 			return -1;
 		}
 		s->on = json_string_value(on);
@@ -297,7 +289,7 @@ spec_of(json_t *item, struct cq_spec *s, struct spec_room *r, char *msg,
 	if (key != NULL) {
 		if (!json_is_string(key) || json_string_length(key) == 0 ||
 		    json_string_length(key) > 1024) {
-			say(msg, msglen,
+			errbuf_say(msg, msglen,
 			    "key must be a string of 1 to 1024 "
 			    "bytes");
 			return -1;
@@ -306,14 +298,14 @@ spec_of(json_t *item, struct cq_spec *s, struct spec_room *r, char *msg,
 	}
 	if (needs != NULL) {
 		if (!json_is_array(needs) || json_array_size(needs) > 64) {
-			say(msg, msglen,
+			errbuf_say(msg, msglen,
 			    "needs must be an array of at most 64 "
 			    "resource names");
 			return -1;
 		}
 		json_array_foreach(needs, i, v) {
 			if (!json_is_string(v)) {
-				say(msg, msglen,
+				errbuf_say(msg, msglen,
 				    "needs: no resource (not a string) (add "
 				    "it with dispatchctl resource add)");
 				return -1;
@@ -966,7 +958,7 @@ resource_add(struct dispatch *d, const char *name, json_t *argv, char *msg,
 	char *text;
 
 	if (!cq_name_valid(name)) {
-		say(msg, msglen,
+		errbuf_say(msg, msglen,
 		    "%s is not a resource name (letters, digits, _-.:)", name);
 		return ST_INVALID_ARGUMENT;
 	}
@@ -976,7 +968,7 @@ resource_add(struct dispatch *d, const char *name, json_t *argv, char *msg,
 	text = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
 	json_decref(o);
 	if (text == NULL) {
-		say(msg, msglen, "out of memory");
+		errbuf_say(msg, msglen, "out of memory");
 		return ST_RESOURCE_EXHAUSTED;
 	}
 	st = cq_resource_add(d->cq, name, text, msg, msglen);
