@@ -175,15 +175,14 @@ commit_detach(struct commit *c)
 	pthread_mutex_unlock(&c->mu);
 }
 
-int
+void
 commit_free(struct commit *c)
 {
-	int rc;
-
 	if (c == NULL)
-		return 0;
-	rc = journal_close(c->j);
+		return;
+	if (journal_close(c->j) < 0)
+		log_info("some changes could not be written to the state "
+		         "directory before exit");
 	pthread_mutex_destroy(&c->mu);
 	free(c);
-	return rc;
 }

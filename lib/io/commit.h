@@ -71,7 +71,8 @@ int commit_refuse(struct commit *c, struct http_req *req);
  */
 void commit_detach(struct commit *c);
 
-/* Closes the journal (writing what is left): 0, or -1. */
-int commit_free(struct commit *c);
+/* Closes the journal, writing what is left; says in the log if it
+ * could not. */
+void commit_free(struct commit *c);
 
 #endif

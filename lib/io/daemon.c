@@ -506,6 +506,22 @@ gone(struct http_req *req, void *arg)
 }
 
 /*
+ * Stops serving: every request from now on is answered as closing, the
+ * service answers what is parked, the journal makes what it holds durable
+ * and lets every reply go, and the server stops.
+ */
+static void
+stop(struct daemon *d)
+{
+	atomic_store(&d->closing, 1);
+	d->svc->shutdown(d->svc->arg);
+	if (d->svc->commit != NULL)
+		commit_detach(d->svc->commit);
+	http_server_stop(d->srv);
+	log_flush(2000);
+}
+
+/*
  * Serves svc on the options' address until SIGINT or SIGTERM; returns
  * the exit code (0, or UNAVAILABLE when it cannot listen).
  */
@@ -556,10 +572,7 @@ daemon_run(const struct daemon_options *o, const struct daemon_service *svc)
 	    daemon_write_port_file(o->port_file, http_server_port(d.srv)) < 0) {
 		int rc = cli_fail(ST_INTERNAL, "cannot write port file %s: %m",
 		    o->port_file);
-		atomic_store(&d.closing, 1);
-		svc->shutdown(svc->arg);
-		http_server_stop(d.srv);
-		log_flush(2000);
+		stop(&d);
 		return rc;
 	}
 	log_info("listening on %s%s:%d%s",
@@ -572,10 +585,7 @@ daemon_run(const struct daemon_options *o, const struct daemon_service *svc)
 			sig = SIGTERM;
 	} while (sig == SIGHUP);
 	log_info("%s: shutting down", strsignal(sig));
-	atomic_store(&d.closing, 1);
-	svc->shutdown(svc->arg);
-	http_server_stop(d.srv);
-	log_flush(2000);
+	stop(&d);
 	return 0;
 }
 

@@ -43,7 +43,9 @@ struct daemon_service {
 	/* Where its requests park: one whose client went away leaves it
 	 * (park_gone). May be NULL. */
 	struct park *park;
-	/* With a journal: its replies wait for it (commit.h); else NULL. */
+	/* With a journal: its replies wait for it (commit.h); else NULL.
+	 * The skeleton attaches it to the server, and detaches it once the
+	 * service has shut down. */
 	struct commit *commit;
 	/* Frees the service, once the server has stopped. */
 	void (*free)(void *arg);

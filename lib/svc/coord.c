@@ -63,8 +63,6 @@ coord_shutdown(struct coord *co)
 	park_index_each(co->watchers, drain, NULL);
 	coord_tasks_shutdown(co);
 	coord_unlock(co);
-	if (co->commit != NULL)
-		commit_detach(co->commit);
 }
 
 static void
@@ -86,9 +84,7 @@ coord_free(struct coord *co)
 	free(co->heard);
 	free(co->secret);
 	free(co->shutdown_said);
-	if (co->commit != NULL && commit_free(co->commit) < 0)
-		log_info("some changes could not be written to the state "
-		         "directory before exit");
+	commit_free(co->commit);
 	kv_free(co->kv);
 	free(co->events);
 	buf_free(&co->ctl_last);

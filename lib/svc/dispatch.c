@@ -308,8 +308,6 @@ dispatch_shutdown(struct dispatch *d)
 	park_index_each(d->leasers, drain, NULL);
 	drain(&d->takers, NULL);
 	dispatch_unlock(d);
-	if (d->commit != NULL)
-		commit_detach(d->commit);
 }
 
 static void
@@ -322,9 +320,7 @@ dispatch_free(struct dispatch *d)
 	park_index_free(d->qwait);
 	park_index_free(d->beats);
 	park_index_free(d->leasers);
-	if (d->commit != NULL && commit_free(d->commit) < 0)
-		log_info("some changes could not be written to the state "
-		         "directory before exit");
+	commit_free(d->commit);
 	buf_free(&d->jrec);
 	cq_free(d->cq);
 	ds_free(d->ds);
