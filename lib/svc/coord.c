@@ -207,25 +207,6 @@ static const struct route routes[] = {
     {"/v1/barriers/*", ROUTE_POST | ROUTE_DELETE, coord_barrier_route, NULL},
 };
 
-/* What the daemon skeleton serves: coordd's routes and callbacks. */
-static void
-service(struct coord *co, struct daemon_service *svc)
-{
-	memset(svc, 0, sizeof(*svc));
-	svc->name = "coordd";
-	svc->routes = routes;
-	svc->nroutes = sizeof(routes) / sizeof(routes[0]);
-	svc->arg = co;
-	svc->metrics = metrics;
-	svc->mu = &co->mu;
-	svc->unlock = unlock_cb;
-	svc->shutdown = shutdown_cb;
-	svc->started = started_cb;
-	svc->park = co->park;
-	svc->commit = co->commit;
-	svc->free = free_cb;
-}
-
 enum status
 coord_open(const struct coord_config *cfg, const struct daemon_options *o,
     struct daemon_service *svc, char *err, size_t errlen)
@@ -287,7 +268,18 @@ coord_open(const struct coord_config *cfg, const struct daemon_options *o,
 	    (st = coord_journal_open(co, o->state_dir, o->fsync, o->journal_max,
 	         err, errlen)) != ST_OK)
 		goto fail;
-	service(co, svc);
+	*svc = (struct daemon_service){.name = "coordd",
+	    .routes = routes,
+	    .nroutes = sizeof(routes) / sizeof(routes[0]),
+	    .arg = co,
+	    .metrics = metrics,
+	    .mu = &co->mu,
+	    .unlock = unlock_cb,
+	    .shutdown = shutdown_cb,
+	    .started = started_cb,
+	    .park = co->park,
+	    .commit = co->commit,
+	    .free = free_cb};
 	return ST_OK;
 fail:
 	coord_free(co);

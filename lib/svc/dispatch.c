@@ -483,24 +483,6 @@ static const struct route routes[] = {
     {"/v1/clients/*/heartbeat", ROUTE_POST, dispatch_clients_route, NULL},
 };
 
-/* What the daemon skeleton serves: dispatchd's routes and callbacks. */
-static void
-service(struct dispatch *d, struct daemon_service *svc)
-{
-	memset(svc, 0, sizeof(*svc));
-	svc->name = "dispatchd";
-	svc->routes = routes;
-	svc->nroutes = sizeof(routes) / sizeof(routes[0]);
-	svc->arg = d;
-	svc->metrics = metrics;
-	svc->mu = &d->mu;
-	svc->unlock = unlock_cb;
-	svc->shutdown = shutdown_cb;
-	svc->park = d->park;
-	svc->commit = d->commit;
-	svc->free = free_cb;
-}
-
 enum status
 dispatch_open(const struct dispatch_config *cfg, const struct daemon_options *o,
     struct daemon_service *svc, char *err, size_t errlen)
@@ -552,7 +534,17 @@ dispatch_open(const struct dispatch_config *cfg, const struct daemon_options *o,
 	    (st = dispatch_journal_open(d, o->state_dir, o->fsync,
 	         o->journal_max, err, errlen)) != ST_OK)
 		goto fail;
-	service(d, svc);
+	*svc = (struct daemon_service){.name = "dispatchd",
+	    .routes = routes,
+	    .nroutes = sizeof(routes) / sizeof(routes[0]),
+	    .arg = d,
+	    .metrics = metrics,
+	    .mu = &d->mu,
+	    .unlock = unlock_cb,
+	    .shutdown = shutdown_cb,
+	    .park = d->park,
+	    .commit = d->commit,
+	    .free = free_cb};
 	return ST_OK;
 fail:
 	dispatch_free(d);
