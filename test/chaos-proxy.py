@@ -15,13 +15,25 @@ decides, in this order:
   --cut P           with probability P, the request is sent and the
                     connection closed at once: the request may take effect,
                     its reply is lost
+  --cut-reply P     with probability P, the connection is closed once a
+                    whole reply has been relayed to the client: the request
+                    took effect and its reply arrived, and the client's next
+                    request finds the connection gone
+  --rewrite OLD=NEW in every reply's body, OLD becomes NEW (its
+                    Content-Length set to fit): to hand one client another
+                    address than the one a daemon tells (repeatable)
   --seed N          the random choices' seed (default 1)
   --lifetime SEC    exits after SEC seconds (default 120), so that nothing
                     outlives a test that forgot it
 
-Every decision is appended to PORTFILE.log as "ACTION METHOD PATH".
+Every decision is appended to PORTFILE.log as "ACTION METHOD PATH"
+(cut-reply names the request whose reply it was).
+
+With --cut-reply or --rewrite, replies are relayed one at a time, each its
+head and a body of Content-Length bytes; otherwise as they come.
 """
 import argparse
+import collections
 import os
 import random
 import socket
@@ -37,20 +49,18 @@ def log(path, line):
         f.write(line + "\n")
 
 
-def read_request(sock, buf):
-    """One request from sock: (bytes, method, path, rest of buf), or None."""
+def read_message(sock, buf):
+    """One request or reply from sock: (head, body, rest of buf), or None
+    when sock closes first. The body is Content-Length bytes (none when the
+    head has no Content-Length)."""
     while b"\r\n\r\n" not in buf:
         chunk = sock.recv(65536)
         if not chunk:
             return None
         buf += chunk
     head, _, rest = buf.partition(b"\r\n\r\n")
-    lines = head.split(b"\r\n")
-    parts = lines[0].split(b" ")
-    method = parts[0].decode("latin-1")
-    path = parts[1].decode("latin-1") if len(parts) > 1 else ""
     length = 0
-    for line in lines[1:]:
+    for line in head.split(b"\r\n")[1:]:
         name, _, value = line.partition(b":")
         if name.strip().lower() == b"content-length":
             length = int(value.strip() or b"0")
@@ -59,7 +69,28 @@ def read_request(sock, buf):
         if not chunk:
             return None
         rest += chunk
-    return head + b"\r\n\r\n" + rest[:length], method, path, rest[length:]
+    return head, rest[:length], rest[length:]
+
+
+def read_request(sock, buf):
+    """One request from sock: (bytes, method, path, rest of buf), or None."""
+    got = read_message(sock, buf)
+    if got is None:
+        return None
+    head, body, rest = got
+    parts = head.split(b"\r\n")[0].split(b" ")
+    method = parts[0].decode("latin-1")
+    path = parts[1].decode("latin-1") if len(parts) > 1 else ""
+    return head + b"\r\n\r\n" + body, method, path, rest
+
+
+def shut(*socks):
+    """Shuts each of socks both ways, closed already or not."""
+    for s in socks:
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 def pump(src, dst):
@@ -72,11 +103,43 @@ def pump(src, dst):
             dst.sendall(chunk)
     except OSError:
         pass
-    for s in (src, dst):
-        try:
-            s.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+    shut(src, dst)
+
+
+def rewritten(head, body, pairs):
+    """A reply with each OLD of pairs in its body made NEW, its
+    Content-Length to fit."""
+    if not pairs:
+        return head + b"\r\n\r\n" + body
+    for old, new in pairs:
+        body = body.replace(old, new)
+    lines = [line for line in head.split(b"\r\n")
+             if line.partition(b":")[0].strip().lower() != b"content-length"]
+    lines.insert(1, b"Content-Length: %d" % len(body))
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body
+
+
+def relay_replies(src, dst, args, rnd, logpath, asked):
+    """Replies one at a time, until either side closes: each rewritten,
+    and after each the connection is cut with probability --cut-reply.
+    asked holds the relayed requests' "METHOD PATH", oldest first."""
+    buf = b""
+    try:
+        while True:
+            got = read_message(src, buf)
+            if got is None:
+                break
+            head, body, buf = got
+            dst.sendall(rewritten(head, body, args.rewrite))
+            what = asked.popleft() if asked else "? ?"
+            with LOCK:
+                cut = rnd.random() < args.cut_reply
+            if cut:
+                log(logpath, "cut-reply %s" % what)
+                break
+    except OSError:
+        pass
+    shut(src, dst)
 
 
 def serve(client, args, rnd, logpath):
@@ -87,7 +150,13 @@ def serve(client, args, rnd, logpath):
     except OSError:
         client.close()
         return
-    threading.Thread(target=pump, args=(up, client), daemon=True).start()
+    asked = collections.deque()
+    if args.cut_reply > 0 or args.rewrite:
+        threading.Thread(target=relay_replies,
+                         args=(up, client, args, rnd, logpath, asked),
+                         daemon=True).start()
+    else:
+        threading.Thread(target=pump, args=(up, client), daemon=True).start()
     buf = b""
     try:
         while True:
@@ -101,6 +170,7 @@ def serve(client, args, rnd, logpath):
             if method in args.drop_method or refuse:
                 log(logpath, "drop %s %s" % (method, path))
                 break
+            asked.append("%s %s" % (method, path))
             up.sendall(req)
             if cut:
                 log(logpath, "cut %s %s" % (method, path))
@@ -108,12 +178,17 @@ def serve(client, args, rnd, logpath):
             log(logpath, "pass %s %s" % (method, path))
     except OSError:
         pass
-    for s in (client, up):
-        try:
-            s.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        s.close()
+    shut(client, up)
+    client.close()
+    up.close()
+
+
+def pair(text):
+    """OLD=NEW as (OLD, NEW) in bytes."""
+    old, sep, new = text.partition("=")
+    if not sep or not old:
+        raise argparse.ArgumentTypeError("%s is not OLD=NEW" % text)
+    return old.encode(), new.encode()
 
 
 def main():
@@ -123,6 +198,8 @@ def main():
     p.add_argument("--drop-method", action="append", default=[])
     p.add_argument("--refuse", type=float, default=0.0)
     p.add_argument("--cut", type=float, default=0.0)
+    p.add_argument("--cut-reply", type=float, default=0.0)
+    p.add_argument("--rewrite", action="append", default=[], type=pair)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--lifetime", type=float, default=120.0)
     args = p.parse_args()
