@@ -19,14 +19,21 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int rc = dw_request_parse(s, q != NULL ? q : "", &r);
 
 	FUZZ_CHECK(rc == DW_OK || rc == DW_NO_SUCH || rc == DW_BAD_MAX ||
-	    rc == DW_BAD_WAIT);
+	    rc == DW_BAD_WAIT || rc == DW_BAD_ID);
 	if (rc == DW_OK) {
 		char *qs;
 		FUZZ_CHECK(r.kind == DW_HEALTH || r.kind == DW_ELEMENTS ||
-		    r.kind == DW_ROUND);
+		    r.kind == DW_GIVEBACK || r.kind == DW_ROUND);
 		FUZZ_CHECK(!r.has_wait || r.wait_ms >= 0);
 		FUZZ_CHECK(r.kind == DW_ROUND || r.consumer == -1);
 		FUZZ_CHECK(r.kind == DW_ELEMENTS || !r.has_max);
+		/* A consumer's identity only where it is read, whole and
+		 * with a request's number; a giveback always has one. */
+		FUZZ_CHECK(r.has_id ?
+		        (r.kind == DW_ELEMENTS || r.kind == DW_GIVEBACK) &&
+		            r.request >= 1 && r.consumer_id[0] != '\0' &&
+		            strlen(r.consumer_id) <= DW_CONSUMER_ID_MAX :
+		        r.kind != DW_GIVEBACK && r.consumer_id[0] == '\0');
 		/* A round's consumer is written as it is: only one that
 		 * parsed round-trips. */
 		if (r.kind != DW_ROUND || r.consumer >= 0) {

@@ -3,6 +3,7 @@
  * replies set, and the server's start and stop. Its files, each using
  * only those listed before it (dataserve_int.h holds what they share):
  *   dataserve_task.c    threads; a task, its blocks, chunks and rounds
+ *   dataserve_hold.c    what consumers hold: acknowledged, given back
  *   dataserve_reader.c  the reader process, its output framed into chunks
  *   dataserve_splits.c  a task's thread: splits fetched, or leased
  *   dataserve_server.c  the HTTP server that hands the chunks to consumers

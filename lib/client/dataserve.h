@@ -10,9 +10,14 @@
  * dispatchd gives the worker and the job's consumers only; a connection
  * slow to send a request, or idle without elements held, is closed.
  *
- * Elements a consumer fetched stay held until its next request on the same
- * connection acknowledges them; if the connection closes first they go
- * back to the front of the queue, so that a consumer's death loses nothing.
+ * Elements a consumer fetched stay held until its next request
+ * acknowledges them. A consumer that names itself (datawire.h) holds them
+ * itself, across its connections: a request it sends again when a reply
+ * was lost with its connection gets the same reply, and once none of its
+ * connections has been open for request_ms it is gone, and they go back
+ * to the front of the queue. Otherwise its connection holds them, and
+ * they go back when it closes. So a consumer's death loses nothing, and a
+ * broken connection delivers nothing twice.
  */
 #ifndef MUSTER_DATASERVE_H
 #define MUSTER_DATASERVE_H

@@ -39,11 +39,13 @@
 /*
  * A connection must send each request within request_ms (REQUEST_MS by
  * default) of the last reply (or of its start), unless it holds elements
- * not yet acknowledged: those
- * go back to the job if it closes, to another consumer, so an idle one
- * that holds some is kept (a consumer whose own reader is slow to read
- * what it wrote may pause for minutes). A reply that cannot be sent for
- * SEND_MS is given up. TCP keepalive finds a consumer's host that died.
+ * not yet acknowledged: those go to another consumer once their own is
+ * gone, so an idle one that holds some is kept (a consumer whose own
+ * reader is slow to read what it wrote may pause for minutes). A consumer
+ * that names itself is gone once no connection of its has been open for
+ * request_ms: it had as long to come back as to send a request. A reply
+ * that cannot be sent for SEND_MS is given up. TCP keepalive finds a
+ * consumer's host that died.
  */
 #define REQUEST_MS 60000
 #define SEND_MS 60000
@@ -82,6 +84,27 @@ struct round {
 	unsigned char *took;
 };
 
+/*
+ * What a consumer that names itself (consumer_id=, datawire.h) holds of a
+ * task: the chunks of its last reply, held for the consumer rather than
+ * for the connection they went out on. A request numbered above req
+ * acknowledges them, on whatever connection; req again (the reply was
+ * lost with its connection) gets them again. Once no connection of the
+ * consumer's has been open for request_ms it is gone, and they go back
+ * to the task's queue for another; the hold stays, empty, until room is
+ * needed or the consumer says it leaves.
+ */
+struct hold {
+	struct hold *next;
+	char id[DW_CONSUMER_ID_MAX + 1];
+	uint64_t req;         /* the last request answered */
+	struct chunk *chunks; /* its reply's */
+	size_t n;
+	uint64_t conn; /* the connection that asked last (its serial); 0:
+	                * closed since */
+	int64_t away;  /* when it closed (ms) */
+};
+
 struct task {
 	struct dataserve *ds;
 	atomic_int refs; /* the table, the reader thread, requests */
@@ -108,7 +131,7 @@ struct task {
 	char *error;
 	pid_t pid; /* the reader running, 0 */
 	struct chunk *head, *tail;
-	size_t held; /* chunks out with connections, not acknowledged */
+	size_t held; /* chunks out with consumers, not acknowledged */
 	size_t mem;  /* bytes in blocks, spares too */
 	struct block *spare;
 	int reading;         /* the reader thread runs: spares are of use */
@@ -116,6 +139,8 @@ struct task {
 	size_t nacked, capacked;
 	struct round *rounds, **rounds_end;
 	int64_t *asked; /* round robin: the last round each consumer asked */
+	struct hold *holds; /* of consumers that name themselves */
+	long nholds;
 };
 
 struct conn {
@@ -123,9 +148,13 @@ struct conn {
 	int fd;
 	struct tls *tls; /* HTTPS: the session; NULL: plain */
 	struct conn *next;
+	uint64_t serial;    /* from 1, by which a hold names it */
 	struct task *ht;    /* the task of the held chunks */
-	struct chunk *held; /* the last reply's chunks */
+	struct chunk *held; /* the last reply's chunks, for a consumer that
+	                     * does not name itself */
 	size_t nheld;
+	int named;      /* asked for a consumer that names itself */
+	int named_held; /* its last reply is held for such a consumer */
 	char in[REQ_MAX];
 	size_t inlen;
 };
@@ -139,6 +168,7 @@ struct dataserve {
 	int64_t request_ms;
 	struct tls_server *tls; /* HTTPS; NULL: plain */
 	unsigned long refused;  /* connections over max_conns */
+	uint64_t conn_serial;   /* the last connection's */
 	pthread_t accept_th;
 	pthread_mutex_t mu;
 	pthread_cond_t idle; /* the last thread ended */
@@ -221,6 +251,32 @@ void dataserve_task_drop(struct task *t);
 json_int_t dataserve_int_field(json_t *o, const char *name, json_int_t def);
 /* s made fit for a JSON string. */
 void dataserve_make_utf8(char *s);
+
+/* dataserve_hold.c: what consumers hold of a task, under its lock. */
+/* The chunks of list acknowledged: their ranges noted for dispatchd
+ * (DYNAMIC), the chunks freed; or put back at the front of the queue, for
+ * the next consumer that asks (freed if the task was dropped). */
+void dataserve_chunks_ack(struct task *t, struct chunk *list);
+void dataserve_chunks_give_back(struct task *t, struct chunk *list);
+/* Copies of the chunks of list, each holding its block, for a reply that
+ * goes out while another connection may let go of them; *ok 0 when out
+ * of memory. */
+struct chunk *dataserve_chunks_copy(const struct chunk *list, int *ok);
+/* Consumer id's hold, or NULL; a new one, at most max a task (NULL when
+ * there is no room); its chunks acknowledged or given back, t->held
+ * counted down; a hold forgotten, its chunks given back. */
+struct hold *dataserve_hold_find(struct task *t, const char *id);
+struct hold *dataserve_hold_add(struct task *t, const char *id, long max);
+void dataserve_hold_release(struct task *t, struct hold *h, int acked);
+void dataserve_hold_forget(struct task *t, struct hold *h);
+/* h is asked for on connection conn, whose hold of t it is now (another
+ * it had is away from now); conn closed: its holds are away from now. */
+void dataserve_hold_claim(struct task *t, struct hold *h, uint64_t conn,
+    int64_t now);
+void dataserve_holds_away(struct task *t, uint64_t conn, int64_t now);
+/* Gives back the chunks of the holds away for bound ms or more, their
+ * consumers gone; the time the next one will be (INT64_MAX: none). */
+int64_t dataserve_holds_expire(struct task *t, int64_t now, int64_t bound);
 
 /* dataserve_reader.c: the reader process on a split, the framing of its
  * output into chunks, and a task's end told to dispatchd. */

@@ -1,9 +1,11 @@
 /*
  * dataserve_server.c: the data server's HTTP/1.1 server, a thread per
  * connection, GET only: a task's elements, a round of a round-robin task,
- * and health. A reply's chunks are held by its connection until the next
- * request acknowledges them, or go back to the front of their task's
- * queue if it closes first.
+ * and health. A reply's chunks are held until the consumer's next request
+ * acknowledges them: by its connection, for a consumer that does not name
+ * itself, and back to the front of their task's queue if it closes first;
+ * for one that does (consumer_id=), by the consumer, across its
+ * connections, until it is gone (struct hold).
  */
 #include <endian.h>
 #include <errno.h>
@@ -27,7 +29,6 @@
 #include "iov.h"
 #include "log.h"
 #include "token.h"
-#include "vec.h"
 
 #define REPLY_DEFAULT (1u << 20)
 #define REPLY_MAX (64u << 20)
@@ -195,56 +196,20 @@ send_end(struct conn *c, const char *error, int keep)
 	return send_chunks(c, &end, keep);
 }
 
-/*
- * Notes chunks as acknowledged, for dispatchd: what a consumer delivered
- * counts even if it dies before it says so. A range that follows the
- * last one extends it. Under t's lock.
- */
-static void
-acked_add(struct task *t, const struct chunk *list)
-{
-	for (const struct chunk *c = list; c != NULL; c = c->next) {
-		struct acked *a =
-		    t->nacked > 0 ? &t->acked[t->nacked - 1] : NULL;
-		int64_t total = c->h.flags & CHUNK_SPLIT_END ?
-		    (int64_t)(c->h.first + c->h.count) :
-		    -1;
-		if (a != NULL && a->seq == c->h.seq && a->end == c->h.first) {
-			a->end += c->h.count;
-			a->total = total;
-			continue;
-		}
-		/* Out of memory: the consumer's own report still counts. */
-		if (vec_grow(&t->acked, &t->capacked, t->nacked + 1,
-		        sizeof(*t->acked)) < 0)
-			return;
-		t->acked[t->nacked++] = (struct acked){c->h.seq, c->h.first,
-		    c->h.first + c->h.count, total};
-	}
-}
-
-/* The last reply's chunks: acknowledged (freed), or put back at the
- * front of their task's queue when the connection closes. */
+/* The last reply's chunks, of a consumer that does not name itself:
+ * acknowledged, or given back when the connection closes. */
 static void
 conn_release(struct conn *c, int acked)
 {
 	struct task *t = c->ht;
-	struct chunk *last;
 
 	if (t == NULL)
 		return;
 	pthread_mutex_lock(&t->mu);
-	if (acked && t->mode == SHARD_DYNAMIC)
-		acked_add(t, c->held);
-	if (acked || t->dropped) {
-		dataserve_chunks_free(t, c->held);
-	} else {
-		for (last = c->held; last->next != NULL; last = last->next)
-			;
-		if ((last->next = t->head) == NULL)
-			t->tail = last;
-		t->head = c->held;
-	}
+	if (acked)
+		dataserve_chunks_ack(t, c->held);
+	else
+		dataserve_chunks_give_back(t, c->held);
 	t->held -= c->nheld;
 	pthread_cond_broadcast(&t->more);
 	pthread_mutex_unlock(&t->mu);
@@ -255,23 +220,25 @@ conn_release(struct conn *c, int acked)
 }
 
 /* Takes chunks from t's queue for a reply, up to max payload bytes (one
- * at least); they are held until acknowledged. Under t's lock. */
+ * at least), into the empty *list and their count into *n; they are held
+ * until acknowledged. Under t's lock. */
 static void
-take_chunks(struct conn *c, struct task *t, size_t max)
+take_chunks(struct task *t, size_t max, struct chunk **list, size_t *n)
 {
-	struct chunk **tail = &c->held;
-	size_t total = 0;
+	struct chunk **tail = list;
+	size_t total = 0, k = 0;
 
-	while (t->head != NULL && c->nheld < REPLY_CHUNKS &&
-	    (c->nheld == 0 || total + t->head->h.len <= max)) {
+	while (t->head != NULL && k < REPLY_CHUNKS &&
+	    (k == 0 || total + t->head->h.len <= max)) {
 		struct chunk *ch = dataserve_queue_pop(t);
 		total += ch->h.len;
 		ch->next = NULL;
 		*tail = ch;
 		tail = &ch->next;
-		c->nheld++;
+		k++;
 	}
-	t->held += c->nheld;
+	*n = k;
+	t->held += k;
 }
 
 /* t has ended (called holding t->mu): 1, and *error its failure. */
@@ -335,18 +302,203 @@ wait_of(const struct dw_request *w, int64_t def)
 	return ms < WAIT_MAX ? ms : WAIT_MAX;
 }
 
-/* GET /v1/tasks/T/elements?max=BYTES&wait=MS; max=0 acknowledges the
- * last reply and asks for nothing, for a consumer about to close. */
+/*
+ * Task w->task for a request for its elements, held; NULL when it is not
+ * served here, the request does not show its job's secret, or it is read
+ * by rounds, with the outcome of the reply that says so in *rc.
+ */
+static struct task *
+task_for(struct conn *c, const struct dw_request *w, const struct req *r,
+    int *rc)
+{
+	struct task *t = dataserve_task_get(c->ds, w->task);
+	int keep = r->h.keep;
+
+	if (t == NULL) {
+		*rc = send_error(c, ST_NOT_FOUND, keep,
+		    "task %" PRIu64 " is not served here", w->task);
+		return NULL;
+	}
+	if (!allowed(t, r))
+		*rc = send_unauthorized(c, w->task, keep);
+	else if (t->consumers > 0)
+		*rc = send_error(c, ST_FAILED_PRECONDITION, keep,
+		    "task %" PRIu64 " is read round-robin, by rounds", w->task);
+	else
+		return t;
+	dataserve_task_unref(t);
+	return NULL;
+}
+
+enum outcome { O_CHUNKS, O_END, O_GONE, O_TIME };
+
+/*
+ * Waits until t has chunks queued, has ended with none held (held chunks
+ * come back if their consumer goes), is dropped, or until. Consumers gone
+ * meanwhile give their chunks back. Under t's lock.
+ */
+static enum outcome
+await_chunks(struct task *t, int64_t until, int64_t gone_ms)
+{
+	for (;;) {
+		int64_t now = duration_now_ms();
+		int64_t next = dataserve_holds_expire(t, now, gone_ms);
+		if (t->dropped)
+			return O_GONE;
+		if (t->head != NULL)
+			return O_CHUNKS;
+		if (t->state != T_RUNNING && t->held == 0)
+			return O_END;
+		if (now >= until)
+			return O_TIME;
+		dataserve_cond_wait_until(&t->more, &t->mu,
+		    next < until ? next : until);
+	}
+}
+
+/*
+ * Consumer w->consumer_id's hold of t, made if need be and make: H_OK,
+ * H_FULL (no room for another), or H_OVERTAKEN when the consumer's
+ * request was answered already with a higher number: this one, sent on a
+ * connection it has since given up, must change nothing. Under t's lock.
+ */
+enum { H_OK, H_FULL, H_OVERTAKEN };
+
+static int
+hold_of(struct conn *c, struct task *t, const struct dw_request *w, int make,
+    struct hold **hp)
+{
+	struct hold *h = dataserve_hold_find(t, w->consumer_id);
+
+	if (h != NULL && w->request < h->req)
+		return H_OVERTAKEN;
+	if (h == NULL && make &&
+	    (h = dataserve_hold_add(t, w->consumer_id, c->ds->max_conns)) ==
+	        NULL)
+		return H_FULL;
+	*hp = h;
+	return H_OK;
+}
+
+static int
+send_hold_error(struct conn *c, const struct dw_request *w, int why, int keep)
+{
+	if (why == H_FULL)
+		return send_error(c, ST_RESOURCE_EXHAUSTED, keep,
+		    "task %" PRIu64 ": %ld consumers hold its elements "
+		    "already; try again",
+		    w->task, c->ds->max_conns);
+	return send_error(c, ST_FAILED_PRECONDITION, keep,
+	    "task %" PRIu64 ": consumer %s's request %" PRIu64
+	    " was overtaken by a later one",
+	    w->task, w->consumer_id, w->request);
+}
+
+/*
+ * A consumer that names itself leaves, and is forgotten: with
+ * GET .../elements?max=0, its last reply is acknowledged if the request is
+ * numbered above the one it answered, and given back if it is that one;
+ * with GET .../giveback, given back (written replies were acknowledged by
+ * the requests after them).
+ */
+static int
+serve_leave(struct conn *c, const struct dw_request *w, const struct req *r)
+{
+	struct hold *h = NULL;
+	struct task *t;
+	int rc, why;
+
+	if ((t = task_for(c, w, r, &rc)) == NULL)
+		return rc;
+	pthread_mutex_lock(&t->mu);
+	if ((why = hold_of(c, t, w, 0, &h)) == H_OK && h != NULL) {
+		dataserve_hold_release(t, h,
+		    w->kind == DW_ELEMENTS && w->request > h->req);
+		dataserve_hold_forget(t, h);
+	}
+	pthread_mutex_unlock(&t->mu);
+	dataserve_task_unref(t);
+	c->named_held = 0;
+	if (why != H_OK)
+		return send_hold_error(c, w, why, r->h.keep);
+	return send_chunks(c, NULL, r->h.keep);
+}
+
+/*
+ * The request of a consumer that names itself: it acknowledges the
+ * consumer's last reply if numbered above the request that reply
+ * answered, and is answered with it again if it is that request sent
+ * again (its first answer lost with its connection); otherwise with new
+ * chunks, which the consumer then holds. t is let go.
+ */
+static int
+serve_named(struct conn *c, struct task *t, const struct dw_request *w,
+    size_t max, int keep)
+{
+	int64_t until = duration_now_ms() + wait_of(w, WAIT_DEFAULT);
+	enum outcome o = O_TIME;
+	struct chunk *out = NULL;
+	struct hold *h = NULL;
+	char *error = NULL;
+	int rc, why, ok = 1;
+
+	c->named = 1;
+	pthread_mutex_lock(&t->mu);
+	dataserve_holds_expire(t, duration_now_ms(), c->ds->request_ms);
+	if ((why = hold_of(c, t, w, 1, &h)) != H_OK) {
+		pthread_mutex_unlock(&t->mu);
+		dataserve_task_unref(t);
+		return send_hold_error(c, w, why, keep);
+	}
+	dataserve_hold_claim(t, h, c->serial, duration_now_ms());
+	if (w->request > h->req) {
+		dataserve_hold_release(t, h, 1);
+		h->req = w->request;
+	}
+	if (h->n == 0) {
+		o = await_chunks(t, until, c->ds->request_ms);
+		/* Asked for on another connection meanwhile, the consumer
+		 * has the chunks answered there. */
+		h = dataserve_hold_find(t, w->consumer_id);
+		if (h == NULL || h->conn != c->serial || h->req != w->request)
+			h = NULL;
+		else if (o == O_CHUNKS)
+			take_chunks(t, max, &h->chunks, &h->n);
+		if (o == O_END)
+			ended(t, &error);
+	}
+	if (h != NULL && h->n > 0)
+		out = dataserve_chunks_copy(h->chunks, &ok);
+	c->named_held = h != NULL && h->n > 0;
+	pthread_mutex_unlock(&t->mu);
+	if (!ok)
+		rc = send_error(c, ST_RESOURCE_EXHAUSTED, keep,
+		    "task %" PRIu64 ": out of memory", w->task);
+	else
+		rc = send_outcome(c, w->task, o == O_GONE, o == O_END, error,
+		    out, keep);
+	if (out != NULL) {
+		pthread_mutex_lock(&t->mu);
+		dataserve_chunks_free(t, out);
+		pthread_mutex_unlock(&t->mu);
+	}
+	dataserve_task_unref(t);
+	return rc;
+}
+
+/* GET /v1/tasks/T/elements?max=BYTES&wait=MS[&consumer_id=ID&request=N];
+ * max=0 acknowledges the last reply and asks for nothing, for a consumer
+ * about to close. */
 static int
 serve_elements(struct conn *c, const struct dw_request *w, const struct req *r)
 {
 	uint64_t id = w->task;
 	int keep = r->h.keep;
 	size_t max = w->has_max ? w->max : REPLY_DEFAULT;
-	int64_t wait = wait_of(w, WAIT_DEFAULT), until;
 	struct task *t;
 	char *error = NULL;
-	int rc, end = 0, gone = 0;
+	int rc;
+	enum outcome o;
 
 	if (max > REPLY_MAX)
 		max = REPLY_MAX;
@@ -354,43 +506,23 @@ serve_elements(struct conn *c, const struct dw_request *w, const struct req *r)
 	if (c->ht != NULL && !allowed(c->ht, r))
 		return send_unauthorized(c, id, keep);
 	conn_release(c, 1);
-	if (max == 0)
+	if (max == 0 && !w->has_id)
 		return send_chunks(c, NULL, keep);
-	if ((t = dataserve_task_get(c->ds, id)) == NULL)
-		return send_error(c, ST_NOT_FOUND, keep,
-		    "task %" PRIu64 " is not served here", id);
-	if (!allowed(t, r)) {
-		dataserve_task_unref(t);
-		return send_unauthorized(c, id, keep);
-	}
-	if (t->consumers > 0) {
-		dataserve_task_unref(t);
-		return send_error(c, ST_FAILED_PRECONDITION, keep,
-		    "task %" PRIu64 " is read round-robin, by rounds", id);
-	}
-	until = duration_now_ms() + wait;
+	if (max == 0)
+		return serve_leave(c, w, r);
+	if ((t = task_for(c, w, r, &rc)) == NULL)
+		return rc;
+	if (w->has_id)
+		return serve_named(c, t, w, max, keep);
 	pthread_mutex_lock(&t->mu);
-	for (;;) {
-		if (t->dropped) {
-			gone = 1;
-			break;
-		}
-		if (t->head != NULL) {
-			take_chunks(c, t, max);
-			break;
-		}
-		/* The end only once nothing is held either: held chunks
-		 * come back if their connection closes. */
-		if (t->state != T_RUNNING && t->held == 0) {
-			end = ended(t, &error);
-			break;
-		}
-		if (duration_now_ms() >= until)
-			break;
-		dataserve_cond_wait_until(&t->more, &t->mu, until);
-	}
+	o = await_chunks(t, duration_now_ms() + wait_of(w, WAIT_DEFAULT),
+	    c->ds->request_ms);
+	if (o == O_CHUNKS)
+		take_chunks(t, max, &c->held, &c->nheld);
+	else if (o == O_END)
+		ended(t, &error);
 	pthread_mutex_unlock(&t->mu);
-	rc = send_outcome(c, id, gone, end, error, c->held, keep);
+	rc = send_outcome(c, id, o == O_GONE, o == O_END, error, c->held, keep);
 	if (c->held != NULL)
 		c->ht = t;
 	else
@@ -573,6 +705,11 @@ route(struct conn *c, struct req *r)
 	case DW_BAD_WAIT:
 		return send_error(c, ST_INVALID_ARGUMENT, r->h.keep,
 		    "wait is not a number of milliseconds: %s", r->h.query);
+	case DW_BAD_ID:
+		return send_error(c, ST_INVALID_ARGUMENT, r->h.keep,
+		    "consumer_id (1 to %d letters, digits, - or _) and request "
+		    "(a number from 1) go together: %s",
+		    DW_CONSUMER_ID_MAX, r->h.query);
 	default:
 		return send_error(c, ST_NOT_FOUND, r->h.keep,
 		    "no such resource");
@@ -581,6 +718,7 @@ route(struct conn *c, struct req *r)
 	case DW_HEALTH:
 		return send_simple(c, 200, "text/plain", "ok\n", 3, r->h.keep);
 	case DW_ELEMENTS: return serve_elements(c, &w, r);
+	case DW_GIVEBACK: return serve_leave(c, &w, r);
 	case DW_ROUND: return serve_round(c, &w, r);
 	}
 	return send_error(c, ST_NOT_FOUND, r->h.keep, "no such resource");
@@ -594,19 +732,20 @@ route(struct conn *c, struct req *r)
 static ssize_t
 recv_by(struct conn *c, void *p, size_t n, int64_t deadline)
 {
+	int holds = c->held != NULL || c->named_held;
+
 	for (;;) {
 		struct pollfd pf = {c->fd, POLLIN, 0};
 		int64_t left = deadline - duration_now_ms();
 		ssize_t got;
-		if (c->held == NULL && left <= 0)
+		if (!holds && left <= 0)
 			return -1;
 		/* What the session holds already, poll(2) does not see. */
 		if (c->tls != NULL && tls_pending(c->tls) > 0) {
 			got = tls_recv(c->tls, p, n);
 			return got > 0 ? got : -1;
 		}
-		if (poll(&pf, 1, c->held != NULL ? -1 : (int)left) < 0 &&
-		    errno != EINTR)
+		if (poll(&pf, 1, holds ? -1 : (int)left) < 0 && errno != EINTR)
 			return -1;
 		if (pf.revents == 0)
 			continue;
@@ -680,6 +819,25 @@ read_request(struct conn *c, struct req *r)
 	return 0;
 }
 
+/* The connection closes: the consumers that named themselves on it last
+ * are away from now, and gone if none comes back in time. */
+static void
+conn_away(struct conn *c)
+{
+	struct dataserve *ds = c->ds;
+	int64_t now = duration_now_ms();
+
+	if (!c->named)
+		return;
+	pthread_mutex_lock(&ds->mu);
+	for (struct task *t = ds->tasks; t != NULL; t = t->next) {
+		pthread_mutex_lock(&t->mu);
+		dataserve_holds_away(t, c->serial, now);
+		pthread_mutex_unlock(&t->mu);
+	}
+	pthread_mutex_unlock(&ds->mu);
+}
+
 static void *
 conn_main(void *arg)
 {
@@ -704,6 +862,7 @@ conn_main(void *arg)
 		}
 	}
 	conn_release(c, 0);
+	conn_away(c);
 	pthread_mutex_lock(&ds->mu);
 	for (pp = &ds->conns; *pp != c; pp = &(*pp)->next)
 		;
@@ -788,6 +947,7 @@ dataserve_accept_main(void *arg)
 		c->ds = ds;
 		c->fd = fd;
 		pthread_mutex_lock(&ds->mu);
+		c->serial = ++ds->conn_serial;
 		c->next = ds->conns;
 		ds->conns = c;
 		ds->nconns++;

@@ -216,6 +216,12 @@ dataserve_task_unref(struct task *t)
 	if (atomic_fetch_sub(&t->refs, 1) != 1)
 		return;
 	dataserve_chunks_free(t, t->head);
+	while (t->holds != NULL) {
+		struct hold *h = t->holds;
+		t->holds = h->next;
+		dataserve_chunks_free(t, h->chunks);
+		free(h);
+	}
 	while (t->rounds != NULL)
 		dataserve_round_free(t, t->rounds);
 	free(t->asked);

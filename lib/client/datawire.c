@@ -5,6 +5,7 @@
  */
 #include <inttypes.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,44 +14,59 @@
 #include "duration.h"
 #include "parse.h"
 
+/* Appends what fmt makes to out at *at: 0, or -1 when it does not fit. */
+static int
+add(char *out, size_t size, size_t *at, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(out + *at, size - *at, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= size - *at)
+		return -1;
+	*at += (size_t)n;
+	return 0;
+}
+
 int
 dw_request_path(const struct dw_request *r, char *out, size_t size)
 {
-	int n;
+	size_t at = 0;
 	char sep = '?';
-	size_t at;
+	int bad;
 
 	switch (r->kind) {
-	case DW_HEALTH: n = snprintf(out, size, "/healthz"); break;
+	case DW_HEALTH: return add(out, size, &at, "/healthz");
 	case DW_ELEMENTS:
-		n = snprintf(out, size, "/v1/tasks/%" PRIu64 "/elements",
+		bad = add(out, size, &at, "/v1/tasks/%" PRIu64 "/elements",
+		    r->task);
+		break;
+	case DW_GIVEBACK:
+		bad = add(out, size, &at, "/v1/tasks/%" PRIu64 "/giveback",
 		    r->task);
 		break;
 	case DW_ROUND:
-		n = snprintf(out, size,
+		bad = add(out, size, &at,
 		    "/v1/tasks/%" PRIu64 "/rounds/%" PRIu64 "?consumer=%ld",
 		    r->task, r->round, r->consumer);
 		sep = '&';
 		break;
 	default: return -1;
 	}
-	if (n < 0 || (size_t)n >= size)
-		return -1;
-	at = (size_t)n;
-	if (r->kind == DW_ELEMENTS && r->has_max) {
-		n = snprintf(out + at, size - at, "%cmax=%zu", sep, r->max);
-		if (n < 0 || (size_t)n >= size - at)
-			return -1;
-		at += (size_t)n;
+	if (!bad && r->kind == DW_ELEMENTS && r->has_max) {
+		bad = add(out, size, &at, "%cmax=%zu", sep, r->max);
 		sep = '&';
 	}
-	if (r->kind != DW_HEALTH && r->has_wait) {
-		n = snprintf(out + at, size - at, "%cwait=%" PRId64, sep,
-		    r->wait_ms);
-		if (n < 0 || (size_t)n >= size - at)
-			return -1;
+	if (!bad && r->kind != DW_GIVEBACK && r->has_wait) {
+		bad = add(out, size, &at, "%cwait=%" PRId64, sep, r->wait_ms);
+		sep = '&';
 	}
-	return 0;
+	if (!bad && r->kind != DW_ROUND && r->has_id)
+		bad = add(out, size, &at, "%cconsumer_id=%s&request=%" PRIu64,
+		    sep, r->consumer_id, r->request);
+	return bad ? -1 : 0;
 }
 
 /* The value of name in query q into out; NULL if absent. One longer than
@@ -90,12 +106,46 @@ number(const char **p, uint64_t *v)
 	return 0;
 }
 
+/* Whether id is a consumer's: 1 to DW_CONSUMER_ID_MAX letters, digits,
+ * '-' or '_'. */
+static int
+id_valid(const char *id)
+{
+	size_t n = strlen(id);
+
+	return n >= 1 && n <= DW_CONSUMER_ID_MAX &&
+	    strspn(id,
+	        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+	        "0123456789-_") == n;
+}
+
+/* consumer_id= and request= of query q into r: both, or neither. */
+static int
+consumer_of(const char *q, struct dw_request *r)
+{
+	char id[DW_CONSUMER_ID_MAX + 2], v[64];
+	const char *has_id = arg(q, "consumer_id", id, sizeof(id));
+	const char *has_n = arg(q, "request", v, sizeof(v));
+	long n;
+
+	if (has_id == NULL && has_n == NULL)
+		return DW_OK;
+	if (has_id == NULL || has_n == NULL || !id_valid(id) ||
+	    parse_long(v, 1, LONG_MAX, &n) < 0)
+		return DW_BAD_ID;
+	memcpy(r->consumer_id, id, strlen(id) + 1);
+	r->request = (uint64_t)n;
+	r->has_id = 1;
+	return DW_OK;
+}
+
 int
 dw_request_parse(const char *path, const char *query, struct dw_request *r)
 {
 	const char *p = path;
 	char v[64];
 	long n;
+	int rc;
 
 	memset(r, 0, sizeof(*r));
 	r->consumer = -1;
@@ -110,6 +160,8 @@ dw_request_parse(const char *path, const char *query, struct dw_request *r)
 		return DW_NO_SUCH;
 	if (strcmp(p, "/elements") == 0) {
 		r->kind = DW_ELEMENTS;
+	} else if (strcmp(p, "/giveback") == 0) {
+		r->kind = DW_GIVEBACK;
 	} else if (strncmp(p, "/rounds/", 8) == 0) {
 		p += 8;
 		if (number(&p, &r->round) < 0 || *p != '\0')
@@ -126,12 +178,17 @@ dw_request_parse(const char *path, const char *query, struct dw_request *r)
 			return DW_BAD_MAX;
 		r->has_max = 1;
 	}
-	if (arg(query, "wait", v, sizeof(v)) != NULL) {
+	if (r->kind != DW_GIVEBACK &&
+	    arg(query, "wait", v, sizeof(v)) != NULL) {
 		if (parse_long(v, 0, LONG_MAX, &n) == 0)
 			r->wait_ms = n;
 		else if (duration_parse(v, &r->wait_ms) < 0 || r->wait_ms < 0)
 			return DW_BAD_WAIT;
 		r->has_wait = 1;
 	}
+	if (r->kind != DW_ROUND && (rc = consumer_of(query, r)) != DW_OK)
+		return rc;
+	if (r->kind == DW_GIVEBACK && !r->has_id)
+		return DW_BAD_ID;
 	return DW_OK;
 }

@@ -47,15 +47,25 @@ _Static_assert(sizeof(struct chunk_hdr) == 40, "chunk header is 40 bytes");
  * (dw_request_path) and the server reads (dw_request_parse) from a
  * stranger's bytes, fuzzed.
  *
- *   GET /v1/tasks/T/elements[?max=BYTES][&wait=MS]   chunks of task T, up
- *       to max bytes (0: nothing; acknowledges the last reply only),
- *       waiting up to wait for the first (a bare number is milliseconds,
- *       else a duration such as "2s")
+ *   GET /v1/tasks/T/elements[?max=BYTES][&wait=MS][&consumer_id=ID&request=N]
+ *       chunks of task T, up to max bytes (0: nothing; acknowledges the
+ *       last reply only), waiting up to wait for the first (a bare number
+ *       is milliseconds, else a duration such as "2s"); a consumer that
+ *       names itself numbers its requests, and the worker holds a reply
+ *       for consumer ID until a request numbered above N (dataserve.h)
+ *   GET /v1/tasks/T/giveback?consumer_id=ID&request=N
+ *       the reply to consumer ID's request N goes back to the task, for
+ *       another consumer: this one did not write it, and leaves
  *   GET /v1/tasks/T/rounds/R?consumer=C[&wait=MS]    round R of a
  *       round-robin task, consumer C's element
  *   GET /healthz
+ *
+ * A consumer's ID is 1 to DW_CONSUMER_ID_MAX letters, digits, '-' or '_';
+ * N counts from 1.
  */
-enum dw_kind { DW_HEALTH, DW_ELEMENTS, DW_ROUND };
+enum dw_kind { DW_HEALTH, DW_ELEMENTS, DW_GIVEBACK, DW_ROUND };
+
+#define DW_CONSUMER_ID_MAX 64
 
 struct dw_request {
 	enum dw_kind kind;
@@ -66,6 +76,11 @@ struct dw_request {
 	size_t max;      /* as this many bytes */
 	int has_wait;    /* wait= was given, */
 	int64_t wait_ms; /* as this many milliseconds (>= 0) */
+	/* DW_ELEMENTS (DW_GIVEBACK always): consumer_id= and request= were
+	 * given, as these. */
+	int has_id;
+	char consumer_id[DW_CONSUMER_ID_MAX + 1];
+	uint64_t request;
 };
 
 /* r's path and query into out: 0, or -1 when size is too small. */
@@ -73,9 +88,11 @@ int dw_request_path(const struct dw_request *r, char *out, size_t size);
 
 enum {
 	DW_OK = 0,
-	DW_NO_SUCH = -1, /* the path names nothing served here */
-	DW_BAD_MAX = -2, /* max= is not a number of bytes */
-	DW_BAD_WAIT = -3 /* wait= is neither milliseconds nor a duration */
+	DW_NO_SUCH = -1,  /* the path names nothing served here */
+	DW_BAD_MAX = -2,  /* max= is not a number of bytes */
+	DW_BAD_WAIT = -3, /* wait= is neither milliseconds nor a duration */
+	DW_BAD_ID = -4    /* consumer_id= or request= is malformed, or one
+	                   * comes without the other */
 };
 
 /* Reads path and query (as io/http1 splits them) into r: DW_OK, or why
