@@ -341,7 +341,9 @@ expected() {
 
 @test "a consumer that disappears: the other consumer of the job gets its elements" {
 	start_dispatchd
-	start_worker a:0
+	# The worker keeps the last reply of a consumer whose connection
+	# closed for --request-timeout, for it to come back to.
+	start_worker a:0 --request-timeout 5s
 	id=$(dataset 40 2 'echo "$MUSTER_SPLIT.1"; sleep 0.03; echo "$MUSTER_SPLIT.2"')
 	dispatchctl read --job two "$id" >gone &
 	pg=$!
@@ -354,6 +356,26 @@ expected() {
 	[ "$STATUS" = 0 ]
 	# At least once: nothing lost; what gone wrote may come again.
 	[ "$(sort -u gone kept)" = "$(expected 40 2)" ]
+}
+
+@test "a consumer whose stdout closes gives its last reply back at once: the other consumer of the job reads it and the job ends" {
+	start_dispatchd
+	# A reply left to the worker would wait this long for its consumer.
+	start_worker a:0 --request-timeout 300s
+	id=$(dataset 40 2 'echo "$MUSTER_SPLIT.1"; sleep 0.03; echo "$MUSTER_SPLIT.2"')
+	dispatchctl read --job back "$id" 2>gone.err > >(head -n 3 >gone) &
+	pg=$!
+	dispatchctl read --job back "$id" >kept &
+	pk=$!
+	BG_PIDS+=("$pg" "$pk")
+	wait_exit "$pg" 60
+	[ "$STATUS" = 8 ]
+	grep -q 'the output was closed' gone.err
+	wait_exit "$pk" 120
+	[ "$STATUS" = 0 ]
+	# What the closed pipe held is lost with it: the rest comes once.
+	[ -z "$(sort gone kept | uniq -d)" ]
+	[ "$(wc -l <kept)" -gt 40 ]
 }
 
 @test "dynamic, worker killed with -9 mid-split: every element exactly once" {

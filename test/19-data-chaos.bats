@@ -37,17 +37,70 @@ bats_require_minimum_version 1.5.0
 	echo "# $kills kills; $(dispatchctl job ls | head -3)" >&3
 }
 
+# named_read JOB N K: a dataset of N splits of K elements ("SPLIT.I", a
+# little at a time) read by dispatchctl read --job JOB into $T/out in the
+# background, its PID in READ_PID; once the job lists its task, the task's
+# id in TASK and worker a:0's data address in ADDR.
+named_read() {
+	local id
+	id=$(seq 1 "$2" | dispatchctl dataset add --splits - --reader \
+		'for i in $(seq 1 '"$3"'); do echo "$MUSTER_SPLIT.$i"; sleep 0.01; done')
+	dispatchctl read --job "$1" "$id" >"$T/out" &
+	READ_PID=$!
+	BG_PIDS+=("$READ_PID")
+	wait_for 30 sh -c "dispatchctl --json job show $1 | jq -e '.tasks | length > 0'"
+	TASK=$(dispatchctl --json job show "$1" | jq -r '.tasks[0].id')
+	ADDR=$(sed -n 's/.*serving data on //p' "$T/a:0.log")
+}
+
+# proxy NAME UPSTREAM ARGS...: test/chaos-proxy.py in front of UPSTREAM,
+# with ARGS; its address in PROXY_ADDR, its log in $T/NAME.port.log.
+proxy() {
+	local name=$1 upstream=$2
+	shift 2
+	"$PYTHON" "$BATS_TEST_DIRNAME/chaos-proxy.py" "$upstream" "$T/$name.port" \
+		--lifetime 300 "$@" 2>>"$T/$name.err" &
+	BG_PIDS+=($!)
+	wait_file "$T/$name.port" || return 1
+	PROXY_ADDR=127.0.0.1:$(cat "$T/$name.port")
+}
+
+@test "a named job read by two consumers, one behind a proxy that cuts its connection after replies: every element exactly once" {
+	start_dispatchd
+	start_worker a:0
+	addr=$(sed -n 's/.*serving data on //p' "$T/a:0.log")
+	# 300 splits of 4 elements, a little at a time, so that consumer B
+	# waits at the worker when consumer A's connection is cut.
+	id=$(seq 1 300 | dispatchctl dataset add --splits - --reader \
+		'for i in 1 2 3 4; do echo "$MUSTER_SPLIT.$i"; done; sleep 0.01')
+	# A reaches the worker through a proxy that closes the connection after
+	# a third of the replies it relays, once the reply has arrived whole;
+	# dispatchd tells A the proxy's address for the worker's.
+	proxy data "$addr" --cut-reply 0.3 --seed 19
+	data=$PROXY_ADDR
+	proxy dispatchd "$MUSTER_DISPATCHER" --rewrite "$addr=$data"
+	MUSTER_DISPATCHER=$PROXY_ADDR dispatchctl read --job cut --max-bytes 256 "$id" >a 2>a.err &
+	pa=$!
+	dispatchctl read --job cut --max-bytes 256 "$id" >b 2>b.err &
+	pb=$!
+	BG_PIDS+=("$pa" "$pb")
+	wait_exit "$pa" 240
+	[ "$STATUS" = 0 ] || { cat a.err; false; }
+	wait_exit "$pb" 240
+	[ "$STATUS" = 0 ] || { cat b.err; false; }
+	cuts=$(grep -c '^cut-reply GET /v1/tasks/.*/elements' "$T/data.port.log" || true)
+	echo "# A $(wc -l <a), B $(wc -l <b), $cuts of A's replies cut, $(sort a b | uniq -d | wc -l) twice" >&3
+	[ "$(wc -l <a)" -gt 0 ]
+	[ "$cuts" -ge 5 ]
+	[ -z "$(sort a b | uniq -d | head -5)" ]
+	[ "$(sort a b)" = "$(for s in $(seq 1 300); do for i in 1 2 3 4; do echo "$s.$i"; done; done | sort)" ]
+}
+
 @test "a stranger on a worker's data port takes nothing: without the job's secret it gets 401, and the reader gets every element" {
 	start_dispatchd
 	start_worker a:0
-	id=$(seq 1 40 | dispatchctl dataset add --splits - --reader \
-		'for i in 1 2 3; do echo "$MUSTER_SPLIT.$i"; sleep 0.01; done')
-	dispatchctl read --job j "$id" >out &
-	p=$!
-	BG_PIDS+=("$p")
-	wait_for 30 sh -c "dispatchctl --json job show j | jq -e '.tasks | length > 0'"
-	task=$(dispatchctl --json job show j | jq -r '.tasks[0].id')
-	addr=$(sed -n 's/.*serving data on //p' "$T/a:0.log")
+	named_read j 40 3
+	p=$READ_PID task=$TASK addr=$ADDR
 	strangers=0
 	for k in 1 2 3 4 5 6; do
 		code=$(curl -s -o stranger.$k -w '%{http_code}' "http://$addr/v1/tasks/$task/elements?max=65536")
@@ -83,6 +136,27 @@ bats_require_minimum_version 1.5.0
 	[ "$(sort out)" = "$(for s in $(seq 1 40); do for i in 1 2 3; do echo "$s.$i"; done; done | sort)" ]
 	# The port is open for its health all the same.
 	curl -sf "http://$addr/healthz"
+}
+
+@test "a consumer's identity does not stand for the job's secret: without it a request takes, acknowledges and gives back nothing (401); a malformed identity is refused (400)" {
+	start_dispatchd
+	start_worker a:0
+	named_read named 30 2
+	url=http://$ADDR/v1/tasks/$TASK
+	who=consumer_id=0123456789abcdef0123456789abcdef
+	for q in "elements?max=65536&$who&request=1" "elements?max=0&$who&request=9" "giveback?$who&request=1"; do
+		code=$(curl -s -o body -w '%{http_code}' "$url/$q")
+		[ "$code" = 401 ] || fail "$q: $code"
+	done
+	for q in "elements?max=1&consumer_id=a.b&request=1" "elements?max=1&$who" \
+		"elements?max=1&$who&request=0" "giveback?request=1" "giveback?$who&request=x"; do
+		code=$(curl -s -o body -w '%{http_code}' "$url/$q")
+		[ "$code" = 400 ] || fail "$q: $code"
+		grep -q 'consumer_id (1 to 64 letters, digits, - or _) and request' body
+	done
+	wait_exit "$READ_PID" 60
+	[ "$STATUS" = 0 ]
+	[ "$(sort out)" = "$(for s in $(seq 1 30); do echo "$s.1"; echo "$s.2"; done | sort)" ]
 }
 
 @test "a worker's data server holds --max-connections: half-sent requests are refused past it and closed after --request-timeout, and reads go on" {

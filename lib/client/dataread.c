@@ -28,6 +28,7 @@
 #include "dataread_int.h"
 #include "duration.h"
 #include "log.h"
+#include "token.h"
 
 /* How long one heartbeat tries before the loop looks around again. */
 #define HEARTBEAT_CALL_MS 5000
@@ -180,7 +181,8 @@ dataread_run(struct dispatch_client *dc, const struct dataread_opts *o,
 	enum status st;
 	int all, closed;
 
-	if (r == NULL || pipe2(r->wake, O_CLOEXEC | O_NONBLOCK) < 0) {
+	if (r == NULL || token_random(r->id, sizeof(r->id)) < 0 ||
+	    pipe2(r->wake, O_CLOEXEC | O_NONBLOCK) < 0) {
 		free(r);
 		snprintf(err, errlen, "out of resources: %s", strerror(errno));
 		return ST_RESOURCE_EXHAUSTED;

@@ -9,7 +9,10 @@
  * written, and a reply is acknowledged (by the next request) only after
  * that too, so a dead worker's splits are read again from where this
  * consumer stopped, and a dead consumer's unacknowledged elements go to
- * another one.
+ * another one once their worker takes it for gone. The worker holds them
+ * for this consumer, not for its connection (it names itself in its
+ * requests), so that a connection that breaks between a reply and the
+ * next request delivers nothing twice.
  *
  * Round-robin jobs (consumers > 0) are read a round at a time instead:
  * round r from the (r mod count)-th task that has started by r.

@@ -77,6 +77,8 @@ struct task {
 	size_t ncur, capcur, nprev, capprev;
 	struct chunk_id *again; /* written, and perhaps to be sent again */
 	size_t nagain, capagain;
+	uint64_t req;  /* the next request's number, from 1 (datawire.h) */
+	int unwritten; /* the last reply could not be written */
 };
 
 /* A task of a round-robin job as the last heartbeat listed it. */
@@ -120,6 +122,8 @@ struct reader {
 	char failmsg[1024];
 	int closed;       /* the output's reader went away */
 	char secret[33];  /* the job's: workers ask it of its consumers */
+	char id[33];      /* ours, made once, by which workers hold our
+	                   * replies for us across connections */
 	uint64_t written; /* elements written (atomic: out_mu may be held
 	                   * long by a writer blocked on the output) */
 	json_t *start;    /* the job's start position (DYNAMIC) */

@@ -2,7 +2,9 @@
  * dataread_task.c: a task's thread, which reads the task's elements from
  * its worker over a connection of its own, writes them out, records them
  * for the heartbeats, and acknowledges them to the worker with its next
- * request.
+ * request. Its requests name the consumer and are numbered (datawire.h),
+ * so that the worker holds a reply for the consumer, not the connection:
+ * a request sent again after its connection broke gets the same reply.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -78,8 +80,9 @@ task_close(struct task *t, struct wconn *wc)
 
 /*
  * Whether h is a chunk written already that its worker sends again: a
- * connection broke before the next request acknowledged it, and the
- * worker put it back. Each is taken once.
+ * connection broke before the next request acknowledged it, and a worker
+ * that holds replies for connections, not consumers, put it back. Each is
+ * taken once.
  */
 static int
 sent_again(struct task *t, const struct chunk_hdr *h)
@@ -224,9 +227,10 @@ task_take(struct task *t, const struct reply *rp)
 	}
 	pthread_mutex_unlock(&r->out_mu);
 	/* The request acknowledged the previous reply; this one, not
-	 * written, goes back when the connection closes: none to ack. */
+	 * written, goes back (task_ack): none to ack. */
 	if (rc < 0) {
 		t->nprev = 0;
+		t->unwritten = 1;
 		return STEP_FAIL;
 	}
 	swap = t->prev;
@@ -288,12 +292,31 @@ await_report(struct task *t)
 	return stop ? -1 : 0;
 }
 
+/* Our request numbered n of task t: for its elements, up to max bytes (0:
+ * none, we leave), or giving back its reply to our request n. */
+static void
+request_path(const struct task *t, enum dw_kind kind, size_t max, uint64_t n,
+    char *path, size_t size)
+{
+	struct dw_request w = {.kind = kind,
+	    .task = (uint64_t)t->id,
+	    .has_max = 1,
+	    .max = max,
+	    .has_wait = max > 0,
+	    .wait_ms = ELEMENTS_WAIT_MS,
+	    .has_id = 1,
+	    .request = n};
+
+	memcpy(w.consumer_id, t->r->id, sizeof(t->r->id));
+	dw_request_path(&w, path, size);
+}
+
 /* One request for elements and its reply. */
 static enum step
 task_step(struct task *t, struct wconn *wc)
 {
 	struct reader *r = t->r;
-	char path[128];
+	char path[256];
 	struct reply rp;
 	enum step s;
 	int rc;
@@ -323,13 +346,10 @@ task_step(struct task *t, struct wconn *wc)
 			return STEP_FAIL;
 		}
 	}
-	dw_request_path(&(struct dw_request){.kind = DW_ELEMENTS,
-	                    .task = (uint64_t)t->id,
-	                    .has_max = 1,
-	                    .max = r->o->max_bytes,
-	                    .has_wait = 1,
-	                    .wait_ms = ELEMENTS_WAIT_MS},
-	    path, sizeof(path));
+	/* Sent again after a broken connection, the request keeps its
+	 * number: the worker answers it as it did, if it did. */
+	request_path(t, DW_ELEMENTS, r->o->max_bytes, t->req, path,
+	    sizeof(path));
 	if (task_io(t, 1) < 0)
 		return STEP_RETRY;
 	rc = dataread_send_get(wc, path, t->addr, r->secret) < 0 ||
@@ -353,6 +373,8 @@ task_step(struct task *t, struct wconn *wc)
 		task_close(t, wc);
 		return STEP_FAIL;
 	}
+	if (rp.code == 200)
+		t->req++;
 	s = rp.code == 200 ? task_take(t, &rp) : STEP_RETRY;
 	if (rp.code != 200)
 		log_debug("task %" PRId64 ": %s replied HTTP %ld", t->id,
@@ -363,39 +385,36 @@ task_step(struct task *t, struct wconn *wc)
 }
 
 /*
- * Before the connection closes, acknowledges the last reply to its
- * worker, which would otherwise put it back for another reader of the
- * job: a request that asks for nothing. Only once dispatchd has heard of
- * its deliveries (see await_report); if not, or if the worker does not
- * answer in time, the reply goes back to the worker: at least once.
+ * Before the connection closes, tells the worker what became of the last
+ * reply, which it would otherwise keep for us until it takes us for gone:
+ * written, and heard of by dispatchd (see await_report), it is
+ * acknowledged by a request for nothing; not written, or not heard of, it
+ * is given back, for another reader of the job (at least once). A worker
+ * that holds replies for connections, not consumers, takes the first as
+ * the acknowledgement it is, answers the second 404, and gives the reply
+ * back as the connection closes.
  */
 static void
 task_ack(struct task *t, struct wconn *wc)
 {
 	struct timeval tv = {.tv_sec = 0, .tv_usec = ACK_MS * 1000};
-	char path[128];
+	char path[256];
 	struct reply rp;
-	int ok;
+	int back;
 
-	if (t->nprev == 0)
+	if (t->nprev == 0 && !t->unwritten)
 		return;
 	pthread_mutex_lock(&t->r->mu);
-	ok = ack_allowed_locked(t);
+	back = t->unwritten || !ack_allowed_locked(t);
 	pthread_mutex_unlock(&t->r->mu);
-	if (!ok)
-		return;
 	setsockopt(wc->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	setsockopt(wc->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	dw_request_path(&(struct dw_request){.kind = DW_ELEMENTS,
-	                    .task = (uint64_t)t->id,
-	                    .has_max = 1,
-	                    .max = 0},
-	    path, sizeof(path));
+	request_path(t, back ? DW_GIVEBACK : DW_ELEMENTS, 0,
+	    back ? t->req - 1 : t->req, path, sizeof(path));
 	if (dataread_send_get(wc, path, t->addr, t->r->secret) < 0 ||
 	    dataread_recv_reply(wc, &t->buf, &t->cap, REPLY_SLACK, &rp) < 0)
-		log_debug("task %" PRId64 ": %s: the last reply was not "
-		          "acknowledged",
-		    t->id, t->addr);
+		log_debug("task %" PRId64 ": %s: the last reply was not %s",
+		    t->id, t->addr, back ? "given back" : "acknowledged");
 	else
 		t->nprev = 0;
 }
@@ -472,6 +491,7 @@ dataread_task_start_locked(struct reader *r, int64_t id, const char *addr)
 	t->id = id;
 	t->fd = -1;
 	t->running = 1;
+	t->req = 1;
 	snprintf(t->addr, sizeof(t->addr), "%s", addr);
 	if (pthread_create(&t->thread, NULL, task_main, t) != 0) {
 		free(t);
