@@ -9,7 +9,8 @@
  * what they share):
  *   dataread_conn.c  connections to workers, requests, replies, chunks
  *   dataread_core.c  the failure, pokes, ranges to report, the output
- *   dataread_task.c  a task's thread: its elements read and written
+ *   dataread_source.c  a source (a task read): its thread, its elements
+ *                      read and written
  *   dataread_rr.c    the round-robin reader
  *   dataread_job.c   the job client: opened, heartbeats, released
  *   dataread.c       the heartbeat loop and the end of the read
@@ -60,7 +61,7 @@ read_over(struct reader *r, enum status *st, char *err, size_t errlen)
 		over = r->rr_done;
 	} else {
 		over = r->finished;
-		for (struct task *t = r->tasks; t != NULL; t = t->next)
+		for (struct source *t = r->tasks; t != NULL; t = t->next)
 			over &= !t->running;
 	}
 	pthread_mutex_unlock(&r->mu);
@@ -137,7 +138,7 @@ stop_threads(struct reader *r)
 
 	pthread_mutex_lock(&r->mu);
 	r->stopping = 1;
-	for (struct task *t = r->tasks; t != NULL; t = t->next)
+	for (struct source *t = r->tasks; t != NULL; t = t->next)
 		if (t->fd >= 0 && t->io)
 			shutdown(t->fd, SHUT_RDWR);
 	if (r->rr_fd >= 0)
@@ -145,7 +146,7 @@ stop_threads(struct reader *r)
 	pthread_cond_broadcast(&r->cv);
 	pthread_mutex_unlock(&r->mu);
 	ts = dataread_time_in(JOIN_MS);
-	for (struct task *t = r->tasks; t != NULL; t = t->next)
+	for (struct source *t = r->tasks; t != NULL; t = t->next)
 		if (pthread_timedjoin_np(t->thread, NULL, &ts) != 0)
 			all = 0;
 	if (r->rr_started && pthread_timedjoin_np(r->rr_thread, NULL, &ts) != 0)
@@ -157,7 +158,7 @@ static void
 reader_free(struct reader *r)
 {
 	while (r->tasks != NULL) {
-		struct task *t = r->tasks;
+		struct source *t = r->tasks;
 		r->tasks = t->next;
 		free(t);
 	}

@@ -55,8 +55,13 @@ enum step {
 
 struct reader;
 
-struct task {
-	struct task *next;
+/*
+ * A source: one data task (dispatchd's ds_task) as this consumer reads
+ * it, a thread asking the task's worker (whose side is dataserve's feed)
+ * for its elements.
+ */
+struct source {
+	struct source *next;
 	struct reader *r;
 	int64_t id;
 	char addr[280];
@@ -115,7 +120,7 @@ struct reader {
 	int split_end; /* pend holds a split's total */
 	/* Marks of what was recorded, and of what dispatchd has heard of. */
 	uint64_t recorded, reported;
-	struct task *tasks;
+	struct source *tasks;
 	int finished; /* the job, as the last heartbeat said */
 	int stopping; /* the read ends: every thread stops */
 	enum status fail;
@@ -183,11 +188,11 @@ int dataread_write_record(struct reader *r, uint32_t type, const char *payload,
 int dataread_write_start(struct reader *r);
 struct timespec dataread_time_in(int64_t ms);
 
-/* dataread_task.c: a task's thread, reading its elements from its
+/* dataread_source.c: a task's thread, reading its elements from its
  * worker; started and stopped under r->mu. */
-struct task *dataread_task_start_locked(struct reader *r, int64_t id,
+struct source *dataread_source_start_locked(struct reader *r, int64_t id,
     const char *addr);
-void dataread_task_stop_locked(struct task *t);
+void dataread_source_stop_locked(struct source *t);
 
 /* dataread_rr.c: the thread that reads a round-robin job's rounds. */
 void *dataread_rr_main(void *arg);

@@ -39,7 +39,7 @@ json_id(json_t *v)
 static void
 apply_tasks_locked(struct reader *r, json_t *tasks)
 {
-	struct task *t;
+	struct source *t;
 	json_t *v;
 	size_t i;
 
@@ -65,7 +65,7 @@ apply_tasks_locked(struct reader *r, json_t *tasks)
 		for (t = r->tasks; t != NULL && t->id != id; t = t->next)
 			;
 		if (t == NULL && !r->stopping)
-			t = dataread_task_start_locked(r, id, addr);
+			t = dataread_source_start_locked(r, id, addr);
 		if (t != NULL)
 			t->listed = 1;
 	}
@@ -74,7 +74,7 @@ apply_tasks_locked(struct reader *r, json_t *tasks)
 	for (t = r->tasks; t != NULL; t = t->next)
 		if (t->running && !t->stop &&
 		    (!t->listed || (r->dynamic && r->finished)))
-			dataread_task_stop_locked(t);
+			dataread_source_stop_locked(t);
 }
 
 static int

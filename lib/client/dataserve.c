@@ -2,7 +2,8 @@
  * dataserve.c: a worker's data server: the task table that heartbeat
  * replies set, and the server's start and stop. Its files, each using
  * only those listed before it (dataserve_int.h holds what they share):
- *   dataserve_task.c    threads; a task, its blocks, chunks and rounds
+ *   dataserve_feed.c    threads; a feed (a task served), its blocks,
+ *                       chunks and rounds
  *   dataserve_hold.c    what consumers hold: acknowledged, given back
  *   dataserve_reader.c  the reader process, its output framed into chunks
  *   dataserve_splits.c  a task's thread: splits fetched, or leased
@@ -49,7 +50,7 @@ listed(json_t *tasks, uint64_t id)
 void
 dataserve_tasks(struct dataserve *ds, json_t *tasks)
 {
-	struct task *gone = NULL, **pp, *t;
+	struct feed *gone = NULL, **pp, *t;
 	json_t *o;
 	size_t i;
 
@@ -72,13 +73,13 @@ dataserve_tasks(struct dataserve *ds, json_t *tasks)
 		for (t = ds->tasks; t != NULL && t->id != id; t = t->next)
 			;
 		if (t != NULL || id == 0 ||
-		    (t = dataserve_task_new(ds, o)) == NULL)
+		    (t = dataserve_feed_new(ds, o)) == NULL)
 			continue;
 		atomic_fetch_add(&t->refs, 1);
-		if (dataserve_thread_start(ds, dataserve_task_main, t) < 0) {
+		if (dataserve_thread_start(ds, dataserve_feed_main, t) < 0) {
 			log_info("task %" PRIu64 ": cannot start a thread", id);
 			t->refs = 1;
-			dataserve_task_unref(t);
+			dataserve_feed_unref(t);
 			continue;
 		}
 		t->next = ds->tasks;
@@ -87,7 +88,7 @@ dataserve_tasks(struct dataserve *ds, json_t *tasks)
 	pthread_mutex_unlock(&ds->mu);
 	while ((t = gone) != NULL) {
 		gone = t->next;
-		dataserve_task_drop(t);
+		dataserve_feed_drop(t);
 	}
 }
 
@@ -95,7 +96,7 @@ dataserve_tasks(struct dataserve *ds, json_t *tasks)
 static void
 drop_all(struct dataserve *ds)
 {
-	struct task *t, *next;
+	struct feed *t, *next;
 
 	pthread_mutex_lock(&ds->mu);
 	t = ds->tasks;
@@ -103,7 +104,7 @@ drop_all(struct dataserve *ds)
 	pthread_mutex_unlock(&ds->mu);
 	for (; t != NULL; t = next) {
 		next = t->next;
-		dataserve_task_drop(t);
+		dataserve_feed_drop(t);
 	}
 }
 

@@ -3,7 +3,7 @@
  * task's lock: a reply's chunks acknowledged (noted for dispatchd) or given
  * back to the queue, and the holds of consumers that name themselves,
  * kept across their connections until they come back or are known gone.
- * Calls only dataserve_task.c (dataserve_int.h lists the files).
+ * Calls only dataserve_feed.c (dataserve_int.h lists the files).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -18,7 +18,7 @@
  * last one extends it.
  */
 static void
-acked_add(struct task *t, const struct chunk *list)
+acked_add(struct feed *t, const struct chunk *list)
 {
 	for (const struct chunk *c = list; c != NULL; c = c->next) {
 		struct acked *a =
@@ -41,7 +41,7 @@ acked_add(struct task *t, const struct chunk *list)
 }
 
 void
-dataserve_chunks_ack(struct task *t, struct chunk *list)
+dataserve_chunks_ack(struct feed *t, struct chunk *list)
 {
 	if (t->mode == SHARD_DYNAMIC)
 		acked_add(t, list);
@@ -49,7 +49,7 @@ dataserve_chunks_ack(struct task *t, struct chunk *list)
 }
 
 void
-dataserve_chunks_give_back(struct task *t, struct chunk *list)
+dataserve_chunks_give_back(struct feed *t, struct chunk *list)
 {
 	struct chunk *last;
 
@@ -91,7 +91,7 @@ dataserve_chunks_copy(const struct chunk *list, int *ok)
 /* Holds of consumers that name themselves. */
 
 struct hold *
-dataserve_hold_find(struct task *t, const char *id)
+dataserve_hold_find(struct feed *t, const char *id)
 {
 	struct hold *h;
 
@@ -109,7 +109,7 @@ dataserve_hold_find(struct task *t, const char *id)
  * than taken for a first one and its reply lost with the connection.
  */
 struct hold *
-dataserve_hold_add(struct task *t, const char *id, long max)
+dataserve_hold_add(struct feed *t, const char *id, long max)
 {
 	struct hold *h, *oldest = NULL;
 
@@ -132,7 +132,7 @@ dataserve_hold_add(struct task *t, const char *id, long max)
 }
 
 void
-dataserve_hold_release(struct task *t, struct hold *h, int acked)
+dataserve_hold_release(struct feed *t, struct hold *h, int acked)
 {
 	if (h->chunks == NULL)
 		return;
@@ -147,7 +147,7 @@ dataserve_hold_release(struct task *t, struct hold *h, int acked)
 }
 
 void
-dataserve_hold_forget(struct task *t, struct hold *h)
+dataserve_hold_forget(struct feed *t, struct hold *h)
 {
 	struct hold **pp;
 
@@ -165,7 +165,7 @@ dataserve_hold_forget(struct task *t, struct hold *h)
  * it asked for before is away from now, as if it had closed.
  */
 void
-dataserve_hold_claim(struct task *t, struct hold *h, uint64_t conn, int64_t now)
+dataserve_hold_claim(struct feed *t, struct hold *h, uint64_t conn, int64_t now)
 {
 	for (struct hold *o = t->holds; o != NULL; o = o->next)
 		if (o != h && o->conn == conn) {
@@ -176,7 +176,7 @@ dataserve_hold_claim(struct task *t, struct hold *h, uint64_t conn, int64_t now)
 }
 
 void
-dataserve_holds_away(struct task *t, uint64_t conn, int64_t now)
+dataserve_holds_away(struct feed *t, uint64_t conn, int64_t now)
 {
 	int some = 0;
 
@@ -192,7 +192,7 @@ dataserve_holds_away(struct task *t, uint64_t conn, int64_t now)
 }
 
 int64_t
-dataserve_holds_expire(struct task *t, int64_t now, int64_t bound)
+dataserve_holds_expire(struct feed *t, int64_t now, int64_t bound)
 {
 	int64_t next = INT64_MAX;
 

@@ -105,7 +105,13 @@ struct hold {
 	int64_t away;  /* when it closed (ms) */
 };
 
-struct task {
+/*
+ * A feed: one data task (dispatchd's ds_task, /v1/tasks/T on the wire) as
+ * this worker serves it: its reader's output cut into chunks, queued for
+ * the task's consumers. A coordd task is another thing, and a consumer's
+ * side of a data task is dataread's source.
+ */
+struct feed {
 	struct dataserve *ds;
 	atomic_int refs; /* the table, the reader thread, requests */
 	uint64_t id;
@@ -121,7 +127,7 @@ struct task {
 	char bad[256];   /* why the task object cannot be read */
 	char secret[33]; /* the job's, asked of consumers; "": none */
 	int cancel[2];   /* readable once the task is dropped */
-	struct task *next;
+	struct feed *next;
 
 	pthread_mutex_t mu;
 	pthread_cond_t more; /* chunks, an end, fewer held, or the drop */
@@ -149,7 +155,7 @@ struct conn {
 	struct tls *tls; /* HTTPS: the session; NULL: plain */
 	struct conn *next;
 	uint64_t serial;    /* from 1, by which a hold names it */
-	struct task *ht;    /* the task of the held chunks */
+	struct feed *ht;    /* the task of the held chunks */
 	struct chunk *held; /* the last reply's chunks, for a consumer that
 	                     * does not name itself */
 	size_t nheld;
@@ -176,7 +182,7 @@ struct dataserve {
 	int stopping;
 	char inc[17];
 	int64_t hb_timeout;
-	struct task *tasks;
+	struct feed *tasks;
 	struct conn *conns;
 	pthread_t report_th;
 	pthread_cond_t report; /* stopping */
@@ -189,7 +195,7 @@ struct skip {
 };
 
 struct rd {
-	struct task *t;
+	struct feed *t;
 	struct dispatch_client *dc;
 	struct block *blk;
 	size_t cstart; /* the open chunk: [cstart, s) */
@@ -218,7 +224,7 @@ struct split {
 /*
  * The files, lowest first; each calls only those above it in this list.
  *
- * dataserve_task.c: threads, a task's blocks, chunks, queue and rounds,
+ * dataserve_feed.c: threads, a feed's blocks, chunks, queue and rounds,
  * and tasks made, found and dropped.
  */
 /* Starts fn(arg) detached, counted so that dataserve_stop can wait for
@@ -233,20 +239,20 @@ void dataserve_cond_init(pthread_cond_t *cv);
 void dataserve_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu,
     int64_t until);
 /* Blocks, chunks, the queue and rounds: under the task's lock. */
-void dataserve_block_put(struct task *t, struct block *b);
-void dataserve_spares_free(struct task *t);
-void dataserve_chunks_free(struct task *t, struct chunk *c);
-void dataserve_queue_push(struct task *t, struct chunk *c);
-struct chunk *dataserve_queue_pop(struct task *t);
-struct chunk *dataserve_queue_take_one(struct task *t);
-void dataserve_round_free(struct task *t, struct round *r);
+void dataserve_block_put(struct feed *t, struct block *b);
+void dataserve_spares_free(struct feed *t);
+void dataserve_chunks_free(struct feed *t, struct chunk *c);
+void dataserve_queue_push(struct feed *t, struct chunk *c);
+struct chunk *dataserve_queue_pop(struct feed *t);
+struct chunk *dataserve_queue_take_one(struct feed *t);
+void dataserve_round_free(struct feed *t, struct round *r);
 /* A task from its object in a heartbeat reply; one of the table, held
  * (NULL: none); a hold let go; the table's hold let go, its reader
  * stopped. */
-struct task *dataserve_task_new(struct dataserve *ds, json_t *o);
-struct task *dataserve_task_get(struct dataserve *ds, uint64_t id);
-void dataserve_task_unref(struct task *t);
-void dataserve_task_drop(struct task *t);
+struct feed *dataserve_feed_new(struct dataserve *ds, json_t *o);
+struct feed *dataserve_feed_get(struct dataserve *ds, uint64_t id);
+void dataserve_feed_unref(struct feed *t);
+void dataserve_feed_drop(struct feed *t);
 /* Field name of o as an integer, or def. */
 json_int_t dataserve_int_field(json_t *o, const char *name, json_int_t def);
 /* s made fit for a JSON string. */
@@ -256,8 +262,8 @@ void dataserve_make_utf8(char *s);
 /* The chunks of list acknowledged: their ranges noted for dispatchd
  * (DYNAMIC), the chunks freed; or put back at the front of the queue, for
  * the next consumer that asks (freed if the task was dropped). */
-void dataserve_chunks_ack(struct task *t, struct chunk *list);
-void dataserve_chunks_give_back(struct task *t, struct chunk *list);
+void dataserve_chunks_ack(struct feed *t, struct chunk *list);
+void dataserve_chunks_give_back(struct feed *t, struct chunk *list);
 /* Copies of the chunks of list, each holding its block, for a reply that
  * goes out while another connection may let go of them; *ok 0 when out
  * of memory. */
@@ -265,24 +271,24 @@ struct chunk *dataserve_chunks_copy(const struct chunk *list, int *ok);
 /* Consumer id's hold, or NULL; a new one, at most max a task (NULL when
  * there is no room); its chunks acknowledged or given back, t->held
  * counted down; a hold forgotten, its chunks given back. */
-struct hold *dataserve_hold_find(struct task *t, const char *id);
-struct hold *dataserve_hold_add(struct task *t, const char *id, long max);
-void dataserve_hold_release(struct task *t, struct hold *h, int acked);
-void dataserve_hold_forget(struct task *t, struct hold *h);
+struct hold *dataserve_hold_find(struct feed *t, const char *id);
+struct hold *dataserve_hold_add(struct feed *t, const char *id, long max);
+void dataserve_hold_release(struct feed *t, struct hold *h, int acked);
+void dataserve_hold_forget(struct feed *t, struct hold *h);
 /* h is asked for on connection conn, whose hold of t it is now (another
  * it had is away from now); conn closed: its holds are away from now. */
-void dataserve_hold_claim(struct task *t, struct hold *h, uint64_t conn,
+void dataserve_hold_claim(struct feed *t, struct hold *h, uint64_t conn,
     int64_t now);
-void dataserve_holds_away(struct task *t, uint64_t conn, int64_t now);
+void dataserve_holds_away(struct feed *t, uint64_t conn, int64_t now);
 /* Gives back the chunks of the holds away for bound ms or more, their
  * consumers gone; the time the next one will be (INT64_MAX: none). */
-int64_t dataserve_holds_expire(struct task *t, int64_t now, int64_t bound);
+int64_t dataserve_holds_expire(struct feed *t, int64_t now, int64_t bound);
 
 /* dataserve_reader.c: the reader process on a split, the framing of its
  * output into chunks, and a task's end told to dispatchd. */
 /* The task fails with msg, or finishes; told to dispatchd if report. */
-void dataserve_task_fail(struct rd *rd, char *msg, int report);
-void dataserve_task_finish(struct rd *rd, int report);
+void dataserve_feed_fail(struct rd *rd, char *msg, int report);
+void dataserve_feed_finish(struct rd *rd, int report);
 /* Waits ms, or less if the task is dropped. */
 void dataserve_rd_nap(struct rd *rd, int ms);
 /* Reads split sp whole: 0, or -1 when the task stopped. */
@@ -290,7 +296,7 @@ int dataserve_read_split(struct rd *rd, const struct split *sp);
 
 /* dataserve_splits.c: a task's thread, over the splits its mode gives it
  * (fetched) or that it leases (DYNAMIC). */
-void *dataserve_task_main(void *arg);
+void *dataserve_feed_main(void *arg);
 
 /* dataserve_server.c: the HTTP server, a thread per connection. */
 void *dataserve_accept_main(void *arg);

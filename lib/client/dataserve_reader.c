@@ -34,7 +34,7 @@ extern char **environ;
 static void
 task_report(struct rd *rd, const char *state, const char *message)
 {
-	struct task *t = rd->t;
+	struct feed *t = rd->t;
 	json_t *body = json_pack("{s:s}", "state", state);
 	enum status st;
 
@@ -51,9 +51,9 @@ task_report(struct rd *rd, const char *state, const char *message)
 /* The task ends with an error, which consumers get after what is
  * buffered; reported to dispatchd unless it is dispatchd's own. */
 void
-dataserve_task_fail(struct rd *rd, char *msg, int report)
+dataserve_feed_fail(struct rd *rd, char *msg, int report)
 {
-	struct task *t = rd->t;
+	struct feed *t = rd->t;
 
 	dataserve_make_utf8(msg);
 	log_info("task %" PRIu64 " of job %s failed: %s", t->id, t->job, msg);
@@ -69,9 +69,9 @@ dataserve_task_fail(struct rd *rd, char *msg, int report)
 }
 
 void
-dataserve_task_finish(struct rd *rd, int report)
+dataserve_feed_finish(struct rd *rd, int report)
 {
-	struct task *t = rd->t;
+	struct feed *t = rd->t;
 
 	log_debug("task %" PRIu64 " of job %s: read to the end", t->id, t->job);
 	pthread_mutex_lock(&t->mu);
@@ -130,7 +130,7 @@ pending_size(const struct rd *rd)
 
 /* A spare of at least size bytes, taken from the list; NULL when none. */
 static struct block *
-spare_take(struct task *t, size_t size)
+spare_take(struct feed *t, size_t size)
 {
 	struct block **pp, *b;
 
@@ -153,7 +153,7 @@ spare_take(struct task *t, size_t size)
  * t's lock.
  */
 static int
-rounds_starved(const struct task *t)
+rounds_starved(const struct feed *t)
 {
 	const struct round *last = NULL;
 
@@ -183,7 +183,7 @@ rounds_starved(const struct task *t)
 static int
 rd_room(struct rd *rd)
 {
-	struct task *t = rd->t;
+	struct feed *t = rd->t;
 	struct block *b = rd->blk, *nb = NULL;
 	size_t pend = b != NULL ? rd->fill - rd->s : 0;
 	size_t need = pend + ROOM_MIN, size, add = 0;
@@ -293,7 +293,7 @@ elem_end(struct rd *rd)
 static int
 elem_kept(struct rd *rd)
 {
-	struct task *t = rd->t;
+	struct feed *t = rd->t;
 
 	if (rd->e < rd->resume)
 		return 0;
@@ -309,7 +309,7 @@ elem_kept(struct rd *rd)
 static void
 rd_publish(struct rd *rd, uint32_t flags)
 {
-	struct task *t = rd->t;
+	struct feed *t = rd->t;
 	struct chunk *c;
 
 	if (rd->count == 0 && flags == 0)
@@ -414,7 +414,7 @@ static int
 reader_vars(struct rd *rd, const struct split *sp, uint64_t skip0,
     char *set[12])
 {
-	struct task *t = rd->t;
+	struct feed *t = rd->t;
 	int bad = 0;
 
 	memset(set, 0, 12 * sizeof(char *));
@@ -445,7 +445,7 @@ static pid_t
 reader_spawn(struct rd *rd, const struct split *sp, uint64_t skip0,
     struct pump *p, char *msg, size_t msglen)
 {
-	struct task *t = rd->t;
+	struct feed *t = rd->t;
 	char *argv[] = {"/bin/sh", "-c", t->reader, NULL}, *set[12], **env;
 	int op[2] = {-1, -1}, ep[2] = {-1, -1}, null = -1, e;
 	pid_t pid = -1;
@@ -526,7 +526,7 @@ rd_pump(struct rd *rd, struct pump *p)
  * it (stopped before the leader is reaped, so that its id is not
  * reused meanwhile). */
 static int
-reader_wait(struct task *t, pid_t pid)
+reader_wait(struct feed *t, pid_t pid)
 {
 	siginfo_t si;
 	int status = 0;
@@ -591,7 +591,7 @@ reader_failed(struct rd *rd, const struct split *sp, int status)
 	        proc_status_text(status, how, sizeof(how)), sp->text, sp->index,
 	        last[0] != '\0' ? ": " : "", last) < 0)
 		return;
-	dataserve_task_fail(rd, msg, 1);
+	dataserve_feed_fail(rd, msg, 1);
 	free(msg);
 }
 
@@ -615,7 +615,7 @@ rd_last_element(struct rd *rd, const struct split *sp)
 	        "reader output on split '%s' (index %" PRIu64
 	        ") ends inside a len32 element",
 	        sp->text, sp->index) >= 0) {
-		dataserve_task_fail(rd, msg, 1);
+		dataserve_feed_fail(rd, msg, 1);
 		free(msg);
 	}
 	return -1;
@@ -664,7 +664,7 @@ rd_again(struct rd *rd, const struct split *sp, int status, int tries)
 int
 dataserve_read_split(struct rd *rd, const struct split *sp)
 {
-	struct task *t = rd->t;
+	struct feed *t = rd->t;
 	char msg[512];
 	uint64_t skip0, ee0 = rd->ee;
 	int status, rc, tries = 0;
@@ -674,7 +674,7 @@ dataserve_read_split(struct rd *rd, const struct split *sp)
 	if (rd_skips(rd, sp->skip, &skip0) < 0) {
 		snprintf(msg, sizeof(msg), "bad skip ranges for seq %" PRIu64,
 		    sp->seq);
-		dataserve_task_fail(rd, msg, 1);
+		dataserve_feed_fail(rd, msg, 1);
 		return -1;
 	}
 	rd->seq = sp->seq;
@@ -712,7 +712,7 @@ again:
 		snprintf(msg, sizeof(msg),
 		    "split '%.200s' (index %" PRIu64 "): %s", sp->text,
 		    sp->index, rd->why);
-		dataserve_task_fail(rd, msg, 1);
+		dataserve_feed_fail(rd, msg, 1);
 		return -1;
 	}
 	return rc;

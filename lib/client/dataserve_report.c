@@ -21,7 +21,7 @@
 
 /* Ranges a report could not deliver, to be sent again. Under t's lock. */
 static void
-acked_put_back(struct task *t, const struct acked *v, size_t n)
+acked_put_back(struct feed *t, const struct acked *v, size_t n)
 {
 	if (vec_grow(&t->acked, &t->capacked, t->nacked + n,
 	        sizeof(*t->acked)) < 0)
@@ -33,7 +33,7 @@ acked_put_back(struct task *t, const struct acked *v, size_t n)
 /* Sends t's acknowledged ranges; those a dispatchd that cannot be reached
  * did not get are sent again. */
 static void
-report_acked(struct task *t, struct dispatch_client *dc)
+report_acked(struct feed *t, struct dispatch_client *dc)
 {
 	json_t *list = json_array(), *body;
 	struct acked *v;
@@ -67,14 +67,14 @@ report_acked(struct task *t, struct dispatch_client *dc)
 }
 
 /* The tasks with ranges to report, held; *n of them. Under ds->mu. */
-static struct task **
+static struct feed **
 tasks_acked(struct dataserve *ds, size_t *n)
 {
-	struct task **v = NULL;
+	struct feed **v = NULL;
 	size_t cap = 0;
 
 	*n = 0;
-	for (struct task *t = ds->tasks; t != NULL; t = t->next) {
+	for (struct feed *t = ds->tasks; t != NULL; t = t->next) {
 		pthread_mutex_lock(&t->mu);
 		int some = t->nacked > 0;
 		pthread_mutex_unlock(&t->mu);
@@ -103,7 +103,7 @@ dataserve_report_main(void *arg)
 	dispatch_client_set_cancel(dc, ds->report_cancel[0]);
 	pthread_mutex_lock(&ds->mu);
 	while (!ds->stopping) {
-		struct task **v;
+		struct feed **v;
 		size_t n;
 		dataserve_cond_wait_until(&ds->report, &ds->mu,
 		    duration_now_ms() + REPORT_MS);
@@ -111,7 +111,7 @@ dataserve_report_main(void *arg)
 		pthread_mutex_unlock(&ds->mu);
 		for (size_t i = 0; i < n; i++) {
 			report_acked(v[i], dc);
-			dataserve_task_unref(v[i]);
+			dataserve_feed_unref(v[i]);
 		}
 		free(v);
 		pthread_mutex_lock(&ds->mu);

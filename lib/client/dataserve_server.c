@@ -201,7 +201,7 @@ send_end(struct conn *c, const char *error, int keep)
 static void
 conn_release(struct conn *c, int acked)
 {
-	struct task *t = c->ht;
+	struct feed *t = c->ht;
 
 	if (t == NULL)
 		return;
@@ -216,14 +216,14 @@ conn_release(struct conn *c, int acked)
 	c->held = NULL;
 	c->nheld = 0;
 	c->ht = NULL;
-	dataserve_task_unref(t);
+	dataserve_feed_unref(t);
 }
 
 /* Takes chunks from t's queue for a reply, up to max payload bytes (one
  * at least), into the empty *list and their count into *n; they are held
  * until acknowledged. Under t's lock. */
 static void
-take_chunks(struct task *t, size_t max, struct chunk **list, size_t *n)
+take_chunks(struct feed *t, size_t max, struct chunk **list, size_t *n)
 {
 	struct chunk **tail = list;
 	size_t total = 0, k = 0;
@@ -243,7 +243,7 @@ take_chunks(struct task *t, size_t max, struct chunk **list, size_t *n)
 
 /* t has ended (called holding t->mu): 1, and *error its failure. */
 static int
-ended(struct task *t, char **error)
+ended(struct feed *t, char **error)
 {
 	*error = t->error != NULL ? strdup(t->error) : NULL;
 	return 1;
@@ -275,7 +275,7 @@ send_outcome(struct conn *c, uint64_t id, int gone, int end, char *error,
  * to whom dispatchd gave it, may take (and acknowledge) its elements.
  */
 static int
-allowed(const struct task *t, const struct req *r)
+allowed(const struct feed *t, const struct req *r)
 {
 	return t->secret[0] == '\0' ||
 	    (r->h.auth != NULL &&
@@ -307,11 +307,11 @@ wait_of(const struct dw_request *w, int64_t def)
  * served here, the request does not show its job's secret, or it is read
  * by rounds, with the outcome of the reply that says so in *rc.
  */
-static struct task *
-task_for(struct conn *c, const struct dw_request *w, const struct req *r,
+static struct feed *
+feed_for(struct conn *c, const struct dw_request *w, const struct req *r,
     int *rc)
 {
-	struct task *t = dataserve_task_get(c->ds, w->task);
+	struct feed *t = dataserve_feed_get(c->ds, w->task);
 	int keep = r->h.keep;
 
 	if (t == NULL) {
@@ -326,7 +326,7 @@ task_for(struct conn *c, const struct dw_request *w, const struct req *r,
 		    "task %" PRIu64 " is read round-robin, by rounds", w->task);
 	else
 		return t;
-	dataserve_task_unref(t);
+	dataserve_feed_unref(t);
 	return NULL;
 }
 
@@ -338,7 +338,7 @@ enum outcome { O_CHUNKS, O_END, O_GONE, O_TIME };
  * meanwhile give their chunks back. Under t's lock.
  */
 static enum outcome
-await_chunks(struct task *t, int64_t until, int64_t gone_ms)
+await_chunks(struct feed *t, int64_t until, int64_t gone_ms)
 {
 	for (;;) {
 		int64_t now = duration_now_ms();
@@ -365,7 +365,7 @@ await_chunks(struct task *t, int64_t until, int64_t gone_ms)
 enum { H_OK, H_FULL, H_OVERTAKEN };
 
 static int
-hold_of(struct conn *c, struct task *t, const struct dw_request *w, int make,
+hold_of(struct conn *c, struct feed *t, const struct dw_request *w, int make,
     struct hold **hp)
 {
 	struct hold *h = dataserve_hold_find(t, w->consumer_id);
@@ -405,10 +405,10 @@ static int
 serve_leave(struct conn *c, const struct dw_request *w, const struct req *r)
 {
 	struct hold *h = NULL;
-	struct task *t;
+	struct feed *t;
 	int rc, why;
 
-	if ((t = task_for(c, w, r, &rc)) == NULL)
+	if ((t = feed_for(c, w, r, &rc)) == NULL)
 		return rc;
 	pthread_mutex_lock(&t->mu);
 	if ((why = hold_of(c, t, w, 0, &h)) == H_OK && h != NULL) {
@@ -417,7 +417,7 @@ serve_leave(struct conn *c, const struct dw_request *w, const struct req *r)
 		dataserve_hold_forget(t, h);
 	}
 	pthread_mutex_unlock(&t->mu);
-	dataserve_task_unref(t);
+	dataserve_feed_unref(t);
 	c->named_held = 0;
 	if (why != H_OK)
 		return send_hold_error(c, w, why, r->h.keep);
@@ -432,7 +432,7 @@ serve_leave(struct conn *c, const struct dw_request *w, const struct req *r)
  * chunks, which the consumer then holds. t is let go.
  */
 static int
-serve_named(struct conn *c, struct task *t, const struct dw_request *w,
+serve_named(struct conn *c, struct feed *t, const struct dw_request *w,
     size_t max, int keep)
 {
 	int64_t until = duration_now_ms() + wait_of(w, WAIT_DEFAULT);
@@ -447,7 +447,7 @@ serve_named(struct conn *c, struct task *t, const struct dw_request *w,
 	dataserve_holds_expire(t, duration_now_ms(), c->ds->request_ms);
 	if ((why = hold_of(c, t, w, 1, &h)) != H_OK) {
 		pthread_mutex_unlock(&t->mu);
-		dataserve_task_unref(t);
+		dataserve_feed_unref(t);
 		return send_hold_error(c, w, why, keep);
 	}
 	dataserve_hold_claim(t, h, c->serial, duration_now_ms());
@@ -482,7 +482,7 @@ serve_named(struct conn *c, struct task *t, const struct dw_request *w,
 		dataserve_chunks_free(t, out);
 		pthread_mutex_unlock(&t->mu);
 	}
-	dataserve_task_unref(t);
+	dataserve_feed_unref(t);
 	return rc;
 }
 
@@ -495,7 +495,7 @@ serve_elements(struct conn *c, const struct dw_request *w, const struct req *r)
 	uint64_t id = w->task;
 	int keep = r->h.keep;
 	size_t max = w->has_max ? w->max : REPLY_DEFAULT;
-	struct task *t;
+	struct feed *t;
 	char *error = NULL;
 	int rc;
 	enum outcome o;
@@ -510,7 +510,7 @@ serve_elements(struct conn *c, const struct dw_request *w, const struct req *r)
 		return send_chunks(c, NULL, keep);
 	if (max == 0)
 		return serve_leave(c, w, r);
-	if ((t = task_for(c, w, r, &rc)) == NULL)
+	if ((t = feed_for(c, w, r, &rc)) == NULL)
 		return rc;
 	if (w->has_id)
 		return serve_named(c, t, w, max, keep);
@@ -526,12 +526,12 @@ serve_elements(struct conn *c, const struct dw_request *w, const struct req *r)
 	if (c->held != NULL)
 		c->ht = t;
 	else
-		dataserve_task_unref(t);
+		dataserve_feed_unref(t);
 	return rc;
 }
 
 static struct round *
-round_find(struct task *t, uint64_t r)
+round_find(struct feed *t, uint64_t r)
 {
 	struct round *rd;
 
@@ -543,7 +543,7 @@ round_find(struct task *t, uint64_t r)
 /* Round r, as it is first asked for: its elements are the next ones
  * rounds_fill finds. NULL when out of memory. */
 static struct round *
-round_add(struct task *t, uint64_t r)
+round_add(struct feed *t, uint64_t r)
 {
 	struct round *rd;
 
@@ -570,7 +570,7 @@ round_add(struct task *t, uint64_t r)
  * reading for good).
  */
 static void
-rounds_asked(struct task *t, long who, int64_t r)
+rounds_asked(struct feed *t, long who, int64_t r)
 {
 	int64_t low = INT64_MAX;
 
@@ -590,7 +590,7 @@ rounds_asked(struct task *t, long who, int64_t r)
 
 /* Rounds take the queue's elements in the order they were asked for. */
 static void
-rounds_fill(struct task *t)
+rounds_fill(struct feed *t)
 {
 	for (struct round *r = t->rounds; r != NULL; r = r->next)
 		while (r->have < t->consumers) {
@@ -609,7 +609,7 @@ serve_round(struct conn *c, const struct dw_request *w, const struct req *req)
 	int keep = req->h.keep;
 	struct chunk one = {0};
 	struct round *rd = NULL;
-	struct task *t;
+	struct feed *t;
 	int64_t wait = wait_of(w, WAIT_MAX), until;
 	char *error = NULL;
 	long who = w->consumer;
@@ -619,11 +619,11 @@ serve_round(struct conn *c, const struct dw_request *w, const struct req *req)
 	if (c->ht != NULL && !allowed(c->ht, req))
 		return send_unauthorized(c, id, keep);
 	conn_release(c, 1);
-	if ((t = dataserve_task_get(c->ds, id)) == NULL)
+	if ((t = dataserve_feed_get(c->ds, id)) == NULL)
 		return send_error(c, ST_NOT_FOUND, keep,
 		    "task %" PRIu64 " is not served here", id);
 	if (!allowed(t, req)) {
-		dataserve_task_unref(t);
+		dataserve_feed_unref(t);
 		return send_unauthorized(c, id, keep);
 	}
 	if (t->consumers == 0 || t->asked == NULL || who < 0 ||
@@ -633,14 +633,14 @@ serve_round(struct conn *c, const struct dw_request *w, const struct req *req)
 		        "task %" PRIu64 " is not read round-robin", id) :
 		    send_error(c, ST_INVALID_ARGUMENT, keep,
 		        "consumer must be 0 to %ld", t->consumers - 1);
-		dataserve_task_unref(t);
+		dataserve_feed_unref(t);
 		return rc;
 	}
 	until = duration_now_ms() + wait;
 	pthread_mutex_lock(&t->mu);
 	if ((int64_t)r < t->asked[who] && round_find(t, r) == NULL) {
 		pthread_mutex_unlock(&t->mu);
-		dataserve_task_unref(t);
+		dataserve_feed_unref(t);
 		return send_error(c, ST_FAILED_PRECONDITION, keep,
 		    "round %" PRIu64 " is over for consumer %ld", r, who);
 	}
@@ -684,7 +684,7 @@ serve_round(struct conn *c, const struct dw_request *w, const struct req *req)
 		dataserve_block_put(t, one.blk);
 		pthread_mutex_unlock(&t->mu);
 	}
-	dataserve_task_unref(t);
+	dataserve_feed_unref(t);
 	return rc;
 }
 
@@ -830,7 +830,7 @@ conn_away(struct conn *c)
 	if (!c->named)
 		return;
 	pthread_mutex_lock(&ds->mu);
-	for (struct task *t = ds->tasks; t != NULL; t = t->next) {
+	for (struct feed *t = ds->tasks; t != NULL; t = t->next) {
 		pthread_mutex_lock(&t->mu);
 		dataserve_holds_away(t, c->serial, now);
 		pthread_mutex_unlock(&t->mu);

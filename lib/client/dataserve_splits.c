@@ -24,7 +24,7 @@
 static char **
 fetch_splits(struct rd *rd, struct buf *text, size_t *n)
 {
-	struct task *t = rd->t;
+	struct feed *t = rd->t;
 	char **v = NULL, *p, *msg;
 	enum status st;
 
@@ -49,7 +49,7 @@ fetch_splits(struct rd *rd, struct buf *text, size_t *n)
 	        st != ST_OK ? dispatch_client_error(rd->dc) :
 	            *n == 0 ? "there are none" :
 	                      strerror(ENOMEM)) >= 0) {
-		dataserve_task_fail(rd, msg, 1);
+		dataserve_feed_fail(rd, msg, 1);
 		free(msg);
 	}
 	return NULL;
@@ -58,7 +58,7 @@ fetch_splits(struct rd *rd, struct buf *text, size_t *n)
 static void
 run_static(struct rd *rd)
 {
-	struct task *t = rd->t;
+	struct feed *t = rd->t;
 	struct buf text = {0};
 	uint32_t *order = NULL;
 	char **splits;
@@ -68,7 +68,7 @@ run_static(struct rd *rd)
 		goto out;
 	if ((order = calloc(n, sizeof(*order))) == NULL) {
 		char msg[] = "out of memory";
-		dataserve_task_fail(rd, msg, 1);
+		dataserve_feed_fail(rd, msg, 1);
 		goto out;
 	}
 	for (uint64_t ep = 0; t->repeat == 0 || ep < t->repeat; ep++) {
@@ -90,7 +90,7 @@ run_static(struct rd *rd)
 		if (nread == 0)
 			break;
 	}
-	dataserve_task_finish(rd, 1);
+	dataserve_feed_finish(rd, 1);
 out:
 	free(order);
 	free(splits);
@@ -104,7 +104,7 @@ out:
 static int
 lease(struct rd *rd, json_t *waiting, int *end)
 {
-	struct task *t = rd->t;
+	struct feed *t = rd->t;
 	struct dataserve *ds = t->ds;
 	size_t have = json_array_size(waiting);
 	int64_t hb = t->hb_timeout, wait = have > 0 ? 0 : hb / 2;
@@ -133,7 +133,7 @@ lease(struct rd *rd, json_t *waiting, int *end)
 		/* The job failed: dispatchd knows; consumers learn it after
 		 * what is buffered. */
 		if (asprintf(&msg, "%s", dispatch_client_error(rd->dc)) >= 0) {
-			dataserve_task_fail(rd, msg, 0);
+			dataserve_feed_fail(rd, msg, 0);
 			free(msg);
 		}
 		return -1;
@@ -171,7 +171,7 @@ split_of(json_t *o, struct split *sp)
 static void
 run_dynamic(struct rd *rd)
 {
-	struct task *t = rd->t;
+	struct feed *t = rd->t;
 	size_t low = ((size_t)t->ds->c.lease + 1) / 2;
 	json_t *waiting = json_array(), *o;
 	struct split sp;
@@ -191,7 +191,7 @@ run_dynamic(struct rd *rd)
 		}
 		if (json_array_size(waiting) == 0) {
 			if (end) {
-				dataserve_task_finish(rd, 0);
+				dataserve_feed_finish(rd, 0);
 				break;
 			}
 			continue;
@@ -201,7 +201,7 @@ run_dynamic(struct rd *rd)
 		if (split_of(o, &sp) < 0) {
 			char msg[] =
 			    "dispatchd leased a split without seq or text";
-			dataserve_task_fail(rd, msg, 1);
+			dataserve_feed_fail(rd, msg, 1);
 			json_decref(o);
 			break;
 		}
@@ -214,9 +214,9 @@ run_dynamic(struct rd *rd)
 }
 
 void *
-dataserve_task_main(void *arg)
+dataserve_feed_main(void *arg)
 {
-	struct task *t = arg;
+	struct feed *t = arg;
 	struct dataserve *ds = t->ds;
 	struct rd rd = {.t = t, .bsize = t->block, .lease_id = 1};
 	char err[512];
@@ -225,12 +225,12 @@ dataserve_task_main(void *arg)
 	    t->bad[0] == '\0' ? shard_mode_name(t->mode) : "?", t->dataset);
 	if ((rd.dc = dispatch_client_new(ds->dispatcher, err, sizeof(err))) ==
 	    NULL) {
-		dataserve_task_fail(&rd, err, 0);
+		dataserve_feed_fail(&rd, err, 0);
 		goto out;
 	}
 	dispatch_client_set_cancel(rd.dc, t->cancel[0]);
 	if (t->bad[0] != '\0')
-		dataserve_task_fail(&rd, t->bad, 1);
+		dataserve_feed_fail(&rd, t->bad, 1);
 	else if (t->mode == SHARD_DYNAMIC)
 		run_dynamic(&rd);
 	else
@@ -244,7 +244,7 @@ out:
 	dispatch_client_free(rd.dc);
 	free(rd.skip);
 	buf_free(&rd.tail);
-	dataserve_task_unref(t);
+	dataserve_feed_unref(t);
 	dataserve_thread_done(ds);
 	return NULL;
 }

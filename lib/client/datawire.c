@@ -1,6 +1,6 @@
 /*
  * datawire.c: the data path's request line, written by a consumer
- * (client/dataread_task.c, dataread_rr.c) and read by a worker's data
+ * (client/dataread_source.c, dataread_rr.c) and read by a worker's data
  * server (client/dataserve_server.c): see datawire.h.
  */
 #include <inttypes.h>

@@ -1,5 +1,5 @@
 /*
- * dataread_task.c: a task's thread, which reads the task's elements from
+ * dataread_source.c: a task's thread, which reads the task's elements from
  * its worker over a connection of its own, writes them out, records them
  * for the heartbeats, and acknowledges them to the worker with its next
  * request. Its requests name the consumer and are numbered (datawire.h),
@@ -35,7 +35,7 @@
 
 /* Waits ms, or less when the task is told to stop. */
 static void
-task_pause(struct task *t, int64_t ms)
+source_pause(struct source *t, int64_t ms)
 {
 	struct timespec ts = dataread_time_in(ms);
 
@@ -46,7 +46,7 @@ task_pause(struct task *t, int64_t ms)
 }
 
 static int
-task_stopping(struct task *t)
+source_stopping(struct source *t)
 {
 	int s;
 
@@ -58,7 +58,7 @@ task_stopping(struct task *t)
 
 /* Publishes the task's connection (-1: none), so that it can be cut. */
 static void
-task_set_fd(struct task *t, int fd)
+source_set_fd(struct source *t, int fd)
 {
 	pthread_mutex_lock(&t->r->mu);
 	t->fd = fd;
@@ -70,7 +70,7 @@ task_set_fd(struct task *t, int fd)
 /* Closes the task's connection, no longer published: a stop never cuts
  * a descriptor that has since been given to something else. */
 static void
-task_close(struct task *t, struct wconn *wc)
+source_close(struct source *t, struct wconn *wc)
 {
 	pthread_mutex_lock(&t->r->mu);
 	t->fd = -1;
@@ -85,7 +85,7 @@ task_close(struct task *t, struct wconn *wc)
  * taken once.
  */
 static int
-sent_again(struct task *t, const struct chunk_hdr *h)
+sent_again(struct source *t, const struct chunk_hdr *h)
 {
 	for (size_t i = 0; i < t->nagain; i++)
 		if (t->again[i].seq == h->seq &&
@@ -100,7 +100,7 @@ sent_again(struct task *t, const struct chunk_hdr *h)
 /* Marks the start (on 1) or the end of a request on the task's
  * connection; -1 and nothing marked when the task is to stop. */
 static int
-task_io(struct task *t, int on)
+source_io(struct source *t, int on)
 {
 	int stop;
 
@@ -114,7 +114,7 @@ task_io(struct task *t, int on)
 
 /* A new connection: the last reply may not have been acknowledged. */
 static int
-expect_again(struct task *t)
+expect_again(struct source *t)
 {
 	if (vec_grow(&t->again, &t->capagain, t->nagain + t->nprev,
 	        sizeof(*t->again)) < 0)
@@ -133,7 +133,7 @@ expect_again(struct task *t)
  * STEP_AGAIN, STEP_END, or STEP_FAIL (a failed task, a malformed reply).
  */
 static enum step
-task_parse(struct task *t, const struct reply *rp)
+source_parse(struct source *t, const struct reply *rp)
 {
 	struct reader *r = t->r;
 	struct chunk_hdr h;
@@ -182,7 +182,7 @@ task_parse(struct task *t, const struct reply *rp)
 
 /* Records the chunks of the reply just written as delivered. */
 static void
-task_delivered(struct task *t)
+source_delivered(struct source *t)
 {
 	struct reader *r = t->r;
 
@@ -208,10 +208,10 @@ task_delivered(struct task *t)
  * records them; they stay held by the worker until the next request.
  */
 static enum step
-task_take(struct task *t, const struct reply *rp)
+source_take(struct source *t, const struct reply *rp)
 {
 	struct reader *r = t->r;
-	enum step s = task_parse(t, rp);
+	enum step s = source_parse(t, rp);
 	struct chunk_id *swap;
 	size_t cap;
 	int rc;
@@ -223,11 +223,11 @@ task_take(struct task *t, const struct reply *rp)
 			__atomic_add_fetch(&r->written,
 			    t->cur[i].dup ? 0 : t->cur[i].count,
 			    __ATOMIC_RELAXED);
-		task_delivered(t);
+		source_delivered(t);
 	}
 	pthread_mutex_unlock(&r->out_mu);
 	/* The request acknowledged the previous reply; this one, not
-	 * written, goes back (task_ack): none to ack. */
+	 * written, goes back (source_ack): none to ack. */
 	if (rc < 0) {
 		t->nprev = 0;
 		t->unwritten = 1;
@@ -245,7 +245,7 @@ task_take(struct task *t, const struct reply *rp)
 
 /* A consumer idle with a split's end unreported reports it now. */
 static void
-idle_report(struct task *t, struct wconn *wc)
+idle_report(struct source *t, struct wconn *wc)
 {
 	struct pollfd p = {.fd = wc->fd, .events = POLLIN};
 	int pending;
@@ -261,7 +261,7 @@ idle_report(struct task *t, struct wconn *wc)
 /* Whether the last reply's deliveries may be acknowledged to its worker
  * (see await_report). Under r->mu. */
 static int
-ack_allowed_locked(const struct task *t)
+ack_allowed_locked(const struct source *t)
 {
 	const struct reader *r = t->r;
 
@@ -277,7 +277,7 @@ ack_allowed_locked(const struct task *t)
  * and goes with us.) 0, or -1 when the task is to stop.
  */
 static int
-await_report(struct task *t)
+await_report(struct source *t)
 {
 	struct reader *r = t->r;
 	int stop;
@@ -295,7 +295,7 @@ await_report(struct task *t)
 /* Our request numbered n of task t: for its elements, up to max bytes (0:
  * none, we leave), or giving back its reply to our request n. */
 static void
-request_path(const struct task *t, enum dw_kind kind, size_t max, uint64_t n,
+request_path(const struct source *t, enum dw_kind kind, size_t max, uint64_t n,
     char *path, size_t size)
 {
 	struct dw_request w = {.kind = kind,
@@ -313,7 +313,7 @@ request_path(const struct task *t, enum dw_kind kind, size_t max, uint64_t n,
 
 /* One request for elements and its reply. */
 static enum step
-task_step(struct task *t, struct wconn *wc)
+source_step(struct source *t, struct wconn *wc)
 {
 	struct reader *r = t->r;
 	char path[256];
@@ -339,7 +339,7 @@ task_step(struct task *t, struct wconn *wc)
 			    t->addr);
 			return STEP_RETRY;
 		}
-		task_set_fd(t, wc->fd);
+		source_set_fd(t, wc->fd);
 		if (expect_again(t) < 0) {
 			dataread_fail(r, ST_RESOURCE_EXHAUSTED,
 			    "out of memory");
@@ -350,17 +350,17 @@ task_step(struct task *t, struct wconn *wc)
 	 * number: the worker answers it as it did, if it did. */
 	request_path(t, DW_ELEMENTS, r->o->max_bytes, t->req, path,
 	    sizeof(path));
-	if (task_io(t, 1) < 0)
+	if (source_io(t, 1) < 0)
 		return STEP_RETRY;
 	rc = dataread_send_get(wc, path, t->addr, r->secret) < 0 ||
 	    (idle_report(t, wc),
 	        dataread_recv_reply(wc, &t->buf, &t->cap,
 	            r->o->max_bytes + REPLY_SLACK, &rp)) < 0;
-	task_io(t, 0);
+	source_io(t, 0);
 	if (rc) {
 		log_debug("task %" PRId64 ": %s: the connection broke", t->id,
 		    t->addr);
-		task_close(t, wc);
+		source_close(t, wc);
 		return STEP_RETRY;
 	}
 	/* Not yet known to its worker (dispatchd told us first), or
@@ -370,17 +370,17 @@ task_step(struct task *t, struct wconn *wc)
 		dataread_fail(r, ST_UNAUTHENTICATED,
 		    "task %" PRId64 " (%s): %s", t->id, t->addr,
 		    dataread_reply_message(&rp));
-		task_close(t, wc);
+		source_close(t, wc);
 		return STEP_FAIL;
 	}
 	if (rp.code == 200)
 		t->req++;
-	s = rp.code == 200 ? task_take(t, &rp) : STEP_RETRY;
+	s = rp.code == 200 ? source_take(t, &rp) : STEP_RETRY;
 	if (rp.code != 200)
 		log_debug("task %" PRId64 ": %s replied HTTP %ld", t->id,
 		    t->addr, rp.code);
 	if (rp.close)
-		task_close(t, wc);
+		source_close(t, wc);
 	return s;
 }
 
@@ -395,7 +395,7 @@ task_step(struct task *t, struct wconn *wc)
  * back as the connection closes.
  */
 static void
-task_ack(struct task *t, struct wconn *wc)
+source_ack(struct source *t, struct wconn *wc)
 {
 	struct timeval tv = {.tv_sec = 0, .tv_usec = ACK_MS * 1000};
 	char path[256];
@@ -425,16 +425,16 @@ task_ack(struct task *t, struct wconn *wc)
  * received, acknowledges it and reports the task lost in the last case.
  */
 static void *
-task_main(void *arg)
+source_main(void *arg)
 {
-	struct task *t = arg;
+	struct source *t = arg;
 	struct reader *r = t->r;
 	int64_t backoff = BACKOFF_MIN_MS;
 	int ended = 0;
 	struct wconn wc = {-1, NULL};
 
-	while (!task_stopping(t)) {
-		enum step s = task_step(t, &wc);
+	while (!source_stopping(t)) {
+		enum step s = source_step(t, &wc);
 		if (s == STEP_END)
 			ended = 1;
 		if (s == STEP_END || s == STEP_FAIL)
@@ -443,13 +443,13 @@ task_main(void *arg)
 			backoff = BACKOFF_MIN_MS;
 			continue;
 		}
-		task_pause(t, backoff);
+		source_pause(t, backoff);
 		backoff =
 		    backoff * 2 < BACKOFF_MAX_MS ? backoff * 2 : BACKOFF_MAX_MS;
 	}
 	if (wc.fd >= 0)
-		task_ack(t, &wc);
-	task_close(t, &wc);
+		source_ack(t, &wc);
+	source_close(t, &wc);
 	pthread_mutex_lock(&r->mu);
 	/* Once a dynamic job has finished no split waits for our word. */
 	if (!ended && t->stop && !(r->dynamic && r->finished))
@@ -466,7 +466,7 @@ task_main(void *arg)
 }
 
 void
-dataread_task_stop_locked(struct task *t)
+dataread_source_stop_locked(struct source *t)
 {
 	t->stop = 1;
 	/* Only a request is cut: between two, the connection carries the
@@ -476,10 +476,10 @@ dataread_task_stop_locked(struct task *t)
 	pthread_cond_broadcast(&t->r->cv);
 }
 
-struct task *
-dataread_task_start_locked(struct reader *r, int64_t id, const char *addr)
+struct source *
+dataread_source_start_locked(struct reader *r, int64_t id, const char *addr)
 {
-	struct task *t = calloc(1, sizeof(*t));
+	struct source *t = calloc(1, sizeof(*t));
 
 	if (t == NULL || strlen(addr) >= sizeof(t->addr)) {
 		free(t);
@@ -493,7 +493,7 @@ dataread_task_start_locked(struct reader *r, int64_t id, const char *addr)
 	t->running = 1;
 	t->req = 1;
 	snprintf(t->addr, sizeof(t->addr), "%s", addr);
-	if (pthread_create(&t->thread, NULL, task_main, t) != 0) {
+	if (pthread_create(&t->thread, NULL, source_main, t) != 0) {
 		free(t);
 		dataread_fail_locked(r, ST_RESOURCE_EXHAUSTED,
 		    "cannot start a thread: %s", strerror(errno));

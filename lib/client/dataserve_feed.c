@@ -1,5 +1,5 @@
 /*
- * dataserve_task.c: what the data server's other files stand on: its
+ * dataserve_feed.c: what the data server's other files stand on: its
  * threads, counted, and a task: its blocks, the queue of chunks cut from
  * them, its rounds, and its life from an object of a heartbeat reply to
  * its drop. Calls no other file of the data server (dataserve_int.h lists
@@ -80,7 +80,7 @@ dataserve_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu,
  * on its first read, more than the read itself.
  */
 void
-dataserve_block_put(struct task *t, struct block *b)
+dataserve_block_put(struct feed *t, struct block *b)
 {
 	if (b == NULL)
 		return;
@@ -100,7 +100,7 @@ dataserve_block_put(struct task *t, struct block *b)
 
 /* Frees the spares. */
 void
-dataserve_spares_free(struct task *t)
+dataserve_spares_free(struct feed *t)
 {
 	while (t->spare != NULL) {
 		struct block *b = t->spare;
@@ -111,7 +111,7 @@ dataserve_spares_free(struct task *t)
 }
 
 void
-dataserve_chunks_free(struct task *t, struct chunk *c)
+dataserve_chunks_free(struct feed *t, struct chunk *c)
 {
 	while (c != NULL) {
 		struct chunk *next = c->next;
@@ -122,7 +122,7 @@ dataserve_chunks_free(struct task *t, struct chunk *c)
 }
 
 void
-dataserve_queue_push(struct task *t, struct chunk *c)
+dataserve_queue_push(struct feed *t, struct chunk *c)
 {
 	c->next = NULL;
 	if (t->tail != NULL)
@@ -133,7 +133,7 @@ dataserve_queue_push(struct task *t, struct chunk *c)
 }
 
 struct chunk *
-dataserve_queue_pop(struct task *t)
+dataserve_queue_pop(struct feed *t)
 {
 	struct chunk *c = t->head;
 
@@ -159,7 +159,7 @@ first_len(enum framing f, const char *p, size_t len)
 
 /* The queue's next element, as a chunk of its own; NULL when none. */
 struct chunk *
-dataserve_queue_take_one(struct task *t)
+dataserve_queue_take_one(struct feed *t)
 {
 	struct chunk *c, *one;
 	size_t len;
@@ -193,7 +193,7 @@ dataserve_queue_take_one(struct task *t)
 }
 
 void
-dataserve_round_free(struct task *t, struct round *r)
+dataserve_round_free(struct feed *t, struct round *r)
 {
 	struct round **pp;
 
@@ -211,7 +211,7 @@ dataserve_round_free(struct task *t, struct round *r)
 /* Tasks. */
 
 void
-dataserve_task_unref(struct task *t)
+dataserve_feed_unref(struct feed *t)
 {
 	if (atomic_fetch_sub(&t->refs, 1) != 1)
 		return;
@@ -241,7 +241,7 @@ dataserve_task_unref(struct task *t)
 
 /* Stops t's reader and lets go of the table's hold on it. */
 void
-dataserve_task_drop(struct task *t)
+dataserve_feed_drop(struct feed *t)
 {
 	char c = 1;
 
@@ -254,14 +254,14 @@ dataserve_task_drop(struct task *t)
 	pthread_cond_broadcast(&t->room);
 	pthread_mutex_unlock(&t->mu);
 	(void)!write(t->cancel[1], &c, 1);
-	dataserve_task_unref(t);
+	dataserve_feed_unref(t);
 }
 
-/* Task t of the table, held (dataserve_task_unref), or NULL. */
-struct task *
-dataserve_task_get(struct dataserve *ds, uint64_t id)
+/* Task t of the table, held (dataserve_feed_unref), or NULL. */
+struct feed *
+dataserve_feed_get(struct dataserve *ds, uint64_t id)
 {
-	struct task *t;
+	struct feed *t;
 
 	pthread_mutex_lock(&ds->mu);
 	for (t = ds->tasks; t != NULL && t->id != id; t = t->next)
@@ -296,7 +296,7 @@ dataserve_int_field(json_t *o, const char *name, json_int_t def)
 
 /* Why task object o cannot be read goes to t->bad. */
 static void
-task_check(struct task *t, json_t *o)
+task_check(struct feed *t, json_t *o)
 {
 	const char *mode = json_string_value(json_object_get(o, "mode"));
 	const char *framing = json_string_value(json_object_get(o, "framing"));
@@ -323,11 +323,11 @@ task_check(struct task *t, json_t *o)
 
 /* A task from its object in a heartbeat reply. One that cannot be read
  * keeps why, for its thread to report. */
-struct task *
-dataserve_task_new(struct dataserve *ds, json_t *o)
+struct feed *
+dataserve_feed_new(struct dataserve *ds, json_t *o)
 {
 	const char *reader = json_string_value(json_object_get(o, "reader"));
-	struct task *t = calloc(1, sizeof(*t));
+	struct feed *t = calloc(1, sizeof(*t));
 
 	if (t == NULL)
 		return NULL;
