@@ -288,10 +288,10 @@ drain(struct park_list *l, void *arg)
 	(void)arg;
 	park_list_hold(l);
 	while (l->head != NULL) {
-		struct parked *w = l->head;
-		dispatch_free_ctx(w);
-		park_take(w);
-		dispatch_reply_closing(w->req);
+		struct parked *p = l->head;
+		dispatch_free_ctx(p);
+		park_take(p);
+		dispatch_reply_closing(p->req);
 	}
 	park_list_release(l);
 }

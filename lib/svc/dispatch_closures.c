@@ -118,10 +118,10 @@ dispatch_closure_ended(struct dispatch *d, struct cq_closure *c)
 	if (sh == NULL)
 		return;
 	park_list_hold(l);
-	for (struct parked *w = l->head; w != NULL; w = l->head) {
-		dispatch_free_ctx(w);
-		park_take(w);
-		http_reply_shared(w->req, sh);
+	for (struct parked *p = l->head; p != NULL; p = l->head) {
+		dispatch_free_ctx(p);
+		park_take(p);
+		http_reply_shared(p->req, sh);
 	}
 	park_list_release(l);
 	http_shared_release(sh);
@@ -403,14 +403,14 @@ try_schedule(struct dispatch *d, struct http_req *req, struct cq_queue *q,
 }
 
 static void
-schedule_expire(struct parked *w)
+schedule_expire(struct parked *p)
 {
-	struct waitctx *x = w->ctx;
+	struct waitctx *x = p->ctx;
 
-	http_reply_error(w->req, ST_DEADLINE_EXCEEDED,
+	http_reply_error(p->req, ST_DEADLINE_EXCEEDED,
 	    "queue %s stayed full (%zu closures queued)", x->q->name,
 	    x->q->queued);
-	dispatch_free_ctx(w);
+	dispatch_free_ctx(p);
 }
 
 /* {"done","queued","inflight"}: where q stands. */
@@ -440,12 +440,12 @@ reply_join_pending(struct dispatch *d, struct http_req *req, struct cq_queue *q)
 }
 
 static void
-join_expire(struct parked *w)
+join_expire(struct parked *p)
 {
-	struct waitctx *x = w->ctx;
+	struct waitctx *x = p->ctx;
 
-	reply_join_pending(w->obj, w->req, x->q);
-	dispatch_free_ctx(w);
+	reply_join_pending(p->obj, p->req, x->q);
+	dispatch_free_ctx(p);
 }
 
 /*
@@ -550,7 +550,7 @@ schedule_route(struct dispatch *d, struct http_req *req, struct cq_queue *q)
 {
 	struct waitctx *x;
 	struct park_list *l;
-	struct parked *w;
+	struct parked *p;
 	json_t *body;
 	long block;
 	int64_t wait;
@@ -574,8 +574,8 @@ schedule_route(struct dispatch *d, struct http_req *req, struct cq_queue *q)
 		return;
 	}
 	json_decref(body);
-	if ((w = dispatch_park(d, req, l, wait, schedule_expire, x)) != NULL)
-		w->obj = d;
+	if ((p = dispatch_park(d, req, l, wait, schedule_expire, x)) != NULL)
+		p->obj = d;
 }
 
 /* GET .../join (parked until the queue ends) and .../done (at once). */
@@ -587,7 +587,7 @@ join_route(struct dispatch *d, struct http_req *req, struct cq_queue *q,
 	struct cq_closure *e;
 	struct waitctx *x;
 	struct park_list *l;
-	struct parked *w;
+	struct parked *p;
 
 	if (park_wait_arg(req, "wait", 0, &wait) < 0)
 		return;
@@ -614,9 +614,9 @@ join_route(struct dispatch *d, struct http_req *req, struct cq_queue *q,
 		free(x);
 		return;
 	}
-	w = dispatch_park(d, req, l, wait, join_expire, x);
-	if (w != NULL)
-		w->obj = d;
+	p = dispatch_park(d, req, l, wait, join_expire, x);
+	if (p != NULL)
+		p->obj = d;
 }
 
 static void
@@ -677,19 +677,19 @@ dispatch_queue_route(struct http_req *req, const struct route_match *m,
 /* Closures. */
 
 static void
-fetch_expire(struct parked *w)
+fetch_expire(struct parked *p)
 {
-	struct dispatch *d = w->obj;
-	struct waitctx *x = w->ctx;
+	struct dispatch *d = p->obj;
+	struct waitctx *x = p->ctx;
 	uint64_t id = x->closure;
 	struct cq_closure *c = cq_closure(d->cq, id);
 
-	dispatch_free_ctx(w);
+	dispatch_free_ctx(p);
 	if (c == NULL)
-		http_reply_error(w->req, ST_NOT_FOUND,
+		http_reply_error(p->req, ST_NOT_FOUND,
 		    "closure %" PRIu64 " was forgotten", id);
 	else
-		http_reply_json(w->req, 200, value_json(c, 1));
+		http_reply_json(p->req, 200, value_json(c, 1));
 }
 
 static int
@@ -714,7 +714,7 @@ do_fetch(struct dispatch *d, struct http_req *req, struct cq_closure *c,
 {
 	struct park_list *l;
 	struct waitctx *x;
-	struct parked *w;
+	struct parked *p;
 	char key[24];
 
 	if ((c->state != CQ_QUEUED && c->state != CQ_RUNNING) || wait == 0 ||
@@ -729,8 +729,8 @@ do_fetch(struct dispatch *d, struct http_req *req, struct cq_closure *c,
 		return;
 	}
 	x->closure = c->id;
-	if ((w = dispatch_park(d, req, l, wait, fetch_expire, x)) != NULL)
-		w->obj = d;
+	if ((p = dispatch_park(d, req, l, wait, fetch_expire, x)) != NULL)
+		p->obj = d;
 }
 
 /* DELETE: forgets it, once it ended. */

@@ -40,26 +40,26 @@ dispatch_ctx_free(struct waitctx *x)
 }
 
 void
-dispatch_free_ctx(struct parked *w)
+dispatch_free_ctx(struct parked *p)
 {
-	dispatch_ctx_free(w->ctx);
-	w->ctx = NULL;
+	dispatch_ctx_free(p->ctx);
+	p->ctx = NULL;
 }
 
 struct parked *
 dispatch_park(struct dispatch *d, struct http_req *req, struct park_list *l,
     int64_t wait, park_fn expire, struct waitctx *x)
 {
-	struct parked *w = park_add(d->park, req, l, wait, expire, "", 0);
+	struct parked *p = park_add(d->park, req, l, wait, expire, "", 0);
 
-	if (w == NULL) {
+	if (p == NULL) {
 		dispatch_ctx_free(x);
 		http_reply_error(req, ST_RESOURCE_EXHAUSTED, "out of memory");
 		return NULL;
 	}
-	w->ctx = x;
-	w->drop = dispatch_free_ctx;
-	return w;
+	p->ctx = x;
+	p->drop = dispatch_free_ctx;
+	return p;
 }
 
 struct waitctx *

@@ -118,10 +118,10 @@ dispatch_takers_gone(struct dispatch *d, struct cq_worker *w)
 #define TAKE_MAX 256
 
 static void
-take_expire(struct parked *w)
+take_expire(struct parked *p)
 {
-	dispatch_free_ctx(w);
-	http_reply(w->req, 200, "application/json", "{\"closures\":[]}", 15);
+	dispatch_free_ctx(p);
+	http_reply(p->req, 200, "application/json", "{\"closures\":[]}", 15);
 }
 
 /* Gives work to parked takes, oldest first, while there is any. */
@@ -170,13 +170,13 @@ take(struct dispatch *d, struct http_req *req, struct cq_worker *w, long max,
 }
 
 static void
-beat_expire(struct parked *w)
+beat_expire(struct parked *p)
 {
-	struct waitctx *x = w->ctx;
+	struct waitctx *x = p->ctx;
 
 	cq_seen(NULL, x->w, duration_now_ms());
-	http_reply_json(w->req, 200, beat_json(w->obj, x->w));
-	dispatch_free_ctx(w);
+	http_reply_json(p->req, 200, beat_json(p->obj, x->w));
+	dispatch_free_ctx(p);
 }
 
 /* The client of a parked heartbeat went away: its worker is gone. */
