@@ -15,6 +15,7 @@
 #include "buf.h"
 #include "cli.h"
 #include "coord_client.h"
+#include "coord_reach.h"
 #include "coord_text.h"
 #include "duration.h"
 #include "keypath.h"
@@ -490,9 +491,11 @@ do_get_verb(struct ctx *x, int argc, char **argv)
 	return do_get(x, argc, argv, 1);
 }
 
+/* tryget waits for nothing: not for the key, and not for coordd. */
 static int
 do_tryget(struct ctx *x, int argc, char **argv)
 {
+	coord_reach_set(x->cc, COORD_REACH_NOW);
 	return do_get(x, argc, argv, 0);
 }
 
@@ -552,6 +555,8 @@ main(int argc, char **argv)
 	if ((x.cc = coord_client_new(cli_coord_addr(x.o.addr), err,
 	         sizeof(err))) == NULL)
 		return cli_usage_error(synopsis, "%s", err);
+	/* A person may be waiting: say so while coordd cannot be reached. */
+	coord_reach_set(x.cc, COORD_REACH_SAY);
 	if (x.o.timeout < 0)
 		x.o.timeout = verb->timeout;
 	x.deadline = x.o.timeout == 0 ? HTTP_NO_DEADLINE :

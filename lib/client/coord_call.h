@@ -17,13 +17,20 @@ struct coord_client {
 	struct http_client *http;
 	char service[17]; /* the coordd a watch's revisions are from */
 	char err[1024];   /* the last error */
+	const char *peer; /* the daemon it talks to, for people: "coordd" */
+	int reach;        /* enum coord_reach: its calls' wait for the peer */
+	int reached;      /* the peer was reached, or the wait said: no probe */
+	int cancel_fd;    /* readable: give up, or -1 */
 };
 
 /* How a call may be treated: repeated after a failure, and as a long
- * poll whose reply may arrive a little after its deadline. */
+ * poll whose reply may arrive a little after its deadline. CALL_SAY adds
+ * that a person waits on the call, which then treats a daemon it cannot
+ * reach as COORD_REACH_SAY does (coord_reach.h). */
 #define CALL_ONCE 0
 #define CALL_REPEAT 1
 #define CALL_POLL 3
+#define CALL_SAY 4
 
 /* Sets the client's last error; returns st. */
 enum status coord_fail(struct coord_client *cc, enum status st, const char *fmt,
@@ -32,6 +39,15 @@ enum status coord_fail(struct coord_client *cc, enum status st, const char *fmt,
 /* base + percent-encoded key + suffix. */
 int coord_key_path(struct buf *p, const char *base, const char *key,
     const char *suffix);
+
+/*
+ * Before a call, how = its CALL_ flags: whether the peer can be reached,
+ * as cc's reach (or CALL_SAY) asks to know, and how long to wait for it
+ * (coord_reach.h). ST_OK to go on with the call; ST_UNAVAILABLE or
+ * ST_CANCELLED, with cc's last error set, not to.
+ */
+enum status coord_reach_wait(struct coord_client *cc, int how,
+    int64_t deadline);
 
 enum status coord_call(struct coord_client *cc, const char *method,
     const struct buf *path, const void *body, size_t len, const char *ctype,

@@ -60,6 +60,8 @@ coord_client_new(const char *addr, char *err, size_t errlen)
 		snprintf(err, errlen, "out of memory");
 		return NULL;
 	}
+	cc->peer = "coordd";
+	cc->cancel_fd = -1;
 	cc->http = http_client_new(addr, CLI_COORD_PORT, err, errlen);
 	if (cc->http == NULL) {
 		free(cc);
@@ -95,6 +97,7 @@ coord_client_free(struct coord_client *cc)
 void
 coord_client_set_cancel(struct coord_client *cc, int fd)
 {
+	cc->cancel_fd = fd;
 	http_client_set_cancel(cc->http, fd);
 }
 
@@ -160,9 +163,16 @@ coord_call(struct coord_client *cc, const char *method, const struct buf *path,
     const void *body, size_t len, const char *ctype, int64_t deadline, int how,
     struct http_resp *resp)
 {
+	enum status st = coord_reach_wait(cc, how, deadline);
+
+	if (st != ST_OK) {
+		memset(resp, 0, sizeof(*resp));
+		resp->revision = -1;
+		return st;
+	}
 	return http_client_poll(cc->http, method, path->data, body, len, ctype,
-	    deadline, how == CALL_POLL ? POLL_GRACE_MS : 0, how & CALL_REPEAT,
-	    resp, cc->err, sizeof(cc->err));
+	    deadline, (how & CALL_POLL) == CALL_POLL ? POLL_GRACE_MS : 0,
+	    how & CALL_REPEAT, resp, cc->err, sizeof(cc->err));
 }
 
 json_t *

@@ -32,6 +32,7 @@ dispatch_client_new(const char *addr, char *err, size_t errlen)
 		free(dc);
 		return NULL;
 	}
+	dc->cc->peer = "dispatchd";
 	return dc;
 }
 
@@ -285,6 +286,14 @@ dc_task_report(struct dispatch_client *dc, const char *worker, const char *inc,
 	    NULL);
 }
 
+/*
+ * From here on a data consumer's calls and an operator's: a person waits
+ * on them, and is told on stderr while dispatchd cannot be reached
+ * (CALL_SAY). A worker's calls above wait in silence, as a daemon's log
+ * would have it. A worker's reader calls dc_splits too, but only when
+ * dispatchd has just handed it the task: a line in its log then tells of
+ * a dispatchd that went away meanwhile.
+ */
 enum status
 dc_job_open(struct dispatch_client *dc, json_t *body, int64_t deadline,
     json_t **reply)
@@ -292,8 +301,8 @@ dc_job_open(struct dispatch_client *dc, json_t *body, int64_t deadline,
 	struct buf p = {0};
 
 	buf_puts(&p, "/v1/jobs");
-	return call(dc, "POST", &p, body, NULL, 0, deadline, DC_ONCE, reply,
-	    NULL);
+	return call(dc, "POST", &p, body, NULL, 0, deadline, DC_ONCE | CALL_SAY,
+	    reply, NULL);
 }
 
 enum status
@@ -303,8 +312,8 @@ dc_client_beat(struct dispatch_client *dc, int64_t client, json_t *body,
 	struct buf p = {0};
 
 	path_of(dc, &p, "/v1/clients/", NULL, "%" PRId64 "/heartbeat", client);
-	return call(dc, "POST", &p, body, NULL, 0, deadline, DC_REPEAT, reply,
-	    NULL);
+	return call(dc, "POST", &p, body, NULL, 0, deadline,
+	    DC_REPEAT | CALL_SAY, reply, NULL);
 }
 
 enum status
@@ -313,8 +322,8 @@ dc_client_release(struct dispatch_client *dc, int64_t client, int64_t deadline)
 	struct buf p = {0};
 
 	path_of(dc, &p, "/v1/clients/", NULL, "%" PRId64, client);
-	return call(dc, "DELETE", &p, NULL, NULL, 0, deadline, DC_REPEAT, NULL,
-	    NULL);
+	return call(dc, "DELETE", &p, NULL, NULL, 0, deadline,
+	    DC_REPEAT | CALL_SAY, NULL, NULL);
 }
 
 enum status
@@ -328,8 +337,8 @@ dc_splits(struct dispatch_client *dc, const char *dataset, int64_t deadline,
 	if (path_named(&p, "/v1/datasets/", dataset, "/splits") < 0)
 		return coord_fail(dc->cc, ST_RESOURCE_EXHAUSTED,
 		    "out of memory");
-	st = coord_call(dc->cc, "GET", &p, NULL, 0, NULL, deadline, CALL_REPEAT,
-	    &resp);
+	st = coord_call(dc->cc, "GET", &p, NULL, 0, NULL, deadline,
+	    CALL_REPEAT | CALL_SAY, &resp);
 	buf_free(&p);
 	if (st == ST_OK &&
 	    buf_append(out, resp.body.data != NULL ? resp.body.data : "",
@@ -354,8 +363,8 @@ look(struct dispatch_client *dc, const char *base, const char *name, int esc,
 		path_named(&p, base, name, suffix);
 	else
 		path_of(dc, &p, base, name, "%s", suffix);
-	return call(dc, "GET", &p, NULL, NULL, 0, deadline, DC_REPEAT, reply,
-	    errbody);
+	return call(dc, "GET", &p, NULL, NULL, 0, deadline,
+	    DC_REPEAT | CALL_SAY, reply, errbody);
 }
 
 enum status
@@ -375,8 +384,8 @@ dc_schedule(struct dispatch_client *dc, const char *queue, json_t *closures,
 
 	path_of(dc, &p, "/v1/queues/", queue, "/closures?block=%d&wait=30s",
 	    block);
-	st = call(dc, "POST", &p, body, NULL, 0, deadline, DC_POLL, reply,
-	    errbody);
+	st = call(dc, "POST", &p, body, NULL, 0, deadline, DC_POLL | CALL_SAY,
+	    reply, errbody);
 	json_decref(body);
 	return st;
 }
@@ -389,8 +398,8 @@ dc_closure(struct dispatch_client *dc, uint64_t id, int64_t wait_ms,
 
 	path_of(dc, &p, "/v1/closures/", NULL, "%" PRIu64 "?wait=%" PRId64 "ms",
 	    id, wait_ms);
-	return call(dc, "GET", &p, NULL, NULL, 0, deadline, DC_POLL, reply,
-	    errbody);
+	return call(dc, "GET", &p, NULL, NULL, 0, deadline, DC_POLL | CALL_SAY,
+	    reply, errbody);
 }
 
 enum status
@@ -400,8 +409,8 @@ dc_cancel(struct dispatch_client *dc, uint64_t id, int64_t deadline,
 	struct buf p = {0};
 
 	path_of(dc, &p, "/v1/closures/", NULL, "%" PRIu64 "/cancel", id);
-	return call(dc, "POST", &p, NULL, NULL, 0, deadline, DC_REPEAT, reply,
-	    errbody);
+	return call(dc, "POST", &p, NULL, NULL, 0, deadline,
+	    DC_REPEAT | CALL_SAY, reply, errbody);
 }
 
 enum status
@@ -411,8 +420,8 @@ dc_forget(struct dispatch_client *dc, uint64_t id, int64_t deadline,
 	struct buf p = {0};
 
 	path_of(dc, &p, "/v1/closures/", NULL, "%" PRIu64, id);
-	return call(dc, "DELETE", &p, NULL, NULL, 0, deadline, DC_REPEAT, reply,
-	    errbody);
+	return call(dc, "DELETE", &p, NULL, NULL, 0, deadline,
+	    DC_REPEAT | CALL_SAY, reply, errbody);
 }
 
 enum status
@@ -426,8 +435,8 @@ dc_closures(struct dispatch_client *dc, const char *queue, const char *state,
 		path_of(dc, &p, "&state=", state, "");
 	if (p.data != NULL)
 		path_of(dc, &p, "", NULL, "&after=%" PRIu64, after);
-	return call(dc, "GET", &p, NULL, NULL, 0, deadline, DC_REPEAT, reply,
-	    errbody);
+	return call(dc, "GET", &p, NULL, NULL, 0, deadline,
+	    DC_REPEAT | CALL_SAY, reply, errbody);
 }
 
 int
@@ -452,8 +461,8 @@ dc_join(struct dispatch_client *dc, const char *queue, int64_t wait_ms,
 
 	path_of(dc, &p, "/v1/queues/", queue, "/join?wait=%" PRId64 "ms",
 	    wait_ms);
-	return call(dc, "GET", &p, NULL, NULL, 0, deadline, DC_POLL, reply,
-	    errbody);
+	return call(dc, "GET", &p, NULL, NULL, 0, deadline, DC_POLL | CALL_SAY,
+	    reply, errbody);
 }
 
 enum status
@@ -463,8 +472,8 @@ dc_done(struct dispatch_client *dc, const char *queue, int64_t deadline,
 	struct buf p = {0};
 
 	path_of(dc, &p, "/v1/queues/", queue, "/done");
-	return call(dc, "GET", &p, NULL, NULL, 0, deadline, DC_POLL, reply,
-	    errbody);
+	return call(dc, "GET", &p, NULL, NULL, 0, deadline, DC_POLL | CALL_SAY,
+	    reply, errbody);
 }
 
 enum status
@@ -498,8 +507,8 @@ dc_resource_add(struct dispatch_client *dc, const char *name, json_t *argv,
 	enum status st;
 
 	path_of(dc, &p, "/v1/resources/", name, "");
-	st = call(dc, "PUT", &p, body, NULL, 0, deadline, DC_REPEAT, reply,
-	    errbody);
+	st = call(dc, "PUT", &p, body, NULL, 0, deadline, DC_REPEAT | CALL_SAY,
+	    reply, errbody);
 	json_decref(body);
 	return st;
 }
@@ -511,8 +520,8 @@ dc_dataset_add(struct dispatch_client *dc, json_t *body, int64_t deadline,
 	struct buf p = {0};
 
 	buf_puts(&p, "/v1/datasets");
-	return call(dc, "POST", &p, body, NULL, 0, deadline, DC_REPEAT, reply,
-	    errbody);
+	return call(dc, "POST", &p, body, NULL, 0, deadline,
+	    DC_REPEAT | CALL_SAY, reply, errbody);
 }
 
 enum status
