@@ -14,6 +14,10 @@
 # lines below on the trainer.
 set -eu
 
+for prog in dispatchd workerloop dispatchctl; do
+	command -v "$prog" >/dev/null || { echo "data-train.sh: $prog: not found" \
+	    "(PATH=\$PWD/build/bin:\$PATH after make, or make install)" >&2; exit 127; }
+done
 dir=${1:-$(mktemp -d)}
 mkdir -p "$dir/shards"
 cd "$dir"
@@ -24,6 +28,7 @@ worker_pids=
 trap 'kill $worker_pids 2>/dev/null; kill $dispatchd_pid 2>/dev/null; wait' EXIT
 i=0
 while [ ! -s dispatchd.port ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+[ -s dispatchd.port ] || { echo "data-train.sh: dispatchd did not start:" >&2; cat dispatchd.log >&2; exit 1; }
 MUSTER_DISPATCHER=127.0.0.1:$(cat dispatchd.port)
 export MUSTER_DISPATCHER
 

@@ -3,16 +3,17 @@
 #
 #   examples/local-cluster.sh [-n N] [-p PORT] -- COMMAND [ARG...]
 #
-# Starts coordd on 127.0.0.1:PORT (default 7700) for a cluster of N workers
-# (default 4), then runs COMMAND under preemptwatch once per worker, each
-# with MUSTER_TASK=worker:I, logging to worker-I.log in the current
-# directory. It waits for every task and exits with the first non-zero
-# status among them (42 means "preempted: run me again"). Ctrl-C stops it
-# all. Any preemptwatch flags can be given in PREEMPTWATCH_FLAGS.
+# Starts coordd on 127.0.0.1:PORT (default: a free port, which it writes
+# to coordd.port) for a cluster of N workers (default 4), then runs
+# COMMAND under preemptwatch once per worker, each with
+# MUSTER_TASK=worker:I, logging to worker-I.log in the current directory.
+# It waits for every task and exits with the first non-zero status among
+# them (42 means "preempted: run me again"). Ctrl-C stops it all. Any
+# preemptwatch flags can be given in PREEMPTWATCH_FLAGS.
 set -u
 
 n=4
-port=7700
+port=0
 while [ $# -gt 0 ]; do
 	case $1 in
 	-n) n=$2; shift 2 ;;
@@ -23,14 +24,23 @@ while [ $# -gt 0 ]; do
 	esac
 done
 [ $# -gt 0 ] || { echo "local-cluster.sh: no COMMAND" >&2; exit 2; }
+for prog in coordd preemptwatch; do
+	command -v "$prog" >/dev/null || { echo "local-cluster.sh: $prog: not found" \
+	    "(PATH=\$PWD/build/bin:\$PATH after make, or make install)" >&2; exit 127; }
+done
 
-MUSTER_COORD=127.0.0.1:$port
-export MUSTER_COORD
-coordd -l "$MUSTER_COORD" --cluster "worker=$n" 2>coordd.log &
+rm -f coordd.port
+coordd -l "127.0.0.1:$port" --port-file coordd.port --cluster "worker=$n" \
+	2>coordd.log &
 coordd_pid=$!
 pids=""
 trap 'kill $pids $coordd_pid 2>/dev/null; wait 2>/dev/null' EXIT
 trap 'exit 130' INT TERM
+i=0
+while [ ! -s coordd.port ] && [ "$i" -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+[ -s coordd.port ] || { echo "local-cluster.sh: coordd did not start:" >&2; cat coordd.log >&2; exit 1; }
+MUSTER_COORD=127.0.0.1:$(cat coordd.port)
+export MUSTER_COORD
 
 i=0
 while [ "$i" -lt "$n" ]; do
