@@ -257,31 +257,3 @@ dataread_reply_message(const struct reply *rp)
 	json_decref(o);
 	return msg;
 }
-
-/*
- * The next chunk of a reply body at *off: 1 with its header (in host
- * order) and payload, 0 at the end, -1 when the body is malformed.
- */
-int
-dataread_chunk_next(const char *body, size_t len, size_t *off,
-    struct chunk_hdr *h, const char **payload)
-{
-	if (*off == len)
-		return 0;
-	if (len - *off < sizeof(*h))
-		return -1;
-	memcpy(h, body + *off, sizeof(*h));
-	h->magic = le32toh(h->magic);
-	h->type = le32toh(h->type);
-	h->seq = le64toh(h->seq);
-	h->first = le64toh(h->first);
-	h->count = le32toh(h->count);
-	h->len = le32toh(h->len);
-	h->flags = le32toh(h->flags);
-	if (h->magic != CHUNK_MAGIC || h->len > len - *off - sizeof(*h) ||
-	    h->type < CHUNK_DATA || h->type > CHUNK_ERROR)
-		return -1;
-	*payload = body + *off + sizeof(*h);
-	*off += sizeof(*h) + h->len;
-	return 1;
-}

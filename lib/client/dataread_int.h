@@ -156,7 +156,7 @@ struct reply {
  * The files, lowest first; each calls only those above it in this list.
  *
  * dataread_conn.c: a connection to a worker, a request on it, and its
- * replies and their chunks.
+ * replies (their chunks are datawire.h's dw_chunk_next).
  */
 /* 0; -1 when addr cannot be reached now; -2 when TLS failed (err). */
 int dataread_conn_open(const char *addr, int64_t io_ms, struct wconn *wc,
@@ -167,8 +167,6 @@ int dataread_send_get(struct wconn *wc, const char *path, const char *addr,
 int dataread_recv_reply(struct wconn *wc, char **buf, size_t *cap, size_t want,
     struct reply *rp);
 const char *dataread_reply_message(const struct reply *rp);
-int dataread_chunk_next(const char *body, size_t len, size_t *off,
-    struct chunk_hdr *h, const char **payload);
 
 /* dataread_core.c: what every thread of the read shares: its failure,
  * pokes to the heartbeat loop, what the heartbeats report, the output. */

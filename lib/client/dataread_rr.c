@@ -79,8 +79,7 @@ rr_take(struct reader *r, const struct rr_task *t, const struct reply *rp)
 	size_t off = 0;
 	int rc;
 
-	while (
-	    (rc = dataread_chunk_next(rp->body, rp->len, &off, &h, &p)) == 1) {
+	while ((rc = dw_chunk_next(rp->body, rp->len, &off, &h, &p)) == 1) {
 		if (h.type == CHUNK_END)
 			return STEP_END;
 		if (h.type == CHUNK_ERROR) {

@@ -142,8 +142,7 @@ source_parse(struct source *t, const struct reply *rp)
 	int rc;
 
 	t->niov = t->ncur = 0;
-	while (
-	    (rc = dataread_chunk_next(rp->body, rp->len, &off, &h, &p)) == 1) {
+	while ((rc = dw_chunk_next(rp->body, rp->len, &off, &h, &p)) == 1) {
 		if (h.type != CHUNK_DATA) {
 			if (h.type == CHUNK_END)
 				return STEP_END;

@@ -130,19 +130,6 @@ send_error(struct conn *c, enum status st, int keep, const char *fmt, ...)
 	return rc;
 }
 
-static void
-wire_hdr(const struct chunk_hdr *h, struct chunk_hdr *w)
-{
-	w->magic = htole32(h->magic);
-	w->type = htole32(h->type);
-	w->seq = htole64(h->seq);
-	w->first = htole64(h->first);
-	w->count = htole32(h->count);
-	w->len = htole32(h->len);
-	w->flags = htole32(h->flags);
-	w->pad = 0;
-}
-
 /* A 200 reply of the chunks of list (none: an empty body), written from
  * where they lie. */
 static int
@@ -168,7 +155,7 @@ send_chunks(struct conn *c, const struct chunk *list, int keep)
 		    "application/x-muster-chunks\r\nContent-Length: %zu\r\n%s\r\n",
 		    body, keep ? "" : "Connection: close\r\n");
 		for (p = list; p != NULL; p = p->next, i++) {
-			wire_hdr(&p->h, &wire[i]);
+			dw_chunk_put(&p->h, &wire[i]);
 			iov[k++] = (struct iovec){&wire[i], sizeof(wire[i])};
 			if (p->h.len > 0)
 				iov[k++] =

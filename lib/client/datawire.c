@@ -1,8 +1,10 @@
 /*
- * datawire.c: the data path's request line, written by a consumer
- * (client/dataread_source.c, dataread_rr.c) and read by a worker's data
- * server (client/dataserve_server.c): see datawire.h.
+ * datawire.c: the data path's request line and chunk headers, written
+ * by a consumer (client/dataread_source.c, dataread_rr.c) or a worker's
+ * data server (client/dataserve_server.c) and read by the other: see
+ * datawire.h.
  */
+#include <endian.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -191,4 +193,41 @@ dw_request_parse(const char *path, const char *query, struct dw_request *r)
 	if (r->kind == DW_GIVEBACK && !r->has_id)
 		return DW_BAD_ID;
 	return DW_OK;
+}
+
+void
+dw_chunk_put(const struct chunk_hdr *h, struct chunk_hdr *out)
+{
+	out->magic = htole32(h->magic);
+	out->type = htole32(h->type);
+	out->seq = htole64(h->seq);
+	out->first = htole64(h->first);
+	out->count = htole32(h->count);
+	out->len = htole32(h->len);
+	out->flags = htole32(h->flags);
+	out->pad = 0;
+}
+
+int
+dw_chunk_next(const char *body, size_t len, size_t *off, struct chunk_hdr *h,
+    const char **payload)
+{
+	if (*off == len)
+		return 0;
+	if (len - *off < sizeof(*h))
+		return -1;
+	memcpy(h, body + *off, sizeof(*h));
+	h->magic = le32toh(h->magic);
+	h->type = le32toh(h->type);
+	h->seq = le64toh(h->seq);
+	h->first = le64toh(h->first);
+	h->count = le32toh(h->count);
+	h->len = le32toh(h->len);
+	h->flags = le32toh(h->flags);
+	if (h->magic != CHUNK_MAGIC || h->len > len - *off - sizeof(*h) ||
+	    h->type < CHUNK_DATA || h->type > CHUNK_ERROR)
+		return -1;
+	*payload = body + *off + sizeof(*h);
+	*off += sizeof(*h) + h->len;
+	return 1;
 }

@@ -42,6 +42,19 @@ struct chunk_hdr {
 _Static_assert(sizeof(struct chunk_hdr) == 40, "chunk header is 40 bytes");
 
 /*
+ * The one codec of chunk headers: h (host order) into out in wire order
+ * (sizeof(struct chunk_hdr) bytes, pad zero), which a worker's data
+ * server writes; and the next chunk of a reply's body from *off, which a
+ * consumer reads from its worker's bytes, fuzzed: its header in host
+ * order and its payload, 1; 0 at the end of the body; -1 when the body is
+ * malformed (a short header, another magic, a type a reply does not
+ * carry, a payload past the end). Pure: nothing allocated or kept.
+ */
+void dw_chunk_put(const struct chunk_hdr *h, struct chunk_hdr *out);
+int dw_chunk_next(const char *body, size_t len, size_t *off,
+    struct chunk_hdr *h, const char **payload);
+
+/*
  * What a consumer asks a worker's data server for: the one codec of the
  * request line's path and query, which the consumer writes
  * (dw_request_path) and the server reads (dw_request_parse) from a
