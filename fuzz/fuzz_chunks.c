@@ -32,8 +32,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FUZZ_CHECK(payload == body + was + sizeof(h));
 		FUZZ_CHECK(off == was + sizeof(h) + h.len && off <= size);
 		dw_chunk_put(&h, &wire);
-		FUZZ_CHECK(memcmp(&wire, body + was,
-		               sizeof(h) - sizeof(h.pad)) == 0);
+		FUZZ_CHECK(
+		    memcmp(&wire, body + was, sizeof(h) - sizeof(h.pad)) == 0);
 	}
 	free(body);
 	return 0;

@@ -6,6 +6,7 @@
  */
 #include <endian.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -49,6 +50,14 @@ dataread_fail(struct reader *r, enum status st, const char *fmt, ...)
 	vfail_locked(r, st, fmt, ap);
 	va_end(ap);
 	pthread_mutex_unlock(&r->mu);
+}
+
+enum step
+dataread_malformed(struct reader *r, int64_t task, const char *addr)
+{
+	dataread_fail(r, ST_INTERNAL,
+	    "task %" PRId64 ": worker %s sent a malformed reply", task, addr);
+	return STEP_FAIL;
 }
 
 /* Asks the heartbeat loop to look around now. */

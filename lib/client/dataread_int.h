@@ -176,6 +176,9 @@ void dataread_fail_locked(struct reader *r, enum status st, const char *fmt,
 /* The same, taking r->mu. */
 void dataread_fail(struct reader *r, enum status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* A reply of task's worker (at addr) whose chunks do not parse: the read
+ * fails with INTERNAL. STEP_FAIL. */
+enum step dataread_malformed(struct reader *r, int64_t task, const char *addr);
 /* Asks the heartbeat loop to look around now. */
 void dataread_poke(struct reader *r);
 void dataread_note_range_locked(struct reader *r, const struct range *g);

@@ -95,13 +95,7 @@ rr_take(struct reader *r, const struct rr_task *t, const struct reply *rp)
 		if (rc < 0)
 			return STEP_FAIL;
 	}
-	if (rc < 0) {
-		dataread_fail(r, ST_INTERNAL,
-		    "task %" PRId64 ": worker %s sent a malformed reply", t->id,
-		    t->addr);
-		return STEP_FAIL;
-	}
-	return STEP_AGAIN;
+	return rc < 0 ? dataread_malformed(r, t->id, t->addr) : STEP_AGAIN;
 }
 
 /*

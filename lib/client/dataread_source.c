@@ -170,13 +170,7 @@ source_parse(struct source *t, const struct reply *rp)
 			t->iov[t->niov++] =
 			    (struct iovec){(void *)p, (size_t)h.len};
 	}
-	if (rc < 0) {
-		dataread_fail(r, ST_INTERNAL,
-		    "task %" PRId64 ": worker %s sent a malformed reply", t->id,
-		    t->addr);
-		return STEP_FAIL;
-	}
-	return STEP_AGAIN;
+	return rc < 0 ? dataread_malformed(r, t->id, t->addr) : STEP_AGAIN;
 }
 
 /* Records the chunks of the reply just written as delivered. */
