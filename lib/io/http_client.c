@@ -37,6 +37,8 @@ struct http_client {
 	struct buf headers; /* extra request headers */
 	size_t max_reply;   /* the largest reply body taken */
 	unsigned seed;
+	int retry;  /* calls retry (0: one attempt) */
+	int unsent; /* the last attempt could not connect: nothing went out */
 };
 
 /* Why one attempt failed, which decides whether it is tried again. */
@@ -117,6 +119,7 @@ http_client_new(const char *addr, int defport, char *err, size_t errlen)
 	c->https = https;
 	c->cancel_fd = -1;
 	c->max_reply = HTTP_MAX_REPLY_DEFAULT;
+	c->retry = 1;
 	c->seed = (unsigned)getpid() ^ (unsigned)duration_now_ms();
 	return c;
 }
@@ -185,6 +188,12 @@ void
 http_client_set_max_reply(struct http_client *c, size_t bytes)
 {
 	c->max_reply = bytes;
+}
+
+void
+http_client_set_retry(struct http_client *c, int retry)
+{
+	c->retry = retry;
 }
 
 const char *
@@ -417,21 +426,15 @@ consume(struct buf *b, size_t n)
 	b->data[b->len] = '\0';
 }
 
-/*
- * Reads one reply. Content-Length, chunked and read-to-close bodies are
- * understood; anything else is a protocol error.
- */
+/* Reads a reply's head into resp and h, and takes it off c->in. */
 static enum fail
-read_reply(struct http_client *c, int64_t at, struct http_resp *resp, int *keep,
-    char *err, size_t errlen)
+read_head(struct http_client *c, int64_t at, struct http_resp *resp,
+    struct http1_reply *h, char *err, size_t errlen)
 {
 	size_t headlen, n;
-	struct http1_reply h;
 	const char *v;
-	long long clen;
-	int chunked, timed_out = 0, got_any = 0, r;
+	int timed_out = 0, got_any = 0, r;
 
-	*keep = 1;
 	while ((headlen = http1_head_len(c->in.data != NULL ? c->in.data : "",
 	            c->in.len)) == 0) {
 		if (c->in.len > MAX_HEAD) {
@@ -449,14 +452,11 @@ read_reply(struct http_client *c, int64_t at, struct http_resp *resp, int *keep,
 		}
 		got_any = 1;
 	}
-	if (http1_parse_reply(c->in.data, headlen, &h) < 0) {
+	if (http1_parse_reply(c->in.data, headlen, h) < 0) {
 		snprintf(err, errlen, "%s sent a malformed reply", c->addr);
 		return F_PROTOCOL;
 	}
-	resp->code = h.code;
-	clen = h.length;
-	chunked = h.chunked;
-	*keep = !h.close;
+	resp->code = h->code;
 	if ((v = http1_header(c->in.data, headlen, "X-Muster-Revision", &n)) !=
 	    NULL) {
 		char num[24];
@@ -466,34 +466,102 @@ read_reply(struct http_client *c, int64_t at, struct http_resp *resp, int *keep,
 	if (http1_header(c->in.data, headlen, "Retry-After", &n) != NULL)
 		resp->retry_after = 1;
 	consume(&c->in, headlen);
+	return F_NONE;
+}
 
-	if (chunked) {
+/*
+ * Where a body's bytes go as they arrive: a reply's buffer (whole replies)
+ * or a stream's reader. take returns 0 to go on, 1 when the reader wants
+ * no more, -1 when the bytes are over a limit (err says which).
+ */
+struct sink {
+	int (*take)(struct sink *s, const char *p, size_t n, char *err,
+	    size_t errlen);
+	struct http_client *c;
+	struct http_resp *resp; /* a whole reply's */
+	http_stream_fn fn;      /* a stream's reader */
+	void *arg;
+	int64_t silence_ms; /* 0, or the longest wait for the next byte */
+	int stopped;        /* take returned 1 */
+};
+
+static int
+take_reply(struct sink *s, const char *p, size_t n, char *err, size_t errlen)
+{
+	if (s->resp->body.len + n > s->c->max_reply) {
+		snprintf(err, errlen,
+		    "%s sent a reply over the limit of %zu bytes", s->c->addr,
+		    s->c->max_reply);
+		return -1;
+	}
+	if (buf_append(&s->resp->body, p, n) < 0) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	return 0;
+}
+
+static int
+take_stream(struct sink *s, const char *p, size_t n, char *err, size_t errlen)
+{
+	(void)err;
+	(void)errlen;
+	return s->fn(s->arg, p, n) != 0;
+}
+
+/* Hands the first n bytes of c->in to s and takes them off. */
+static int
+pass(struct sink *s, size_t n, char *err, size_t errlen)
+{
+	int rc = s->take(s, s->c->in.data, n, err, errlen);
+
+	consume(&s->c->in, n);
+	if (rc > 0)
+		s->stopped = 1;
+	return rc;
+}
+
+/* fill, waiting no longer for a byte than the sink's silence allows. */
+static int
+fill_body(struct http_client *c, int64_t at, const struct sink *s,
+    int *timed_out)
+{
+	int64_t quiet = duration_now_ms() + s->silence_ms;
+
+	return fill(c, s->silence_ms > 0 && quiet < at ? quiet : at, timed_out);
+}
+
+/*
+ * Reads a body into s as it arrives. Content-Length, chunked and
+ * read-to-close bodies are understood; anything else is a protocol error.
+ * *keep says whether the connection may carry another request.
+ */
+static enum fail
+read_body(struct http_client *c, int64_t at, const struct http1_reply *h,
+    struct sink *s, int *keep, char *err, size_t errlen)
+{
+	long long clen = h->length;
+	int timed_out = 0, r = 0, rc;
+
+	*keep = !h->close;
+	if (h->chunked) {
 		for (;;) {
-			char *nl;
+			char *nl, *end;
 			unsigned long long n;
 			while (
 			    (nl = strstr(c->in.data != NULL ? c->in.data : "",
 			         "\r\n")) == NULL) {
-				if ((r = fill(c, at, &timed_out)) <= 0)
+				if (c->in.len > MAX_HEAD)
+					goto bad_chunk;
+				if ((r = fill_body(c, at, s, &timed_out)) <= 0)
 					goto broken;
 			}
-			{
-				char *end;
-				n = strtoull(c->in.data, &end, 16);
-				/* Untrusted servers too (a metadata URL). */
-				if (end == c->in.data ||
-				    (*end != '\r' && *end != ';') ||
-				    n > (1ULL << 30)) {
-					snprintf(err, errlen,
-					    "%s sent a bad chunk", c->addr);
-					return F_PROTOCOL;
-				}
-			}
+			n = strtoull(c->in.data, &end, 16);
+			/* Untrusted servers too (a metadata URL). */
+			if (end == c->in.data ||
+			    (*end != '\r' && *end != ';') || n > (1ULL << 30))
+				goto bad_chunk;
 			consume(&c->in, (size_t)(nl - c->in.data) + 2);
-			while (c->in.len < n + 2) {
-				if ((r = fill(c, at, &timed_out)) <= 0)
-					goto broken;
-			}
 			if (n == 0) {
 				/* Trailers, if any, end with an empty line. */
 				char *eot;
@@ -504,7 +572,8 @@ read_reply(struct http_client *c, int64_t at, struct http_resp *resp, int *keep,
 				               strstr(c->in.data,
 				                   "\r\n\r\n")) == NULL) {
 					if (c->in.len > MAX_HEAD ||
-					    (r = fill(c, at, &timed_out)) <= 0)
+					    (r = fill_body(c, at, s,
+					         &timed_out)) <= 0)
 						goto broken;
 				}
 				consume(&c->in,
@@ -512,63 +581,106 @@ read_reply(struct http_client *c, int64_t at, struct http_resp *resp, int *keep,
 				        (eot == c->in.data ? 2 : 4));
 				return F_NONE;
 			}
-			if (resp->body.len + n > c->max_reply)
-				goto too_big;
-			if (buf_append(&resp->body, c->in.data, n) < 0)
-				goto nomem;
-			consume(&c->in, n + 2);
+			while (n > 0) {
+				size_t k;
+				while (c->in.len == 0)
+					if ((r = fill_body(c, at, s,
+					         &timed_out)) <= 0)
+						goto broken;
+				k = c->in.len < n ? c->in.len : (size_t)n;
+				if ((rc = pass(s, k, err, errlen)) != 0)
+					goto stop;
+				n -= k;
+			}
+			while (c->in.len < 2)
+				if ((r = fill_body(c, at, s, &timed_out)) <= 0)
+					goto broken;
+			consume(&c->in, 2);
 		}
 	}
-	if (clen < 0 && resp->code != 204 && resp->code != 304) {
+	if (clen < 0 && h->code != 204 && h->code != 304) {
 		/* The body runs to the end of the connection. */
 		*keep = 0;
-		while ((r = fill(c, at, &timed_out)) > 0)
-			if (c->in.len > c->max_reply)
-				goto too_big;
+		do {
+			if (c->in.len > 0 &&
+			    (rc = pass(s, c->in.len, err, errlen)) != 0)
+				goto stop;
+		} while ((r = fill_body(c, at, s, &timed_out)) > 0);
 		if (r < 0)
 			goto broken;
-		clen = (long long)c->in.len;
+		return F_NONE;
 	}
 	if (clen < 0)
 		clen = 0;
-	if ((unsigned long long)clen > c->max_reply)
-		goto too_big;
-	while (c->in.len < (size_t)clen) {
-		if ((r = fill(c, at, &timed_out)) <= 0)
-			goto broken;
+	if ((unsigned long long)clen > c->max_reply) {
+		snprintf(err, errlen,
+		    "%s sent a reply over the limit of %zu bytes", c->addr,
+		    c->max_reply);
+		return F_PROTOCOL;
 	}
-	if (buf_append(&resp->body, c->in.data != NULL ? c->in.data : "",
-	        (size_t)clen) < 0)
-		goto nomem;
-	consume(&c->in, (size_t)clen);
+	while (clen > 0) {
+		size_t k;
+		while (c->in.len == 0)
+			if ((r = fill_body(c, at, s, &timed_out)) <= 0)
+				goto broken;
+		k = c->in.len < (size_t)clen ? c->in.len : (size_t)clen;
+		if ((rc = pass(s, k, err, errlen)) != 0)
+			goto stop;
+		clen -= (long long)k;
+	}
 	return F_NONE;
+stop:
+	/* The rest of the body is left unread: the connection cannot carry
+	 * another request. */
+	*keep = 0;
+	return rc < 0 ? F_PROTOCOL : F_NONE;
 broken:
 	if (timed_out)
 		return timed_out == 2 ? F_CANCELLED : F_TIMEOUT;
 	snprintf(err, errlen, "%s closed the connection mid-reply", c->addr);
 	return F_BROKEN;
-nomem:
-	snprintf(err, errlen, "out of memory");
-	return F_PROTOCOL;
-too_big:
-	snprintf(err, errlen, "%s sent a reply over the limit of %zu bytes",
-	    c->addr, c->max_reply);
+bad_chunk:
+	snprintf(err, errlen, "%s sent a bad chunk", c->addr);
 	return F_PROTOCOL;
 }
 
-/* One attempt: connect if needed, send, read the reply. */
+/* Reads one whole reply into resp. */
 static enum fail
-attempt(struct http_client *c, const char *method, const char *path,
-    const void *body, size_t len, const char *ctype, int64_t at,
-    struct http_resp *resp, int *reused, char *err, size_t errlen)
+read_reply(struct http_client *c, int64_t at, struct http_resp *resp, int *keep,
+    char *err, size_t errlen)
+{
+	struct sink s = {.take = take_reply, .c = c, .resp = resp};
+	struct http1_reply h;
+	enum fail f;
+
+	*keep = 1;
+	if ((f = read_head(c, at, resp, &h, err, errlen)) != F_NONE ||
+	    (f = read_body(c, at, &h, &s, keep, err, errlen)) != F_NONE)
+		return f;
+	/* A body with a length is there, if empty, as callers expect. */
+	if (!h.chunked && buf_append(&resp->body, "", 0) < 0) {
+		snprintf(err, errlen, "out of memory");
+		return F_PROTOCOL;
+	}
+	return F_NONE;
+}
+
+/*
+ * Connects if need be and sends one request; *reused says whether the
+ * connection had carried one before.
+ */
+static enum fail
+send_request(struct http_client *c, const char *method, const char *path,
+    const void *body, size_t len, const char *ctype, int64_t at, int *reused,
+    char *err, size_t errlen)
 {
 	struct buf head = {0};
 	struct iovec iov[2];
 	enum fail f;
-	int keep;
 
 	*reused = c->fd >= 0;
-	if (c->fd < 0 && (f = open_conn(c, at, err, errlen)) != F_NONE)
+	c->unsent = c->fd < 0 && (f = open_conn(c, at, err, errlen)) != F_NONE;
+	if (c->unsent)
 		return f;
 	if (buf_printf(&head,
 	        "%s %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %zu\r\n", method,
@@ -588,6 +700,20 @@ attempt(struct http_client *c, const char *method, const char *path,
 	iov[1].iov_len = len;
 	f = send_all(c, iov, len > 0 ? 2 : 1, at);
 	buf_free(&head);
+	return f;
+}
+
+/* One attempt: connect if needed, send, read the reply. */
+static enum fail
+attempt(struct http_client *c, const char *method, const char *path,
+    const void *body, size_t len, const char *ctype, int64_t at,
+    struct http_resp *resp, int *reused, char *err, size_t errlen)
+{
+	enum fail f;
+	int keep = 0;
+
+	f = send_request(c, method, path, body, len, ctype, at, reused, err,
+	    errlen);
 	if (f == F_STALE && !*reused) {
 		/* A fresh connection the server closed mid-request: it may
 		 * have refused the body (413) before reading it; read that. */
@@ -663,6 +789,7 @@ http_client_poll(struct http_client *c, const char *method, const char *path,
 		resp->code = 0;
 		resp->revision = -1;
 		resp->retry_after = 0;
+		resp->unsent = 0;
 		if (deadline != HTTP_NO_DEADLINE &&
 		    duration_now_ms() >= deadline) {
 			snprintf(err, errlen,
@@ -672,6 +799,7 @@ http_client_poll(struct http_client *c, const char *method, const char *path,
 		}
 		f = attempt(c, method, path, body, len, ctype, reply_at, resp,
 		    &reused, err, errlen);
+		resp->unsent = c->unsent;
 		if (f == F_NONE) {
 			if (resp->code >= 200 && resp->code < 300)
 				return ST_OK;
@@ -693,6 +821,8 @@ http_client_poll(struct http_client *c, const char *method, const char *path,
 		} else {
 			st = ST_UNAVAILABLE;
 		}
+		if (!c->retry)
+			return st;
 		/* Retry after a jittered, growing pause, within the deadline. */
 		log_debug("%s; retrying", err);
 		{
@@ -717,5 +847,69 @@ http_client_poll(struct http_client *c, const char *method, const char *path,
 			    duration_now_ms() >= deadline)
 				return st;
 		}
+	}
+}
+
+enum status
+http_client_stream(struct http_client *c, const char *method, const char *path,
+    const void *body, size_t len, const char *ctype, int64_t deadline,
+    int64_t silence_ms, http_stream_fn fn, void *arg, struct http_resp *resp,
+    char *err, size_t errlen)
+{
+	struct sink stream = {.take = take_stream,
+	    .c = c,
+	    .fn = fn,
+	    .arg = arg,
+	    .silence_ms = silence_ms};
+	struct sink whole = {.take = take_reply, .c = c, .resp = resp};
+	struct http1_reply h;
+	int64_t head_at = deadline;
+	enum fail f;
+	int keep, reused, tries = 0;
+
+	memset(resp, 0, sizeof(*resp));
+	resp->revision = -1;
+	if (silence_ms > 0 && duration_now_ms() + silence_ms < deadline)
+		head_at = duration_now_ms() + silence_ms;
+	do {
+		/* A kept-alive connection found dead is replaced at once. */
+		f = send_request(c, method, path, body, len, ctype, head_at,
+		    &reused, err, errlen);
+		if (f == F_NONE)
+			f = read_head(c, head_at, resp, &h, err, errlen);
+		if (f != F_NONE)
+			disconnect(c);
+	} while (f == F_STALE && reused && ++tries < 2);
+	if (f == F_NONE)
+		f = read_body(c, deadline, &h,
+		    resp->code >= 200 && resp->code < 300 ? &stream : &whole,
+		    &keep, err, errlen);
+	/* What is left of a stream is of no use to the next request. */
+	disconnect(c);
+	switch (f) {
+	case F_NONE:
+		if (resp->code < 200 || resp->code >= 300)
+			return reply_status(resp, err, errlen);
+		if (stream.stopped)
+			return ST_OK;
+		snprintf(err, errlen, "%s ended the stream", c->addr);
+		return ST_UNAVAILABLE;
+	case F_TIMEOUT:
+		if (duration_now_ms() >= deadline)
+			snprintf(err, errlen,
+			    "no reply from %s before the deadline", c->addr);
+		else
+			snprintf(err, errlen, "%s sent nothing for %lld ms",
+			    c->addr, (long long)silence_ms);
+		return ST_DEADLINE_EXCEEDED;
+	case F_CANCELLED:
+		snprintf(err, errlen, "cancelled");
+		return ST_CANCELLED;
+	default:
+		if (f == F_STALE)
+			snprintf(err, errlen, "%s closed the connection",
+			    c->addr);
+		resp->unsent = c->unsent;
+		return ST_UNAVAILABLE;
 	}
 }

@@ -31,6 +31,8 @@ struct http_resp {
 	struct buf body;
 	int64_t revision; /* X-Muster-Revision, -1 when absent */
 	int retry_after;  /* the reply carried Retry-After */
+	int unsent;       /* the call failed to connect: its request cannot
+	                     have reached the server */
 };
 
 /*
@@ -60,6 +62,13 @@ void http_client_set_cancel(struct http_client *c, int fd);
  */
 #define HTTP_MAX_REPLY_DEFAULT (256u << 20)
 void http_client_set_max_reply(struct http_client *c, size_t bytes);
+/*
+ * Whether calls of c retry (the default) or make one attempt and leave the
+ * next to the caller: a client of a cluster tries another member rather
+ * than wait for this one (resp->unsent says whether that is safe for a
+ * request that must not be applied twice).
+ */
+void http_client_set_retry(struct http_client *c, int retry);
 /* Adds a header ("Name: value") sent with every request of c. */
 int http_client_add_header(struct http_client *c, const char *header);
 /* Those headers, each ending in CRLF ("" when none). */
@@ -86,6 +95,23 @@ enum status http_client_poll(struct http_client *c, const char *method,
     const char *path, const void *body, size_t len, const char *ctype,
     int64_t deadline, int64_t grace_ms, int idempotent, struct http_resp *resp,
     char *err, size_t errlen);
+
+/*
+ * A reply that is a stream the server does not end (etcd's watch): sends
+ * one request and hands a 2xx reply's body to fn as it arrives, chunked
+ * framing taken off, in pieces of any size, until fn returns non-zero
+ * (ST_OK). Otherwise ST_UNAVAILABLE when the stream ends or breaks,
+ * ST_DEADLINE_EXCEEDED when deadline passes or nothing arrives for
+ * silence_ms (0: no limit), ST_CANCELLED as calls are. There is no retry:
+ * the caller knows where to take the stream up again. A reply other than
+ * 2xx is read whole into resp, its status and message as http_client_do's.
+ * The connection is closed at the end.
+ */
+typedef int (*http_stream_fn)(void *arg, const char *p, size_t n);
+enum status http_client_stream(struct http_client *c, const char *method,
+    const char *path, const void *body, size_t len, const char *ctype,
+    int64_t deadline, int64_t silence_ms, http_stream_fn fn, void *arg,
+    struct http_resp *resp, char *err, size_t errlen);
 
 void http_resp_free(struct http_resp *resp);
 
