@@ -39,6 +39,7 @@ struct http_client {
 	unsigned seed;
 	int retry;  /* calls retry (0: one attempt) */
 	int unsent; /* the last attempt could not connect: nothing went out */
+	const struct tls_cred *cred; /* its own TLS credentials, or NULL */
 };
 
 /* Why one attempt failed, which decides whether it is tried again. */
@@ -196,6 +197,12 @@ http_client_set_retry(struct http_client *c, int retry)
 	c->retry = retry;
 }
 
+void
+http_client_set_tls(struct http_client *c, const struct tls_cred *cred)
+{
+	c->cred = cred;
+}
+
 const char *
 http_client_headers(const struct http_client *c)
 {
@@ -258,7 +265,10 @@ start_tls(struct http_client *c, int64_t at, char *err, size_t errlen)
 	char why[512];
 	int rc;
 
-	if ((c->tls = tls_new(c->fd, c->host, why, sizeof(why))) == NULL) {
+	c->tls = c->cred != NULL ?
+	    tls_new_cred(c->fd, c->host, c->cred, why, sizeof(why)) :
+	    tls_new(c->fd, c->host, why, sizeof(why));
+	if (c->tls == NULL) {
 		snprintf(err, errlen, "%s", why);
 		disconnect(c);
 		return F_PROTOCOL;

@@ -25,6 +25,7 @@
 #define HTTP_NO_DEADLINE INT64_MAX
 
 struct http_client;
+struct tls_cred;
 
 struct http_resp {
 	long code; /* HTTP status, 0 when none arrived */
@@ -69,6 +70,12 @@ void http_client_set_max_reply(struct http_client *c, size_t bytes);
  * request that must not be applied twice).
  */
 void http_client_set_retry(struct http_client *c, int retry);
+/*
+ * The TLS credentials c's https:// sessions use instead of the
+ * environment's (tls.h): for a peer with a CA and client certificates of
+ * its own. cred must outlive c.
+ */
+void http_client_set_tls(struct http_client *c, const struct tls_cred *cred);
 /* Adds a header ("Name: value") sent with every request of c. */
 int http_client_add_header(struct http_client *c, const char *header);
 /* Those headers, each ending in CRLF ("" when none). */

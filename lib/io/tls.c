@@ -53,6 +53,10 @@ struct tls {
 	gnutls_session_t s;
 };
 
+struct tls_cred {
+	gnutls_certificate_credentials_t c;
+};
+
 static int
 load_once(char *err, size_t errlen)
 {
@@ -98,50 +102,67 @@ load(char *err, size_t errlen)
 	return rc < 0 ? -1 : 0;
 }
 
-/* The credentials: whom we trust, and who we are if asked. */
+/* What a message calls each file of a set of credentials. */
+struct cred_names {
+	const char *ca, *cert, *key;
+};
+
+static const struct cred_names env_names = {"MUSTER_TLS_CA_FILE",
+    "MUSTER_TLS_CERT_FILE", "MUSTER_TLS_KEY_FILE"};
+static const struct cred_names own_names = {"the CA file",
+    "the certificate file", "the key file"};
+
+/*
+ * Credentials into *c: whom we trust (ca, or the system's trust store),
+ * and who we are if asked (cert and key, or neither).
+ */
 static int
-load_credentials(char *err, size_t errlen)
+set_credentials(gnutls_certificate_credentials_t *c, const char *ca,
+    const char *cert, const char *key, const struct cred_names *n, char *err,
+    size_t errlen)
 {
-	const char *ca = getenv("MUSTER_TLS_CA_FILE");
-	const char *cert = getenv("MUSTER_TLS_CERT_FILE");
-	const char *key = getenv("MUSTER_TLS_KEY_FILE");
 	int rc;
 
-	if ((rc = g.gnutls_certificate_allocate_credentials(&cred)) < 0) {
+	if ((rc = g.gnutls_certificate_allocate_credentials(c)) < 0) {
 		snprintf(err, errlen, "TLS: %s", g.gnutls_strerror(rc));
 		return -1;
 	}
 	if (ca != NULL && *ca != '\0') {
-		rc = g.gnutls_certificate_set_x509_trust_file(cred, ca,
+		rc = g.gnutls_certificate_set_x509_trust_file(*c, ca,
 		    GNUTLS_X509_FMT_PEM);
 		if (rc <= 0) {
-			snprintf(err, errlen, "MUSTER_TLS_CA_FILE %s: %s", ca,
+			snprintf(err, errlen, "%s %s: %s", n->ca, ca,
 			    rc == 0 ? "holds no certificate" :
 			              g.gnutls_strerror(rc));
 			return -1;
 		}
-	} else if ((rc = g.gnutls_certificate_set_x509_system_trust(cred)) <
-	    0) {
+	} else if ((rc = g.gnutls_certificate_set_x509_system_trust(*c)) < 0) {
 		snprintf(err, errlen,
-		    "TLS: cannot load the system's trust store (%s); set "
-		    "MUSTER_TLS_CA_FILE",
-		    g.gnutls_strerror(rc));
+		    "TLS: cannot load the system's trust store (%s); set %s",
+		    g.gnutls_strerror(rc), n->ca);
 		return -1;
 	}
 	if ((cert != NULL && *cert != '\0') != (key != NULL && *key != '\0')) {
-		snprintf(err, errlen,
-		    "MUSTER_TLS_CERT_FILE and MUSTER_TLS_KEY_FILE go together");
+		snprintf(err, errlen, "%s and %s go together", n->cert, n->key);
 		return -1;
 	}
 	if (cert != NULL && *cert != '\0' &&
-	    (rc = g.gnutls_certificate_set_x509_key_file(cred, cert, key,
+	    (rc = g.gnutls_certificate_set_x509_key_file(*c, cert, key,
 	         GNUTLS_X509_FMT_PEM)) < 0) {
-		snprintf(err, errlen,
-		    "MUSTER_TLS_CERT_FILE %s, MUSTER_TLS_KEY_FILE %s: %s", cert,
+		snprintf(err, errlen, "%s %s, %s %s: %s", n->cert, cert, n->key,
 		    key, g.gnutls_strerror(rc));
 		return -1;
 	}
 	return 0;
+}
+
+/* The credentials the environment names, for every client of the process. */
+static int
+load_credentials(char *err, size_t errlen)
+{
+	return set_credentials(&cred, getenv("MUSTER_TLS_CA_FILE"),
+	    getenv("MUSTER_TLS_CERT_FILE"), getenv("MUSTER_TLS_KEY_FILE"),
+	    &env_names, err, errlen);
 }
 
 int
@@ -204,14 +225,15 @@ session_new(unsigned flags, gnutls_certificate_credentials_t c, int fd,
 	return t;
 }
 
-struct tls *
-tls_new(int fd, const char *host, char *err, size_t errlen)
+/* A client session on fd to host, trusting and showing c. */
+static struct tls *
+client_new(gnutls_certificate_credentials_t c, int fd, const char *host,
+    char *err, size_t errlen)
 {
 	struct tls *t;
 	int rc;
 
-	if (tls_client_init(err, errlen) < 0 ||
-	    (t = session_new(GNUTLS_CLIENT, cred, fd, err, errlen)) == NULL)
+	if ((t = session_new(GNUTLS_CLIENT, c, fd, err, errlen)) == NULL)
 		return NULL;
 	if (!numeric(host) &&
 	    (rc = g.gnutls_server_name_set(t->s, GNUTLS_NAME_DNS, host,
@@ -223,6 +245,51 @@ tls_new(int fd, const char *host, char *err, size_t errlen)
 	/* The certificate must be trusted and name host. */
 	g.gnutls_session_set_verify_cert(t->s, host, 0);
 	return t;
+}
+
+struct tls *
+tls_new(int fd, const char *host, char *err, size_t errlen)
+{
+	if (tls_client_init(err, errlen) < 0)
+		return NULL;
+	return client_new(cred, fd, host, err, errlen);
+}
+
+struct tls *
+tls_new_cred(int fd, const char *host, const struct tls_cred *cr, char *err,
+    size_t errlen)
+{
+	return client_new(cr->c, fd, host, err, errlen);
+}
+
+struct tls_cred *
+tls_cred_new(const char *ca, const char *cert, const char *key, char *err,
+    size_t errlen)
+{
+	struct tls_cred *cr;
+
+	if (load(err, errlen) < 0)
+		return NULL;
+	if ((cr = calloc(1, sizeof(*cr))) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	if (set_credentials(&cr->c, ca, cert, key, &own_names, err, errlen) <
+	    0) {
+		tls_cred_free(cr);
+		return NULL;
+	}
+	return cr;
+}
+
+void
+tls_cred_free(struct tls_cred *cr)
+{
+	if (cr == NULL)
+		return;
+	if (cr->c != NULL)
+		g.gnutls_certificate_free_credentials(cr->c);
+	free(cr);
 }
 
 static int

@@ -36,6 +36,19 @@ struct tls;
 int tls_client_init(char *err, size_t errlen);
 /* A session on connected socket fd, to host. NULL (err) on failure. */
 struct tls *tls_new(int fd, const char *host, char *err, size_t errlen);
+/*
+ * Credentials of a client's own rather than the environment's, for a peer
+ * with a CA of its own (an etcd cluster): whom it trusts (ca, PEM; NULL:
+ * the system's trust store) and who it is (cert and key, PEM, or neither).
+ * GnuTLS is loaded as for tls_client_init. NULL with err saying why.
+ */
+struct tls_cred;
+struct tls_cred *tls_cred_new(const char *ca, const char *cert, const char *key,
+    char *err, size_t errlen);
+void tls_cred_free(struct tls_cred *cr);
+/* tls_new with cr's credentials. */
+struct tls *tls_new_cred(int fd, const char *host, const struct tls_cred *cr,
+    char *err, size_t errlen);
 /* 0 once the handshake is done, TLS_WANT_*, TLS_LOST or -1 (err: why). */
 int tls_handshake(struct tls *t, char *err, size_t errlen);
 /* Bytes sent, TLS_WANT_*, or -1. */
