@@ -89,6 +89,8 @@ PIC_LDFLAGS = $(filter-out -fsanitize=%,$(LDFLAGS))
 UNIT_SRC  := $(wildcard test/unit/*.c)
 UNIT_OBJ  := $(UNIT_SRC:test/unit/%.c=$(BUILD)/unit/%.o)
 BENCH_PROGS := bare loadgen syncapi spawnloop stamp
+# Programs the bats tests drive (test/*.c), linked as clients are.
+TEST_PROGS := $(patsubst test/%.c,$(BUILD)/bin/%,$(wildcard test/*.c))
 BINS      := $(PROGS:%=$(BUILD)/bin/%)
 
 .DELETE_ON_ERROR:
@@ -173,6 +175,9 @@ $(BUILD)/unit/%.o: test/unit/%.c | $(BUILD)/unit
 $(BUILD)/bench/%.o: bench/%.c | $(BUILD)/bench
 	$(CC) $(CPPFLAGS) $(ALL_INC) $(PKG_CFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
 
+$(BUILD)/test/%.o: test/%.c | $(BUILD)/test
+	$(CC) $(CPPFLAGS) $(ALL_INC) $(PKG_CFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
+
 $(SERVERS:%=$(BUILD)/bin/%): $(BUILD)/bin/%: $(BUILD)/cmd/%.o \
 		$(SERVER_ARCHIVES) | $(BUILD)/bin
 	$(CC) $(LDFLAGS) -o $@ $< $(SERVER_ARCHIVES) $(HTTPD_LIBS) $(JSON_LIBS) \
@@ -180,6 +185,9 @@ $(SERVERS:%=$(BUILD)/bin/%): $(BUILD)/bin/%: $(BUILD)/cmd/%.o \
 
 $(CLIENTS:%=$(BUILD)/bin/%): $(BUILD)/bin/%: $(BUILD)/cmd/%.o \
 		$(CLIENT_ARCHIVES) | $(BUILD)/bin
+	$(CC) $(LDFLAGS) -o $@ $< $(CLIENT_ARCHIVES) $(JSON_LIBS) $(SYS_LIBS)
+
+$(TEST_PROGS): $(BUILD)/bin/%: $(BUILD)/test/%.o $(CLIENT_ARCHIVES) | $(BUILD)/bin
 	$(CC) $(LDFLAGS) -o $@ $< $(CLIENT_ARCHIVES) $(JSON_LIBS) $(SYS_LIBS)
 
 $(BUILD)/bin/unit: $(UNIT_OBJ) $(ALL_ARCHIVES) | $(BUILD)/bin
@@ -192,7 +200,7 @@ $(BUILD)/bin/bench-%: $(BUILD)/bench/%.o $(ALL_ARCHIVES) | $(BUILD)/bin
 		$(SYS_LIBS) $(CURL_LIBS)
 
 $(BUILD)/lib $(BUILD)/pic $(BUILD)/pic/base $(BUILD)/cmd $(BUILD)/unit \
-		$(BUILD)/bench $(BUILD)/bin $(BUILD)/fuzz:
+		$(BUILD)/bench $(BUILD)/test $(BUILD)/bin $(BUILD)/fuzz:
 	@mkdir -p $@
 
 unit: deps $(BUILD)/bin/unit
@@ -200,7 +208,7 @@ unit: deps $(BUILD)/bin/unit
 
 # The whole suite: C unit tests, then every bats file, as TAP; then a short
 # run of every fuzz harness when clang can build them.
-check: all $(BUILD)/bin/unit
+check: all $(BUILD)/bin/unit $(TEST_PROGS)
 	@./test/deps.sh test
 	@if ./fuzz/run.sh --can-build; then $(MAKE) --no-print-directory fuzz-build; \
 	else echo "fuzz: skipped: clang with libFuzzer is missing" \
