@@ -278,6 +278,33 @@ bats_require_minimum_version 1.5.0
 	jq -e '.signal == 15 and (.message | test("timed out after"))' <<<"$(dispatchctl --json fetch "$id")"
 }
 
+# escaping NAME: a closure's command that starts a process in a session
+# of its own (out of reach of its group's KILL), which holds the closure's
+# stdout and stderr for a minute and writes its pid to $T/NAME first.
+escaping() {
+	echo 'setsid sh -c "echo \$\$ >\"\$D/'"$1"'\"; exec sleep 60" &
+		until [ -s "$D/'"$1"'" ]; do sleep 0.01; done; echo before; exec sleep 60'
+}
+
+@test "a closure stopped while a process it started in a session of its own holds its output ends at once: its timeout, its worker's SIGTERM" {
+	start_dispatchd --heartbeat-timeout 120s
+	start_worker worker:0 --grace 500ms
+	id=$(dispatchctl schedule --timeout 1s --env "D=$T" -- sh -c "$(escaping escaped)")
+	wait_file "$T/escaped"
+	BG_PIDS+=("$(cat "$T/escaped")")
+	run -143 dispatchctl fetch --timeout 20s "$id"
+	assert_output before
+	jq -e '.signal == 15 and (.message | test("timed out after 1s"))' <<<"$(dispatchctl --json fetch "$id")"
+	# Another queue: the first one's error is not this schedule's.
+	id=$(dispatchctl -q leaving schedule --env "D=$T" -- sh -c "$(escaping escaped2)")
+	wait_file "$T/escaped2"
+	BG_PIDS+=("$(cat "$T/escaped2")")
+	kill -TERM "$WORKER_PID"
+	wait_exit "$WORKER_PID" 20
+	[ "$STATUS" = 0 ]
+	[ "$(closure_field "$id" phase)" = queued ]
+}
+
 @test "a command that cannot run is told apart: 127 with the reason" {
 	start_dispatchd
 	start_worker worker:0

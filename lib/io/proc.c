@@ -232,6 +232,7 @@ proc_stop_begin(struct proc_stop *s, pid_t group, int sig, int64_t grace_ms,
     int64_t now)
 {
 	s->group = group;
+	s->killed = 0;
 	kill(-group, sig);
 	s->kill_at = now + (grace_ms > 0 ? grace_ms : 0);
 	if (s->kill_at == 0)
@@ -244,6 +245,7 @@ proc_stop_tick(struct proc_stop *s, int64_t now)
 	if (s->kill_at == 0 || now < s->kill_at)
 		return 0;
 	s->kill_at = 0;
+	s->killed = 1;
 	kill(-s->group, SIGKILL);
 	return 1;
 }
@@ -258,6 +260,7 @@ void
 proc_stop_clear(struct proc_stop *s)
 {
 	s->kill_at = 0;
+	s->killed = 0;
 }
 
 /* Sends one note, giving up after a second at each step. */

@@ -77,6 +77,7 @@ int proc_status_code(int status);
 struct proc_stop {
 	pid_t group;
 	int64_t kill_at; /* monotonic ms; 0: not stopping */
+	int killed;      /* its KILL has gone to the group */
 };
 
 void proc_stop_begin(struct proc_stop *s, pid_t group, int sig,

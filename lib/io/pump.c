@@ -3,6 +3,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -131,10 +132,54 @@ output_open(const struct pump *p)
 	return p->pf[PUMP_OUT].fd >= 0 || p->pf[PUMP_ERR].fd >= 0;
 }
 
+/* Whether the stop's KILL has gone to the child's group. */
+static int
+killed(const struct pump *p)
+{
+	return p->stop != NULL && p->stop->killed;
+}
+
+/* The bytes waiting in pipe i now. */
+static size_t
+pending(const struct pump *p, int i)
+{
+	int n = 0;
+
+	if (p->pf[i].fd < 0 || ioctl(p->pf[i].fd, FIONREAD, &n) < 0 || n < 0)
+		return 0;
+	return (size_t)n;
+}
+
 /*
- * Its output has ended: stdin goes too, and the child's end is awaited on
- * a pidfd, so that it is seen at once (it may still be ending, or in the
- * grace of a stop).
+ * The child was killed and has ended, yet its output is open: a process
+ * out of the KILL's reach (one it started in a session of its own) holds
+ * its pipes. What they hold now is read, stderr here and stdout by
+ * pump_read, and nothing after it is waited for.
+ */
+static void
+let_go(struct pump *p)
+{
+	size_t n = pending(p, PUMP_ERR);
+	char b[4096];
+	ssize_t r;
+
+	while (n > 0 &&
+	    (r = read(p->pf[PUMP_ERR].fd, b, n < sizeof(b) ? n : sizeof(b))) >
+	        0) {
+		err_add(p, b, (size_t)r);
+		n -= (size_t)r;
+	}
+	close_slot(p, PUMP_ERR);
+	p->out_left = pending(p, PUMP_OUT);
+	p->letting_go = 1;
+	if (p->out_left == 0)
+		close_slot(p, PUMP_OUT);
+}
+
+/*
+ * Its output has ended, or the stop's KILL has gone: stdin goes too, and
+ * the child's end is awaited on a pidfd, so that it is seen at once (it
+ * may still be ending, or in the grace of a stop).
  */
 static void
 await_child(struct pump *p)
@@ -152,7 +197,7 @@ pump_wait(struct pump *p, int64_t until)
 	int64_t now = duration_now_ms(), next = until, at;
 	int timeout = -1;
 
-	if (!output_open(p))
+	if (!output_open(p) || killed(p))
 		await_child(p);
 	if (p->stop != NULL && (at = proc_stop_next(p->stop)) != 0 &&
 	    (next == 0 || at < next))
@@ -194,9 +239,14 @@ pump_read(struct pump *p, void *b, size_t len)
 		return 0;
 	/* Once a wait: a second read could block. */
 	p->pf[PUMP_OUT].revents = 0;
+	if (p->letting_go && len > p->out_left)
+		len = p->out_left;
 	n = read(p->pf[PUMP_OUT].fd, b, len);
-	if (n > 0)
+	if (n > 0) {
+		if (p->letting_go && (p->out_left -= (size_t)n) == 0)
+			close_slot(p, PUMP_OUT);
 		return (size_t)n;
+	}
 	if (n == 0 || errno != EINTR)
 		close_slot(p, PUMP_OUT);
 	return 0;
@@ -211,14 +261,18 @@ pump_open(const struct pump *p, int i)
 int
 pump_done(struct pump *p)
 {
-	if (output_open(p))
+	/* Awaited with its output open: it was killed. */
+	if (output_open(p) && !p->awaiting)
 		return 0;
-	if (p->pid <= 0 || p->reaped)
-		return 1;
 	/* An error (no such child) ends the wait too, with status 0. */
-	if (waitpid(p->pid, &p->status, WNOHANG) != 0)
+	if (p->pid > 0 && !p->reaped &&
+	    waitpid(p->pid, &p->status, WNOHANG) != 0) {
 		p->reaped = 1;
-	return p->reaped;
+		close_slot(p, PID_SLOT);
+		if (output_open(p))
+			let_go(p);
+	}
+	return !output_open(p) && (p->pid <= 0 || p->reaped);
 }
 
 void

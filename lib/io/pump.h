@@ -19,6 +19,10 @@
  * A pump closes each pipe when it ends (end of file, an error, all of
  * stdin written), closes stdin once stdout and stderr have ended, and
  * pump_close closes whatever is left. It is one thread's.
+ *
+ * A child its stop has killed is done once it has ended, though what it
+ * started in a session of its own, out of the KILL's reach, may hold its
+ * pipes open: what they hold then is read, and no more is waited for.
  */
 #ifndef MUSTER_PUMP_H
 #define MUSTER_PUMP_H
@@ -58,6 +62,8 @@ struct pump {
 	const char *in;
 	size_t inlen, inoff;
 	int awaiting, reaped;
+	int letting_go;  /* killed, ended, its pipes held by others */
+	size_t out_left; /* then: what stdout held, still to read */
 };
 
 /*
@@ -83,8 +89,8 @@ int pump_watch(struct pump *p, int fd, short events);
 /*
  * Polls once, until something is ready or the time until (monotonic ms;
  * 0: none) or the stop's KILL comes, whichever is first; once stdout and
- * stderr have ended, until pid ends (at most a second: every 5 ms when
- * the system has no pidfd). Reads stderr and writes stdin when they are
+ * stderr have ended, or the KILL has gone, until pid ends (at most a
+ * second: every 5 ms when the system has no pidfd). Reads stderr and writes stdin when they are
  * ready. 0, or -1 when poll failed (a signal is 0, with nothing ready).
  */
 int pump_wait(struct pump *p, int64_t until);
@@ -103,7 +109,8 @@ int pump_open(const struct pump *p, int i);
 
 /*
  * Whether the child is done: stdout and stderr have ended and pid, if
- * set, has ended too; it is reaped here (status).
+ * set, has ended too (killed, it has ended and what its pipes held then
+ * is read); it is reaped here (status).
  */
 int pump_done(struct pump *p);
 

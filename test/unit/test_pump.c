@@ -179,6 +179,56 @@ pump_wakes_for_the_caller(void)
 	buf_free(&out);
 }
 
+/*
+ * A killed child is done once it has ended, though a process it started
+ * in a session of its own (out of the KILL's reach) holds its pipes: what
+ * they held then is read, and nothing after it is waited for.
+ */
+static void
+pump_lets_go_of_a_killed_child(void)
+{
+	struct proc_stop stop = {0};
+	struct buf out = {0}, tail = {0};
+	struct pump p;
+	int64_t t0;
+	long held = 0;
+
+	/* The escaped process says its pid on stderr; the child fills its
+	 * stdout pipe, which nothing reads yet. */
+	CHECK(spawn("setsid sh -c 'echo $$ >&2; exec sleep 30' & "
+	            "exec head -c 300000 /dev/zero",
+	          &p, &tail, NULL) > 0);
+	p.stop = &stop;
+	t0 = duration_now_ms();
+	while (memchr(tail.data != NULL ? tail.data : "", '\n', tail.len) ==
+	        NULL &&
+	    duration_now_ms() - t0 < 5000)
+		CHECK(pump_wait(&p, duration_now_ms() + 50) == 0);
+	CHECK(tail.len > 0);
+	held = tail.len > 0 ? strtol(tail.data, NULL, 10) : 0;
+	t0 = duration_now_ms();
+	proc_stop_begin(&stop, p.pid, SIGTERM, 100, t0);
+	while (!pump_done(&p)) {
+		char b[4096];
+		size_t n;
+		CHECK(pump_wait(&p, t0 + 10000) == 0);
+		proc_stop_tick(&stop, duration_now_ms());
+		if ((n = pump_read(&p, b, sizeof(b))) > 0)
+			buf_append(&out, b, n);
+		CHECK(duration_now_ms() - t0 < 5000);
+		if (duration_now_ms() - t0 >= 5000)
+			break;
+	}
+	pump_close(&p);
+	CHECK(WIFSIGNALED(p.status) && WTERMSIG(p.status) == SIGTERM);
+	/* What its stdout pipe held when it ended. */
+	CHECK(out.len >= 4096 && out.len < 300000);
+	if (held > 1)
+		kill((pid_t)held, SIGKILL);
+	buf_free(&out);
+	buf_free(&tail);
+}
+
 UNIT_TESTS(pump_tests) = {
     {"pump: a child's stdout, the tail of its stderr, its end",
         pump_output_and_status},
@@ -187,5 +237,7 @@ UNIT_TESTS(pump_tests) = {
         pump_keeps_the_tail},
     {"pump: woken by the caller's fds, deadline and a stop's KILL",
         pump_wakes_for_the_caller},
+    {"pump: a killed child's pipes held by a process it let escape",
+        pump_lets_go_of_a_killed_child},
     {NULL, NULL},
 };
