@@ -270,6 +270,22 @@ bats_require_minimum_version 1.5.0
 	[ "$(wc -l <starts)" -le 2 ]
 }
 
+@test "--serve: a process that reads none of a request larger than a pipe still stops the closure at its --timeout, and its worker at SIGTERM" {
+	start_dispatchd --heartbeat-timeout 120s
+	start_worker worker:0 --grace 500ms --serve 'exec sleep 60'
+	head -c 300000 /dev/zero >big
+	id=$(dispatchctl schedule --timeout 1s --stdin big -- cat)
+	run -137 dispatchctl fetch --timeout 20s "$id"
+	jq -e '.message | test("timed out after 1s")' <<<"$(dispatchctl --json fetch "$id")"
+	# Another queue: the first one's error is not this schedule's.
+	id=$(dispatchctl -q leaving schedule --stdin big -- cat)
+	wait_for 10 eval '[ "$(closure_field "$id" phase)" = running ]'
+	kill -TERM "$WORKER_PID"
+	wait_exit "$WORKER_PID" 20
+	[ "$STATUS" = 0 ]
+	[ "$(closure_field "$id" phase)" = queued ]
+}
+
 @test "a closure past its --timeout is stopped and fails" {
 	start_dispatchd
 	start_worker worker:0 --grace 500ms

@@ -88,20 +88,28 @@ serve_start(struct runner_slot *s, char *err, size_t errlen)
 		s->serve_pid = 0;
 		return -1;
 	}
+	/* Written as it reads: see serve_call. */
+	fcntl(ip[1], F_SETFL, O_NONBLOCK);
 	s->serve_in = ip[1];
 	s->serve_out = op[0];
 	return 0;
 }
 
 /*
- * One line from the serve process, or NULL when it ended or the slot was
- * told to stop.
+ * Sends the len bytes of req to the serve process and waits for one line
+ * from it: the line, or NULL when it ended, the slot was told to stop or
+ * the deadline passed (*timed_out). The request is written as the process
+ * reads it, so that one that reads none of it is still stopped in time.
  */
 static char *
-serve_line(struct runner_slot *s, int64_t deadline, int *timed_out)
+serve_call(struct runner_slot *s, const char *req, size_t len, int64_t deadline,
+    int *timed_out)
 {
+	size_t off = 0;
+
 	for (;;) {
-		char *nl = s->serve_buf.data != NULL ?
+		/* Its answer comes after the whole request. */
+		char *nl = off == len && s->serve_buf.data != NULL ?
 		    memchr(s->serve_buf.data, '\n', s->serve_buf.len) :
 		    NULL;
 		if (nl != NULL) {
@@ -112,14 +120,15 @@ serve_line(struct runner_slot *s, int64_t deadline, int *timed_out)
 			s->serve_buf.len -= n + 1;
 			return line;
 		}
-		struct pollfd pf[2] = {{s->serve_out, POLLIN, 0},
-		    {s->cancel[0], POLLIN, 0}};
+		struct pollfd pf[3] = {{s->serve_out, POLLIN, 0},
+		    {s->cancel[0], POLLIN, 0},
+		    {off < len ? s->serve_in : -1, POLLOUT, 0}};
 		int64_t wait = deadline > 0 ? deadline - duration_now_ms() : -1;
 		if (deadline > 0 && wait <= 0) {
 			*timed_out = 1;
 			return NULL;
 		}
-		if (poll(pf, 2, wait < 0 ? -1 : (int)wait) < 0) {
+		if (poll(pf, 3, wait < 0 ? -1 : (int)wait) < 0) {
 			if (errno == EINTR)
 				continue;
 			return NULL;
@@ -130,6 +139,13 @@ serve_line(struct runner_slot *s, int64_t deadline, int *timed_out)
 			int stopped = s->stop;
 			pthread_mutex_unlock(&s->mu);
 			if (stopped)
+				return NULL;
+		}
+		if (pf[2].revents != 0) {
+			ssize_t n = write(s->serve_in, req + off, len - off);
+			if (n > 0)
+				off += (size_t)n;
+			else if (errno != EAGAIN && errno != EINTR)
 				return NULL;
 		}
 		if (pf[0].revents != 0) {
@@ -179,22 +195,15 @@ runner_serve(struct runner_slot *s, struct runner_run *r)
 		    json_object_get(r->spec, "stdin"));
 	text = json_dumps(req, JSON_COMPACT);
 	json_decref(req);
-	size_t len = strlen(text), off = 0;
-	text[len] = '\0';
-	while (off < len + 1) {
-		const char *p = off < len ? text + off : "\n";
-		size_t n = off < len ? len - off : 1;
-		ssize_t w = write(s->serve_in, p, n);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			break;
-		}
-		off += (size_t)w;
+	if (text == NULL) {
+		runner_not_started(s, r, "--serve: %s", strerror(ENOMEM));
+		return;
 	}
+	size_t len = strlen(text);
+	text[len] = '\n'; /* in place of its NUL: the request is a line */
+	line = serve_call(s, text, len + 1,
+	    timeout > 0 ? duration_now_ms() + timeout : 0, &timed_out);
 	free(text);
-	line = serve_line(s, timeout > 0 ? duration_now_ms() + timeout : 0,
-	    &timed_out);
 	if (line == NULL) {
 		pthread_mutex_lock(&s->mu);
 		int stopped = s->stop;
