@@ -134,8 +134,6 @@ configure(struct daemon_options *d, void *cfg)
 	if (recoverable != NULL &&
 	    parse_recoverable(recoverable, &cc->cluster) != 0)
 		return 2;
-	cc->max_wait_ms = d->max_wait_ms;
-	cc->authenticated = d->token_len > 0;
 	/* Room for a whole value in a compare-and-swap, base64 twice. */
 	d->max_body = cc->kv.max_value / 3 * 8 + 64 * 1024;
 	return 0;

@@ -157,11 +157,9 @@ configure(struct daemon_options *d, void *cfg)
 
 	if (dc->cq.max_spec == 0)
 		dc->cq.max_spec = 16u << 20;
-	dc->max_wait_ms = d->max_wait_ms;
 	/* A schedule request carries many closures; a result, a value of
 	 * up to 16 MiB in base64. */
 	d->max_body = dc->cq.max_spec / 3 * 4 + (64u << 20);
-	dc->max_body = d->max_body;
 	return 0;
 }
 

@@ -220,7 +220,7 @@ coord_open(const struct coord_config *cfg, const struct daemon_options *o,
 	}
 	pthread_mutex_init(&co->mu, NULL);
 	co->shutdown_timeout = cfg->shutdown_barrier_timeout_ms;
-	co->authenticated = cfg->authenticated;
+	co->authenticated = o->token_len > 0;
 	if ((co->park = park_new(&co->mu, err, errlen)) == NULL)
 		goto fail;
 	if ((co->getters = park_index_new()) == NULL ||
@@ -235,7 +235,7 @@ coord_open(const struct coord_config *cfg, const struct daemon_options *o,
 	}
 	co->rv = registry_view(co->reg);
 	barriers_set_limit(co->bars, cfg->max_barriers);
-	park_set_max_wait(co->park, cfg->max_wait_ms);
+	park_set_max_wait(co->park, o->max_wait_ms);
 	/* Revisions of an in-memory store must not repeat those of the
 	 * coordd before this one: they start from the clock (microseconds
 	 * from the epoch, in units of a thousand revisions a millisecond). */

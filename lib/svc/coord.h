@@ -24,17 +24,17 @@ struct coord_config {
 	struct registry_config cluster;
 	int64_t shutdown_barrier_timeout_ms; /* 0: no shutdown barrier */
 	size_t max_barriers;                 /* 0: BAR_MAX_DEFAULT */
-	int64_t max_wait_ms;                 /* 0: PARK_WAIT_DEFAULT_MS */
-	int authenticated; /* coordd has a token: tasks need secrets */
 };
 
 /*
  * Makes coordd's service from cfg and fills svc with what the daemon
- * skeleton serves and how it frees it (daemon_program.open). With
- * o->state_dir, the state directory is read back before serving (made if
- * missing; one coordd at a time) and every change journaled from then on,
- * compacting the journal into a snapshot once it is over
- * o->journal_max (0: 64 MiB) and twice the snapshot.
+ * skeleton serves and how it frees it (daemon_program.open). Of the
+ * skeleton's options it takes the longest wait of a long poll
+ * (o->max_wait_ms) and whether there is a token (tasks then need
+ * secrets). With o->state_dir, the state directory is read back before
+ * serving (made if missing; one coordd at a time) and every change
+ * journaled from then on, compacting the journal into a snapshot once it
+ * is over o->journal_max (0: 64 MiB) and twice the snapshot.
  * ST_OK, or the error (FAILED_PRECONDITION: another process has the
  * directory; INTERNAL: out of memory, or the directory cannot be read or
  * is damaged) with err filled.

@@ -184,7 +184,7 @@ limits_route(struct http_req *req, const struct route_match *m, void *arg)
 	    json_pack("{s:I,s:I,s:I,s:I}", "max_closure_size",
 	        (json_int_t)c->max_spec, "max_batch",
 	        (json_int_t)d->cfg.max_batch, "max_request_bytes",
-	        (json_int_t)d->cfg.max_body, "queue_max",
+	        (json_int_t)d->max_body, "queue_max",
 	        (json_int_t)c->queue_max));
 }
 
@@ -516,11 +516,8 @@ dispatch_open(const struct dispatch_config *cfg, const struct daemon_options *o,
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
-	/* As dispatchd sets it: a schedule of many closures, or a value. */
-	if (d->cfg.max_body == 0)
-		d->cfg.max_body =
-		    cq_config(d->cq)->max_spec / 3 * 4 + (64u << 20);
-	park_set_max_wait(d->park, cfg->max_wait_ms);
+	d->max_body = o->max_body;
+	park_set_max_wait(d->park, o->max_wait_ms);
 	d->scan.fire = scan;
 	d->watchdog.fire = watchdog;
 	dispatch_lock(d);

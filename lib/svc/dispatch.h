@@ -19,20 +19,20 @@ struct dispatch_config {
 	struct ds_config ds;
 	int64_t worker_recovery_ms; /* 0: 1 h */
 	int64_t watchdog_ms;        /* 0: no watchdog */
-	int64_t max_wait_ms;        /* 0: PARK_WAIT_DEFAULT_MS */
 	size_t max_batch;           /* closures per schedule request */
-	size_t max_body;            /* bytes of a request's body, as served */
 };
 
 /*
  * Makes dispatchd's service from cfg and fills svc with what the daemon
- * skeleton serves and how it frees it (daemon_program.open). With
- * o->state_dir, the state directory is read back before serving (made if
- * missing; one dispatchd at a time) and every change journaled from then
- * on, compacting past o->journal_max (0: 64 MiB). ST_OK, or the error
- * (FAILED_PRECONDITION: another process has the directory; INTERNAL: out
- * of memory, or the directory cannot be read or is damaged) with err
- * filled.
+ * skeleton serves and how it frees it (daemon_program.open). Of the
+ * skeleton's options it takes the longest wait of a long poll
+ * (o->max_wait_ms) and the limit on a request's body (o->max_body, which
+ * /v1/limits tells). With o->state_dir, the state directory is read back
+ * before serving (made if missing; one dispatchd at a time) and every
+ * change journaled from then on, compacting past o->journal_max (0:
+ * 64 MiB). ST_OK, or the error (FAILED_PRECONDITION: another process has
+ * the directory; INTERNAL: out of memory, or the directory cannot be read
+ * or is damaged) with err filled.
  */
 enum status dispatch_open(const struct dispatch_config *cfg,
     const struct daemon_options *o, struct daemon_service *svc, char *err,

@@ -54,6 +54,7 @@ struct dispatch {
 	struct park *park;
 	struct cq *cq;
 	struct dispatch_config cfg;
+	size_t max_body;             /* of a request, as served: /v1/limits */
 	struct park_index *fetchers; /* closure id -> fetches */
 	struct park_index *qwait;    /* queue -> joins, dones, schedules */
 	struct park_index *beats;    /* worker -> its parked heartbeat */
