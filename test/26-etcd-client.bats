@@ -1,7 +1,8 @@
 #!/usr/bin/env bats
 # The etcd client (lib/io/etcd*.h) against real etcd, through etcd-probe:
 # keys and transactions, leases, the election API and fencing, the watch
-# taken up on another member after a kill -9, failover of plain calls,
+# taken up on another member after a kill -9, failover of plain calls and
+# of a change that cannot have been made (and no other change sent twice),
 # a cluster without its quorum, TLS and authentication. Each cluster is
 # started by test/etcd.bash and stopped by PID; without etcd installed the
 # tests are skipped.
@@ -291,6 +292,57 @@ PUT w/d 4 $((r + 3))"
 	run -9 etcd-probe -e "$ETCD_ENDPOINTS" --attempt 2s --retry 3s get before
 	assert_output --regexp "UNAVAILABLE: etcd.*${ETCD_ADDRS[o]}"
 	(($(now_ms) - t0 < 12000))
+}
+
+@test "a change whose reply was cut on a kept-alive connection is not sent again: UNAVAILABLE, made once at most" {
+	start_etcd 1
+	# The proxy passes the first put and cuts the second once it has
+	# gone to etcd (the draws of --seed 2).
+	"$PYTHON" "$BATS_TEST_DIRNAME/chaos-proxy.py" "${ETCD_ADDRS[0]}" "$T/proxy.port" \
+		--cut 0.5 --seed 2 --lifetime 60 2>>"$T/proxy.err" &
+	BG_PIDS+=($!)
+	wait_file "$T/proxy.port"
+	run -9 etcd-probe -e "127.0.0.1:$(cat "$T/proxy.port")" -t 20s --again 200ms put once v
+	assert_line --regexp '^revision=[0-9]+$'
+	assert_output --partial "closed the connection; the change may have been made"
+	run -0 cat "$T/proxy.port.log"
+	assert_output "pass POST /v3/kv/put
+cut POST /v3/kv/put"
+	run -0 probe get once
+	assert_line --index 0 --regexp '^once v .* version=[12] '
+}
+
+# put_past_lost_member SIGNAL [ARGS...]: two puts of one client (with
+# ARGS), 3 s apart, the first to a follower, which is sent SIGNAL while
+# the client's connection to it sits idle; the second goes to the next
+# member, and each is made once.
+put_past_lost_member() {
+	local sig=$1 lead f o pid
+	shift
+	start_etcd 3
+	lead=$(etcd_leader)
+	f=$(((lead + 1) % 3)) o=$(((lead + 2) % 3))
+	ETCD_ENDPOINTS=$(etcd_endpoints "$f" "$lead" "$o")
+	probe_bg twice "$@" --again 3s put twice v
+	pid=$PID
+	wait_for 10 sh -c "etcd-probe -e '$ETCD_ENDPOINTS' $* get twice | grep -q '^twice v '"
+	kill "-$sig" "${ETCD_PIDS[f]}"
+	wait_exit "$pid" 20
+	[ "$STATUS" = 0 ]
+	run -0 cat "$T/twice.out"
+	assert_line --index 1 --regexp '^revision=[0-9]+$'
+	run -0 probe "$@" get twice
+	assert_line --index 0 --regexp '^twice v .* version=2 '
+}
+
+@test "a change after its member was killed -9 while the client's connection sat idle goes to the next member, once" {
+	put_past_lost_member KILL
+}
+
+@test "over TLS, a change after its member stopped (saying close_notify) while the connection sat idle goes to the next member, once" {
+	etcd_tls
+	put_past_lost_member TERM --ca "$T/tls/ca.pem" --cert "$T/tls/client.pem" \
+		--key "$T/tls/client-key.pem"
 }
 
 @test "TLS: with the cluster's CA and a client certificate; without either, refused" {

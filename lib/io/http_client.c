@@ -676,8 +676,31 @@ read_reply(struct http_client *c, int64_t at, struct http_resp *resp, int *keep,
 }
 
 /*
+ * Whether the server has let the kept-alive connection go while it was
+ * idle: it ended it (a TLS close_notify too), reset it, or sent bytes no
+ * request asked for. A request not yet written to it cannot reach the
+ * server then.
+ */
+static int
+idle_closed(struct http_client *c)
+{
+	char b;
+	int timed_out = 0;
+	ssize_t r = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+
+	if (r < 0)
+		return errno != EAGAIN && errno != EWOULDBLOCK;
+	if (r == 0 || c->tls == NULL)
+		return 1;
+	/* A record that is not data (a session ticket) leaves it open. */
+	return fill(c, duration_now_ms(), &timed_out) >= 0 || timed_out == 0;
+}
+
+/*
  * Connects if need be and sends one request; *reused says whether the
- * connection had carried one before.
+ * connection had carried one before. A client of one attempt first
+ * replaces a connection the server closed while it was idle, so that
+ * only a request that may have reached the server is left in doubt.
  */
 static enum fail
 send_request(struct http_client *c, const char *method, const char *path,
@@ -688,6 +711,8 @@ send_request(struct http_client *c, const char *method, const char *path,
 	struct iovec iov[2];
 	enum fail f;
 
+	if (c->fd >= 0 && !c->retry && idle_closed(c))
+		disconnect(c);
 	*reused = c->fd >= 0;
 	c->unsent = c->fd < 0 && (f = open_conn(c, at, err, errlen)) != F_NONE;
 	if (c->unsent)
@@ -787,6 +812,7 @@ http_client_poll(struct http_client *c, const char *method, const char *path,
 {
 	int64_t backoff = 20, reply_at;
 	enum status st;
+	int sent = 0; /* an attempt may have reached the server */
 
 	memset(resp, 0, sizeof(*resp));
 	reply_at =
@@ -809,7 +835,8 @@ http_client_poll(struct http_client *c, const char *method, const char *path,
 		}
 		f = attempt(c, method, path, body, len, ctype, reply_at, resp,
 		    &reused, err, errlen);
-		resp->unsent = c->unsent;
+		sent |= !c->unsent;
+		resp->unsent = !sent;
 		if (f == F_NONE) {
 			if (resp->code >= 200 && resp->code < 300)
 				return ST_OK;
@@ -823,7 +850,7 @@ http_client_poll(struct http_client *c, const char *method, const char *path,
 		} else if (f == F_CANCELLED) {
 			snprintf(err, errlen, "cancelled");
 			return ST_CANCELLED;
-		} else if (f == F_STALE && reused) {
+		} else if (f == F_STALE && reused && (c->retry || idempotent)) {
 			/* The kept-alive connection had died: at once again. */
 			continue;
 		} else if (f == F_PROTOCOL || (f != F_CONNECT && !idempotent)) {

@@ -67,7 +67,10 @@ void http_client_set_max_reply(struct http_client *c, size_t bytes);
  * Whether calls of c retry (the default) or make one attempt and leave the
  * next to the caller: a client of a cluster tries another member rather
  * than wait for this one (resp->unsent says whether that is safe for a
- * request that must not be applied twice).
+ * request that must not be applied twice). Without retries, a kept-alive
+ * connection is checked before a request goes out on it, one the server
+ * closed meanwhile replaced, and a request that is not idempotent is never
+ * sent twice: one whose connection died before its reply fails.
  */
 void http_client_set_retry(struct http_client *c, int retry);
 /*

@@ -1,6 +1,10 @@
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -284,6 +288,156 @@ http_client_waits_for_server(void)
 	http_client_free(c);
 }
 
+/*
+ * A server of raw bytes, for what libmicrohttpd would never send: it
+ * reads requests one at a time and answers each as its mode says.
+ */
+enum raw_mode {
+	RAW_CUT_SECOND, /* the second request on the first connection: no
+	                   reply, the connection closed */
+	RAW_CLOSE_IDLE, /* each connection closed after its first reply */
+};
+
+struct raw {
+	enum raw_mode mode;
+	int lfd;
+	char addr[64];
+	pthread_t t;
+	pthread_mutex_t mu;
+	int requests; /* read whole */
+};
+
+/* Reads one request from fd, its head and its Content-Length body: 0, or
+ * -1 when fd closes first. */
+static int
+raw_request(int fd)
+{
+	char b[4096];
+	size_t got = 0;
+
+	for (;;) {
+		const char *end, *cl;
+		ssize_t r;
+
+		b[got] = '\0';
+		if ((end = strstr(b, "\r\n\r\n")) != NULL) {
+			cl = strcasestr(b, "Content-Length: ");
+			if (got >= (size_t)(end + 4 - b) +
+			        (cl != NULL ? strtoul(cl + 16, NULL, 10) : 0))
+				return 0;
+		}
+		if (got == sizeof(b) - 1 ||
+		    (r = read(fd, b + got, sizeof(b) - 1 - got)) <= 0)
+			return -1;
+		got += (size_t)r;
+	}
+}
+
+static void *
+raw_main(void *arg)
+{
+	static const char ok[] =
+	    "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+	struct raw *s = arg;
+	int fd, conns = 0;
+
+	while ((fd = accept(s->lfd, NULL, NULL)) >= 0) {
+		conns++;
+		while (raw_request(fd) == 0) {
+			int n;
+			pthread_mutex_lock(&s->mu);
+			n = ++s->requests;
+			pthread_mutex_unlock(&s->mu);
+			if (s->mode == RAW_CUT_SECOND && conns == 1 && n == 2)
+				break;
+			if (send(fd, ok, sizeof(ok) - 1, MSG_NOSIGNAL) < 0 ||
+			    s->mode == RAW_CLOSE_IDLE)
+				break;
+		}
+		close(fd);
+	}
+	return NULL;
+}
+
+static int
+raw_start(struct raw *s, enum raw_mode mode)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	socklen_t len = sizeof(sa);
+
+	memset(s, 0, sizeof(*s));
+	s->mode = mode;
+	pthread_mutex_init(&s->mu, NULL);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if ((s->lfd = socket(AF_INET, SOCK_STREAM, 0)) < 0 ||
+	    bind(s->lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+	    listen(s->lfd, 8) < 0 ||
+	    getsockname(s->lfd, (struct sockaddr *)&sa, &len) < 0)
+		return -1;
+	snprintf(s->addr, sizeof(s->addr), "127.0.0.1:%d", ntohs(sa.sin_port));
+	return pthread_create(&s->t, NULL, raw_main, s) == 0 ? 0 : -1;
+}
+
+/* The requests s read; s stopped. */
+static int
+raw_stop(struct raw *s)
+{
+	shutdown(s->lfd, SHUT_RDWR);
+	pthread_join(s->t, NULL);
+	close(s->lfd);
+	pthread_mutex_destroy(&s->mu);
+	return s->requests;
+}
+
+/*
+ * A client of one attempt (a cluster's, which tries another member itself)
+ * must know whether a change may have been made: one whose kept-alive
+ * connection died after it went out fails, never sent again; one whose
+ * connection the server had closed while idle goes on a new one.
+ */
+static void
+http_client_sends_a_change_once(void)
+{
+	struct http_client *c;
+	struct http_resp r;
+	struct raw s;
+	char err[256];
+
+	signal(SIGPIPE, SIG_IGN);
+	if (raw_start(&s, RAW_CUT_SECOND) < 0) {
+		CHECK(0);
+		return;
+	}
+	c = http_client_new(s.addr, 1, err, sizeof(err));
+	http_client_set_retry(c, 0);
+	CHECK(http_client_do(c, "POST", "/put", "1", 1, NULL,
+	          duration_now_ms() + 5000, 0, &r, err, sizeof(err)) == ST_OK);
+	http_resp_free(&r);
+	CHECK(http_client_do(c, "POST", "/put", "2", 1, NULL,
+	          duration_now_ms() + 5000, 0, &r, err,
+	          sizeof(err)) == ST_UNAVAILABLE);
+	CHECK(r.unsent == 0);
+	http_resp_free(&r);
+	http_client_free(c);
+	CHECK(raw_stop(&s) == 2);
+
+	if (raw_start(&s, RAW_CLOSE_IDLE) < 0) {
+		CHECK(0);
+		return;
+	}
+	c = http_client_new(s.addr, 1, err, sizeof(err));
+	http_client_set_retry(c, 0);
+	for (int i = 0; i < 3; i++) {
+		CHECK(http_client_do(c, "POST", "/put", "1", 1, NULL,
+		          duration_now_ms() + 5000, 0, &r, err,
+		          sizeof(err)) == ST_OK);
+		http_resp_free(&r);
+		sleep_ms(50); /* the server's close arrives */
+	}
+	http_client_free(c);
+	CHECK(raw_stop(&s) == 3);
+}
+
 static void
 http_client_addresses(void)
 {
@@ -418,6 +572,8 @@ UNIT_TESTS(http_tests) = {
         http_parked_requests},
     {"http: client retries until its deadline", http_client_waits_for_server},
     {"http: client addresses", http_client_addresses},
+    {"http: a client of one attempt sends a change once",
+        http_client_sends_a_change_once},
     {"http1: request and reply heads, and those refused", http1_heads},
     {"proc: a command run for someone else gets no credential of ours",
         proc_env_scrubs_credentials},
