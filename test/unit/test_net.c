@@ -296,6 +296,10 @@ enum raw_mode {
 	RAW_CUT_SECOND, /* the second request on the first connection: no
 	                   reply, the connection closed */
 	RAW_CLOSE_IDLE, /* each connection closed after its first reply */
+	/* A stream (200, chunked), until the client leaves: */
+	RAW_HUGE_CHUNK, /* a chunk of 1 GiB */
+	RAW_LONG_SIZE,  /* a chunk size line without end */
+	RAW_SILENT,     /* nothing after the head */
 };
 
 struct raw {
@@ -333,6 +337,27 @@ raw_request(int fd)
 	}
 }
 
+/* Sends a stream of mode's to fd until the client leaves. */
+static void
+raw_stream(int fd, enum raw_mode mode)
+{
+	static const char head[] =
+	    "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+	char b[4096];
+
+	memset(b, mode == RAW_LONG_SIZE ? '0' : 'x', sizeof(b));
+	if (send(fd, head, sizeof(head) - 1, MSG_NOSIGNAL) < 0 ||
+	    (mode == RAW_HUGE_CHUNK &&
+	        send(fd, "40000000\r\n", 10, MSG_NOSIGNAL) < 0))
+		return;
+	if (mode == RAW_SILENT)
+		while (read(fd, b, sizeof(b)) > 0)
+			;
+	else
+		while (send(fd, b, sizeof(b), MSG_NOSIGNAL) > 0)
+			;
+}
+
 static void *
 raw_main(void *arg)
 {
@@ -348,6 +373,10 @@ raw_main(void *arg)
 			pthread_mutex_lock(&s->mu);
 			n = ++s->requests;
 			pthread_mutex_unlock(&s->mu);
+			if (s->mode >= RAW_HUGE_CHUNK) {
+				raw_stream(fd, s->mode);
+				break;
+			}
 			if (s->mode == RAW_CUT_SECOND && conns == 1 && n == 2)
 				break;
 			if (send(fd, ok, sizeof(ok) - 1, MSG_NOSIGNAL) < 0 ||
@@ -436,6 +465,81 @@ http_client_sends_a_change_once(void)
 	}
 	http_client_free(c);
 	CHECK(raw_stop(&s) == 3);
+}
+
+/* A stream's reader that wants 8 MiB, noting its largest piece. */
+struct taken {
+	size_t total, most;
+};
+
+static int
+take_8m(void *arg, const char *p, size_t n)
+{
+	struct taken *t = arg;
+
+	(void)p;
+	t->total += n;
+	if (n > t->most)
+		t->most = n;
+	return t->total >= (8u << 20);
+}
+
+/*
+ * What a hostile server sends a stream's reader is bounded: a chunk of any
+ * size comes in pieces, a chunk size line longer than a head is a bad
+ * chunk, and a stream silent for its limit is cut.
+ */
+static void
+http_client_stream_bounds(void)
+{
+	struct http_client *c;
+	struct http_resp r;
+	struct taken t = {0, 0};
+	struct raw s;
+	char err[256];
+	int64_t t0;
+
+	signal(SIGPIPE, SIG_IGN);
+	if (raw_start(&s, RAW_HUGE_CHUNK) < 0) {
+		CHECK(0);
+		return;
+	}
+	c = http_client_new(s.addr, 1, err, sizeof(err));
+	CHECK(http_client_stream(c, "POST", "/watch", "{}", 2, NULL,
+	          duration_now_ms() + 10000, 0, take_8m, &t, &r, err,
+	          sizeof(err)) == ST_OK);
+	CHECK(t.total >= (8u << 20) && t.most <= (64u << 10));
+	http_resp_free(&r);
+	http_client_free(c);
+	raw_stop(&s);
+
+	if (raw_start(&s, RAW_LONG_SIZE) < 0) {
+		CHECK(0);
+		return;
+	}
+	c = http_client_new(s.addr, 1, err, sizeof(err));
+	CHECK(http_client_do(c, "GET", "/x", NULL, 0, NULL,
+	          duration_now_ms() + 10000, 1, &r, err,
+	          sizeof(err)) == ST_UNAVAILABLE);
+	CHECK(strstr(err, "sent a bad chunk") != NULL);
+	http_resp_free(&r);
+	http_client_free(c);
+	raw_stop(&s);
+
+	if (raw_start(&s, RAW_SILENT) < 0) {
+		CHECK(0);
+		return;
+	}
+	c = http_client_new(s.addr, 1, err, sizeof(err));
+	t0 = duration_now_ms();
+	CHECK(http_client_stream(c, "POST", "/watch", "{}", 2, NULL, t0 + 10000,
+	          200, take_8m, &t, &r, err,
+	          sizeof(err)) == ST_DEADLINE_EXCEEDED);
+	CHECK(strstr(err, "sent nothing for 200 ms") != NULL);
+	CHECK(duration_now_ms() - t0 < 2000);
+	http_resp_free(&r);
+	http_client_free(c);
+	raw_stop(&s);
 }
 
 static void
@@ -574,6 +678,8 @@ UNIT_TESTS(http_tests) = {
     {"http: client addresses", http_client_addresses},
     {"http: a client of one attempt sends a change once",
         http_client_sends_a_change_once},
+    {"http: a stream's bytes and silence are bounded",
+        http_client_stream_bounds},
     {"http1: request and reply heads, and those refused", http1_heads},
     {"proc: a command run for someone else gets no credential of ours",
         proc_env_scrubs_credentials},
