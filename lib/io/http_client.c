@@ -531,14 +531,28 @@ pass(struct sink *s, size_t n, char *err, size_t errlen)
 	return rc;
 }
 
-/* fill, waiting no longer for a byte than the sink's silence allows. */
+/*
+ * fill, for a body: a stream waits no longer for a byte than its silence
+ * allows, and its deadline holds while bytes keep coming (fill looks at
+ * the clock only when none are there).
+ */
 static int
 fill_body(struct http_client *c, int64_t at, const struct sink *s,
     int *timed_out)
 {
-	int64_t quiet = duration_now_ms() + s->silence_ms;
+	int64_t now;
 
-	return fill(c, s->silence_ms > 0 && quiet < at ? quiet : at, timed_out);
+	if (s->fn == NULL)
+		return fill(c, at, timed_out);
+	if ((now = duration_now_ms()) >= at) {
+		*timed_out = 1;
+		return -1;
+	}
+	return fill(c,
+	    s->silence_ms > 0 && now + s->silence_ms < at ?
+	        now + s->silence_ms :
+	        at,
+	    timed_out);
 }
 
 /*

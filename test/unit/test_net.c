@@ -484,10 +484,22 @@ take_8m(void *arg, const char *p, size_t n)
 	return t->total >= (8u << 20);
 }
 
+/* A stream's reader that takes its time over each piece (the server's
+ * bytes wait for it), and has enough once 3 s have passed. */
+static int
+take_3s(void *arg, const char *p, size_t n)
+{
+	(void)p;
+	(void)n;
+	sleep_ms(1);
+	return duration_now_ms() - *(int64_t *)arg > 3000;
+}
+
 /*
  * What a hostile server sends a stream's reader is bounded: a chunk of any
- * size comes in pieces, a chunk size line longer than a head is a bad
- * chunk, and a stream silent for its limit is cut.
+ * size comes in pieces, a stream without end ends at its deadline, a chunk
+ * size line longer than a head is a bad chunk, and a stream silent for its
+ * limit is cut.
  */
 static void
 http_client_stream_bounds(void)
@@ -509,6 +521,13 @@ http_client_stream_bounds(void)
 	          duration_now_ms() + 10000, 0, take_8m, &t, &r, err,
 	          sizeof(err)) == ST_OK);
 	CHECK(t.total >= (8u << 20) && t.most <= (64u << 10));
+	http_resp_free(&r);
+	/* A stream whose bytes never stop still ends at its deadline. */
+	t0 = duration_now_ms();
+	CHECK(
+	    http_client_stream(c, "POST", "/watch", "{}", 2, NULL, t0 + 300, 0,
+	        take_3s, &t0, &r, err, sizeof(err)) == ST_DEADLINE_EXCEEDED);
+	CHECK(duration_now_ms() - t0 < 2000);
 	http_resp_free(&r);
 	http_client_free(c);
 	raw_stop(&s);
