@@ -352,6 +352,10 @@ put_past_lost_member() {
 	run -0 probe "${tls[@]}" put secure yes
 	run -0 probe "${tls[@]}" get secure
 	assert_line --index 0 --regexp '^secure yes '
+	# Its own CA is all it needs: the environment's TLS settings (a
+	# coordd's, say) are not read.
+	MUSTER_TLS_CA_FILE=$T/none run -0 probe "${tls[@]}" get secure
+	assert_line --index 0 --regexp '^secure yes '
 	run -9 probe --retry 1s --cert "$T/tls/client.pem" --key "$T/tls/client-key.pem" get secure
 	assert_output --partial "certificate is not trusted"
 	run -9 probe --retry 1s --ca "$T/tls/ca.pem" get secure

@@ -96,13 +96,11 @@ member_http(struct etcd *e, struct member *m, char *err, size_t errlen)
 
 	if (m->http != NULL)
 		return m->http;
-	if ((m->http = http_client_new(m->url, ETCD_DEFAULT_PORT, err,
-	         errlen)) == NULL)
+	if ((m->http = http_client_new_tls(m->url, ETCD_DEFAULT_PORT, e->cred,
+	         err, errlen)) == NULL)
 		return NULL;
 	http_client_set_retry(m->http, 0);
 	http_client_set_cancel(m->http, e->cancel_fd);
-	if (e->cred != NULL)
-		http_client_set_tls(m->http, e->cred);
 	/* A member without a leader refuses at once (etcd's "hasleader"). */
 	rc = http_client_add_header(m->http, "Grpc-Metadata-Hasleader: true");
 	if (rc == 0 && e->token != NULL)

@@ -56,6 +56,13 @@ enum fail {
 struct http_client *
 http_client_new(const char *addr, int defport, char *err, size_t errlen)
 {
+	return http_client_new_tls(addr, defport, NULL, err, errlen);
+}
+
+struct http_client *
+http_client_new_tls(const char *addr, int defport, const struct tls_cred *cred,
+    char *err, size_t errlen)
+{
 	struct http_client *c;
 	const char *host, *port = NULL;
 	size_t hlen;
@@ -68,8 +75,9 @@ http_client_new(const char *addr, int defport, char *err, size_t errlen)
 		return NULL;
 	}
 	if (strncasecmp(addr, "https://", 8) == 0) {
-		/* Fails now, not at each attempt, on a bad TLS setting. */
-		if (tls_client_init(err, errlen) < 0)
+		/* Fails now, not at each attempt, on a bad TLS setting;
+		 * credentials of its own were loaded when they were made. */
+		if (cred == NULL && tls_client_init(err, errlen) < 0)
 			return NULL;
 		https = 1;
 		addr += 8;
@@ -121,6 +129,7 @@ http_client_new(const char *addr, int defport, char *err, size_t errlen)
 	c->cancel_fd = -1;
 	c->max_reply = HTTP_MAX_REPLY_DEFAULT;
 	c->retry = 1;
+	c->cred = cred;
 	c->seed = (unsigned)getpid() ^ (unsigned)duration_now_ms();
 	return c;
 }
@@ -195,12 +204,6 @@ void
 http_client_set_retry(struct http_client *c, int retry)
 {
 	c->retry = retry;
-}
-
-void
-http_client_set_tls(struct http_client *c, const struct tls_cred *cred)
-{
-	c->cred = cred;
 }
 
 const char *

@@ -43,6 +43,14 @@ struct http_resp {
  */
 struct http_client *http_client_new(const char *addr, int defport, char *err,
     size_t errlen);
+/*
+ * The same, its https:// sessions with credentials of its own rather than
+ * the environment's (tls.h), which are then neither loaded nor needed: for
+ * a peer with a CA and client certificates of its own. NULL cred: the
+ * environment's. cred must outlive the client.
+ */
+struct http_client *http_client_new_tls(const char *addr, int defport,
+    const struct tls_cred *cred, char *err, size_t errlen);
 void http_client_free(struct http_client *c);
 const char *http_client_addr(const struct http_client *c);
 /* Whether c speaks TLS (its address began with https://). */
@@ -73,12 +81,6 @@ void http_client_set_max_reply(struct http_client *c, size_t bytes);
  * sent twice: one whose connection died before its reply fails.
  */
 void http_client_set_retry(struct http_client *c, int retry);
-/*
- * The TLS credentials c's https:// sessions use instead of the
- * environment's (tls.h): for a peer with a CA and client certificates of
- * its own. cred must outlive c.
- */
-void http_client_set_tls(struct http_client *c, const struct tls_cred *cred);
 /* Adds a header ("Name: value") sent with every request of c. */
 int http_client_add_header(struct http_client *c, const char *header);
 /* Those headers, each ending in CRLF ("" when none). */
