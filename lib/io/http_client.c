@@ -778,7 +778,8 @@ attempt(struct http_client *c, const char *method, const char *path,
 	} else if (f == F_NONE) {
 		f = read_reply(c, at, resp, &keep, err, errlen);
 	}
-	if (f != F_NONE || !keep)
+	/* Bytes past the reply would be taken for the next request's. */
+	if (f != F_NONE || !keep || c->in.len > 0)
 		disconnect(c);
 	return f;
 }

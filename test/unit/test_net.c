@@ -293,9 +293,10 @@ http_client_waits_for_server(void)
  * reads requests one at a time and answers each as its mode says.
  */
 enum raw_mode {
-	RAW_CUT_SECOND, /* the second request on the first connection: no
+	RAW_CUT_SECOND,  /* the second request on the first connection: no
 	                   reply, the connection closed */
-	RAW_CLOSE_IDLE, /* each connection closed after its first reply */
+	RAW_CLOSE_IDLE,  /* each connection closed after its first reply */
+	RAW_TWO_REPLIES, /* a second reply ("no") with the first request's */
 	/* A stream (200, chunked), until the client leaves: */
 	RAW_HUGE_CHUNK, /* a chunk of 1 GiB */
 	RAW_LONG_SIZE,  /* a chunk size line without end */
@@ -363,13 +364,18 @@ raw_main(void *arg)
 {
 	static const char ok[] =
 	    "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+	static const char two[] =
+	    "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+	    "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nno";
 	struct raw *s = arg;
 	int fd, conns = 0;
 
 	while ((fd = accept(s->lfd, NULL, NULL)) >= 0) {
 		conns++;
 		while (raw_request(fd) == 0) {
+			const char *reply;
 			int n;
+
 			pthread_mutex_lock(&s->mu);
 			n = ++s->requests;
 			pthread_mutex_unlock(&s->mu);
@@ -379,7 +385,8 @@ raw_main(void *arg)
 			}
 			if (s->mode == RAW_CUT_SECOND && conns == 1 && n == 2)
 				break;
-			if (send(fd, ok, sizeof(ok) - 1, MSG_NOSIGNAL) < 0 ||
+			reply = s->mode == RAW_TWO_REPLIES && n == 1 ? two : ok;
+			if (send(fd, reply, strlen(reply), MSG_NOSIGNAL) < 0 ||
 			    s->mode == RAW_CLOSE_IDLE)
 				break;
 		}
@@ -465,6 +472,36 @@ http_client_sends_a_change_once(void)
 	}
 	http_client_free(c);
 	CHECK(raw_stop(&s) == 3);
+}
+
+/*
+ * A server that sends more than the reply (a second one, say) leaves no
+ * reply for the next request to take: each gets its own, on a new
+ * connection.
+ */
+static void
+http_client_takes_only_its_reply(void)
+{
+	struct http_client *c;
+	struct http_resp r;
+	struct raw s;
+	char err[256];
+
+	signal(SIGPIPE, SIG_IGN);
+	if (raw_start(&s, RAW_TWO_REPLIES) < 0) {
+		CHECK(0);
+		return;
+	}
+	c = http_client_new(s.addr, 1, err, sizeof(err));
+	for (int i = 0; i < 2; i++) {
+		CHECK(http_client_do(c, "GET", "/x", NULL, 0, NULL,
+		          duration_now_ms() + 5000, 1, &r, err,
+		          sizeof(err)) == ST_OK);
+		CHECK(r.body.len == 2 && memcmp(r.body.data, "ok", 2) == 0);
+		http_resp_free(&r);
+	}
+	http_client_free(c);
+	CHECK(raw_stop(&s) == 2);
 }
 
 /* A stream's reader that wants 8 MiB, noting its largest piece. */
@@ -697,6 +734,8 @@ UNIT_TESTS(http_tests) = {
     {"http: client addresses", http_client_addresses},
     {"http: a client of one attempt sends a change once",
         http_client_sends_a_change_once},
+    {"http: a reply is taken by its request alone",
+        http_client_takes_only_its_reply},
     {"http: a stream's bytes and silence are bounded",
         http_client_stream_bounds},
     {"http1: request and reply heads, and those refused", http1_heads},
