@@ -1,7 +1,9 @@
 /*
  * The HTTP client's reply reader: a server on loopback answers each
  * request with the input's bytes and closes; the client must end with a
- * status and a bounded body, never crash or hang past its deadline.
+ * status and a bounded body, never crash or hang past its deadline. The
+ * same reply read as a stream (http_client_stream) hands its reader the
+ * bytes of the body the whole read took, no more and no less.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -75,6 +77,15 @@ start(void)
 	pthread_detach(t);
 }
 
+/* A stream's bytes, kept for comparison with the whole reply's body. */
+static int
+take(void *arg, const char *p, size_t n)
+{
+	FUZZ_CHECK(n > 0);
+	FUZZ_CHECK(buf_append(arg, p, n) == 0);
+	return 0;
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -105,6 +116,28 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FUZZ_CHECK(resp.code >= 200 && resp.code < 300);
 	else
 		FUZZ_CHECK(err[0] != '\0');
+
+	{
+		struct http_resp sresp;
+		struct buf got = {0};
+		enum status sst;
+
+		t0 = duration_now_ms();
+		sst = http_client_stream(c, "POST", "/x", "{}", 2, NULL,
+		    t0 + 2000, 0, take, &got, &sresp, err, sizeof(err));
+		FUZZ_CHECK(duration_now_ms() - t0 < 10000);
+		FUZZ_CHECK(sresp.body.len <= MAX_REPLY);
+		/* The reader never has enough: a stream can only end. */
+		FUZZ_CHECK(sst != ST_OK && err[0] != '\0');
+		if (st == ST_OK)
+			FUZZ_CHECK(sst == ST_UNAVAILABLE &&
+			    got.len == resp.body.len &&
+			    (got.len == 0 ||
+			        memcmp(got.data, resp.body.data, got.len) ==
+			            0));
+		buf_free(&got);
+		http_resp_free(&sresp);
+	}
 	http_resp_free(&resp);
 	http_client_free(c);
 	return 0;
