@@ -5,7 +5,8 @@
  * being longer than the limit the first byte sets; no message holds a
  * newline or is longer than the limit. Each message is then decoded as
  * the client decodes a stream's (a result with its header, events and
- * their keys, or an error and its status), which must not crash.
+ * their keys, a watch's cancel and its reason, or an error and its
+ * status), which must not crash.
  */
 #include "etcd_int.h"
 #include "fuzz.h"
@@ -30,6 +31,8 @@ decode(const char *msg, size_t len)
 	(void)etcd_json_error(msg, len, 200, why, sizeof(why));
 	(void)etcd_json_revision(res);
 	(void)etcd_json_int(res, "compact_revision", &v);
+	(void)etcd_json_cancel(
+	    json_string_value(json_object_get(res, "cancel_reason")));
 	if (etcd_json_kv(json_object_get(res, "kv"), &kv) == 0)
 		etcd_kv_free(&kv);
 	json_array_foreach(json_object_get(res, "events"), i, ev) {

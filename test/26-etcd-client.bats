@@ -364,7 +364,7 @@ put_past_lost_member() {
 	assert_output --partial "the certificate file and the key file go together"
 }
 
-@test "auth: a user's password gets a token, renewed when it expires; a wrong password is UNAUTHENTICATED" {
+@test "auth: a user's password gets a token, renewed when it expires, for calls and a watch taken up; a wrong password, or a watch without permission, is UNAUTHENTICATED" {
 	start_etcd 1 --auth-token-ttl 1
 	ETCDCTL_API=3 etcdctl --endpoints "$ETCD_ENDPOINTS" user add root:s3cret \
 		--interactive=false >/dev/null
@@ -386,4 +386,21 @@ put_past_lost_member() {
 	unset ETCD_PROBE_DEBUG
 	assert_output --partial "invalid auth token; authenticating again"
 	assert_line --regexp '^revision=[0-9]+$'
+	# A watch taken up after its token expired (quiet past its silence)
+	# authenticates again too.
+	ETCD_PROBE_DEBUG=1 probe_bg authwatch --auth "$T/auth" watch late silence=1500ms count=1
+	local w=$PID
+	wait_grep "invalid auth token; authenticating again" "$T/authwatch.err" 15
+	run -0 probe --auth "$T/auth" put late 1
+	wait_exit "$w" 15
+	[ "$STATUS" = 0 ]
+	run -0 cat "$T/authwatch.out"
+	assert_output --regexp '^PUT late 1 [0-9]+$'
+	# A user without a role may not watch: said at once, not retried.
+	ETCDCTL_API=3 etcdctl --endpoints "$ETCD_ENDPOINTS" --user root:s3cret \
+		user add bob:pw --interactive=false >/dev/null
+	echo bob:pw >"$T/bob"
+	run -11 probe --auth "$T/bob" watch late
+	assert_output --partial "UNAUTHENTICATED: etcd 127.0.0.1:"
+	assert_output --partial "etcdserver: permission denied"
 }

@@ -509,7 +509,7 @@ struct stream {
 	struct etcd_split split;
 	etcd_msg_fn fn;
 	void *arg;
-	int got; /* results on this stream */
+	int got; /* results on this stream its reader took */
 	int end; /* 1: the reader has had enough; -1: failed (e says why) */
 };
 
@@ -522,8 +522,9 @@ on_message(void *arg, const char *msg, size_t len)
 	char why[512];
 
 	if (json_is_object(res)) {
-		s->got++;
-		s->end = s->fn(s->arg, res);
+		/* One it refused (a cancel) is no progress to retry on. */
+		if ((s->end = s->fn(s->arg, res)) >= 0)
+			s->got++;
 	} else {
 		enum status st = root != NULL ?
 		    etcd_json_error(msg, len, 200, why, sizeof(why)) :
@@ -618,6 +619,7 @@ etcd_stream(struct etcd *e, const char *path, etcd_req_fn req,
 		if (st == ST_UNAUTHENTICATED && e->user != NULL &&
 		    strstr(e->err, "etcdserver: invalid auth token") != NULL &&
 		    !reauthed++) {
+			log_debug("%s; authenticating again", e->err);
 			set_token(e, NULL);
 			continue;
 		}

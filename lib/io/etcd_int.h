@@ -58,6 +58,13 @@ int etcd_json_set_key(json_t *o, const void *key, size_t n, int prefix);
  */
 enum status etcd_json_error(const char *body, size_t len, long http, char *msg,
     size_t msglen);
+/*
+ * The status of the reason etcd gave for cancelling a watch (MESSAGE, or
+ * "rpc error: code = ... desc = MESSAGE"): ST_UNAUTHENTICATED for a token
+ * that expired or a permission denied, as etcd_json_error has them;
+ * otherwise ST_UNAVAILABLE, for the stream to be taken up elsewhere.
+ */
+enum status etcd_json_cancel(const char *reason);
 
 /*
  * A stream's messages: the gateway ends each with a newline. Bytes are

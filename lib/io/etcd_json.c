@@ -158,6 +158,8 @@ static const struct {
     {"etcdserver: authentication failed, invalid user ID or password",
         ST_UNAUTHENTICATED},
     {"etcdserver: user name is empty", ST_UNAUTHENTICATED},
+    {"etcdserver: invalid auth token", ST_UNAUTHENTICATED},
+    {"etcdserver: permission denied", ST_UNAUTHENTICATED},
     /* The election API's own, which gRPC calls UNKNOWN. */
     {"election: no leader", ST_NOT_FOUND},
     {"election: not leader", ST_FAILED_PRECONDITION},
@@ -198,6 +200,18 @@ etcd_json_error(const char *body, size_t len, long http, char *msg,
 	snprintf(msg, msglen, "%s", m);
 	json_decref(root);
 	return st;
+}
+
+enum status
+etcd_json_cancel(const char *reason)
+{
+	const char *m = reason != NULL ? strstr(reason, "desc = ") : NULL;
+
+	m = m != NULL ? m + 7 : reason != NULL ? reason : "";
+	for (size_t i = 0; i < sizeof(by_message) / sizeof(by_message[0]); i++)
+		if (strcmp(m, by_message[i].msg) == 0)
+			return by_message[i].st;
+	return ST_UNAVAILABLE;
 }
 
 int

@@ -105,7 +105,7 @@ on_result(void *arg, json_t *res)
 			    (long long)compact);
 			return -1;
 		}
-		etcd_fail(s->e, ST_UNAVAILABLE,
+		etcd_fail(s->e, etcd_json_cancel(why),
 		    "etcd %s cancelled the watch: %s", etcd_member(s->e),
 		    why != NULL ? why : "no reason given");
 		return -1;
