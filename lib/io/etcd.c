@@ -314,14 +314,21 @@ enum next {
 	N_AUTH,   /* authenticate again, then try again */
 };
 
+/* Whether etcd no longer knows e's token (it expired), by its error. */
+static int
+token_expired(const struct etcd *e, enum status st, const char *msg)
+{
+	return st == ST_UNAUTHENTICATED && e->user != NULL &&
+	    strstr(msg, "etcdserver: invalid auth token") != NULL;
+}
+
 /* What an error etcd sent calls for. */
 static enum next
 after_error(struct etcd *e, enum status st, long code, const char *msg,
     int flags)
 {
 	etcd_fail(e, st, "etcd %s: %s", etcd_member(e), msg);
-	if (st == ST_UNAUTHENTICATED && e->user != NULL &&
-	    strcmp(msg, "etcdserver: invalid auth token") == 0)
+	if (token_expired(e, st, msg))
 		return N_AUTH;
 	if (not_applied(msg))
 		return N_MEMBER;
@@ -616,9 +623,7 @@ etcd_stream(struct etcd *e, const char *path, etcd_req_fn req,
 			since = duration_now_ms();
 			tries = reauthed = 0;
 		}
-		if (st == ST_UNAUTHENTICATED && e->user != NULL &&
-		    strstr(e->err, "etcdserver: invalid auth token") != NULL &&
-		    !reauthed++) {
+		if (token_expired(e, st, e->err) && !reauthed++) {
 			log_debug("%s; authenticating again", e->err);
 			set_token(e, NULL);
 			continue;
