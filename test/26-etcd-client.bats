@@ -63,6 +63,14 @@ gone() {
 	assert_output --partial "auth file $T/none: cannot be read"
 }
 
+@test "a stranger on the port (coordd): its error is no success, for a call or a watch" {
+	start_coordd
+	run -1 etcd-probe -e "$MUSTER_COORD" put k v
+	assert_output --partial "NOT_FOUND: etcd $MUSTER_COORD: HTTP 404: no such resource"
+	run -1 etcd-probe -e "$MUSTER_COORD" -t 5s watch k
+	assert_output --partial "NOT_FOUND: etcd $MUSTER_COORD: HTTP 404"
+}
+
 @test "no member listening: UNAVAILABLE within the retry bound, naming the address" {
 	local port t0
 	port=$(free_port)

@@ -53,8 +53,8 @@ int etcd_json_set_key(json_t *o, const void *key, size_t n, int prefix);
 /*
  * The status and message of an error etcd's gateway sent: body is a
  * reply's ({"error":"...","code":N,...}) or a stream message's
- * ({"error":{"grpc_code":N,"message":"..."}}); a body without one gives
- * the status of the HTTP code http.
+ * ({"error":{"grpc_code":N,"message":"..."}}); a body without one (or
+ * without its code) gives the status of the HTTP code http. Never ST_OK.
  */
 enum status etcd_json_error(const char *body, size_t len, long http, char *msg,
     size_t msglen);

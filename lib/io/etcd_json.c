@@ -187,9 +187,14 @@ etcd_json_error(const char *body, size_t len, long http, char *msg,
 		    etcd_json_int(root, "code", &code) < 0)
 			code = -1;
 	}
-	if (code < 0 || m == NULL || *m == '\0') {
+	/* No error of etcd's is gRPC's OK (0, which proto3 leaves out): a
+	 * body without a code is another server's, its HTTP code the status. */
+	if (code <= 0 || m == NULL || *m == '\0') {
 		st = status_from_http((int)http);
-		snprintf(msg, msglen, "HTTP %ld", http);
+		if (m != NULL && *m != '\0')
+			snprintf(msg, msglen, "HTTP %ld: %s", http, m);
+		else
+			snprintf(msg, msglen, "HTTP %ld", http);
 		json_decref(root);
 		return st == ST_OK ? ST_INTERNAL : st;
 	}
