@@ -525,6 +525,77 @@ json() {
 	[ "$took" -lt 6000 ] || fail "get --timeout 1s took ${took}ms"
 }
 
+@test "tryget does not wait for a missing coordd: UNAVAILABLE (9) at once, under the default 30 s" {
+	export MUSTER_COORD=127.0.0.1:$(free_port)
+	local t0 took
+	t0=$(now_ms)
+	run --separate-stderr kvctl tryget k
+	took=$(($(now_ms) - t0))
+	assert_failure 9
+	assert_equal "$stderr" "kvctl: UNAVAILABLE: cannot reach $MUSTER_COORD: Connection refused"
+	[ "$took" -lt 2000 ] || fail "tryget took ${took}ms"
+}
+
+@test "kvctl says on stderr, once, what it waits for when coordd has not been reached for 3 s" {
+	local port
+	port=$(free_port)
+	export MUSTER_COORD=127.0.0.1:$port
+	# Not a terminal: nothing is said in the first 3 s, then one line.
+	run --separate-stderr kvctl --timeout 4s get k
+	assert_failure 9
+	assert_equal "${#stderr_lines[@]}" 2
+	[[ ${stderr_lines[0]} =~ ^"kvctl: waiting up to "[12]"s for coordd (cannot reach 127.0.0.1:$port: Connection refused)"$ ]] ||
+		fail "${stderr_lines[0]}"
+	assert_equal "${stderr_lines[1]}" "kvctl: UNAVAILABLE: cannot reach $MUSTER_COORD: Connection refused"
+
+	# The wait goes on in silence until coordd comes.
+	kvctl get k >get.out 2>get.err 3>&- &
+	local get=$!
+	BG_PIDS+=("$get")
+	wait_grep "waiting up to 2[0-9]s for coordd" get.err
+	coordd -l "127.0.0.1:$port" 2>>coordd.log &
+	DAEMON_PIDS+=($!)
+	kvctl --timeout 10s put k v
+	wait_exit "$get" 10
+	assert_equal "$STATUS" 0
+	assert_equal "$(cat get.out)" v
+	assert_equal "$(wc -l <get.err)" 1
+}
+
+@test "a kvctl run opens one connection to coordd: the one its call is sent on" {
+	# A stand-in for coordd that counts the connections it accepts and
+	# answers each request with the value "v".
+	"$PYTHON" -c '
+import os, socket, sys
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(16)
+with open("port.tmp", "w") as f:
+    f.write(str(s.getsockname()[1]))
+os.rename("port.tmp", "port")
+n = 0
+while True:
+    c, _ = s.accept()
+    n += 1
+    with open("conns.tmp", "w") as f:
+        f.write(str(n))
+    os.rename("conns.tmp", "conns")
+    if c.recv(65536):
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nv")
+    c.close()
+' 2>counter.log &
+	BG_PIDS+=($!)
+	wait_file port
+	export MUSTER_COORD=127.0.0.1:$(cat port)
+	run kvctl get k
+	assert_success
+	assert_output v
+	assert_equal "$(cat conns)" 1
+	run kvctl tryget k
+	assert_success
+	assert_equal "$(cat conns)" 2
+}
+
 @test "a value far over the limit is RESOURCE_EXHAUSTED (12), not a broken connection" {
 	start_coordd --max-value-size 1K
 	head -c 5000000 /dev/zero >big

@@ -23,8 +23,8 @@ enum coord_reach {
 	 * tell of every daemon that was still starting. */
 	COORD_REACH_SAY,
 	/* Not at all: a daemon that refuses the connection, or does not
-	 * answer it within a second, fails the call at once with
-	 * UNAVAILABLE. */
+	 * answer it (over https, its handshake too) within a second, fails
+	 * the call at once with UNAVAILABLE. */
 	COORD_REACH_NOW,
 };
 

@@ -39,6 +39,7 @@ struct http_client {
 	unsigned seed;
 	int retry;  /* calls retry (0: one attempt) */
 	int unsent; /* the last attempt could not connect: nothing went out */
+	int fresh;  /* fd, opened by http_client_reach, carried no request */
 	const struct tls_cred *cred; /* its own TLS credentials, or NULL */
 };
 
@@ -728,9 +729,10 @@ send_request(struct http_client *c, const char *method, const char *path,
 	struct iovec iov[2];
 	enum fail f;
 
-	if (c->fd >= 0 && !c->retry && idle_closed(c))
+	if (c->fd >= 0 && !c->fresh && !c->retry && idle_closed(c))
 		disconnect(c);
-	*reused = c->fd >= 0;
+	*reused = c->fd >= 0 && !c->fresh;
+	c->fresh = 0;
 	c->unsent = c->fd < 0 && (f = open_conn(c, at, err, errlen)) != F_NONE;
 	if (c->unsent)
 		return f;
@@ -753,6 +755,22 @@ send_request(struct http_client *c, const char *method, const char *path,
 	f = send_all(c, iov, len > 0 ? 2 : 1, at);
 	buf_free(&head);
 	return f;
+}
+
+enum status
+http_client_reach(struct http_client *c, int64_t at, char *err, size_t errlen)
+{
+	enum fail f;
+
+	if (c->fd >= 0)
+		return ST_OK;
+	f = open_conn(c, at, err, errlen);
+	c->fresh = f == F_NONE;
+	if (f == F_CANCELLED)
+		return ST_CANCELLED;
+	/* A handshake the server refused came from the server all the same:
+	 * the call that follows says why it cannot be made. */
+	return f == F_NONE || f == F_PROTOCOL ? ST_OK : ST_UNAVAILABLE;
 }
 
 /* One attempt: connect if needed, send, read the reply. */

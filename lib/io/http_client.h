@@ -59,6 +59,17 @@ int http_client_https(const struct http_client *c);
 int http_client_sockaddr(const struct http_client *c,
     struct sockaddr_storage *ss, socklen_t *len, char *err, size_t errlen);
 /*
+ * Whether c's server can be reached by at, in one attempt: ST_OK once it
+ * has accepted a connection (over https, and answered the handshake,
+ * accepted or not: the call that follows says why not), which c keeps
+ * for its next call; ST_UNAVAILABLE with why in err, worded as a call's
+ * retries word it; or ST_CANCELLED. A caller that must know before a
+ * call waits for its server (coord_reach.h) asks this, and the call then
+ * costs no second connection.
+ */
+enum status http_client_reach(struct http_client *c, int64_t at, char *err,
+    size_t errlen);
+/*
  * Makes calls of c give up with ST_CANCELLED as soon as fd is readable (a
  * pipe another thread writes to): how a thread parked in a long poll is
  * told to stop. -1 turns it off.
