@@ -205,8 +205,6 @@ splitlist_bytes(FILE *out, const char *file, size_t size, char *err,
 	char *abs;
 	int fd;
 
-	if ((st = bad_name(file, err, errlen)) != ST_OK)
-		return st;
 	if ((fd = open(file, O_RDONLY | O_CLOEXEC)) < 0 || fstat(fd, &sb) < 0) {
 		snprintf(err, errlen, "%s: %s", file, strerror(errno));
 		if (fd >= 0)
@@ -217,7 +215,9 @@ splitlist_bytes(FILE *out, const char *file, size_t size, char *err,
 		snprintf(err, errlen, "%s: not a regular file", file);
 		st = ST_INVALID_ARGUMENT;
 	} else if ((st = absolute(file, &abs, err, errlen)) == ST_OK) {
-		st = cut(out, fd, abs, sb.st_size, size, err, errlen);
+		/* The directory's name may hold the newline. */
+		if ((st = bad_name(abs, err, errlen)) == ST_OK)
+			st = cut(out, fd, abs, sb.st_size, size, err, errlen);
 		free(abs);
 	}
 	close(fd);

@@ -97,6 +97,24 @@ split_list_names(void)
 	CHECK(strcmp(out, "0 4\n4 8\n8 10\n") == 0);
 	free(out);
 
+	/* A newline in the directory's name would cut every line in two. */
+	CHECK(mkdir("n\nl", 0700) == 0 && chdir("n\nl") == 0);
+	f = fopen("f", "w");
+	fputs("x\n", f);
+	fclose(f);
+	f = open_memstream(&mem, &len);
+	globs[0] = "f";
+	CHECK(splitlist_files(f, 1, globs, err, sizeof(err)) ==
+	    ST_INVALID_ARGUMENT);
+	CHECK(splitlist_bytes(f, "f", 300, err, sizeof(err)) ==
+	    ST_INVALID_ARGUMENT);
+	CHECK(strstr(err, "newline") != NULL);
+	out = written(f, &mem);
+	CHECK(strcmp(out, "") == 0);
+	free(out);
+	unlink("f");
+	CHECK(chdir("..") == 0 && rmdir("n\nl") == 0);
+
 	unlink("d/a.txt");
 	unlink("d/b.txt");
 	unlink("big");
