@@ -46,26 +46,31 @@ bad_name(const char *name, char *err, size_t errlen)
 /*
  * name as an absolute path into *abs (the caller's to free), against the
  * current directory, without resolving links: the workers that open it
- * run elsewhere.
+ * run elsewhere. *cwd keeps the current directory once a relative name
+ * has asked for it, for the names after it (the caller frees it).
  */
 static enum status
-absolute(const char *name, char **abs, char *err, size_t errlen)
+absolute(const char *name, char **cwd, char **abs, char *err, size_t errlen)
 {
-	char *cwd = NULL;
+	const char *dir = NULL;
 	int n;
 
-	if (name[0] != '/' && (cwd = getcwd(NULL, 0)) == NULL) {
-		snprintf(err, errlen, "the current directory: %s",
-		    strerror(errno));
-		return errno == ENOMEM ? ST_RESOURCE_EXHAUSTED :
-		                         ST_FAILED_PRECONDITION;
+	if (name[0] != '/') {
+		if (*cwd == NULL && (*cwd = getcwd(NULL, 0)) == NULL) {
+			int e = errno;
+
+			snprintf(err, errlen, "the current directory: %s",
+			    strerror(e));
+			return e == ENOMEM ? ST_RESOURCE_EXHAUSTED :
+			                     ST_FAILED_PRECONDITION;
+		}
+		dir = *cwd;
 	}
-	while (cwd != NULL && name[0] == '.' && name[1] == '/')
+	while (dir != NULL && name[0] == '.' && name[1] == '/')
 		for (name += 2; *name == '/'; name++)
 			;
-	n = asprintf(abs, "%s%s%s", cwd != NULL ? cwd : "",
-	    cwd != NULL && strcmp(cwd, "/") != 0 ? "/" : "", name);
-	free(cwd);
+	n = asprintf(abs, "%s%s%s", dir != NULL ? dir : "",
+	    dir != NULL && strcmp(dir, "/") != 0 ? "/" : "", name);
 	if (n < 0) {
 		snprintf(err, errlen, "out of memory");
 		return ST_RESOURCE_EXHAUSTED;
@@ -115,7 +120,7 @@ enum status
 splitlist_files(FILE *out, int n, char *const *globs, char *err, size_t errlen)
 {
 	glob_t g;
-	char **v = NULL;
+	char **v = NULL, *cwd = NULL;
 	size_t nf = 0, na = 0; /* na: those made absolute */
 	enum status st;
 
@@ -123,10 +128,11 @@ splitlist_files(FILE *out, int n, char *const *globs, char *err, size_t errlen)
 	if ((st = glob_files(n, globs, &g, &v, &nf, err, errlen)) == ST_OK) {
 		/* The matches, made absolute in place of glob's names. */
 		for (; na < nf; na++)
-			if ((st = absolute(v[na], &v[na], err, errlen)) !=
+			if ((st = absolute(v[na], &cwd, &v[na], err, errlen)) !=
 			    ST_OK)
 				break;
 	}
+	free(cwd);
 	if (st == ST_OK) {
 		qsort(v, nf, sizeof(*v), cmp_str);
 		for (size_t k = 0; st == ST_OK && k < nf; k++)
@@ -202,7 +208,7 @@ splitlist_bytes(FILE *out, const char *file, size_t size, char *err,
 {
 	struct stat sb;
 	enum status st;
-	char *abs;
+	char *abs, *cwd = NULL;
 	int fd;
 
 	if ((fd = open(file, O_RDONLY | O_CLOEXEC)) < 0 || fstat(fd, &sb) < 0) {
@@ -214,12 +220,13 @@ splitlist_bytes(FILE *out, const char *file, size_t size, char *err,
 	if (!S_ISREG(sb.st_mode)) {
 		snprintf(err, errlen, "%s: not a regular file", file);
 		st = ST_INVALID_ARGUMENT;
-	} else if ((st = absolute(file, &abs, err, errlen)) == ST_OK) {
+	} else if ((st = absolute(file, &cwd, &abs, err, errlen)) == ST_OK) {
 		/* The directory's name may hold the newline. */
 		if ((st = bad_name(abs, err, errlen)) == ST_OK)
 			st = cut(out, fd, abs, sb.st_size, size, err, errlen);
 		free(abs);
 	}
+	free(cwd);
 	close(fd);
 	return st;
 }
