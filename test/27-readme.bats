@@ -72,14 +72,12 @@ setup_file() {
 	) </dev/null >/dev/null 2>&1
 }
 
-# The pids of the tour's shell's jobs that still run in the tour's
-# directory (a pid used again by another process runs elsewhere).
+# The pids of the processes that still run in the tour's directories:
+# whatever the tour started runs there, its shell's jobs and what they
+# started in turn alike.
 left_running() {
-	local pid cwd
-	for pid in $(sort -u "$TOUR/pids" 2>/dev/null); do
-		cwd=$(readlink "/proc/$pid/cwd" 2>/dev/null) || continue
-		[[ $cwd != "$BATS_FILE_TMPDIR"/* ]] || echo "$pid"
-	done
+	find /proc -maxdepth 2 -name cwd -lname "$BATS_FILE_TMPDIR/*" \
+		-printf '%h\n' 2>/dev/null | cut -d/ -f3
 }
 
 nothing_left() {

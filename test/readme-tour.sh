@@ -9,9 +9,8 @@
 # it ends in a comment "# exits N".
 #
 # It writes OUT/tour.sh, which runs every block in order in the shell
-# that runs it, with each block's stdout and stderr in OUT/N.out, each
-# command's exit status on a line of OUT/N.rc, and the pids of the
-# shell's jobs in OUT/pids after each command; OUT/N.want, N.rcs, N.opts
+# that runs it, with each block's stdout and stderr in OUT/N.out and each
+# command's exit status on a line of OUT/N.rc; OUT/N.want, N.rcs, N.opts
 # and N.line are what block N is to print, its commands' exit statuses,
 # the mark's OPTIONS and the mark's line in README. OUT/blocks counts the
 # blocks.
@@ -27,7 +26,7 @@ function flush_cmd() {
 		return
 	print cmd > script
 	print "__rc=$?; echo \"$__rc\" >>\"" out "/" n ".rc\"; " \
-	    "jobs -p >>\"" out "/pids\"; (exit \"$__rc\")" > script
+	    "(exit \"$__rc\")" > script
 	print rc > (out "/" n ".rcs")
 	cmd = ""
 }
