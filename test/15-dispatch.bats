@@ -544,3 +544,20 @@ escaping() {
 	assert_success
 	assert_output 1
 }
+
+@test "dispatchctl says on stderr, once, what it waits for while dispatchd cannot be reached; a worker does not" {
+	local port
+	port=$(free_port)
+	export MUSTER_DISPATCHER=127.0.0.1:$port
+	# A worker waits for dispatchd in silence, as a daemon's log would.
+	workerloop -t worker:0 2>worker.log &
+	BG_PIDS+=($!)
+	# Not a terminal: nothing is said in the first 3 s, then one line.
+	run --separate-stderr dispatchctl fetch --timeout 4s 1
+	assert_failure 9
+	assert_equal "${#stderr_lines[@]}" 2
+	[[ ${stderr_lines[0]} =~ ^"dispatchctl: waiting up to "[12]"s for dispatchd (cannot reach 127.0.0.1:$port: Connection refused)"$ ]] ||
+		fail "${stderr_lines[0]}"
+	assert_equal "${stderr_lines[1]}" "dispatchctl: UNAVAILABLE: cannot reach $MUSTER_DISPATCHER: Connection refused"
+	! grep -q "waiting" worker.log || fail "$(cat worker.log)"
+}
