@@ -37,7 +37,7 @@ pids=""
 trap 'kill $pids $coordd_pid 2>/dev/null; wait 2>/dev/null' EXIT
 trap 'exit 130' INT TERM
 i=0
-while [ ! -s coordd.port ] && [ "$i" -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+while [ ! -s coordd.port ] && kill -0 "$coordd_pid" 2>/dev/null && [ "$i" -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
 [ -s coordd.port ] || { echo "local-cluster.sh: coordd did not start:" >&2; cat coordd.log >&2; exit 1; }
 MUSTER_COORD=127.0.0.1:$(cat coordd.port)
 export MUSTER_COORD

@@ -25,7 +25,7 @@ dispatchd_pid=$!
 worker_pids=
 trap 'kill $worker_pids 2>/dev/null; kill $dispatchd_pid 2>/dev/null; wait' EXIT
 i=0
-while [ ! -s dispatchd.port ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+while [ ! -s dispatchd.port ] && kill -0 "$dispatchd_pid" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
 [ -s dispatchd.port ] || { echo "sweep.sh: dispatchd did not start:" >&2; cat dispatchd.log >&2; exit 1; }
 MUSTER_DISPATCHER=127.0.0.1:$(cat dispatchd.port)
 export MUSTER_DISPATCHER
