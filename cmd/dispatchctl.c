@@ -88,15 +88,6 @@ is(const char *s, const char *t)
 	return s != NULL && strcmp(s, t) == 0;
 }
 
-/* rc, or the exit code of a write to stdout that failed. */
-static int
-flushed(int rc)
-{
-	if (fflush(stdout) != 0 && rc == 0)
-		return cli_fail(ST_INTERNAL, "writing: %s", strerror(errno));
-	return rc;
-}
-
 /*
  * A failed call: a queue's error names its closure, whose exit code is
  * the one to exit with; anything else is the status's, with msg (NULL:
@@ -144,7 +135,7 @@ cmd_schedule(struct ctl *x, int argc, char **argv)
 		rc = dispatch_opts_schedule(argc, argv, &s);
 	if (rc == 0) {
 		st = dispatch_sched_run(&s, stdin, &errbody, err, sizeof(err));
-		rc = flushed(st == ST_OK ? 0 : fail(x, st, errbody, err));
+		rc = st == ST_OK ? 0 : fail(x, st, errbody, err);
 	}
 	dispatch_sched_free(&s);
 	return rc;
@@ -181,7 +172,7 @@ cmd_fetch(struct ctl *x, int argc, char **argv)
 		}
 		first = first != 0 ? first : rc;
 	}
-	return flushed(first);
+	return first;
 }
 
 /* join, and done: whether the queue is done, at once. */
@@ -272,7 +263,7 @@ cmd_ls(struct ctl *x, int argc, char **argv)
 		json_decref(page);
 	}
 	dispatch_show_list_end(&l);
-	return rc != 0 ? rc : flushed(0);
+	return rc;
 }
 
 static int
@@ -389,7 +380,7 @@ static int
 splits_done(const char *verb, enum status st, const char *err)
 {
 	if (st == ST_OK)
-		return flushed(0);
+		return 0;
 	if (st == ST_RESOURCE_EXHAUSTED)
 		return cli_fail(st, "%s", err);
 	return cli_fail(st, "splits %s: %s", verb, err);
@@ -417,7 +408,7 @@ splits_range(struct ctl *x, int argc, char **argv)
 	if (rc != 0)
 		return rc;
 	splitlist_range(stdout, a, end, step);
-	return flushed(0);
+	return 0;
 }
 
 static int
@@ -589,5 +580,6 @@ main(int argc, char **argv)
 		return cli_fail(ST_INVALID_ARGUMENT, "%s", err);
 	rc = run(&x, v, argc, argv);
 	dispatch_client_free(x.dc);
-	return rc;
+	/* Whatever the verb, its output is out, or it fails. */
+	return cli_flushed(stdout, rc);
 }

@@ -569,9 +569,6 @@ main(int argc, char **argv)
 	}
 	rc = verb->fn(&x, argc, argv);
 	coord_client_free(x.cc);
-	/* What went to stdout through stdio is out, or the run failed (a
-	 * full disk, a closed pipe): never exit 0 having lost it. */
-	if (fflush(stdout) != 0 && rc == 0)
-		rc = cli_fail(ST_INTERNAL, "writing: %s", strerror(errno));
-	return rc;
+	/* What went to stdout through stdio is out, or the run failed. */
+	return cli_flushed(stdout, rc);
 }

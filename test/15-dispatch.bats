@@ -561,3 +561,20 @@ escaping() {
 	assert_equal "${stderr_lines[1]}" "dispatchctl: UNAVAILABLE: cannot reach $MUSTER_DISPATCHER: Connection refused"
 	! grep -q "waiting" worker.log || fail "$(cat worker.log)"
 }
+
+@test "what dispatchctl cannot write to stdout (a full disk) is an error, not exit 0, whatever the verb" {
+	start_dispatchd
+	start_worker worker:0
+	local id v
+	id=$(dispatchctl schedule -- true)
+	dispatchctl join
+	seq 1 3 >splits
+	for v in status "done" "--json done" "ls" "--json fetch $id" \
+		"--json forget $id" "dataset add --splits splits --reader cat" \
+		"dataset ls" "job ls" "splits range 0 10" "splits files splits"; do
+		# shellcheck disable=SC2086
+		run bash -c "dispatchctl $v >/dev/full"
+		[ "$status" -eq 10 ] || fail "dispatchctl $v: exit $status: $output"
+		assert_output --partial "dispatchctl: INTERNAL: writing: "
+	done
+}

@@ -1,6 +1,8 @@
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
 #include "duration.h"
@@ -75,6 +77,19 @@ cli_fail(enum status st, const char *fmt, ...)
 	va_end(ap);
 	fprintf(stderr, "%s: %s: %s\n", log_prog(), status_name(st), msg);
 	return status_exit(st);
+}
+
+int
+cli_flushed(FILE *out, int rc)
+{
+	int lost = ferror(out);
+
+	if (fflush(out) != 0 && rc == 0)
+		return cli_fail(ST_INTERNAL, "writing: %s", strerror(errno));
+	if (lost && rc == 0)
+		return cli_fail(ST_INTERNAL,
+		    "writing: a write failed, and what it held was lost");
+	return rc;
 }
 
 int

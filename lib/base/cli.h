@@ -8,6 +8,7 @@
 #define MUSTER_CLI_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "status.h"
 
@@ -51,6 +52,15 @@ int cli_number_flag(const char *synopsis, const char *flag, const char *arg,
 /* Writes "prog: CODE: message" to stderr and returns the exit code. */
 int cli_fail(enum status st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/*
+ * rc; or, when rc is 0 and out did not take all that was written to it (a
+ * full disk, a closed pipe, a pipe that would not wait), the exit code of
+ * INTERNAL, said on stderr: a program whose output was lost never exits
+ * 0. Stdio drops the bytes of a write that failed, and a flush of what
+ * came after may succeed: the stream's error flag remembers.
+ */
+int cli_flushed(FILE *out, int rc);
 
 /* Writes "prog: message" and the synopsis to stderr; returns 2. */
 int cli_usage_error(const char *synopsis, const char *fmt, ...)

@@ -1,6 +1,9 @@
+#include <fcntl.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "buf.h"
 #include "cli.h"
@@ -275,6 +278,58 @@ cli_sizes_and_addresses(void)
 	CHECK(strcmp(cli_coord_addr(NULL), CLI_COORD_DEFAULT) == 0);
 }
 
+/* cli_flushed(f, rc) with stderr sent to /dev/null. */
+static int
+flushed_quietly(FILE *f, int rc)
+{
+	int save = dup(2), null = open("/dev/null", O_WRONLY);
+
+	fflush(stderr);
+	dup2(null, 2);
+	rc = cli_flushed(f, rc);
+	fflush(stderr);
+	dup2(save, 2);
+	close(save);
+	close(null);
+	return rc;
+}
+
+/*
+ * Output lost is a failed run. A pipe that does not wait refuses a write
+ * once full; stdio drops what that write held, and once the pipe has
+ * drained, the flush of what came after succeeds.
+ */
+static void
+cli_output_lost(void)
+{
+	static char block[4096], sink[65536];
+	int p[2];
+	FILE *f;
+
+	memset(block, 'x', sizeof(block));
+	CHECK(pipe(p) == 0);
+	CHECK(fcntl(p[0], F_SETFL, O_NONBLOCK) == 0 &&
+	    fcntl(p[1], F_SETFL, O_NONBLOCK) == 0);
+	CHECK((f = fdopen(p[1], "w")) != NULL);
+	CHECK(fputs("taken\n", f) >= 0 && flushed_quietly(f, 0) == 0);
+	for (int i = 0; i < 4096 && !ferror(f); i++)
+		fwrite(block, 1, sizeof(block), f);
+	CHECK(ferror(f));
+	while (read(p[0], sink, sizeof(sink)) > 0)
+		;
+	CHECK(fputs("after\n", f) >= 0);
+	CHECK(flushed_quietly(f, 0) == status_exit(ST_INTERNAL));
+	/* A run that failed already keeps its own code. */
+	CHECK(flushed_quietly(f, 3) == 3);
+	fclose(f);
+	close(p[0]);
+
+	CHECK((f = fopen("/dev/full", "w")) != NULL);
+	CHECK(fputs("x\n", f) >= 0);
+	CHECK(flushed_quietly(f, 0) == status_exit(ST_INTERNAL));
+	fclose(f);
+}
+
 /* Spans: added in any order, merged when they touch, whole once they
  * cover [0, total). */
 static void
@@ -311,5 +366,7 @@ UNIT_TESTS(span_tests) = {
 UNIT_TESTS(cli_tests) = {
     {"cli: numbers, sizes, listen addresses, coordd address",
         cli_sizes_and_addresses},
+    {"cli: output lost fails the run, though the last flush worked",
+        cli_output_lost},
     {NULL, NULL},
 };
