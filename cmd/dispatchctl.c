@@ -251,7 +251,8 @@ cmd_ls(struct ctl *x, int argc, char **argv)
 		return rc;
 	if (optind < argc)
 		return usage("unexpected argument %s", argv[optind]);
-	while (rc == 0 && more) {
+	/* A stdout that refused a page takes no more of them. */
+	while (rc == 0 && more && !ferror(stdout)) {
 		enum status st = dc_closures(x->dc, x->queue, state, after,
 		    soon(), &page, &errbody);
 		if (st != ST_OK) {
@@ -263,6 +264,8 @@ cmd_ls(struct ctl *x, int argc, char **argv)
 		json_decref(page);
 	}
 	dispatch_show_list_end(&l);
+	if (rc == 0 && ferror(stdout))
+		rc = cli_fail(ST_INTERNAL, "writing: %s", strerror(errno));
 	return rc;
 }
 
@@ -381,7 +384,7 @@ splits_done(const char *verb, enum status st, const char *err)
 {
 	if (st == ST_OK)
 		return 0;
-	if (st == ST_RESOURCE_EXHAUSTED)
+	if (st == ST_RESOURCE_EXHAUSTED || st == ST_INTERNAL)
 		return cli_fail(st, "%s", err);
 	return cli_fail(st, "splits %s: %s", verb, err);
 }
@@ -401,14 +404,15 @@ splits_files(struct ctl *x, int argc, char **argv)
 static int
 splits_range(struct ctl *x, int argc, char **argv)
 {
+	char err[2048];
 	int64_t a, end, step;
 	int rc = dispatch_opts_range(argc, argv, &a, &end, &step);
 
 	(void)x;
 	if (rc != 0)
 		return rc;
-	splitlist_range(stdout, a, end, step);
-	return 0;
+	return splits_done("range",
+	    splitlist_range(stdout, a, end, step, err, sizeof(err)), err);
 }
 
 static int

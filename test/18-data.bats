@@ -70,6 +70,16 @@ expected() {
 	run -2 dispatchctl splits range 5 x
 }
 
+@test "a split list whose reader left stops there: INTERNAL (10) at once, not after ten billion lines" {
+	run timeout 20 bash -c 'dispatchctl splits range 0 10000000000 | head -n 1; exit "${PIPESTATUS[0]}"'
+	assert_failure 10
+	assert_line --index 0 "0 1"
+	assert_line --index 1 "dispatchctl: INTERNAL: writing: Broken pipe"
+	run bash -c 'dispatchctl splits range 0 10 >/dev/full'
+	assert_failure 10
+	assert_output "dispatchctl: INTERNAL: writing: No space left on device"
+}
+
 @test "dynamic: two workers, every element exactly once" {
 	start_dispatchd
 	start_worker a:0

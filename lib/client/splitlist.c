@@ -43,6 +43,14 @@ bad_name(const char *name, char *err, size_t errlen)
 	return ST_INVALID_ARGUMENT;
 }
 
+/* A write out refused (a reader gone, a full disk), errno saying why. */
+static enum status
+refused(char *err, size_t errlen)
+{
+	snprintf(err, errlen, "writing: %s", strerror(errno));
+	return ST_INTERNAL;
+}
+
 /*
  * name as an absolute path into *abs (the caller's to free), against the
  * current directory, without resolving links: the workers that open it
@@ -138,8 +146,9 @@ splitlist_files(FILE *out, int n, char *const *globs, char *err, size_t errlen)
 		for (size_t k = 0; st == ST_OK && k < nf; k++)
 			st = bad_name(v[k], err, errlen);
 		for (size_t k = 0; st == ST_OK && k < nf; k++)
-			if (k == 0 || strcmp(v[k], v[k - 1]) != 0)
-				fprintf(out, "%s\n", v[k]);
+			if ((k == 0 || strcmp(v[k], v[k - 1]) != 0) &&
+			    fprintf(out, "%s\n", v[k]) < 0)
+				st = refused(err, errlen);
 	}
 	for (size_t k = 0; k < na; k++)
 		free(v[k]);
@@ -148,14 +157,17 @@ splitlist_files(FILE *out, int n, char *const *globs, char *err, size_t errlen)
 	return st;
 }
 
-void
-splitlist_range(FILE *out, int64_t start, int64_t end, int64_t step)
+enum status
+splitlist_range(FILE *out, int64_t start, int64_t end, int64_t step, char *err,
+    size_t errlen)
 {
 	while (start < end) {
 		int64_t b = end - start > step ? start + step : end;
-		fprintf(out, "%" PRId64 " %" PRId64 "\n", start, b);
+		if (fprintf(out, "%" PRId64 " %" PRId64 "\n", start, b) < 0)
+			return refused(err, errlen);
 		start = b;
 	}
+	return ST_OK;
 }
 
 /*
@@ -195,8 +207,9 @@ cut(FILE *out, int fd, const char *file, off_t fsize, size_t size, char *err,
 			snprintf(err, errlen, "%s: %s", file, strerror(errno));
 			return ST_INVALID_ARGUMENT;
 		}
-		fprintf(out, "%jd %jd %s\n", (intmax_t)off,
-		    (intmax_t)(end - off), file);
+		if (fprintf(out, "%jd %jd %s\n", (intmax_t)off,
+		        (intmax_t)(end - off), file) < 0)
+			return refused(err, errlen);
 		off = end;
 	}
 	return ST_OK;

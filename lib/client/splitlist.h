@@ -5,7 +5,8 @@
  * ranges of bytes. A split that would hold a newline is refused, since it
  * would read back as two.
  *
- * Calls write to out as they go and fail with err saying why.
+ * Calls write to out as they go and fail with err saying why, at the
+ * first write out refuses too (a reader gone, a full disk: INTERNAL).
  */
 #ifndef MUSTER_SPLITLIST_H
 #define MUSTER_SPLITLIST_H
@@ -23,7 +24,8 @@ enum status splitlist_files(FILE *out, int n, char *const *globs, char *err,
     size_t errlen);
 
 /* "A B" lines over [start, end), step apart. */
-void splitlist_range(FILE *out, int64_t start, int64_t end, int64_t step);
+enum status splitlist_range(FILE *out, int64_t start, int64_t end, int64_t step,
+    char *err, size_t errlen);
 
 /*
  * "OFFSET LENGTH FILE" lines: ranges of size bytes or a little more, each

@@ -92,7 +92,7 @@ split_list_names(void)
 	free(written(f, &mem));
 
 	f = open_memstream(&mem, &len);
-	splitlist_range(f, 0, 10, 4);
+	CHECK(splitlist_range(f, 0, 10, 4, err, sizeof(err)) == ST_OK);
 	out = written(f, &mem);
 	CHECK(strcmp(out, "0 4\n4 8\n8 10\n") == 0);
 	free(out);
