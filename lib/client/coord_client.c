@@ -246,6 +246,7 @@ coord_kv_get(struct coord_client *cc, const char *key, int wait,
 		int64_t hd = deadline, w = 0;
 		char suffix[64] = "";
 		enum status st;
+		int answered;
 
 		if (wait) {
 			w = coord_poll_wait(deadline, 0, &hd);
@@ -270,11 +271,14 @@ coord_kv_get(struct coord_client *cc, const char *key, int wait,
 			if (rev != NULL)
 				*rev = resp.revision;
 		}
+		answered = resp.code != 0;
 		http_resp_free(&resp);
 		/* A quiet long poll before our own deadline: ask again. */
 		if (wait && coord_poll_again(st, deadline))
 			continue;
-		if (st == ST_DEADLINE_EXCEEDED)
+		/* coordd's word that the key did not come; without a reply
+		 * at all, the client's own ("no reply from ..."). */
+		if (st == ST_DEADLINE_EXCEEDED && answered)
 			coord_fail(cc, ST_INTERNAL,
 			    "key %s not set before the deadline", key);
 		return st;
