@@ -388,6 +388,31 @@ expected() {
 	[ "$(wc -l <kept)" -gt 40 ]
 }
 
+@test "a consumer whose stdout closes while it waits on two workers gives back at once what each answered: the other consumer ends the job, each element written once" {
+	start_dispatchd
+	# A reply left to a worker would wait this long for its consumer.
+	start_worker a:0 --request-timeout 300s
+	start_worker b:0 --request-timeout 300s
+	# Elements come slowly, so that when one request's reply finds the
+	# stdout closed, the request to the other worker is waiting for its
+	# reply: the read's end cuts it short, and the worker may have
+	# answered it.
+	id=$(dataset 40 4 'for i in 1 2 3 4; do echo "$MUSTER_SPLIT.$i"; sleep 0.05; done')
+	dispatchctl read --job cut "$id" 2>gone.err > >(head -n 3 >gone) &
+	pg=$!
+	dispatchctl read --job cut "$id" >kept &
+	pk=$!
+	BG_PIDS+=("$pg" "$pk")
+	wait_exit "$pg" 60
+	[ "$STATUS" = 8 ]
+	written=$(sed -n 's/.*after \([0-9]*\) elements were written.*/\1/p' gone.err)
+	wait_exit "$pk" 60
+	[ "$STATUS" = 0 ]
+	# What the closed pipe held is lost with it: the rest comes once.
+	[ -z "$(sort gone kept | uniq -d)" ]
+	[ "$(sort -u gone kept | wc -l)" = $((160 - written + 3)) ]
+}
+
 @test "dynamic, worker killed with -9 mid-split: every element exactly once" {
 	start_dispatchd --heartbeat-timeout 30s
 	start_worker a:0 --lease 2

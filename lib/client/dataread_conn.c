@@ -57,19 +57,19 @@ addr_split(const char *addr, char *host, size_t size)
 }
 
 /*
- * Connects the non-blocking fd within CONNECT_MS, then makes it blocking:
- * a worker's machine that vanished must not hold us for the minutes a
+ * Connects the non-blocking fd within ms, then makes it blocking: a
+ * worker's machine that vanished must not hold us for the minutes a
  * blocking connect takes. 0, or -1.
  */
 static int
-connect_within(int fd, const struct addrinfo *ai)
+connect_within(int fd, const struct addrinfo *ai, int64_t ms)
 {
 	struct pollfd p = {.fd = fd, .events = POLLOUT};
 	int soerr = 0;
 	socklen_t sl = sizeof(soerr);
 
 	if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0 &&
-	    (errno != EINPROGRESS || poll(&p, 1, CONNECT_MS) != 1 ||
+	    (errno != EINPROGRESS || poll(&p, 1, (int)ms) != 1 ||
 	        getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0 ||
 	        soerr != 0))
 		return -1;
@@ -78,9 +78,10 @@ connect_within(int fd, const struct addrinfo *ai)
 
 /*
  * A connection to a worker's address into wc, TLS for an https:// one
- * (trusting what MUSTER_TLS_CA_FILE, or the system, trusts): 0; -1 when
- * it cannot be reached now; -2 when TLS failed, which will not mend by
- * itself (an untrusted certificate, say), with why in err.
+ * (trusting what MUSTER_TLS_CA_FILE, or the system, trusts), made within
+ * CONNECT_MS or io_ms if shorter, its calls timing out after io_ms: 0; -1
+ * when it cannot be reached now; -2 when TLS failed, which will not mend
+ * by itself (an untrusted certificate, say), with why in err.
  */
 int
 dataread_conn_open(const char *addr, int64_t io_ms, struct wconn *wc, char *err,
@@ -101,7 +102,9 @@ dataread_conn_open(const char *addr, int64_t io_ms, struct wconn *wc, char *err,
 		fd = socket(ai->ai_family,
 		    ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
 		    ai->ai_protocol);
-		if (fd >= 0 && connect_within(fd, ai) < 0) {
+		if (fd >= 0 &&
+		    connect_within(fd, ai,
+		        io_ms < CONNECT_MS ? io_ms : CONNECT_MS) < 0) {
 			close(fd);
 			fd = -1;
 		}

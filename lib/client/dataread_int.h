@@ -84,6 +84,8 @@ struct source {
 	size_t nagain, capagain;
 	uint64_t req;  /* the next request's number, from 1 (datawire.h) */
 	int unwritten; /* the last reply could not be written */
+	int asked;     /* request req was sent and no reply came: the
+	                * worker may hold one for us */
 };
 
 /* A task of a round-robin job as the last heartbeat listed it. */

@@ -345,6 +345,7 @@ source_step(struct source *t, struct wconn *wc)
 	    sizeof(path));
 	if (source_io(t, 1) < 0)
 		return STEP_RETRY;
+	t->asked = 1;
 	rc = dataread_send_get(wc, path, t->addr, r->secret) < 0 ||
 	    (idle_report(t, wc),
 	        dataread_recv_reply(wc, &t->buf, &t->cap,
@@ -356,6 +357,7 @@ source_step(struct source *t, struct wconn *wc)
 		source_close(t, wc);
 		return STEP_RETRY;
 	}
+	t->asked = 0;
 	/* Not yet known to its worker (dispatchd told us first), or
 	 * refused for now: try again while the task is listed. Not the
 	 * job's secret: never will be. */
@@ -382,21 +384,30 @@ source_step(struct source *t, struct wconn *wc)
  * reply, which it would otherwise keep for us until it takes us for gone:
  * written, and heard of by dispatchd (see await_report), it is
  * acknowledged by a request for nothing; not written, or not heard of, it
- * is given back, for another reader of the job (at least once). A worker
- * that holds replies for connections, not consumers, takes the first as
- * the acknowledgement it is, answers the second 404, and gives the reply
- * back as the connection closes.
+ * is given back, for another reader of the job (at least once). A request
+ * whose reply never came (the stop cut it short, or its connection broke)
+ * may have been answered: the request for nothing, numbered as it was,
+ * gives that answer back, on a connection made for it if need be. A
+ * worker that holds replies for connections, not consumers, takes the
+ * first as the acknowledgement it is, answers the second 404, and gives
+ * the reply back as the connection closes.
  */
 static void
 source_ack(struct source *t, struct wconn *wc)
 {
 	struct timeval tv = {.tv_sec = 0, .tv_usec = ACK_MS * 1000};
-	char path[256];
+	char path[256], err[256];
 	struct reply rp;
 	int back;
 
-	if (t->nprev == 0 && !t->unwritten)
+	if (t->nprev == 0 && !t->unwritten && !t->asked)
 		return;
+	if (wc->fd < 0 &&
+	    dataread_conn_open(t->addr, ACK_MS, wc, err, sizeof(err)) != 0) {
+		log_debug("task %" PRId64 ": cannot reach %s to leave it",
+		    t->id, t->addr);
+		return;
+	}
 	pthread_mutex_lock(&t->r->mu);
 	back = t->unwritten || !ack_allowed_locked(t);
 	pthread_mutex_unlock(&t->r->mu);
@@ -440,8 +451,7 @@ source_main(void *arg)
 		backoff =
 		    backoff * 2 < BACKOFF_MAX_MS ? backoff * 2 : BACKOFF_MAX_MS;
 	}
-	if (wc.fd >= 0)
-		source_ack(t, &wc);
+	source_ack(t, &wc);
 	source_close(t, &wc);
 	pthread_mutex_lock(&r->mu);
 	/* Once a dynamic job has finished no split waits for our word. */
