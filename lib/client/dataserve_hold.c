@@ -132,17 +132,18 @@ dataserve_hold_add(struct feed *t, const char *id, long max)
 }
 
 void
-dataserve_hold_release(struct feed *t, struct hold *h, int acked)
+dataserve_hold_release(struct feed *t, struct chunk **list, size_t *n,
+    int acked)
 {
-	if (h->chunks == NULL)
+	if (*list == NULL)
 		return;
 	if (acked)
-		dataserve_chunks_ack(t, h->chunks);
+		dataserve_chunks_ack(t, *list);
 	else
-		dataserve_chunks_give_back(t, h->chunks);
-	t->held -= h->n;
-	h->chunks = NULL;
-	h->n = 0;
+		dataserve_chunks_give_back(t, *list);
+	t->held -= *n;
+	*list = NULL;
+	*n = 0;
 	pthread_cond_broadcast(&t->more);
 }
 
@@ -151,7 +152,7 @@ dataserve_hold_forget(struct feed *t, struct hold *h)
 {
 	struct hold **pp;
 
-	dataserve_hold_release(t, h, 0);
+	dataserve_hold_release(t, &h->chunks, &h->n, 0);
 	for (pp = &t->holds; *pp != h; pp = &(*pp)->next)
 		;
 	*pp = h->next;
@@ -200,7 +201,7 @@ dataserve_holds_expire(struct feed *t, int64_t now, int64_t bound)
 		if (h->conn != 0 || h->n == 0)
 			continue;
 		if (now - h->away >= bound)
-			dataserve_hold_release(t, h, 0);
+			dataserve_hold_release(t, &h->chunks, &h->n, 0);
 		else if (h->away + bound < next)
 			next = h->away + bound;
 	}

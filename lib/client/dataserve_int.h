@@ -264,16 +264,19 @@ void dataserve_make_utf8(char *s);
  * the next consumer that asks (freed if the task was dropped). */
 void dataserve_chunks_ack(struct feed *t, struct chunk *list);
 void dataserve_chunks_give_back(struct feed *t, struct chunk *list);
+/* A reply's chunks, held by a connection or a consumer (*list, *n of
+ * them), acknowledged or given back, t->held counted down, and the holder
+ * left with none. */
+void dataserve_hold_release(struct feed *t, struct chunk **list, size_t *n,
+    int acked);
 /* Copies of the chunks of list, each holding its block, for a reply that
  * goes out while another connection may let go of them; *ok 0 when out
  * of memory. */
 struct chunk *dataserve_chunks_copy(const struct chunk *list, int *ok);
 /* Consumer id's hold, or NULL; a new one, at most max a task (NULL when
- * there is no room); its chunks acknowledged or given back, t->held
- * counted down; a hold forgotten, its chunks given back. */
+ * there is no room); a hold forgotten, its chunks given back. */
 struct hold *dataserve_hold_find(struct feed *t, const char *id);
 struct hold *dataserve_hold_add(struct feed *t, const char *id, long max);
-void dataserve_hold_release(struct feed *t, struct hold *h, int acked);
 void dataserve_hold_forget(struct feed *t, struct hold *h);
 /* h is asked for on connection conn, whose hold of t it is now (another
  * it had is away from now); conn closed: its holds are away from now. */

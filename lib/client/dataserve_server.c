@@ -193,15 +193,8 @@ conn_release(struct conn *c, int acked)
 	if (t == NULL)
 		return;
 	pthread_mutex_lock(&t->mu);
-	if (acked)
-		dataserve_chunks_ack(t, c->held);
-	else
-		dataserve_chunks_give_back(t, c->held);
-	t->held -= c->nheld;
-	pthread_cond_broadcast(&t->more);
+	dataserve_hold_release(t, &c->held, &c->nheld, acked);
 	pthread_mutex_unlock(&t->mu);
-	c->held = NULL;
-	c->nheld = 0;
 	c->ht = NULL;
 	dataserve_feed_unref(t);
 }
@@ -399,7 +392,7 @@ serve_leave(struct conn *c, const struct dw_request *w, const struct req *r)
 		return rc;
 	pthread_mutex_lock(&t->mu);
 	if ((why = hold_of(c, t, w, 0, &h)) == H_OK && h != NULL) {
-		dataserve_hold_release(t, h,
+		dataserve_hold_release(t, &h->chunks, &h->n,
 		    w->kind == DW_ELEMENTS && w->request > h->req);
 		dataserve_hold_forget(t, h);
 	}
@@ -439,7 +432,7 @@ serve_named(struct conn *c, struct feed *t, const struct dw_request *w,
 	}
 	dataserve_hold_claim(t, h, c->serial, duration_now_ms());
 	if (w->request > h->req) {
-		dataserve_hold_release(t, h, 1);
+		dataserve_hold_release(t, &h->chunks, &h->n, 1);
 		h->req = w->request;
 	}
 	if (h->n == 0) {
