@@ -159,6 +159,68 @@ proxy() {
 	[ "$(sort out)" = "$(for s in $(seq 1 30); do echo "$s.1"; echo "$s.2"; done | sort)" ]
 }
 
+# elements FILE...: the elements in bodies of a worker's data server's
+# replies (chunks: a 40-byte header, its payload's length at byte 28).
+elements() {
+	"$PYTHON" - "$@" <<'PY'
+import struct, sys
+for f in sys.argv[1:]:
+    b = open(f, "rb").read()
+    off = 0
+    while off < len(b):
+        n = struct.unpack_from("<I", b, off + 28)[0]
+        sys.stdout.buffer.write(b[off + 40:off + 40 + n])
+        off += 40 + n
+PY
+}
+
+@test "a consumer that names itself, on the wire: a request sent again gets its reply again, one overtaken 412, a reply given back goes to the next consumer, past --max-connections holders 413 until they are gone for --request-timeout; a read then gets the rest once" {
+	start_dispatchd
+	start_worker a:0 --max-connections 4 --request-timeout 2s
+	addr=$(sed -n 's/.*serving data on //p' "$T/a:0.log")
+	id=$(seq 1 20 | dispatchctl dataset add --splits - --reader 'for i in 1 2 3; do echo "$MUSTER_SPLIT.$i"; done')
+	# A job client of our own, for the job's secret.
+	job=$(curl -sf -X POST "http://$MUSTER_DISPATCHER/v1/jobs" \
+		-d "{\"dataset\":\"$id\",\"name\":\"wire\",\"mode\":\"dynamic\",\"repeat\":1,\"seed\":0}")
+	secret=$(jq -r .secret <<<"$job")
+	wait_for 30 sh -c "dispatchctl --json job show wire | jq -e '.tasks | length > 0'"
+	url=http://$addr/v1/tasks/$(dispatchctl --json job show wire | jq -r '.tasks[0].id')
+	# get OUT QUERY: a request on a connection of its own, its body into
+	# OUT; prints its HTTP status.
+	get() {
+		curl -s -o "$1" -w '%{http_code}' -H "Authorization: Bearer $secret" "$url/$2"
+	}
+	one='elements?max=1&wait=5000'
+	[ "$(get r1 "$one&consumer_id=a&request=1")" = 200 ]
+	[ -s r1 ]
+	[ "$(get r1.again "$one&consumer_id=a&request=1")" = 200 ]
+	cmp r1 r1.again
+	# The next request acknowledges reply 1 and takes more.
+	[ "$(get r2 "$one&consumer_id=a&request=2")" = 200 ]
+	[ -s r2 ]
+	run ! cmp -s r1 r2
+	[ "$(get late "$one&consumer_id=a&request=1")" = 412 ]
+	grep -q 'overtaken by a later one' late
+	[ "$(get back "giveback?consumer_id=a&request=2")" = 200 ]
+	[ ! -s back ]
+	[ "$(get rb "$one&consumer_id=b&request=1")" = 200 ]
+	cmp r2 rb
+	# b, c1, c2 and c3 hold chunks, their connections closed less than
+	# 2s ago: no room for d.
+	for c in c1 c2 c3; do
+		[ "$(get "r$c" "$one&consumer_id=$c&request=1")" = 200 ]
+	done
+	[ "$(get full "$one&consumer_id=d&request=1")" = 413 ]
+	grep -q '4 consumers hold its elements already' full
+	nap 2.5
+	[ "$(get rd "$one&consumer_id=d&request=1")" = 200 ]
+	[ "$(get rd.ack "elements?max=0&consumer_id=d&request=2")" = 200 ]
+	# a acknowledged reply 1 and d its reply; what the others held went
+	# back: a read of the job gets the rest, each element once.
+	run -0 dispatchctl read --job wire "$id"
+	[ "$(sort <<<"$output"$'\n'"$(elements r1 rd)")" = "$(for s in $(seq 1 20); do for i in 1 2 3; do echo "$s.$i"; done; done | sort)" ]
+}
+
 @test "a worker's data server holds --max-connections: half-sent requests are refused past it and closed after --request-timeout, and reads go on" {
 	start_dispatchd
 	start_worker a:0 --max-connections 8 --request-timeout 2s
