@@ -96,6 +96,35 @@ proxy() {
 	[ "$(sort a b)" = "$(for s in $(seq 1 300); do for i in 1 2 3 4; do echo "$s.$i"; done; done | sort)" ]
 }
 
+@test "a consumer of a shared job stopped by SIGTERM while dispatchd is slow to hear from it reports what it wrote before it leaves its worker: the other consumer writes none of it again" {
+	start_dispatchd
+	start_worker a:0 --request-timeout 300s
+	id=$(seq 1 2000 | dispatchctl dataset add --splits - --reader \
+		'for i in 1 2 3 4; do echo "$MUSTER_SPLIT.$i"; done')
+	# A reaches dispatchd through a proxy, stopped for a while: A's
+	# replies are written, and dispatchd has not heard of them.
+	proxy dispatchd "$MUSTER_DISPATCHER"
+	pp=${BG_PIDS[-1]}
+	MUSTER_DISPATCHER=$PROXY_ADDR dispatchctl read --job term "$id" >a 2>a.err &
+	pa=$!
+	dispatchctl read --job term "$id" >b 2>b.err &
+	pb=$!
+	BG_PIDS+=("$pa" "$pb")
+	wait_for 30 sh -c '[ "$(wc -l <a 2>/dev/null)" -ge 8 ]'
+	kill -STOP "$pp"
+	nap 0.5
+	kill -TERM "$pa"
+	# It reports, through the proxy, before its last report gives up.
+	nap 0.5
+	kill -CONT "$pp"
+	wait_exit "$pa" 30
+	[ "$STATUS" = 143 ]
+	wait_exit "$pb" 120
+	[ "$STATUS" = 0 ] || { cat b.err; false; }
+	[ -z "$(sort a b | uniq -d | head -5)" ]
+	[ "$(sort a b)" = "$(for s in $(seq 1 2000); do for i in 1 2 3 4; do echo "$s.$i"; done; done | sort)" ]
+}
+
 @test "a stranger on a worker's data port takes nothing: without the job's secret it gets 401, and the reader gets every element" {
 	start_dispatchd
 	start_worker a:0

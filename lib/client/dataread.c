@@ -126,12 +126,15 @@ run(struct reader *r, char *err, size_t errlen)
 }
 
 /*
- * Stops every thread and waits for them a while: one blocked writing to
- * a reader that neither reads nor goes away is left to the process's
- * end. 1 when all are gone.
+ * Stops every thread, reports what they wrote, and waits for them a
+ * while: one blocked writing to a reader that neither reads nor goes away
+ * is left to the process's end. The report comes before the threads
+ * leave their workers, so that they acknowledge what they wrote rather
+ * than give it back for another reader of the job to write again. 1 when
+ * all are gone.
  */
 static int
-stop_threads(struct reader *r)
+stop_threads(struct reader *r, enum status st, int64_t deadline)
 {
 	struct timespec ts;
 	int all = 1;
@@ -145,6 +148,7 @@ stop_threads(struct reader *r)
 		shutdown(r->rr_fd, SHUT_RDWR);
 	pthread_cond_broadcast(&r->cv);
 	pthread_mutex_unlock(&r->mu);
+	dataread_report_last(r, st, deadline);
 	ts = dataread_time_in(JOIN_MS);
 	for (struct source *t = r->tasks; t != NULL; t = t->next)
 		if (pthread_timedjoin_np(t->thread, NULL, &ts) != 0)
@@ -180,6 +184,7 @@ dataread_run(struct dispatch_client *dc, const struct dataread_opts *o,
 {
 	struct reader *r = calloc(1, sizeof(*r));
 	enum status st;
+	int64_t deadline;
 	int all, closed;
 
 	if (r == NULL || token_random(r->id, sizeof(r->id)) < 0 ||
@@ -202,7 +207,8 @@ dataread_run(struct dispatch_client *dc, const struct dataread_opts *o,
 	if ((st = dataread_job_open(r, err, errlen)) != ST_OK) {
 		/* Refused after the job client was made: it goes. */
 		if (r->client > 0)
-			dataread_farewell(r, st);
+			dataread_farewell(r, st,
+			    duration_now_ms() + FAREWELL_MS);
 		dispatch_client_set_cancel(dc, -1);
 		reader_free(r);
 		return st;
@@ -219,8 +225,9 @@ dataread_run(struct dispatch_client *dc, const struct dataread_opts *o,
 			    "cannot start a thread: %s", strerror(errno));
 	}
 	st = run(r, err, errlen);
+	deadline = duration_now_ms() + FAREWELL_MS;
 	/* Threads still blocked on the output keep r: the process ends. */
-	all = stop_threads(r);
+	all = stop_threads(r, st, deadline);
 	pthread_mutex_lock(&r->mu);
 	closed = r->closed;
 	pthread_mutex_unlock(&r->mu);
@@ -229,7 +236,8 @@ dataread_run(struct dispatch_client *dc, const struct dataread_opts *o,
 	if (st == ST_OK && o->positions && !closed &&
 	    dataread_write_record(r, CHUNK_END, NULL, 0) < 0)
 		read_over(r, &st, err, errlen);
-	dataread_farewell(r, st);
+	/* What the threads wrote since the last report. */
+	dataread_farewell(r, st, deadline);
 	if (all)
 		reader_free(r);
 	return st;

@@ -22,6 +22,9 @@
 #include "status.h"
 #include "tls.h"
 
+/* At the end of a read: how long its last report and the release of its
+ * job client may take. */
+#define FAREWELL_MS 2000
 /* What a reply may take beyond the wait asked for before its worker
  * counts as hung. */
 #define IO_GRACE_MS 30000
@@ -125,6 +128,7 @@ struct reader {
 	struct source *tasks;
 	int finished; /* the job, as the last heartbeat said */
 	int stopping; /* the read ends: every thread stops */
+	int told;     /* the read's last report was made, or given up */
 	enum status fail;
 	char failmsg[1024];
 	int closed;       /* the output's reader went away */
@@ -205,7 +209,11 @@ void *dataread_rr_main(void *arg);
 enum status dataread_job_open(struct reader *r, char *err, size_t errlen);
 enum status dataread_heartbeat(struct reader *r, int64_t deadline, char *err,
     size_t errlen);
-void dataread_farewell(struct reader *r, enum status st);
+/* At the end: what was delivered and lost reported before deadline,
+ * unless the client is gone already (st NOT_FOUND), and then r->told; the
+ * same, and the job client released. */
+void dataread_report_last(struct reader *r, enum status st, int64_t deadline);
+void dataread_farewell(struct reader *r, enum status st, int64_t deadline);
 
 /* dataread.c, over them all: the heartbeat loop, the end of the read. */
 

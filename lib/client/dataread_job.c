@@ -16,9 +16,6 @@
 #include "log.h"
 #include "vec.h"
 
-/* At the end: the last heartbeat and the release. */
-#define FAREWELL_MS 2000
-
 /* An id dispatchd sends as a number or as a decimal string; -1: none. */
 static int64_t
 json_id(json_t *v)
@@ -294,22 +291,37 @@ dataread_job_open(struct reader *r, char *err, size_t errlen)
 	return ST_OK;
 }
 
-/* The last report and the release of the job client, on every path. */
+/*
+ * The last report, on every path, whatever ended the read (a signal's
+ * stop_fd does not cut it short). Threads that wait to leave their
+ * workers until dispatchd has heard of their last replies (source_ack)
+ * go once it is made or given up.
+ */
 void
-dataread_farewell(struct reader *r, enum status st)
+dataread_report_last(struct reader *r, enum status st, int64_t deadline)
 {
 	char err[256];
-	int64_t deadline = duration_now_ms() + FAREWELL_MS;
 	int more;
 
 	dispatch_client_set_cancel(r->dc, -1);
-	if (st == ST_NOT_FOUND)
-		return; /* the client is gone already */
 	pthread_mutex_lock(&r->mu);
-	more = r->pend.n > 0 || r->nlost > 0;
+	more = st != ST_NOT_FOUND && (r->pend.n > 0 || r->nlost > 0);
 	pthread_mutex_unlock(&r->mu);
 	if (more)
 		dataread_heartbeat(r, deadline, err, sizeof(err));
+	pthread_mutex_lock(&r->mu);
+	r->told = 1;
+	pthread_cond_broadcast(&r->cv);
+	pthread_mutex_unlock(&r->mu);
+}
+
+/* The last report and the release of the job client, on every path. */
+void
+dataread_farewell(struct reader *r, enum status st, int64_t deadline)
+{
+	dataread_report_last(r, st, deadline);
+	if (st == ST_NOT_FOUND)
+		return; /* the client is gone already */
 	if (dc_client_release(r->dc, r->client, deadline) != ST_OK)
 		log_debug("releasing job client %" PRId64 ": %s", r->client,
 		    dispatch_client_error(r->dc));

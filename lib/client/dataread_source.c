@@ -382,9 +382,10 @@ source_step(struct source *t, struct wconn *wc)
 /*
  * Before the connection closes, tells the worker what became of the last
  * reply, which it would otherwise keep for us until it takes us for gone:
- * written, and heard of by dispatchd (see await_report), it is
- * acknowledged by a request for nothing; not written, or not heard of, it
- * is given back, for another reader of the job (at least once). A request
+ * written, and heard of by dispatchd (see await_report; as the whole read
+ * ends, once its last report is made), it is acknowledged by a request
+ * for nothing; not written, or not heard of, it is given back, for
+ * another reader of the job (at least once). A request
  * whose reply never came (the stop cut it short, or its connection broke)
  * may have been answered: the request for nothing, numbered as it was,
  * gives that answer back, on a connection made for it if need be. A
@@ -402,15 +403,19 @@ source_ack(struct source *t, struct wconn *wc)
 
 	if (t->nprev == 0 && !t->unwritten && !t->asked)
 		return;
+	pthread_mutex_lock(&t->r->mu);
+	/* The read ends: its last report may yet tell dispatchd. */
+	while (!t->unwritten && !ack_allowed_locked(t) && t->r->stopping &&
+	    !t->r->told)
+		pthread_cond_wait(&t->r->cv, &t->r->mu);
+	back = t->unwritten || !ack_allowed_locked(t);
+	pthread_mutex_unlock(&t->r->mu);
 	if (wc->fd < 0 &&
 	    dataread_conn_open(t->addr, ACK_MS, wc, err, sizeof(err)) != 0) {
 		log_debug("task %" PRId64 ": cannot reach %s to leave it",
 		    t->id, t->addr);
 		return;
 	}
-	pthread_mutex_lock(&t->r->mu);
-	back = t->unwritten || !ack_allowed_locked(t);
-	pthread_mutex_unlock(&t->r->mu);
 	setsockopt(wc->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	setsockopt(wc->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	request_path(t, back ? DW_GIVEBACK : DW_ELEMENTS, 0,
