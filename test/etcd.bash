@@ -37,7 +37,7 @@ start_etcd() {
 	local -a cports=() pports=()
 	shift
 	etcd_require
-	ETCD_PIDS=() ETCD_ADDRS=() ETCD_NAMES=() ETCD_ENDPOINTS=
+	ETCD_PIDS=() ETCD_ADDRS=() ETCD_NAMES=() ETCD_ENDPOINTS= ETCD_ARGS=()
 	for ((i = 0; i < n; i++)); do
 		cports+=("$(free_port)") && pports+=("$(free_port)") || return 1
 		ETCD_NAMES+=("m$i")
@@ -46,6 +46,14 @@ start_etcd() {
 	for ((i = 0; i < n; i++)); do
 		name=${ETCD_NAMES[i]}
 		ETCD_ADDRS+=("127.0.0.1:${cports[i]}")
+		ETCD_ARGS+=("$(printf '%q ' --name "$name" --data-dir "$T/etcd/$name" \
+			--listen-client-urls "$ETCD_SCHEME://127.0.0.1:${cports[i]}" \
+			--advertise-client-urls "$ETCD_SCHEME://127.0.0.1:${cports[i]}" \
+			--listen-peer-urls "http://127.0.0.1:${pports[i]}" \
+			--initial-advertise-peer-urls "http://127.0.0.1:${pports[i]}" \
+			--initial-cluster "$cluster" \
+			--initial-cluster-token "muster-test-$$" \
+			--initial-cluster-state new "${ETCD_TLS_ARGS[@]}" "$@")")
 		ETCD_ENDPOINTS+=${ETCD_ENDPOINTS:+,}$ETCD_SCHEME://${ETCD_ADDRS[i]}
 		etcd --name "$name" --data-dir "$T/etcd/$name" \
 			--listen-client-urls "$ETCD_SCHEME://${ETCD_ADDRS[i]}" \
@@ -123,6 +131,15 @@ etcd_endpoints() {
 		list+=${list:+,}$ETCD_SCHEME://${ETCD_ADDRS[i]}
 	done
 	echo "$list"
+}
+
+# etcd_restart I: member I again, as it was started, on its data; returns
+# once it is healthy.
+etcd_restart() {
+	eval "etcd ${ETCD_ARGS[$1]}" >>"$T/etcd-${ETCD_NAMES[$1]}.log" 2>&1 &
+	ETCD_PIDS[$1]=$!
+	DAEMON_PIDS+=("$!")
+	wait_for 30 etcd_healthy "${ETCD_ADDRS[$1]}"
 }
 
 # etcd_kill9 I: kill -9 of member I, waited for.

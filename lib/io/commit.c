@@ -1,16 +1,19 @@
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "commit.h"
 #include "log.h"
+#include "store.h"
 
 #define COMPACT_DEFAULT_BYTES (64u << 20)
 
 struct commit {
-	struct journal *j;
+	struct journal *j;          /* a state directory's, or */
+	struct store *s;            /* etcd's */
 	size_t max_bytes;           /* compact past this */
 	uint64_t count, next_check; /* records appended; when to look */
 	const char *daemon;
@@ -28,7 +31,9 @@ durable(uint64_t seq, int err, void *arg)
 	struct commit *c = arg;
 
 	pthread_mutex_lock(&c->mu);
-	if (err != 0 && !c->failing)
+	if (c->s != NULL)
+		; /* the store says so itself */
+	else if (err != 0 && !c->failing)
 		log_info("the state directory cannot be written: %s; changes "
 		         "are refused until it can",
 		    strerror(err));
@@ -90,6 +95,10 @@ commit_compact(struct commit *c, int (*write_fn)(struct buf *out, void *arg),
 {
 	uint64_t jb, sb;
 
+	if (c->s != NULL) {
+		store_compact(c->s, write_fn, arg);
+		return;
+	}
 	if (c->count < c->next_check)
 		return;
 	/* The sizes take the journal's lock: look now and then. */
@@ -103,7 +112,8 @@ commit_compact(struct commit *c, int (*write_fn)(struct buf *out, void *arg),
 uint64_t
 commit_append(struct commit *c, const void *p, size_t len)
 {
-	uint64_t seq = journal_append(c->j, p, len);
+	uint64_t seq = c->s != NULL ? store_append(c->s, p, len) :
+	                              journal_append(c->j, p, len);
 
 	if (seq != 0) {
 		atomic_store(&c->last, seq);
@@ -118,7 +128,7 @@ commit_gate(void *arg)
 {
 	struct commit *c = arg;
 
-	return atomic_load(&c->last);
+	return c->s != NULL ? store_last(c->s) : atomic_load(&c->last);
 }
 
 void
@@ -126,7 +136,8 @@ commit_flush(void *arg, uint64_t seq)
 {
 	struct commit *c = arg;
 
-	journal_write_now(c->j, seq);
+	if (c->j != NULL)
+		journal_write_now(c->j, seq);
 }
 
 void
@@ -146,6 +157,15 @@ commit_refuse(struct commit *c, struct http_req *req)
 	char why[256];
 	int e;
 
+	if (c->s != NULL) {
+		if (store_error(c->s, why, sizeof(why)) == NULL)
+			return 0;
+		http_set_header(req, "Retry-After", "1");
+		http_reply_error(req, ST_UNAVAILABLE,
+		    "%s refuses changes while etcd cannot be written: %s",
+		    c->daemon, why);
+		return 1;
+	}
 	if (journal_error(c->j, why, sizeof(why)) == NULL)
 		return 0;
 	/* journal_error leaves errno as the failure's. */
@@ -165,9 +185,14 @@ commit_detach(struct commit *c)
 {
 	uint64_t last = atomic_load(&c->last);
 
-	if (last != 0 && journal_wait(c->j, last) < 0)
+	if (c->s != NULL) {
+		if (store_flush(c->s, 3000) < 0)
+			log_info("changes before shutdown could not be written "
+			         "to etcd");
+	} else if (last != 0 && journal_wait(c->j, last) < 0) {
 		log_info("changes before shutdown could not be made durable: "
 		         "%m");
+	}
 	pthread_mutex_lock(&c->mu);
 	c->detached = 1;
 	if (c->srv != NULL)
@@ -180,9 +205,79 @@ commit_free(struct commit *c)
 {
 	if (c == NULL)
 		return;
-	if (journal_close(c->j) < 0)
+	if (c->s != NULL)
+		store_close(c->s);
+	else if (journal_close(c->j) < 0)
 		log_info("some changes could not be written to the state "
 		         "directory before exit");
 	pthread_mutex_destroy(&c->mu);
 	free(c);
+}
+
+/* The store's restart: the daemon starts again as a standby (daemon.c
+ * takes SIGUSR2 so). */
+static void
+restart(const char *why, void *arg)
+{
+	(void)arg;
+	log_info("%s; starting again as a standby", why);
+	kill(getpid(), SIGUSR2);
+}
+
+struct commit *
+commit_open_store(const struct store_config *sc, const char *daemon,
+    int (*snapshot_fn)(const void *p, size_t len, void *arg),
+    int (*record_fn)(uint64_t seq, const void *p, size_t len, void *arg),
+    void (*lock)(void *arg), void (*unlock)(void *arg),
+    void (*elected)(void *arg), void *arg, char *err, size_t errlen)
+{
+	struct commit *c = calloc(1, sizeof(*c));
+	struct store_hooks h = {.arg = arg,
+	    .lock = lock,
+	    .unlock = unlock,
+	    .snapshot = snapshot_fn,
+	    .record = record_fn,
+	    .elected = elected,
+	    .durable = durable,
+	    .restart = restart};
+
+	if (c == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	c->daemon = daemon;
+	pthread_mutex_init(&c->mu, NULL);
+	/* The store tells the commit, which tells the server. */
+	h.durable_arg = c;
+	if ((c->s = store_open(sc, &h, err, errlen)) == NULL) {
+		pthread_mutex_destroy(&c->mu);
+		free(c);
+		return NULL;
+	}
+	return c;
+}
+
+void
+commit_campaign(struct commit *c, const char *address)
+{
+	if (c->s != NULL)
+		store_campaign(c->s, address);
+}
+
+int
+commit_leads(struct commit *c, char *leader, size_t len)
+{
+	return c->s == NULL || store_leads(c->s, leader, len);
+}
+
+int
+commit_replicated(const struct commit *c)
+{
+	return c->s != NULL;
+}
+
+int
+commit_status(struct commit *c, struct buf *out, char *err, size_t errlen)
+{
+	return store_status(c->s, out, err, errlen);
 }

@@ -15,6 +15,7 @@
 #include "http_server.h"
 #include "journal.h"
 #include "status.h"
+#include "store.h"
 
 struct commit;
 
@@ -74,5 +75,31 @@ void commit_detach(struct commit *c);
 /* Closes the journal, writing what is left; says in the log if it
  * could not. */
 void commit_free(struct commit *c);
+
+/*
+ * The same over etcd (store.h) rather than a state directory: the
+ * records go to the store, which replays them into the daemon through
+ * snapshot_fn and record_fn under lock and unlock, and calls elected
+ * (locked) once this replica leads. The replica stands by until then:
+ * the daemon serves no change (commit_leads). When it must start again
+ * as a standby, the process gets SIGUSR2 (daemon.c). NULL with err on a
+ * bad setting.
+ */
+struct commit *commit_open_store(const struct store_config *sc,
+    const char *daemon,
+    int (*snapshot_fn)(const void *p, size_t len, void *arg),
+    int (*record_fn)(uint64_t seq, const void *p, size_t len, void *arg),
+    void (*lock)(void *arg), void (*unlock)(void *arg),
+    void (*elected)(void *arg), void *arg, char *err, size_t errlen);
+
+/* Whether c is a store's (replicas, a leader). */
+int commit_replicated(const struct commit *c);
+/* A store's replica campaigns from now, as address. */
+void commit_campaign(struct commit *c, const char *address);
+/* Whether this replica leads (a state directory's always does): 1; else
+ * 0 with the leader's address, or "", in leader. */
+int commit_leads(struct commit *c, char *leader, size_t len);
+/* A store's replicas as JSON (store_status). */
+int commit_status(struct commit *c, struct buf *out, char *err, size_t errlen);
 
 #endif

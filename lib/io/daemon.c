@@ -1,4 +1,5 @@
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -134,6 +135,26 @@ daemon_option(struct daemon_options *o, int c, const char *arg,
 			return -1;
 		}
 		return 1;
+	case 0x10e: o->store = arg; return 1;
+	case 0x10f: {
+		int64_t ms;
+
+		if (cli_duration_flag(synopsis, "--store-lease", arg, 1, &ms) !=
+		    0)
+			return -1;
+		if (ms < 1000 || ms > 3600 * 1000) {
+			cli_usage_error(synopsis,
+			    "--store-lease %s is not from 1s to 1h", arg);
+			return -1;
+		}
+		o->store_cfg.ttl_s = ms / 1000;
+		return 1;
+	}
+	case 0x110: o->store_cfg.etcd.ca_file = arg; return 1;
+	case 0x111: o->store_cfg.etcd.cert_file = arg; return 1;
+	case 0x112: o->store_cfg.etcd.key_file = arg; return 1;
+	case 0x113: o->store_cfg.etcd.auth_file = arg; return 1;
+	case 0x114: o->advertise = arg; return 1;
 	case 'v': o->verbose++; return 1;
 	case 'n': o->check = 1; return 1;
 	default: return 0;
@@ -307,6 +328,24 @@ daemon_options_check(struct daemon_options *o, const char *synopsis)
 		    log_prog(), o->host);
 		return status_exit(ST_USAGE);
 	}
+	if (o->store != NULL) {
+		if (o->state_dir != NULL)
+			return cli_usage_error(synopsis,
+			    "--store and --state-dir: one or the other (the "
+			    "records go to etcd, or to a directory)");
+		if (store_parse_url(o->store, &o->store_cfg, o->store_endpoints,
+		        sizeof(o->store_endpoints), o->store_prefix,
+		        sizeof(o->store_prefix), err, sizeof(err)) < 0)
+			return cli_usage_error(synopsis, "--store: %s", err);
+		o->store_cfg.max_bytes = o->journal_max;
+	} else if (o->store_cfg.ttl_s > 0 || o->store_cfg.etcd.ca_file ||
+	    o->store_cfg.etcd.cert_file || o->store_cfg.etcd.key_file ||
+	    o->store_cfg.etcd.auth_file || o->advertise != NULL) {
+		return cli_usage_error(synopsis,
+		    "--store-lease, --store-ca-file, --store-cert-file, "
+		    "--store-key-file, --store-auth-file and --advertise go "
+		    "with --store");
+	}
 	return tls_options_check(o, synopsis);
 }
 
@@ -462,6 +501,49 @@ authenticated(struct daemon *d, struct http_req *req)
 	return 0;
 }
 
+/* GET /v1/replicas: a replicated daemon's replicas (store_status). */
+static void
+replicas(struct daemon *d, struct http_req *req)
+{
+	struct buf b = {0};
+	char err[512];
+
+	if (d->svc->commit == NULL || !commit_replicated(d->svc->commit)) {
+		http_reply_error(req, ST_FAILED_PRECONDITION,
+		    "this %s has no replicas: it runs without --store",
+		    d->svc->name);
+		return;
+	}
+	if (commit_status(d->svc->commit, &b, err, sizeof(err)) < 0)
+		http_reply_error(req, ST_UNAVAILABLE, "%s", err);
+	else
+		http_reply(req, 200, "application/json", b.data, b.len);
+	buf_free(&b);
+}
+
+/*
+ * A standby's answer to every request but /healthz, /metrics and
+ * /v1/replicas: UNAVAILABLE, with the leader's address for the client to
+ * go to (X-Muster-Leader) when one is known. It has made no change, so
+ * any request may be sent again (X-Muster-Standby says so).
+ */
+static void
+reply_standby(struct daemon *d, struct http_req *req, const char *leader)
+{
+	http_set_header(req, "Retry-After", "1");
+	http_set_header(req, "X-Muster-Standby", "1");
+	if (leader[0] != '\0') {
+		http_set_header(req, "X-Muster-Leader", leader);
+		http_reply_error(req, ST_UNAVAILABLE,
+		    "this %s is a standby; its leader is %s", d->svc->name,
+		    leader);
+	} else {
+		http_reply_error(req, ST_UNAVAILABLE,
+		    "this %s is a standby, and no leader is elected yet",
+		    d->svc->name);
+	}
+}
+
 /* The skeleton's own resources come first; then the service's. */
 static void
 handle(struct http_req *req, void *arg)
@@ -469,9 +551,21 @@ handle(struct http_req *req, void *arg)
 	struct daemon *d = arg;
 	const char *path = http_req_path(req);
 	unsigned m = route_method(http_req_method(req));
+	char leader[300];
 
 	if (!authenticated(d, req))
 		return;
+	if (strcmp(path, "/v1/replicas") == 0) {
+		if (m != ROUTE_GET) {
+			http_set_header(req, "Allow", "GET");
+			http_reply_error_http(req, 405, ST_INVALID_ARGUMENT,
+			    "method %s not allowed on %s", http_req_method(req),
+			    path);
+		} else {
+			replicas(d, req);
+		}
+		return;
+	}
 
 	if (strcmp(path, "/healthz") == 0 || strcmp(path, "/metrics") == 0) {
 		int health = path[1] == 'h';
@@ -492,6 +586,11 @@ handle(struct http_req *req, void *arg)
 	}
 	if (atomic_load(&d->closing)) {
 		reply_closing(d, req);
+		return;
+	}
+	if (d->svc->commit != NULL &&
+	    !commit_leads(d->svc->commit, leader, sizeof(leader))) {
+		reply_standby(d, req, leader);
 		return;
 	}
 	route_dispatch(d->svc->routes, d->svc->nroutes, req, d->svc->arg);
@@ -525,12 +624,47 @@ stop(struct daemon *d)
  * Serves svc on the options' address until SIGINT or SIGTERM; returns
  * the exit code (0, or UNAVAILABLE when it cannot listen).
  */
+/*
+ * The address clients reach this daemon at, for a replica's campaign:
+ * --advertise, or the scheme, host and port it listens on (its host name
+ * for a wildcard address).
+ */
+static void
+advertised(const struct daemon_options *o, int port, char *out, size_t len)
+{
+	char host[256];
+
+	if (o->advertise != NULL) {
+		snprintf(out, len, "%s", o->advertise);
+		return;
+	}
+	if (strcmp(o->host, "0.0.0.0") == 0 || strcmp(o->host, "::") == 0) {
+		if (gethostname(host, sizeof(host)) != 0)
+			snprintf(host, sizeof(host), "localhost");
+		host[sizeof(host) - 1] = '\0';
+	} else {
+		snprintf(host, sizeof(host),
+		    strchr(o->host, ':') != NULL ? "[%s]" : "%s", o->host);
+	}
+	snprintf(out, len, "%s://%s:%d",
+	    o->tls_cert_pem != NULL ? "https" : "http", host, port);
+}
+
+/*
+ * Serves svc on the options' address (or the listening socket
+ * listen_fd, inherited) until SIGINT or SIGTERM; returns the exit code
+ * (0, or UNAVAILABLE when it cannot listen). A replica told to start
+ * again as a standby (SIGUSR2, commit.h) stops too, and leaves its
+ * listening socket in *keep_fd for the next one, and returns -1.
+ */
 static int
-daemon_run(const struct daemon_options *o, const struct daemon_service *svc)
+daemon_run(const struct daemon_options *o, const struct daemon_service *svc,
+    int listen_fd, int *keep_fd)
 {
 	struct daemon d = {.o = o, .svc = svc};
 	struct http_server_config hc = {.host = o->host,
 	    .port = o->port,
+	    .listen_fd = listen_fd,
 	    .threads = (unsigned)o->threads,
 	    .max_body = o->max_body,
 	    .max_inflight = o->max_inflight,
@@ -549,13 +683,7 @@ daemon_run(const struct daemon_options *o, const struct daemon_service *svc)
 	sigset_t set;
 	int sig;
 
-	/* Signals are taken by sigwait below, never by the server threads. */
-	sigemptyset(&set);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGHUP);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	daemon_signals(&set);
 	/* Parked requests each hold a socket: as many as the system allows. */
 	daemon_raise_nofile();
 	/* From here on a stalled stderr must not stall the service. */
@@ -568,6 +696,12 @@ daemon_run(const struct daemon_options *o, const struct daemon_service *svc)
 		commit_attach(svc->commit, d.srv);
 	if (svc->started != NULL)
 		svc->started(d.srv, svc->arg);
+	if (svc->commit != NULL && commit_replicated(svc->commit)) {
+		char addr[300];
+
+		advertised(o, http_server_port(d.srv), addr, sizeof(addr));
+		commit_campaign(svc->commit, addr);
+	}
 	if (o->port_file != NULL &&
 	    daemon_write_port_file(o->port_file, http_server_port(d.srv)) < 0) {
 		int rc = cli_fail(ST_INTERNAL, "cannot write port file %s: %m",
@@ -583,10 +717,70 @@ daemon_run(const struct daemon_options *o, const struct daemon_service *svc)
 	do {
 		if (sigwait(&set, &sig) != 0)
 			sig = SIGTERM;
-	} while (sig == SIGHUP);
+	} while (sig == SIGHUP ||
+	    (sig == SIGUSR2 &&
+	        (svc->commit == NULL || !commit_replicated(svc->commit))));
+	if (sig == SIGUSR2) {
+		/* Answered as closing meanwhile; the next one listens on. */
+		atomic_store(&d.closing, 1);
+		d.svc->shutdown(d.svc->arg);
+		commit_detach(d.svc->commit);
+		*keep_fd = http_server_stop_keep(d.srv);
+		return -1;
+	}
 	log_info("%s: shutting down", strsignal(sig));
 	stop(&d);
 	return 0;
+}
+
+void
+daemon_signals(sigset_t *set)
+{
+	/* Taken by sigwait in daemon_run, never by another thread. */
+	sigemptyset(set);
+	sigaddset(set, SIGINT);
+	sigaddset(set, SIGTERM);
+	sigaddset(set, SIGHUP);
+	sigaddset(set, SIGUSR2);
+	pthread_sigmask(SIG_BLOCK, set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+}
+
+/*
+ * Starts this program again, in this process, on the listening socket
+ * fd: a replica that must come back as a standby. Returns only when it
+ * cannot (the exit code).
+ */
+static int
+daemon_exec(char **argv, int fd)
+{
+	char num[16];
+	int keep = fd >= 0 ? fcntl(fd, F_DUPFD, 3) : -1;
+
+	if (keep >= 0) {
+		snprintf(num, sizeof(num), "%d", keep);
+		setenv("MUSTER_LISTEN_FD", num, 1);
+	}
+	log_flush(2000);
+	execv("/proc/self/exe", argv);
+	return cli_fail(ST_INTERNAL, "cannot start again: %m");
+}
+
+/* The socket a daemon started again inherited (MUSTER_LISTEN_FD), taken
+ * out of the environment; -1 if none. */
+static int
+inherited_socket(void)
+{
+	const char *v = getenv("MUSTER_LISTEN_FD");
+	long fd;
+
+	if (v == NULL)
+		return -1;
+	fd = parse_long(v, 3, 1 << 20, &fd) == 0 ? fd : -1;
+	unsetenv("MUSTER_LISTEN_FD");
+	if (fd > 0)
+		fcntl((int)fd, F_SETFD, FD_CLOEXEC);
+	return (int)fd;
 }
 
 void
@@ -654,7 +848,8 @@ daemon_main(const struct daemon_program *p, int argc, char **argv)
 	struct daemon_service svc;
 	char err[512];
 	enum status st;
-	int rc;
+	sigset_t set;
+	int rc, listen_fd = inherited_socket(), keep_fd = -1;
 
 	log_init(argv[0], 0);
 	daemon_options_init(&o, p->port);
@@ -663,14 +858,21 @@ daemon_main(const struct daemon_program *p, int argc, char **argv)
 	log_init(argv[0], o.verbose);
 	if (o.check) {
 		printf("%s: configuration ok\n", p->name);
-		rc = 0;
-	} else if ((st = p->open(p->cfg, &o, &svc, err, sizeof(err))) !=
-	    ST_OK) {
+		if (listen_fd > 0)
+			close(listen_fd);
+		daemon_options_free(&o);
+		return 0;
+	}
+	/* Before the service's threads start, so that they inherit it. */
+	daemon_signals(&set);
+	if ((st = p->open(p->cfg, &o, &svc, err, sizeof(err))) != ST_OK) {
 		rc = cli_fail(st, "%s", err);
 	} else {
-		rc = daemon_run(&o, &svc);
+		rc = daemon_run(&o, &svc, listen_fd, &keep_fd);
 		svc.free(svc.arg);
 	}
 	daemon_options_free(&o);
+	if (rc == -1)
+		return daemon_exec(argv, keep_fd);
 	return rc;
 }

@@ -12,12 +12,14 @@
 
 #include <getopt.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 
 #include "buf.h"
 #include "cli.h"
 #include "http_server.h"
 #include "route.h"
+#include "store.h"
 #include "token.h"
 
 /* What a service hands the skeleton. */
@@ -73,6 +75,11 @@ struct daemon_options {
 	const char *state_dir;     /* the journal's directory; NULL: none */
 	int fsync;                 /* enum journal_fsync */
 	size_t journal_max;        /* compact past this; 0: 64 MiB */
+	/* --store etcd://...: the records in etcd, replicas (store.h). */
+	const char *store;
+	struct store_config store_cfg; /* read by daemon_options_check */
+	char store_endpoints[4096], store_prefix[512];
+	const char *advertise; /* the address clients reach it at */
 	int verbose;
 	int check;     /* -n: check the options, exit */
 	char host[64]; /* from listen */
@@ -97,6 +104,13 @@ struct daemon_options {
 	{"state-dir", required_argument, NULL, 0x10b}, \
 	{"fsync", required_argument, NULL, 0x10c}, \
 	{"journal-max-bytes", required_argument, NULL, 0x10d}, \
+	{"store", required_argument, NULL, 0x10e}, \
+	{"store-lease", required_argument, NULL, 0x10f}, \
+	{"store-ca-file", required_argument, NULL, 0x110}, \
+	{"store-cert-file", required_argument, NULL, 0x111}, \
+	{"store-key-file", required_argument, NULL, 0x112}, \
+	{"store-auth-file", required_argument, NULL, 0x113}, \
+	{"advertise", required_argument, NULL, 0x114}, \
 	{"verbose", no_argument, NULL, 'v'}, \
 	{"check", no_argument, NULL, 'n'}, \
 	CLI_STD_LONGOPTS
@@ -121,7 +135,8 @@ struct daemon_program {
 	 * they make of cfg (defaults, o->max_body): 0, or the exit code. */
 	int (*configure)(struct daemon_options *o, void *cfg);
 	/* Makes the service from cfg, with its journal when o->state_dir
-	 * is set, and fills svc: ST_OK, or the error (err). */
+	 * is set (or its store, o->store), and fills svc: ST_OK, or the
+	 * error (err). */
 	enum status (*open)(void *cfg, const struct daemon_options *o,
 	    struct daemon_service *svc, char *err, size_t errlen);
 };
@@ -132,6 +147,13 @@ struct daemon_program {
  * exit code.
  */
 int daemon_main(const struct daemon_program *p, int argc, char **argv);
+
+/*
+ * Blocks the signals a daemon takes by sigwait (SIGINT, SIGTERM, SIGHUP,
+ * and SIGUSR2: a replica starts again as a standby) in the calling
+ * thread, and those it starts after, into set; ignores SIGPIPE.
+ */
+void daemon_signals(sigset_t *set);
 
 /* Raises the soft limit on open files to the hard one. */
 void daemon_raise_nofile(void);

@@ -16,8 +16,15 @@ op_json(const struct etcd_op *op)
 
 	if (o == NULL)
 		return NULL;
-	rc = etcd_json_set_key(o, op->key, op->key_len,
-	    op->kind != ETCD_OP_PUT && op->prefix);
+	if (op->kind != ETCD_OP_PUT && op->end != NULL)
+		rc = etcd_json_set_bytes(o, "key", op->key, op->key_len) < 0 ||
+		        etcd_json_set_bytes(o, "range_end", op->end,
+		            op->end_len) < 0 ?
+		    -1 :
+		    0;
+	else
+		rc = etcd_json_set_key(o, op->key, op->key_len,
+		    op->kind != ETCD_OP_PUT && op->prefix);
 	switch (op->kind) {
 	case ETCD_OP_PUT:
 		if (rc == 0)

@@ -40,6 +40,10 @@ struct etcd_op {
 	const void *key;
 	size_t key_len;
 	int prefix; /* a range or delete of every key that starts with key */
+	/* A range or delete of the keys from key up to end (not included),
+	 * when end is set; prefix is then not looked at. */
+	const void *end;
+	size_t end_len;
 	/* A put's. */
 	const void *value;
 	size_t value_len;

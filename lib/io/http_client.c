@@ -25,10 +25,23 @@
 /* The largest header block a reply may have. */
 #define MAX_HEAD (64 * 1024)
 
-struct http_client {
+/* One address of a server's: a daemon's replicas have several. */
+struct endpoint {
 	char host[256];
 	char port[12];
 	char addr[280];
+};
+
+#define MAX_ENDPOINTS 16
+
+struct http_client {
+	/* The endpoint calls go to now (a copy of eps[cur]). */
+	char host[256];
+	char port[12];
+	char addr[280];
+	struct endpoint eps[MAX_ENDPOINTS];
+	size_t neps, cur;
+	char leader[280];   /* a standby's word on where its leader is */
 	int fd;             /* the kept-alive connection, or -1 */
 	int https;          /* the address began with https:// */
 	struct tls *tls;    /* fd's TLS session, when https */
@@ -60,27 +73,30 @@ http_client_new(const char *addr, int defport, char *err, size_t errlen)
 	return http_client_new_tls(addr, defport, NULL, err, errlen);
 }
 
-struct http_client *
-http_client_new_tls(const char *addr, int defport, const struct tls_cred *cred,
-    char *err, size_t errlen)
+/*
+ * Reads one address (HOST:PORT, [V6]:PORT or HOST, after an optional
+ * scheme) into ep; *https says whether it is https://: 0, or -1 (err).
+ */
+static int
+parse_endpoint(const char *addr, size_t alen, int defport, struct endpoint *ep,
+    int *https, char *err, size_t errlen)
 {
-	struct http_client *c;
+	char one[300];
 	const char *host, *port = NULL;
 	size_t hlen;
 	char *end;
 	long p = defport;
-	int https = 0;
 
-	if (addr == NULL || *addr == '\0') {
-		snprintf(err, errlen, "empty address");
-		return NULL;
+	if (alen >= sizeof(one)) {
+		snprintf(err, errlen, "address %.40s... is too long", addr);
+		return -1;
 	}
+	memcpy(one, addr, alen);
+	one[alen] = '\0';
+	addr = one;
+	*https = 0;
 	if (strncasecmp(addr, "https://", 8) == 0) {
-		/* Fails now, not at each attempt, on a bad TLS setting;
-		 * credentials of its own were loaded when they were made. */
-		if (cred == NULL && tls_client_init(err, errlen) < 0)
-			return NULL;
-		https = 1;
+		*https = 1;
 		addr += 8;
 	} else if (strncasecmp(addr, "http://", 7) == 0) {
 		addr += 7;
@@ -91,7 +107,7 @@ http_client_new_tls(const char *addr, int defport, const struct tls_cred *cred,
 		if (rb == NULL || (rb[1] != ':' && rb[1] != '\0')) {
 			snprintf(err, errlen, "bad address %s (want HOST:PORT)",
 			    addr);
-			return NULL;
+			return -1;
 		}
 		host = addr + 1;
 		hlen = (size_t)(rb - host);
@@ -112,19 +128,75 @@ http_client_new_tls(const char *addr, int defport, const struct tls_cred *cred,
 		if (*port == '\0' || *end != '\0' || p <= 0 || p > 65535)
 			hlen = 0;
 	}
-	if (hlen == 0 || hlen >= sizeof(c->host)) {
+	if (hlen == 0 || hlen >= sizeof(ep->host)) {
 		snprintf(err, errlen, "bad address %s (want HOST:PORT)", addr);
+		return -1;
+	}
+	memcpy(ep->host, host, hlen);
+	ep->host[hlen] = '\0';
+	snprintf(ep->port, sizeof(ep->port), "%ld", p);
+	snprintf(ep->addr, sizeof(ep->addr),
+	    addr[0] == '[' ? "[%s]:%ld" : "%s:%ld", ep->host, p);
+	return 0;
+}
+
+/* Calls go to endpoint i from now. */
+static void disconnect(struct http_client *c);
+
+static void
+use_endpoint(struct http_client *c, size_t i)
+{
+	if (c->fd >= 0 && i != c->cur)
+		disconnect(c);
+	c->cur = i;
+	memcpy(c->host, c->eps[i].host, sizeof(c->host));
+	memcpy(c->port, c->eps[i].port, sizeof(c->port));
+	memcpy(c->addr, c->eps[i].addr, sizeof(c->addr));
+}
+
+struct http_client *
+http_client_new_tls(const char *addr, int defport, const struct tls_cred *cred,
+    char *err, size_t errlen)
+{
+	struct http_client *c;
+	int https = -1;
+
+	if (addr == NULL || *addr == '\0') {
+		snprintf(err, errlen, "empty address");
 		return NULL;
 	}
 	if ((c = calloc(1, sizeof(*c))) == NULL) {
 		snprintf(err, errlen, "out of memory");
 		return NULL;
 	}
-	memcpy(c->host, host, hlen);
-	c->host[hlen] = '\0';
-	snprintf(c->port, sizeof(c->port), "%ld", p);
-	snprintf(c->addr, sizeof(c->addr),
-	    addr[0] == '[' ? "[%s]:%ld" : "%s:%ld", c->host, p);
+	for (const char *p = addr;;) {
+		size_t n = strcspn(p, ",");
+		int h;
+
+		if (c->neps == MAX_ENDPOINTS) {
+			snprintf(err, errlen, "%s: more than %d addresses",
+			    addr, MAX_ENDPOINTS);
+			goto fail;
+		}
+		if (parse_endpoint(p, n, defport, &c->eps[c->neps], &h, err,
+		        errlen) < 0)
+			goto fail;
+		if (https >= 0 && h != https) {
+			snprintf(err, errlen,
+			    "%s: the addresses mix http:// and https://", addr);
+			goto fail;
+		}
+		https = h;
+		c->neps++;
+		if (p[n] == '\0')
+			break;
+		p += n + 1;
+	}
+	/* Fails now, not at each attempt, on a bad TLS setting; credentials
+	 * of its own were loaded when they were made. */
+	if (https && cred == NULL && tls_client_init(err, errlen) < 0)
+		goto fail;
+	use_endpoint(c, 0);
 	c->fd = -1;
 	c->https = https;
 	c->cancel_fd = -1;
@@ -133,6 +205,44 @@ http_client_new_tls(const char *addr, int defport, const struct tls_cred *cred,
 	c->cred = cred;
 	c->seed = (unsigned)getpid() ^ (unsigned)duration_now_ms();
 	return c;
+fail:
+	free(c);
+	return NULL;
+}
+
+/*
+ * After a failed attempt or a standby's answer: the next endpoint, or
+ * the leader the standby named (added when it is not one of them). 1 when
+ * it moved to one not tried since the last pause, 0 when a round is done.
+ */
+static int
+next_endpoint(struct http_client *c, size_t *tried)
+{
+	if (c->leader[0] != '\0') {
+		struct endpoint ep;
+		int h;
+		size_t i;
+
+		if (parse_endpoint(c->leader, strlen(c->leader), 0, &ep, &h,
+		        NULL, 0) == 0 &&
+		    h == c->https) {
+			for (i = 0; i < c->neps; i++)
+				if (strcmp(c->eps[i].addr, ep.addr) == 0)
+					break;
+			if (i == c->neps && c->neps < MAX_ENDPOINTS)
+				c->eps[c->neps++] = ep;
+			c->leader[0] = '\0';
+			if (i < c->neps && i != c->cur) {
+				use_endpoint(c, i);
+				return 1;
+			}
+		}
+		c->leader[0] = '\0';
+	}
+	if (c->neps < 2)
+		return 0;
+	use_endpoint(c, (c->cur + 1) % c->neps);
+	return ++*tried < c->neps;
 }
 
 static void
@@ -479,6 +589,14 @@ read_head(struct http_client *c, int64_t at, struct http_resp *resp,
 	}
 	if (http1_header(c->in.data, headlen, "Retry-After", &n) != NULL)
 		resp->retry_after = 1;
+	if (http1_header(c->in.data, headlen, "X-Muster-Standby", &n) != NULL)
+		resp->standby = 1;
+	if ((v = http1_header(c->in.data, headlen, "X-Muster-Leader", &n)) !=
+	        NULL &&
+	    n < sizeof(c->leader)) {
+		memcpy(c->leader, v, n);
+		c->leader[n] = '\0';
+	}
 	consume(&c->in, headlen);
 	return F_NONE;
 }
@@ -765,6 +883,11 @@ http_client_reach(struct http_client *c, int64_t at, char *err, size_t errlen)
 	if (c->fd >= 0)
 		return ST_OK;
 	f = open_conn(c, at, err, errlen);
+	/* A daemon's replicas: any of them will do (it names its leader). */
+	for (size_t i = 1; i < c->neps && f == F_CONNECT; i++) {
+		use_endpoint(c, (c->cur + 1) % c->neps);
+		f = open_conn(c, at, err, errlen);
+	}
 	c->fresh = f == F_NONE;
 	if (f == F_CANCELLED)
 		return ST_CANCELLED;
@@ -848,7 +971,8 @@ http_client_poll(struct http_client *c, const char *method, const char *path,
 {
 	int64_t backoff = 20, reply_at;
 	enum status st;
-	int sent = 0; /* an attempt may have reached the server */
+	int sent = 0;     /* an attempt may have reached the server */
+	size_t tried = 0; /* endpoints tried since the last pause */
 
 	memset(resp, 0, sizeof(*resp));
 	reply_at =
@@ -862,6 +986,7 @@ http_client_poll(struct http_client *c, const char *method, const char *path,
 		resp->revision = -1;
 		resp->retry_after = 0;
 		resp->unsent = 0;
+		resp->standby = 0;
 		if (deadline != HTTP_NO_DEADLINE &&
 		    duration_now_ms() >= deadline) {
 			snprintf(err, errlen,
@@ -873,7 +998,16 @@ http_client_poll(struct http_client *c, const char *method, const char *path,
 		    &reused, err, errlen);
 		sent |= !c->unsent;
 		resp->unsent = !sent;
-		if (f == F_NONE) {
+		if (f == F_NONE && resp->standby) {
+			/* A standby made no change: any request goes again,
+			 * to its leader or the next replica. */
+			st = reply_status(resp, err, errlen);
+			sent = 0;
+			if (!c->retry)
+				return st;
+			if (next_endpoint(c, &tried))
+				continue;
+		} else if (f == F_NONE) {
 			if (resp->code >= 200 && resp->code < 300)
 				return ST_OK;
 			st = reply_status(resp, err, errlen);
@@ -893,9 +1027,13 @@ http_client_poll(struct http_client *c, const char *method, const char *path,
 			return ST_UNAVAILABLE;
 		} else {
 			st = ST_UNAVAILABLE;
+			/* Another replica, at once, while some are untried. */
+			if (c->retry && next_endpoint(c, &tried))
+				continue;
 		}
 		if (!c->retry)
 			return st;
+		tried = 0;
 		/* Retry after a jittered, growing pause, within the deadline. */
 		log_debug("%s; retrying", err);
 		{

@@ -34,12 +34,21 @@ struct http_resp {
 	int retry_after;  /* the reply carried Retry-After */
 	int unsent;       /* the call failed to connect: its request cannot
 	                     have reached the server */
+	int standby;      /* a standby replica answered (X-Muster-Standby):
+	                     it made no change */
 };
 
 /*
  * addr is HOST:PORT, [V6]:PORT or HOST (port defport), after an optional
- * http:// or https:// (TLS: see tls.h). NULL on a bad address or, for
- * https, TLS settings that cannot be loaded.
+ * http:// or https:// (TLS: see tls.h); or several, comma-separated: the
+ * replicas of a daemon (--store), all http or all https. NULL on a bad
+ * address or, for https, TLS settings that cannot be loaded.
+ *
+ * Replicas. Calls go to one address; when it cannot be reached, or its
+ * connection fails, they go on to the next (at once while some are left
+ * untried, then after the pause of a retry). A standby's answer (503 with
+ * X-Muster-Standby) names its leader (X-Muster-Leader), where the call
+ * goes next, whatever the request: a standby makes no change.
  */
 struct http_client *http_client_new(const char *addr, int defport, char *err,
     size_t errlen);

@@ -321,10 +321,23 @@ http_server_start(const struct http_server_config *cfg, char *err,
 	    MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO | MHD_USE_ERROR_LOG;
 	const union MHD_DaemonInfo *info;
 	struct MHD_OptionItem tls[4];
+	/* Where it listens: its own socket, or one it was given. */
+	struct MHD_OptionItem where[2] = {{MHD_OPTION_SOCK_ADDR, 0, &ss},
+	    {MHD_OPTION_END, 0, NULL}};
 
 	memset(&ss, 0, sizeof(ss));
 	http_server_tls_options(cfg, tls, &flags);
-	if (inet_pton(AF_INET, cfg->host, &sin->sin_addr) == 1) {
+	if (cfg->listen_fd > 0) {
+		struct sockaddr_storage got;
+		socklen_t glen = sizeof(got);
+
+		where[0] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET,
+		    cfg->listen_fd, NULL};
+		if (getsockname(cfg->listen_fd, (struct sockaddr *)&got,
+		        &glen) == 0 &&
+		    got.ss_family == AF_INET6)
+			flags |= MHD_USE_IPv6;
+	} else if (inet_pton(AF_INET, cfg->host, &sin->sin_addr) == 1) {
 		sin->sin_family = AF_INET;
 		sin->sin_port = htons((uint16_t)cfg->port);
 	} else if (inet_pton(AF_INET6, cfg->host, &sin6->sin6_addr) == 1) {
@@ -360,8 +373,7 @@ http_server_start(const struct http_server_config *cfg, char *err,
 	srv->pagesize =
 	    sysconf(_SC_PAGESIZE) > 0 ? (uintptr_t)sysconf(_SC_PAGESIZE) : 4096;
 	srv->mhd = MHD_start_daemon(flags, 0, http_conn_accept, srv, on_request,
-	    srv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-	    MHD_OPTION_THREAD_POOL_SIZE,
+	    srv, MHD_OPTION_ARRAY, where, MHD_OPTION_THREAD_POOL_SIZE,
 	    (unsigned)(cfg->threads > 1 ? cfg->threads : 0),
 	    /* Ours is checked first (http_conn_accept): this one never bites. */
 	    MHD_OPTION_CONNECTION_LIMIT,
@@ -395,24 +407,32 @@ http_server_port(const struct http_server *srv)
 void
 http_server_stop(struct http_server *srv)
 {
+	int fd = http_server_stop_keep(srv);
+
+	if (fd >= 0)
+		close(fd);
+}
+
+int
+http_server_stop_keep(struct http_server *srv)
+{
 	int64_t until = duration_now_ms() + 2000;
 	struct timespec ts = {0, 10 * 1000000};
 	MHD_socket lsock;
 
 	if (srv == NULL)
-		return;
+		return -1;
 	/* No new connections; the replies already given still go out. */
 	lsock = MHD_quiesce_daemon(srv->mhd);
 	while (atomic_load(&srv->open) > 0 && duration_now_ms() < until)
 		nanosleep(&ts, NULL);
 	MHD_stop_daemon(srv->mhd);
-	if (lsock != MHD_INVALID_SOCKET)
-		close(lsock);
 	http_door_stop(srv);
 	free(srv->byfd);
 	pthread_mutex_destroy(&srv->cmu);
 	pthread_mutex_destroy(&srv->gmu);
 	free(srv);
+	return lsock != MHD_INVALID_SOCKET ? (int)lsock : -1;
 }
 
 void

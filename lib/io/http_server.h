@@ -26,6 +26,9 @@ typedef void (*http_handler_fn)(struct http_req *req, void *arg);
 struct http_server_config {
 	const char *host; /* numeric IPv4 or IPv6 address */
 	int port;         /* 0 picks a free port */
+	/* A socket listening already (a daemon started again inherits its
+	 * own), used instead of host and port; -1 or 0: none. */
+	int listen_fd;
 	unsigned threads; /* worker threads, each with its own epoll */
 	size_t max_body;  /* larger bodies get RESOURCE_EXHAUSTED */
 	/* Bodies held at once, all requests together (0: 4 max_body). */
@@ -77,6 +80,8 @@ int http_server_port(const struct http_server *srv);
  * up to 2 s), then stops. Every parked request must have been answered.
  */
 void http_server_stop(struct http_server *srv);
+/* The same, but the listening socket stays open: returned, or -1. */
+int http_server_stop_keep(struct http_server *srv);
 
 /* The request. Strings live as long as the request. */
 const char *http_req_method(const struct http_req *req);

@@ -43,6 +43,15 @@ reply_not_durable(struct http_req *req)
 		MHD_destroy_response(req->resp);
 		req->resp = NULL;
 	}
+	if (e == ENOLINK) {
+		/* A replica's, over etcd (store.h). */
+		http_set_header(req, "Retry-After", "1");
+		http_reply_error(req, ST_UNAVAILABLE,
+		    "the change could not be written to etcd: its outcome is "
+		    "unknown (this replica lost its leadership, or etcd its "
+		    "quorum)");
+		return;
+	}
 	http_reply_error(req, full ? ST_RESOURCE_EXHAUSTED : ST_INTERNAL,
 	    "the change could not be written to the state directory (%s): "
 	    "its outcome is unknown, and changes are refused until it can "

@@ -651,3 +651,11 @@ registry_restore(struct registry *r, struct rec_in *rd, int64_t now, char *err,
 	find_failed(r);
 	return 0;
 }
+
+void
+registry_heard_all(struct registry *r, int64_t now)
+{
+	for (size_t i = 0; i < r->v.ntasks; i++)
+		r->tasks[i].last_heartbeat = now;
+	r->all_deadline = 0;
+}

@@ -184,5 +184,8 @@ struct rec_in;
 int registry_snapshot(const struct registry *r, struct buf *out);
 int registry_restore(struct registry *r, struct rec_in *rd, int64_t now,
     char *err, size_t errlen);
+/* Every task counts as heard from at now: a replica that takes over gives
+ * each a heartbeat timeout to be heard, as a restart does. */
+void registry_heard_all(struct registry *r, int64_t now);
 
 #endif

@@ -260,10 +260,14 @@ coord_open(const struct coord_config *cfg, const struct daemon_options *o,
 	co->bar_timer.fire = coord_barrier_timer;
 	coord_lock(co);
 	park_set_unlock(co->park, unlock_cb, co);
-	if (co->rv->ntasks > 0)
+	/* A replica judges no task until it leads (coord_journal.c). */
+	if (co->rv->ntasks > 0 && o->store == NULL)
 		timers_add(park_timers(co->park), &co->scan,
 		    duration_now_ms() + co->rv->hb_timeout / 5);
 	coord_unlock(co);
+	if (o->store != NULL &&
+	    (st = coord_store_open(co, &o->store_cfg, err, errlen)) != ST_OK)
+		goto fail;
 	if (o->state_dir != NULL &&
 	    (st = coord_journal_open(co, o->state_dir, o->fsync, o->journal_max,
 	         err, errlen)) != ST_OK)

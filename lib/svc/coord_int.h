@@ -133,6 +133,9 @@ struct parked *coord_park(struct coord *co, struct http_req *req,
  */
 enum status coord_journal_open(struct coord *co, const char *dir,
     enum journal_fsync mode, size_t max_bytes, char *err, size_t errlen);
+/* The same over etcd (--store): the replica stands by until elected. */
+enum status coord_store_open(struct coord *co, const struct store_config *sc,
+    char *err, size_t errlen);
 void coord_journal_settle(struct coord *co);
 void coord_journal_barrier(struct coord *co, const struct barrier *b);
 

@@ -287,3 +287,51 @@ coord_journal_open(struct coord *co, const char *dir, enum journal_fsync mode,
 	coord_unlock(co);
 	return ST_OK;
 }
+
+static void
+lock_cb(void *arg)
+{
+	coord_lock(arg);
+}
+
+static void
+unlock_cb(void *arg)
+{
+	coord_unlock(arg);
+}
+
+/*
+ * Locked: this replica leads, with every record applied. From now on its
+ * changes are recorded, and liveness starts over as after a restart: no
+ * task is judged dead for the time it spent standing by.
+ */
+static void
+elected(void *arg)
+{
+	struct coord *co = arg;
+	int64_t now = duration_now_ms();
+
+	co->jfresh = 0;
+	co->jlive = 1;
+	co->ctl_dirty = 1;
+	kv_set_journal(co->kv, kv_changed, co);
+	registry_heard_all(co->reg, now);
+	barriers_set_settle(co->bars, now + co->rv->hb_timeout);
+	if (co->rv->ntasks > 0)
+		timers_add(park_timers(co->park), &co->scan,
+		    now + co->rv->hb_timeout / 5);
+	log_info("leading: %zu keys at revision %" PRId64
+	         ", epoch %ld, %zu ended barriers",
+	    kv_count(co->kv), kv_revision(co->kv), co->rv->epoch,
+	    barriers_count(co->bars));
+}
+
+enum status
+coord_store_open(struct coord *co, const struct store_config *sc, char *err,
+    size_t errlen)
+{
+	co->jfresh = 1;
+	co->commit = commit_open_store(sc, "coordd", read_snapshot, read_record,
+	    lock_cb, unlock_cb, elected, co, err, errlen);
+	return co->commit != NULL ? ST_OK : ST_INVALID_ARGUMENT;
+}

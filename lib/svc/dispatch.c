@@ -527,6 +527,13 @@ dispatch_open(const struct dispatch_config *cfg, const struct daemon_options *o,
 		timers_add(park_timers(d->park), &d->watchdog,
 		    now + d->cfg.watchdog_ms / 4 + 1);
 	dispatch_unlock(d);
+	if (o->store != NULL) {
+		snprintf(err, errlen,
+		    "dispatchd keeps its state in a --state-dir; --store is "
+		    "coordd's for now");
+		st = ST_INVALID_ARGUMENT;
+		goto fail;
+	}
 	if (o->state_dir != NULL &&
 	    (st = dispatch_journal_open(d, o->state_dir, o->fsync,
 	         o->journal_max, err, errlen)) != ST_OK)

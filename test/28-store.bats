@@ -1,0 +1,204 @@
+#!/usr/bin/env bats
+# coordd --store etcd://...: replicas over a real etcd on loopback ports,
+# one leading and the others standing by. A standby's answer names its
+# leader and clients given every replica find it; kill -9 of the leader
+# under write load from four clients loses no acknowledged write and a
+# blocking get started before it completes after; a leader stopped past
+# its lease writes nothing once resumed and starts again as a standby on
+# its port; etcd losing one member goes on, losing two refuses changes
+# with UNAVAILABLE until it is back. Skipped without etcd.
+
+load helper
+load etcd
+
+bats_require_minimum_version 1.5.0
+
+# replica NAME [ARGS...]: a coordd replica on the store, logging to
+# $T/NAME.log; its port in $T/NAME.port, its PID in PID_NAME.
+replica() {
+	local name=$1
+	shift
+	rm -f "$T/$name.port"
+	coordd -l 127.0.0.1:0 --port-file "$T/$name.port" \
+		--store "etcd://$(etcd_store)/muster/test" "$@" 2>>"$T/$name.log" &
+	printf -v "PID_$name" %s "$!"
+	DAEMON_PIDS+=("$!")
+	wait_file "$T/$name.port"
+}
+
+# etcd_store: the members' HOST:PORTs, comma-separated.
+etcd_store() {
+	local IFS=,
+	echo "${ETCD_ADDRS[*]}"
+}
+
+# addr NAME: where replica NAME listens.
+addr() {
+	echo "127.0.0.1:$(cat "$T/$1.port")"
+}
+
+# role NAME: leader, standby or starting, as replica NAME says.
+role() {
+	curl -s -m 5 "http://$(addr "$1")/v1/replicas" | jq -r .role
+}
+
+is_role() {
+	[ "$(role "$1")" = "$2" ]
+}
+
+@test "a standby answers with its leader's address; a client given every replica finds the leader" {
+	start_etcd 1
+	replica a
+	wait_for 30 is_role a leader
+	replica b
+	wait_for 30 is_role b standby
+	run curl -s -i "http://$(addr b)/v1/kv/x"
+	assert_output --partial "503 Service Unavailable"
+	assert_output --partial "X-Muster-Leader: http://$(addr a)"
+	assert_output --partial "X-Muster-Standby: 1"
+	# The standby first: the call goes on to the leader, even a create.
+	export MUSTER_COORD=$(addr b),$(addr a)
+	kvctl put k v1
+	assert_equal "$(kvctl get k)" v1
+	kvctl cas k v1 v2
+	assert_equal "$(kvctl -c "$(addr a)" get k)" v2
+	# Both replicas, where each stands; the standby catches up.
+	wait_for 30 eval '[ "$(curl -s "http://$(addr b)/v1/replicas" | jq "[.replicas[] | select(.behind == 0)] | length")" = 2 ]'
+	run curl -s "http://$(addr a)/v1/replicas"
+	assert_output --partial "\"leader\":\"http://$(addr a)\""
+	# A coordd without --store has no replicas.
+	start_coordd
+	run curl -s "http://127.0.0.1:$COORD_PORT/v1/replicas"
+	assert_output --partial FAILED_PRECONDITION
+}
+
+@test "kill -9 of the leader under write load from four clients: every acknowledged write is there after the takeover" {
+	start_etcd 3
+	replica a
+	wait_for 30 is_role a leader
+	replica b
+	wait_for 30 is_role b standby
+	export MUSTER_COORD=$(addr a),$(addr b)
+	kvctl put before 1
+	# Parked on the leader before it dies; answered by the next one.
+	kvctl --timeout 120s get late >"$T/late.out" 2>"$T/late.err" &
+	BG_PIDS+=($!)
+	local late=$!
+	local i
+	for i in 1 2 3 4; do
+		(
+			for ((j = 1; j <= 80; j++)); do
+				if kvctl --timeout 60s put "w$i/$j" "value-$i-$j-$(printf '%0200d' "$j")" 2>/dev/null; then
+					echo "$j" >>"$T/acked.$i"
+				fi
+				if kvctl --timeout 60s add "count/$i" 1 >/dev/null 2>&1; then
+					echo "$j" >>"$T/added.$i"
+				fi
+			done
+			echo done >"$T/finished.$i"
+		) &
+		BG_PIDS+=($!)
+	done
+	wait_for 120 eval '[ "$(cat "$T"/acked.* 2>/dev/null | wc -l)" -ge 60 ]'
+	kill9 "$PID_a"
+	for i in 1 2 3 4; do
+		wait_file "$T/finished.$i" 300
+	done
+	is_role b leader
+	kvctl put late here
+	wait_exit "$late" 30
+	assert_equal "$(cat "$T/late.out")" here
+	assert_equal "$(kvctl get before)" 1
+	for i in 1 2 3 4; do
+		while read -r j; do
+			assert_equal "$(kvctl get "w$i/$j")" "value-$i-$j-$(printf '%0200d' "$j")"
+		done <"$T/acked.$i"
+		# A write without an answer is there whole or not at all.
+		kvctl ls "w$i" >"$T/keys.$i"
+		while read -r k; do
+			j=${k#w"$i"/}
+			assert_equal "$(kvctl get "$k")" "value-$i-$j-$(printf '%0200d' "$j")"
+		done <"$T/keys.$i"
+		n=$(kvctl get "count/$i")
+		[ "$n" -ge "$(wc -l <"$T/added.$i")" ]
+		[ "$n" -le 80 ]
+	done
+	# A replica started after holds the same.
+	replica c
+	wait_for 30 is_role c standby
+	kill -TERM "$PID_b"
+	wait_exit "$PID_b" 30
+	wait_for 30 is_role c leader
+	assert_equal "$(kvctl -c "$(addr c)" get w1/1)" "value-1-1-$(printf '%0200d' 1)"
+}
+
+@test "a leader stopped past its lease writes nothing once resumed, and starts again as a standby on its port" {
+	start_etcd 1
+	replica a --store-lease 2s
+	wait_for 30 is_role a leader
+	replica b --store-lease 2s
+	wait_for 30 is_role b standby
+	kvctl -c "$(addr a)" put x 1
+	kill -STOP "$PID_a"
+	# A change sent to the stopped leader waits in its socket.
+	curl -s -m 60 -X PUT --data-binary stale "http://$(addr a)/v1/kv/y" >"$T/stale.out" &
+	local stale=$!
+	BG_PIDS+=($stale)
+	wait_for 30 is_role b leader
+	kvctl -c "$(addr b)" put x 2
+	kill -CONT "$PID_a"
+	wait_grep "starting again as a standby" "$T/a.log" 30
+	wait_exit "$stale" 60
+	# Same process, same port, now a standby holding the new leader's x.
+	running "$PID_a"
+	wait_for 30 is_role a standby
+	assert_equal "$(kvctl -c "$(addr a),$(addr b)" get x)" 2
+	run kvctl -c "$(addr a),$(addr b)" tryget y
+	assert_failure 1
+	run cat "$T/stale.out"
+	refute_output --partial '"revision"'
+}
+
+@test "etcd losing one member goes on; losing two refuses changes with UNAVAILABLE; back to three, it goes on with every acknowledged write" {
+	start_etcd 3
+	replica a
+	wait_for 30 is_role a leader
+	replica b
+	wait_for 30 is_role b standby
+	export MUSTER_COORD=$(addr a),$(addr b)
+	kvctl put one 1
+	etcd_kill9 0
+	kvctl --timeout 30s put two 2
+	assert_equal "$(kvctl get one)" 1
+	etcd_kill9 1
+	run --separate-stderr kvctl --timeout 5s put three 3
+	assert_failure
+	[[ "$stderr" == *UNAVAILABLE* || "$stderr" == *DEADLINE_EXCEEDED* ]]
+	etcd_restart 0
+	etcd_restart 1
+	kvctl --timeout 60s put four 4
+	assert_equal "$(kvctl get one)" 1
+	assert_equal "$(kvctl get two)" 2
+	assert_equal "$(kvctl get four)" 4
+}
+
+@test "--store: bad settings are usage errors; dispatchd says it keeps a state directory" {
+	run coordd --store etcd://127.0.0.1:2379/p --state-dir "$T/s" -n
+	assert_failure 2
+	assert_output --partial "one or the other"
+	run coordd --store http://127.0.0.1:2379/p -n
+	assert_failure 2
+	assert_output --partial "etcd://HOST:PORT"
+	run coordd --store etcd://127.0.0.1:2379 -n
+	assert_failure 2
+	run coordd --store-lease 2s -n
+	assert_failure 2
+	assert_output --partial "go with --store"
+	run coordd --store etcd://127.0.0.1:2379/p --store-lease 0s -n
+	assert_failure 2
+	run coordd --store etcd://127.0.0.1:2379,127.0.0.1:2380/p -n
+	assert_success
+	run dispatchd -l 127.0.0.1:0 --store etcd://127.0.0.1:2379/p
+	assert_failure
+	assert_output --partial "--state-dir"
+}
