@@ -3,9 +3,10 @@
 # one leading and the others standing by. A standby's answer names its
 # leader and clients given every replica find it; kill -9 of the leader
 # under write load from four clients loses no acknowledged write and a
-# blocking get started before it completes after; etcd losing one member
-# goes on, losing two refuses changes with UNAVAILABLE until it is back.
-# Skipped without etcd.
+# blocking get started before it completes after; a leader stopped past
+# its lease writes nothing once resumed and starts again as a standby on
+# its port; etcd losing one member goes on, losing two refuses changes
+# with UNAVAILABLE until it is back. Skipped without etcd.
 
 load helper
 load etcd
@@ -129,6 +130,33 @@ is_role() {
 	wait_exit "$PID_b" 30
 	wait_for 30 is_role c leader
 	assert_equal "$(kvctl -c "$(addr c)" get w1/1)" "value-1-1-$(printf '%0200d' 1)"
+}
+
+@test "a leader stopped past its lease writes nothing once resumed, and starts again as a standby on its port" {
+	start_etcd 1
+	replica a --store-lease 2s
+	wait_for 30 is_role a leader
+	replica b --store-lease 2s
+	wait_for 30 is_role b standby
+	kvctl -c "$(addr a)" put x 1
+	kill -STOP "$PID_a"
+	# A change sent to the stopped leader waits in its socket.
+	curl -s -m 60 -X PUT --data-binary stale "http://$(addr a)/v1/kv/y" >"$T/stale.out" &
+	local stale=$!
+	BG_PIDS+=($stale)
+	wait_for 30 is_role b leader
+	kvctl -c "$(addr b)" put -f x 2
+	kill -CONT "$PID_a"
+	wait_grep "starting again as a standby" "$T/a.log" 30
+	wait_exit "$stale" 60
+	# Same process, same port, now a standby holding the new leader's x.
+	running "$PID_a"
+	wait_for 30 is_role a standby
+	assert_equal "$(kvctl -c "$(addr a),$(addr b)" get x)" 2
+	run kvctl -c "$(addr a),$(addr b)" tryget y
+	assert_failure 1
+	run cat "$T/stale.out"
+	refute_output --partial '"revision"'
 }
 
 @test "etcd losing one member goes on; losing two refuses changes with UNAVAILABLE; back to three, it goes on with every acknowledged write" {

@@ -48,8 +48,11 @@ teardown() {
 	for pid in "${BG_PIDS[@]}"; do
 		wait "$pid" 2>/dev/null || true
 	done
+	# A daemon a test stopped (SIGSTOP) and did not resume takes its
+	# SIGTERM only once resumed: waiting for it would hang the suite.
 	for pid in "${DAEMON_PIDS[@]}"; do
 		kill "$pid" 2>/dev/null || true
+		kill -CONT "$pid" 2>/dev/null || true
 	done
 	for pid in "${DAEMON_PIDS[@]}"; do
 		wait "$pid" 2>/dev/null || true
