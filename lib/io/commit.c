@@ -31,13 +31,12 @@ durable(uint64_t seq, int err, void *arg)
 	struct commit *c = arg;
 
 	pthread_mutex_lock(&c->mu);
-	if (c->s != NULL)
-		; /* the store says so itself */
-	else if (err != 0 && !c->failing)
+	/* A store logs its own failures (store.c). */
+	if (c->s == NULL && err != 0 && !c->failing)
 		log_info("the state directory cannot be written: %s; changes "
 		         "are refused until it can",
 		    strerror(err));
-	else if (err == 0 && c->failing)
+	else if (c->s == NULL && err == 0 && c->failing)
 		log_info("the state directory is written again");
 	c->failing = err != 0;
 	if (err == 0 && seq > c->durable)
@@ -220,7 +219,7 @@ static void
 restart(const char *why, void *arg)
 {
 	(void)arg;
-	log_info("%s; starting again as a standby", why);
+	log_info("%s; stepping down", why);
 	kill(getpid(), SIGUSR2);
 }
 

@@ -722,6 +722,7 @@ daemon_run(const struct daemon_options *o, const struct daemon_service *svc,
 	        (svc->commit == NULL || !commit_replicated(svc->commit))));
 	if (sig == SIGUSR2) {
 		/* Answered as closing meanwhile; the next one listens on. */
+		log_info("starting again as a standby");
 		atomic_store(&d.closing, 1);
 		d.svc->shutdown(d.svc->arg);
 		commit_detach(d.svc->commit);
@@ -776,7 +777,8 @@ inherited_socket(void)
 
 	if (v == NULL)
 		return -1;
-	fd = parse_long(v, 3, 1 << 20, &fd) == 0 ? fd : -1;
+	if (parse_long(v, 3, 1 << 20, &fd) < 0)
+		fd = -1;
 	unsetenv("MUSTER_LISTEN_FD");
 	if (fd > 0)
 		fcntl((int)fd, F_SETFD, FD_CLOEXEC);

@@ -218,26 +218,25 @@ fail:
 static int
 next_endpoint(struct http_client *c, size_t *tried)
 {
-	if (c->leader[0] != '\0') {
-		struct endpoint ep;
-		int h;
-		size_t i;
+	struct endpoint ep;
+	size_t i = c->neps;
+	int h;
 
-		if (parse_endpoint(c->leader, strlen(c->leader), 0, &ep, &h,
-		        NULL, 0) == 0 &&
-		    h == c->https) {
-			for (i = 0; i < c->neps; i++)
-				if (strcmp(c->eps[i].addr, ep.addr) == 0)
-					break;
-			if (i == c->neps && c->neps < MAX_ENDPOINTS)
-				c->eps[c->neps++] = ep;
-			c->leader[0] = '\0';
-			if (i < c->neps && i != c->cur) {
-				use_endpoint(c, i);
-				return 1;
-			}
-		}
-		c->leader[0] = '\0';
+	/* The leader a standby named: one of the addresses, or one more. */
+	if (c->leader[0] != '\0' &&
+	    parse_endpoint(c->leader, strlen(c->leader), 0, &ep, &h, NULL, 0) ==
+	        0 &&
+	    h == c->https) {
+		for (i = 0; i < c->neps; i++)
+			if (strcmp(c->eps[i].addr, ep.addr) == 0)
+				break;
+		if (i == c->neps && c->neps < MAX_ENDPOINTS)
+			c->eps[c->neps++] = ep;
+	}
+	c->leader[0] = '\0';
+	if (i < c->neps && i != c->cur) {
+		use_endpoint(c, i);
+		return 1;
 	}
 	if (c->neps < 2)
 		return 0;

@@ -63,7 +63,7 @@ struct store {
 	uint64_t next_seq; /* the next record's number */
 	struct buf tail;   /* bytes past applied, a record not yet whole */
 	int64_t rev;       /* etcd's revision applied up to */
-	int loaded;
+	atomic_int loaded; /* read once: following */
 
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
@@ -604,8 +604,8 @@ written(struct store *s)
 /*
  * One fenced transaction: compares the leadership (and, with fresh, that
  * key k is new), then makes ops. Tried again while etcd cannot answer
- * and the lease holds. 0; 1 when fresh and k holds value already (an
- * attempt whose reply was lost made it); -1: deposed (or stopping).
+ * and the lease holds. 0 once made (with fresh, k holding value counts:
+ * an attempt whose reply was lost made it); -1: deposed (or stopping).
  */
 static int
 fenced(struct store *s, const char *k, int fresh, const void *value,
@@ -636,26 +636,23 @@ fenced(struct store *s, const char *k, int fresh, const void *value,
 			return -1;
 		st = etcd_txn(s->ew, &t, duration_now_ms() + s->ttl_ms, &r);
 		if (st == ST_OK) {
-			int same = 0;
+			/* Refused: deposed, unless the key holds value (a
+			 * try whose reply was lost made it). */
+			int made = r.succeeded ||
+			    (fresh && r.n == 1 && r.res[0].range.n == 1 &&
+			        r.res[0].range.kv[0].value_len == vlen &&
+			        memcmp(r.res[0].range.kv[0].value, value,
+			            vlen) == 0);
 
-			if (!r.succeeded && fresh && r.n == 1 &&
-			    r.res[0].range.n == 1 &&
-			    r.res[0].range.kv[0].value_len == vlen &&
-			    memcmp(r.res[0].range.kv[0].value, value, vlen) ==
-			        0)
-				same = 1;
-			st = r.succeeded ? ST_OK :
-			    same         ? ST_ALREADY_EXISTS :
-			                   ST_ABORTED;
 			etcd_txn_result_free(&r);
-			if (st == ST_ABORTED) {
+			if (!made) {
 				restart(s,
 				    "this replica no longer leads: "
 				    "another took over in etcd");
 				return -1;
 			}
 			written(s);
-			return st == ST_OK ? 0 : 1;
+			return 0;
 		}
 		if (st == ST_CANCELLED)
 			return -1;
@@ -915,7 +912,7 @@ elect(void *arg)
 		if (pause_ms(s, 500))
 			return NULL;
 	}
-	s->loaded = 1;
+	atomic_store(&s->loaded, 1);
 	log_info("store: %s read up to record %" PRIu64 " (offset %" PRIu64
 	         "), following",
 	    s->prefix, s->next_seq - 1, s->applied);
@@ -1268,12 +1265,10 @@ store_status(struct store *s, struct buf *out, char *err, size_t errlen)
 			json_decref(v);
 			continue;
 		}
-		json_unpack(v, "{s?I}", "records", &rec);
-		if (strcmp(json_string_value(json_object_get(v, "address")) ?
-		            json_string_value(json_object_get(v, "address")) :
-		            "",
-		        leader) == 0 &&
-		    rec > top)
+		const char *role = "";
+
+		json_unpack(v, "{s?s,s?I}", "role", &role, "records", &rec);
+		if (strcmp(role, "leader") == 0 && rec > top)
 			top = rec;
 		json_array_append_new(reps, v);
 	}
@@ -1286,14 +1281,12 @@ store_status(struct store *s, struct buf *out, char *err, size_t errlen)
 		json_object_set_new(v, "behind",
 		    json_integer(rec < top ? top - rec : 0));
 	}
-	pthread_mutex_lock(&s->mu);
 	o = json_pack("{s:s,s:s,s:s,s:o}", "prefix", s->prefix, "leader",
 	    leader, "role",
-	    atomic_load(&s->leading) ? "leader" :
-	        s->loaded            ? "standby" :
-	                               "starting",
+	    atomic_load(&s->leading)    ? "leader" :
+	        atomic_load(&s->loaded) ? "standby" :
+	                                  "starting",
 	    "replicas", reps);
-	pthread_mutex_unlock(&s->mu);
 	if (o == NULL || (text = json_dumps(o, JSON_COMPACT)) == NULL) {
 		json_decref(o);
 		snprintf(err, errlen, "out of memory");
