@@ -69,41 +69,11 @@ task_json() {
 
 @test "every acknowledged write survives kill -9 under load from four clients; none is half there" {
 	up
-	local i
-	for i in 1 2 3 4; do
-		(
-			for ((j = 1; j <= 150; j++)); do
-				if kvctl --timeout 30s put "w$i/$j" "value-$i-$j-$(printf '%0200d' "$j")" 2>/dev/null; then
-					echo "$j" >>"$T/acked.$i"
-				fi
-				if kvctl --timeout 30s add "count/$i" 1 >/dev/null 2>&1; then
-					echo "$j" >>"$T/added.$i"
-				fi
-			done
-			echo done >"$T/finished.$i"
-		) &
-		BG_PIDS+=($!)
-	done
+	write_load 150 30s
 	wait_for 60 eval '[ "$(cat "$T"/acked.* 2>/dev/null | wc -l)" -ge 100 ]'
 	crash
 	up
-	for i in 1 2 3 4; do
-		wait_file "$T/finished.$i" 240
-	done
-	for i in 1 2 3 4; do
-		while read -r j; do
-			assert_equal "$(kvctl get "w$i/$j")" "value-$i-$j-$(printf '%0200d' "$j")"
-		done <"$T/acked.$i"
-		# A write without an answer is there whole or not at all.
-		kvctl ls "w$i" >"$T/keys.$i"
-		while read -r k; do
-			j=${k#w"$i"/}
-			assert_equal "$(kvctl get "$k")" "value-$i-$j-$(printf '%0200d' "$j")"
-		done <"$T/keys.$i"
-		n=$(kvctl get "count/$i")
-		[ "$n" -ge "$(wc -l <"$T/added.$i")" ]
-		[ "$n" -le 150 ]
-	done
+	check_write_load 150 240
 }
 
 @test "tasks keep their incarnation, errors and epoch; passed barriers answer again after a restart" {

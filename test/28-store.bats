@@ -20,10 +20,16 @@ replica() {
 	shift
 	rm -f "$T/$name.port"
 	coordd -l 127.0.0.1:0 --port-file "$T/$name.port" \
-		--store "etcd://$(etcd_store)/muster/test" "$@" 2>>"$T/$name.log" &
+		--store "${STORE_SCHEME:-etcd}://$(etcd_store)/muster/test" "$@" \
+		2>>"$T/$name.log" &
 	printf -v "PID_$name" %s "$!"
 	DAEMON_PIDS+=("$!")
 	wait_file "$T/$name.port"
+}
+
+# etcdctl ARGS...: etcd's own client on the cluster.
+etcdctl() {
+	ETCDCTL_API=3 command etcdctl --endpoints "$ETCD_ENDPOINTS" "$@"
 }
 
 # etcd_store: the members' HOST:PORTs, comma-separated.
@@ -46,12 +52,17 @@ is_role() {
 	[ "$(role "$1")" = "$2" ]
 }
 
+# pair [ARGS...]: replica a, once it leads, and replica b standing by.
+pair() {
+	replica a "$@"
+	wait_for 30 is_role a leader
+	replica b "$@"
+	wait_for 30 is_role b standby
+}
+
 @test "a standby answers with its leader's address; a client given every replica finds the leader" {
 	start_etcd 1
-	replica a
-	wait_for 30 is_role a leader
-	replica b
-	wait_for 30 is_role b standby
+	pair
 	run curl -s -i "http://$(addr b)/v1/kv/x"
 	assert_output --partial "503 Service Unavailable"
 	assert_output --partial "X-Muster-Leader: http://$(addr a)"
@@ -74,55 +85,22 @@ is_role() {
 
 @test "kill -9 of the leader under write load from four clients: every acknowledged write is there after the takeover" {
 	start_etcd 3
-	replica a
-	wait_for 30 is_role a leader
-	replica b
-	wait_for 30 is_role b standby
+	pair
 	export MUSTER_COORD=$(addr a),$(addr b)
 	kvctl put before 1
 	# Parked on the leader before it dies; answered by the next one.
 	kvctl --timeout 120s get late >"$T/late.out" 2>"$T/late.err" &
 	BG_PIDS+=($!)
 	local late=$!
-	local i
-	for i in 1 2 3 4; do
-		(
-			for ((j = 1; j <= 80; j++)); do
-				if kvctl --timeout 60s put "w$i/$j" "value-$i-$j-$(printf '%0200d' "$j")" 2>/dev/null; then
-					echo "$j" >>"$T/acked.$i"
-				fi
-				if kvctl --timeout 60s add "count/$i" 1 >/dev/null 2>&1; then
-					echo "$j" >>"$T/added.$i"
-				fi
-			done
-			echo done >"$T/finished.$i"
-		) &
-		BG_PIDS+=($!)
-	done
+	write_load 80 60s
 	wait_for 120 eval '[ "$(cat "$T"/acked.* 2>/dev/null | wc -l)" -ge 60 ]'
 	kill9 "$PID_a"
-	for i in 1 2 3 4; do
-		wait_file "$T/finished.$i" 300
-	done
+	check_write_load 80 300
 	is_role b leader
 	kvctl put late here
 	wait_exit "$late" 30
 	assert_equal "$(cat "$T/late.out")" here
 	assert_equal "$(kvctl get before)" 1
-	for i in 1 2 3 4; do
-		while read -r j; do
-			assert_equal "$(kvctl get "w$i/$j")" "value-$i-$j-$(printf '%0200d' "$j")"
-		done <"$T/acked.$i"
-		# A write without an answer is there whole or not at all.
-		kvctl ls "w$i" >"$T/keys.$i"
-		while read -r k; do
-			j=${k#w"$i"/}
-			assert_equal "$(kvctl get "$k")" "value-$i-$j-$(printf '%0200d' "$j")"
-		done <"$T/keys.$i"
-		n=$(kvctl get "count/$i")
-		[ "$n" -ge "$(wc -l <"$T/added.$i")" ]
-		[ "$n" -le 80 ]
-	done
 	# A replica started after holds the same.
 	replica c
 	wait_for 30 is_role c standby
@@ -134,10 +112,7 @@ is_role() {
 
 @test "a leader stopped past its lease writes nothing once resumed, and starts again as a standby on its port" {
 	start_etcd 1
-	replica a --store-lease 2s
-	wait_for 30 is_role a leader
-	replica b --store-lease 2s
-	wait_for 30 is_role b standby
+	pair --store-lease 2s
 	kvctl -c "$(addr a)" put x 1
 	kill -STOP "$PID_a"
 	# A change sent to the stopped leader waits in its socket.
@@ -159,12 +134,65 @@ is_role() {
 	refute_output --partial '"revision"'
 }
 
+@test "past --journal-max-bytes the leader stores a snapshot and deletes the records it holds; a replica started after reads it and takes over with every key" {
+	start_etcd 1
+	pair --journal-max-bytes 4K
+	export MUSTER_COORD=$(addr a),$(addr b)
+	local i
+	for ((i = 1; i <= 200; i++)); do
+		kvctl put -f "k$i" "value-$i-$(printf '%0100d' "$i")"
+	done
+	run etcdctl get --print-value-only /muster/test/meta
+	assert_output --regexp '^muster-store 1 [0-9a-f]+ [0-9]+ [0-9]+ [0-9]+ [0-9a-f]{8}$'
+	# 200 records of 150-odd bytes; the stream left is under a snapshot's
+	# worth of them.
+	n=$(etcdctl get --prefix --keys-only /muster/test/log/ | grep -c .)
+	[ "$n" -lt 60 ] || fail "$n keys of the stream left after the snapshots"
+	[ "$(etcdctl get --prefix --keys-only /muster/test/snapshot/ | grep -c .)" -ge 1 ]
+	replica c --journal-max-bytes 4K
+	wait_for 30 is_role c standby
+	kill9 "$PID_a"
+	kill9 "$PID_b"
+	wait_for 30 is_role c leader
+	export MUSTER_COORD=$(addr c)
+	for ((i = 1; i <= 200; i++)); do
+		assert_equal "$(kvctl get "k$i")" "value-$i-$(printf '%0100d' "$i")"
+	done
+	kvctl put -f k1 again
+	assert_equal "$(kvctl get k1)" again
+}
+
+@test "SIGUSR2 makes the leader give its lease back: a standby takes over well before the lease would end, and the old leader follows with its PID and port" {
+	start_etcd 1
+	pair --store-lease 60s
+	kvctl -c "$(addr a)" put k 1
+	kill -USR2 "$PID_a"
+	# The lease is 60 s: only its return lets b lead this soon.
+	wait_for 30 is_role b leader
+	wait_grep "starting again as a standby" "$T/a.log"
+	wait_for 30 is_role a standby
+	running "$PID_a"
+	assert_equal "$(kvctl -c "$(addr a),$(addr b)" get k)" 1
+}
+
+@test "over etcd with TLS and client certificates: --store-ca-file, --store-cert-file and --store-key-file; without them it waits for etcd and says why" {
+	etcd_tls
+	start_etcd 1
+	STORE_SCHEME=etcds replica a --store-ca-file "$T/tls/ca.pem" \
+		--store-cert-file "$T/tls/client.pem" \
+		--store-key-file "$T/tls/client-key.pem"
+	wait_for 30 is_role a leader
+	kvctl -c "$(addr a)" put k 1
+	assert_equal "$(kvctl -c "$(addr a)" get k)" 1
+	STORE_SCHEME=etcds replica b
+	wait_grep "store: waiting for etcd" "$T/b.log" 30
+	run curl -s "http://$(addr b)/v1/kv/k"
+	assert_output --partial UNAVAILABLE
+}
+
 @test "etcd losing one member goes on; losing two refuses changes with UNAVAILABLE; back to three, it goes on with every acknowledged write" {
 	start_etcd 3
-	replica a
-	wait_for 30 is_role a leader
-	replica b
-	wait_for 30 is_role b standby
+	pair
 	export MUSTER_COORD=$(addr a),$(addr b)
 	kvctl put one 1
 	etcd_kill9 0

@@ -8,6 +8,8 @@
 ETCD_PIDS=()
 ETCD_ADDRS=()
 ETCD_NAMES=()
+# Each member's etcd arguments, quoted for eval (etcd_launch).
+ETCD_ARGS=()
 # Their client URLs, comma-separated, as etcd-probe -e takes them.
 ETCD_ENDPOINTS=
 # For a cluster over TLS (etcd_tls): https, and what curl needs to ask it.
@@ -30,8 +32,8 @@ etcd_healthy() {
 
 # start_etcd N [ETCD ARGS...]: a cluster of N members (1 or 3, say), each
 # logging to $T/etcd-NAME.log, with ETCD ARGS added to each; returns once
-# every member is healthy. Sets ETCD_PIDS, ETCD_ADDRS, ETCD_NAMES and
-# ETCD_ENDPOINTS.
+# every member is healthy. Sets ETCD_PIDS, ETCD_ADDRS, ETCD_NAMES,
+# ETCD_ARGS and ETCD_ENDPOINTS.
 start_etcd() {
 	local n=$1 i cluster= name
 	local -a cports=() pports=()
@@ -55,18 +57,7 @@ start_etcd() {
 			--initial-cluster-token "muster-test-$$" \
 			--initial-cluster-state new "${ETCD_TLS_ARGS[@]}" "$@")")
 		ETCD_ENDPOINTS+=${ETCD_ENDPOINTS:+,}$ETCD_SCHEME://${ETCD_ADDRS[i]}
-		etcd --name "$name" --data-dir "$T/etcd/$name" \
-			--listen-client-urls "$ETCD_SCHEME://${ETCD_ADDRS[i]}" \
-			--advertise-client-urls "$ETCD_SCHEME://${ETCD_ADDRS[i]}" \
-			--listen-peer-urls "http://127.0.0.1:${pports[i]}" \
-			--initial-advertise-peer-urls "http://127.0.0.1:${pports[i]}" \
-			--initial-cluster "$cluster" \
-			--initial-cluster-token "muster-test-$$" \
-			--initial-cluster-state new \
-			"${ETCD_TLS_ARGS[@]}" "$@" \
-			>>"$T/etcd-$name.log" 2>&1 &
-		ETCD_PIDS+=("$!")
-		DAEMON_PIDS+=("$!")
+		etcd_launch "$i"
 	done
 	for ((i = 0; i < n; i++)); do
 		wait_for 30 etcd_healthy "${ETCD_ADDRS[i]}" && continue
@@ -133,12 +124,18 @@ etcd_endpoints() {
 	echo "$list"
 }
 
+# etcd_launch I: member I, with its arguments (ETCD_ARGS), in the
+# background; its PID in ETCD_PIDS.
+etcd_launch() {
+	eval "exec etcd ${ETCD_ARGS[$1]}" >>"$T/etcd-${ETCD_NAMES[$1]}.log" 2>&1 &
+	ETCD_PIDS[$1]=$!
+	DAEMON_PIDS+=("$!")
+}
+
 # etcd_restart I: member I again, as it was started, on its data; returns
 # once it is healthy.
 etcd_restart() {
-	eval "etcd ${ETCD_ARGS[$1]}" >>"$T/etcd-${ETCD_NAMES[$1]}.log" 2>&1 &
-	ETCD_PIDS[$1]=$!
-	DAEMON_PIDS+=("$!")
+	etcd_launch "$1"
 	wait_for 30 etcd_healthy "${ETCD_ADDRS[$1]}"
 }
 

@@ -342,3 +342,50 @@ worker_live() {
 closure_field() {
 	curl -s -m 5 "http://$MUSTER_DISPATCHER/v1/closures/$1" | jq -r ".$2"
 }
+
+# write_load COUNT TIMEOUT: four clients in the background, client I
+# putting COUNT keys wI/J (values of 200-odd bytes that name them) with
+# kvctl, each followed by an add of 1 to count/I, each call with
+# --timeout TIMEOUT. Acknowledged ones are listed in $T/acked.I and
+# $T/added.I; $T/finished.I appears once client I is done.
+write_load() {
+	local count=$1 timeout=$2 i
+	for i in 1 2 3 4; do
+		(
+			for ((j = 1; j <= count; j++)); do
+				if kvctl --timeout "$timeout" put "w$i/$j" "value-$i-$j-$(printf '%0200d' "$j")" 2>/dev/null; then
+					echo "$j" >>"$T/acked.$i"
+				fi
+				if kvctl --timeout "$timeout" add "count/$i" 1 >/dev/null 2>&1; then
+					echo "$j" >>"$T/added.$i"
+				fi
+			done
+			echo done >"$T/finished.$i"
+		) &
+		BG_PIDS+=($!)
+	done
+}
+
+# check_write_load COUNT WAIT: once the clients of write_load COUNT are
+# done (within WAIT seconds), every acknowledged put is there, every key
+# there is whole (a write without an answer is there whole or not at all),
+# and each counter holds at least its acknowledged adds and at most COUNT.
+check_write_load() {
+	local count=$1 i j k n
+	for i in 1 2 3 4; do
+		wait_file "$T/finished.$i" "$2"
+	done
+	for i in 1 2 3 4; do
+		while read -r j; do
+			assert_equal "$(kvctl get "w$i/$j")" "value-$i-$j-$(printf '%0200d' "$j")"
+		done <"$T/acked.$i"
+		kvctl ls "w$i" >"$T/keys.$i"
+		while read -r k; do
+			j=${k#w"$i"/}
+			assert_equal "$(kvctl get "$k")" "value-$i-$j-$(printf '%0200d' "$j")"
+		done <"$T/keys.$i"
+		n=$(kvctl get "count/$i")
+		[ "$n" -ge "$(wc -l <"$T/added.$i")" ]
+		[ "$n" -le "$count" ]
+	done
+}
