@@ -598,20 +598,7 @@ while True:
 
 @test "a stranger on coordd's port that never answers: DEADLINE_EXCEEDED (4) says no reply came, not that the key was not set" {
 	# It takes connections and holds them, saying nothing.
-	"$PYTHON" -c '
-import os, socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-s.listen(16)
-with open("port.tmp", "w") as f:
-    f.write(str(s.getsockname()[1]))
-os.rename("port.tmp", "port")
-held = []
-while True:
-    held.append(s.accept()[0])
-' 2>stranger.log &
-	BG_PIDS+=($!)
-	wait_file port
+	silent_peer
 	export MUSTER_COORD=127.0.0.1:$(cat port)
 	local verb
 	for verb in get tryget; do

@@ -209,20 +209,7 @@ start_https() {
 }
 
 @test "over https, tryget fails UNAVAILABLE (9) within a second on a peer that takes the connection and never answers the handshake" {
-	"$PYTHON" -c '
-import os, socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-s.listen(16)
-with open("port.tmp", "w") as f:
-    f.write(str(s.getsockname()[1]))
-os.rename("port.tmp", "port")
-held = []
-while True:
-    held.append(s.accept()[0])
-' 2>stranger.log &
-	BG_PIDS+=($!)
-	wait_file port
+	silent_peer
 	export MUSTER_TLS_CA_FILE=$C/ca.pem MUSTER_COORD=https://127.0.0.1:$(cat port)
 	local t0 took
 	t0=$(now_ms)

@@ -389,3 +389,23 @@ check_write_load() {
 		[ "$n" -le "$count" ]
 	done
 }
+
+# silent_peer: a stranger on a loopback port that takes connections and
+# holds them, saying nothing (not even a TLS handshake); its port in
+# $T/port, its log $T/stranger.log.
+silent_peer() {
+	"$PYTHON" -c '
+import os, socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(16)
+with open("port.tmp", "w") as f:
+    f.write(str(s.getsockname()[1]))
+os.rename("port.tmp", "port")
+held = []
+while True:
+    held.append(s.accept()[0])
+' 2>"$T/stranger.log" &
+	BG_PIDS+=($!)
+	wait_file "$T/port"
+}
