@@ -210,6 +210,17 @@ pair() {
 	assert_equal "$(kvctl get four)" 4
 }
 
+@test "a replica of another cluster on the same prefix stops with INTERNAL (10), saying why, rather than start again and again" {
+	start_etcd 1
+	replica a --cluster worker=2
+	wait_for 30 is_role a leader
+	run -10 timeout 60 coordd -l 127.0.0.1:0 --cluster worker=3 \
+		--store "etcd://$(etcd_store)/muster/test"
+	assert_output --partial "the cluster given has 3"
+	[ "$(grep -c 'listening on' <<<"$output")" = 1 ]
+	is_role a leader
+}
+
 @test "--store: bad settings are usage errors; dispatchd says it keeps a state directory" {
 	run coordd --store etcd://127.0.0.1:2379/p --state-dir "$T/s" -n
 	assert_failure 2

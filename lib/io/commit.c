@@ -22,6 +22,7 @@ struct commit {
 	struct http_server *srv;
 	int detached;
 	int failing;      /* told of a failure, not yet of a success (mu) */
+	char fatal[512];  /* a store's records cannot be applied: why */
 	uint64_t durable; /* the newest durable record (mu) */
 };
 
@@ -223,12 +224,37 @@ restart(const char *why, void *arg)
 	kill(getpid(), SIGUSR2);
 }
 
+/* The store's fatal: the daemon stops, as on SIGTERM, and then exits with
+ * INTERNAL (commit_fatal). */
+static void
+fatal(const char *why, void *arg)
+{
+	struct commit *c = arg;
+
+	pthread_mutex_lock(&c->mu);
+	snprintf(c->fatal, sizeof(c->fatal), "%s", why);
+	pthread_mutex_unlock(&c->mu);
+	kill(getpid(), SIGTERM);
+}
+
+const char *
+commit_fatal(struct commit *c)
+{
+	const char *r;
+
+	pthread_mutex_lock(&c->mu);
+	r = c->fatal[0] != '\0' ? c->fatal : NULL;
+	pthread_mutex_unlock(&c->mu);
+	return r;
+}
+
 struct commit *
 commit_open_store(const struct store_config *sc, const char *daemon,
     int (*snapshot_fn)(const void *p, size_t len, void *arg),
     int (*record_fn)(uint64_t seq, const void *p, size_t len, void *arg),
     void (*lock)(void *arg), void (*unlock)(void *arg),
-    void (*elected)(void *arg), void *arg, char *err, size_t errlen)
+    void (*elected)(void *arg), void *arg, const char *cause, char *err,
+    size_t errlen)
 {
 	struct commit *c = calloc(1, sizeof(*c));
 	struct store_hooks h = {.arg = arg,
@@ -238,7 +264,9 @@ commit_open_store(const struct store_config *sc, const char *daemon,
 	    .record = record_fn,
 	    .elected = elected,
 	    .durable = durable,
-	    .restart = restart};
+	    .restart = restart,
+	    .fatal = fatal,
+	    .cause = cause};
 
 	if (c == NULL) {
 		snprintf(err, errlen, "out of memory");

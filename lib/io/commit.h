@@ -80,7 +80,8 @@ void commit_free(struct commit *c);
  * The same over etcd (store.h) rather than a state directory: the
  * records go to the store, which replays them into the daemon through
  * snapshot_fn and record_fn under lock and unlock, and calls elected
- * (locked) once this replica leads. The replica stands by until then:
+ * (locked) once this replica leads; those two write why they failed
+ * into cause. The replica stands by until then:
  * the daemon serves no change (commit_leads). When it must start again
  * as a standby, the process gets SIGUSR2 (daemon.c). NULL with err on a
  * bad setting.
@@ -90,7 +91,13 @@ struct commit *commit_open_store(const struct store_config *sc,
     int (*snapshot_fn)(const void *p, size_t len, void *arg),
     int (*record_fn)(uint64_t seq, const void *p, size_t len, void *arg),
     void (*lock)(void *arg), void (*unlock)(void *arg),
-    void (*elected)(void *arg), void *arg, char *err, size_t errlen);
+    void (*elected)(void *arg), void *arg, const char *cause, char *err,
+    size_t errlen);
+/*
+ * Why a store's records could not be applied, once they could not (the
+ * process then got SIGTERM, and exits with INTERNAL); else NULL.
+ */
+const char *commit_fatal(struct commit *c);
 
 /* Whether c is a store's (replicas, a leader). */
 int commit_replicated(const struct commit *c);

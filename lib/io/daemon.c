@@ -731,6 +731,8 @@ daemon_run(const struct daemon_options *o, const struct daemon_service *svc,
 	}
 	log_info("%s: shutting down", strsignal(sig));
 	stop(&d);
+	if (svc->commit != NULL && commit_fatal(svc->commit) != NULL)
+		return cli_fail(ST_INTERNAL, "%s", commit_fatal(svc->commit));
 	return 0;
 }
 

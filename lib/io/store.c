@@ -216,8 +216,9 @@ apply_tail(struct store *s)
 			break;
 		}
 		if (s->h.record(s->next_seq, p + at + HDR, len, s->h.arg) < 0) {
-			log_info("store: record %" PRIu64 " cannot be applied",
-			    s->next_seq);
+			log_info("store: record %" PRIu64
+			         " cannot be applied: %s",
+			    s->next_seq, s->h.cause != NULL ? s->h.cause : "");
 			rc = -1;
 			break;
 		}
@@ -903,7 +904,11 @@ elect(void *arg)
 		if (st == ST_CANCELLED)
 			return NULL;
 		if (st == ST_INTERNAL) {
-			restart(s, "the records in etcd cannot be applied");
+			/* Reading them again would fail again. */
+			s->h.fatal(s->h.cause != NULL && s->h.cause[0] != '\0' ?
+			        s->h.cause :
+			        "the records in etcd cannot be applied",
+			    s->h.durable_arg);
 			return NULL;
 		}
 		if (!said++)

@@ -73,6 +73,8 @@ struct store_hooks {
 	 * -1 when it cannot be applied (the replica then stops). */
 	int (*snapshot)(const void *p, size_t len, void *arg);
 	int (*record)(uint64_t seq, const void *p, size_t len, void *arg);
+	/* Where those two say why they failed, or NULL. */
+	const char *cause;
 	/* Locked: this replica leads from now, holding every record. */
 	void (*elected)(void *arg);
 	/* No lock: every record up to seq is in etcd (err 0), or its
@@ -81,6 +83,10 @@ struct store_hooks {
 	void *durable_arg;
 	/* No lock, once: this replica must start again as a standby. */
 	void (*restart)(const char *why, void *arg);
+	/* No lock, once: the records in etcd cannot be applied here (they
+	 * are another cluster's, or damaged); the daemon must stop. With
+	 * durable_arg. */
+	void (*fatal)(const char *why, void *arg);
 };
 
 struct store;

@@ -332,6 +332,6 @@ coord_store_open(struct coord *co, const struct store_config *sc, char *err,
 {
 	co->jfresh = 1;
 	co->commit = commit_open_store(sc, "coordd", read_snapshot, read_record,
-	    lock_cb, unlock_cb, elected, co, err, errlen);
+	    lock_cb, unlock_cb, elected, co, co->jerr, err, errlen);
 	return co->commit != NULL ? ST_OK : ST_INVALID_ARGUMENT;
 }
