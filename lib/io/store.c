@@ -477,8 +477,13 @@ restart(struct store *s, const char *why)
 	s->h.restart(why, s->h.arg);
 }
 
-/* Whether the lease is surely alive: a keepalive sent less than the TTL
- * ago, with a quarter of it to spare, held. */
+/*
+ * Whether the lease is surely alive: a keepalive sent less than the TTL
+ * ago, with a quarter of it to spare, held. While it is not, the leader
+ * serves nothing (store_leads) and its writes wait; it steps down only
+ * once etcd says the lease ended, or refuses a write. etcd choosing a new
+ * leader of its own takes a second or two, and extends every lease.
+ */
 static int
 lease_fresh(struct store *s)
 {
@@ -622,6 +627,7 @@ fenced(struct store *s, const char *k, int fresh, const void *value,
 	    .nthen = nops,
 	    .otherwise = fresh ? &other : NULL,
 	    .notherwise = fresh ? 1 : 0};
+	int64_t since = 0; /* the first failed try */
 
 	etcd_leader_cmp(&s->lead, &cmp[0]);
 	cmp[1] = (struct etcd_cmp){.key = k,
@@ -657,13 +663,13 @@ fenced(struct store *s, const char *k, int fresh, const void *value,
 		}
 		if (st == ST_CANCELLED)
 			return -1;
-		failing(s, "a write");
-		if (!lease_fresh(s)) {
-			restart(s,
-			    "this replica could not keep its lease in "
-			    "etcd alive");
-			return -1;
-		}
+		/* Another member may take it at once (the compare makes a
+		 * second try safe): replies wait, and new changes are refused,
+		 * only once tries have failed for a lease's time. */
+		if (since == 0)
+			since = duration_now_ms();
+		else if (duration_now_ms() - since >= s->ttl_ms)
+			failing(s, "a write");
 		if (pause_ms(s, 100))
 			return -1;
 	}
@@ -1012,10 +1018,6 @@ keep(void *arg)
 			else
 				log_debug("store: keepalive: %s",
 				    etcd_error(s->ek));
-			if (atomic_load(&s->leading) && !lease_fresh(s))
-				restart(s,
-				    "this replica could not keep its "
-				    "lease in etcd alive");
 			say_where(s, lease);
 		}
 		if (!atomic_load(&s->leading) &&

@@ -36,10 +36,11 @@
  * elects reads what it has not applied, cuts off a record the old leader
  * left half written (never acknowledged), and serves.
  *
- * A leader that cannot keep its lease alive for its TTL, or whose write
- * is refused by the compare, stops leading at once: it asks the daemon to
- * start again as a standby (restart), since its state may hold changes
- * the new leader never saw. So does a standby that fell so far behind
+ * A leader that has not renewed its lease for most of its TTL serves
+ * nothing until it does (store_leads). One whose lease etcd says ended,
+ * or whose write the compare refuses, stops leading at once: it asks the
+ * daemon to start again as a standby (restart), since its state may hold
+ * changes the new leader never saw. So does a standby that fell so far behind
  * that etcd compacted the changes it had not read.
  */
 #ifndef MUSTER_STORE_H
