@@ -203,7 +203,7 @@ for f in sys.argv[1:]:
 PY
 }
 
-@test "a consumer that names itself, on the wire: a request sent again gets its reply again, one overtaken 412, a reply given back goes to the next consumer, past --max-connections holders 413 until they are gone for --request-timeout; a read then gets the rest once" {
+@test "a consumer that names itself, on the wire: a request sent again gets its reply again, one overtaken 412, one cut as its consumer left 412, a reply given back goes to the next consumer, past --max-connections holders 413 until they are gone for --request-timeout; a read then gets the rest once" {
 	start_dispatchd
 	start_worker a:0 --max-connections 4 --request-timeout 2s
 	addr=$(sed -n 's/.*serving data on //p' "$T/a:0.log")
@@ -232,6 +232,10 @@ PY
 	grep -q 'overtaken by a later one' late
 	[ "$(get back "giveback?consumer_id=a&request=2")" = 200 ]
 	[ ! -s back ]
+	# a left: its next request, had it been on its way as a left, takes
+	# nothing; said again, the leave changes nothing.
+	[ "$(get late3 "$one&consumer_id=a&request=3")" = 412 ]
+	[ "$(get back "giveback?consumer_id=a&request=2")" = 200 ]
 	[ "$(get rb "$one&consumer_id=b&request=1")" = 200 ]
 	cmp r2 rb
 	# b, c1, c2 and c3 hold chunks, their connections closed less than
@@ -244,6 +248,8 @@ PY
 	nap 2.5
 	[ "$(get rd "$one&consumer_id=d&request=1")" = 200 ]
 	[ "$(get rd.ack "elements?max=0&consumer_id=d&request=2")" = 200 ]
+	# A request of d's cut as it left, read only now: nothing for it.
+	[ "$(get rd.late "$one&consumer_id=d&request=2")" = 412 ]
 	# a acknowledged reply 1 and d its reply; what the others held went
 	# back: a read of the job gets the rest, each element once.
 	run -0 dispatchctl read --job wire "$id"

@@ -85,7 +85,8 @@ struct source {
 	size_t ncur, capcur, nprev, capprev;
 	struct chunk_id *again; /* written, and perhaps to be sent again */
 	size_t nagain, capagain;
-	uint64_t req;  /* the next request's number, from 1 (datawire.h) */
+	uint64_t req;  /* the next request's number (datawire.h), above all
+	                * those of the reader's sources before */
 	int unwritten; /* the last reply could not be written */
 	int asked;     /* request req was sent and no reply came: the
 	                * worker may hold one for us */
@@ -126,9 +127,10 @@ struct reader {
 	/* Marks of what was recorded, and of what dispatchd has heard of. */
 	uint64_t recorded, reported;
 	struct source *tasks;
-	int finished; /* the job, as the last heartbeat said */
-	int stopping; /* the read ends: every thread stops */
-	int told;     /* the read's last report was made, or given up */
+	uint64_t sources; /* started: each numbers its requests apart */
+	int finished;     /* the job, as the last heartbeat said */
+	int stopping;     /* the read ends: every thread stops */
+	int told;         /* the read's last report was made, or given up */
 	enum status fail;
 	char failmsg[1024];
 	int closed;       /* the output's reader went away */

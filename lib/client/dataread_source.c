@@ -499,7 +499,9 @@ dataread_source_start_locked(struct reader *r, int64_t id, const char *addr)
 	t->id = id;
 	t->fd = -1;
 	t->running = 1;
-	t->req = 1;
+	/* A task read again after its source left: a worker that took our
+	 * leave refuses the numbers the source before us used. */
+	t->req = (r->sources++ << 32) + 1;
 	snprintf(t->addr, sizeof(t->addr), "%s", addr);
 	if (pthread_create(&t->thread, NULL, source_main, t) != 0) {
 		free(t);

@@ -92,7 +92,10 @@ struct round {
  * lost with its connection) gets them again. Once no connection of the
  * consumer's has been open for request_ms it is gone, and they go back
  * to the task's queue for another; the hold stays, empty, until room is
- * needed or the consumer says it leaves.
+ * needed. One whose consumer said it leaves keeps the number of the
+ * request that said so: a request of the consumer's numbered up to it,
+ * sent before on a connection the consumer has cut and read only now,
+ * must take nothing, since no one would read its reply.
  */
 struct hold {
 	struct hold *next;
@@ -103,6 +106,7 @@ struct hold {
 	uint64_t conn; /* the connection that asked last (its serial); 0:
 	                * closed since */
 	int64_t away;  /* when it closed (ms) */
+	uint64_t left; /* the consumer left with this request; 0: it did not */
 };
 
 /*

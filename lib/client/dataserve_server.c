@@ -350,7 +350,7 @@ hold_of(struct conn *c, struct feed *t, const struct dw_request *w, int make,
 {
 	struct hold *h = dataserve_hold_find(t, w->consumer_id);
 
-	if (h != NULL && w->request < h->req)
+	if (h != NULL && (w->request < h->req || w->request <= h->left))
 		return H_OVERTAKEN;
 	if (h == NULL && make &&
 	    (h = dataserve_hold_add(t, w->consumer_id, c->ds->max_conns)) ==
@@ -375,27 +375,36 @@ send_hold_error(struct conn *c, const struct dw_request *w, int why, int keep)
 }
 
 /*
- * A consumer that names itself leaves, and is forgotten: with
- * GET .../elements?max=0, its last reply is acknowledged if the request is
- * numbered above the one it answered, and given back if it is that one;
- * with GET .../giveback, given back (written replies were acknowledged by
- * the requests after them).
+ * A consumer that names itself leaves: with GET .../elements?max=0, its
+ * last reply is acknowledged if the request is numbered above the one it
+ * answered, and given back if it is that one; with GET .../giveback N,
+ * given back (written replies were acknowledged by the requests after
+ * them). Its hold remembers the number (struct hold): the request this
+ * one may overtake, cut short by the consumer as it left, may still be
+ * on its way. Said again, it changes nothing.
  */
 static int
 serve_leave(struct conn *c, const struct dw_request *w, const struct req *r)
 {
-	struct hold *h = NULL;
+	struct hold *h;
 	struct feed *t;
-	int rc, why;
+	int rc, why = H_OK;
 
 	if ((t = feed_for(c, w, r, &rc)) == NULL)
 		return rc;
 	pthread_mutex_lock(&t->mu);
-	if ((why = hold_of(c, t, w, 0, &h)) == H_OK && h != NULL) {
+	h = dataserve_hold_find(t, w->consumer_id);
+	if ((h == NULL || h->left == 0) &&
+	    (why = hold_of(c, t, w, 1, &h)) == H_OK) {
 		dataserve_hold_release(t, &h->chunks, &h->n,
 		    w->kind == DW_ELEMENTS && w->request > h->req);
-		dataserve_hold_forget(t, h);
+		h->left = w->kind == DW_GIVEBACK ? w->request + 1 : w->request;
+		h->conn = 0;
+		h->away = duration_now_ms();
 	}
+	/* Holding nothing, with no room to remember it. */
+	if (why == H_FULL)
+		why = H_OK;
 	pthread_mutex_unlock(&t->mu);
 	dataserve_feed_unref(t);
 	c->named_held = 0;

@@ -74,7 +74,8 @@ int dw_chunk_next(const char *body, size_t len, size_t *off,
  *   GET /healthz
  *
  * A consumer's ID is 1 to DW_CONSUMER_ID_MAX letters, digits, '-' or '_';
- * N counts from 1.
+ * N rises from 1 or above. Once ID has left (max=0, or giveback), its
+ * requests numbered up to where it left take nothing.
  */
 enum dw_kind { DW_HEALTH, DW_ELEMENTS, DW_GIVEBACK, DW_ROUND };
 
