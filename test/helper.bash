@@ -235,7 +235,7 @@ wait_connected() {
 # is started to tell: a poll of it stays cheap on a busy machine.
 running() {
 	local stat
-	read -r stat <"/proc/$1/stat" 2>/dev/null || return 1
+	{ read -r stat <"/proc/$1/stat"; } 2>/dev/null || return 1
 	stat=${stat##*) }
 	[[ $stat != Z* && $stat != X* ]]
 }

@@ -72,6 +72,7 @@ struct source {
 	/* Under r->mu: */
 	int fd;      /* the connection, for shutdown(2); -1 */
 	int io;      /* a request on it: a stop cuts it short */
+	int cut;     /* the stop shut the connection down */
 	int listed;  /* in the last heartbeat's list */
 	int stop;    /* stop reading: the task left the list */
 	int running; /* its thread has not ended */

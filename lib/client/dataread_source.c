@@ -28,8 +28,12 @@
  * one that finishes the job.
  */
 #define IDLE_MS 2
-/* How long the last acknowledgement to a worker may take. */
-#define ACK_MS 500
+/*
+ * How long the last acknowledgement to a worker may take. A worker
+ * answers it at once, and a reply left with it waits for its
+ * --request-timeout: a busy machine must not make us give up first.
+ */
+#define ACK_MS 5000
 /* Room for a reply's chunk headers and HTTP header beyond max bytes. */
 #define REPLY_SLACK (256u << 10)
 
@@ -62,8 +66,10 @@ source_set_fd(struct source *t, int fd)
 {
 	pthread_mutex_lock(&t->r->mu);
 	t->fd = fd;
-	if (fd >= 0 && (t->stop || t->r->stopping))
+	if (fd >= 0 && (t->stop || t->r->stopping)) {
 		shutdown(fd, SHUT_RDWR);
+		t->cut = 1;
+	}
 	pthread_mutex_unlock(&t->r->mu);
 }
 
@@ -74,8 +80,22 @@ source_close(struct source *t, struct wconn *wc)
 {
 	pthread_mutex_lock(&t->r->mu);
 	t->fd = -1;
+	t->cut = 0;
 	dataread_conn_close(wc);
 	pthread_mutex_unlock(&t->r->mu);
+}
+
+/* Whether the stop shut the task's connection down: its last reply may
+ * have come whole all the same, but nothing more goes through it. */
+static int
+source_cut(struct source *t)
+{
+	int cut;
+
+	pthread_mutex_lock(&t->r->mu);
+	cut = t->cut;
+	pthread_mutex_unlock(&t->r->mu);
+	return cut;
 }
 
 /*
@@ -396,7 +416,8 @@ source_step(struct source *t, struct wconn *wc)
 static void
 source_ack(struct source *t, struct wconn *wc)
 {
-	struct timeval tv = {.tv_sec = 0, .tv_usec = ACK_MS * 1000};
+	struct timeval tv = {.tv_sec = ACK_MS / 1000,
+	    .tv_usec = (ACK_MS % 1000) * 1000};
 	char path[256], err[256];
 	struct reply rp;
 	int back;
@@ -410,22 +431,36 @@ source_ack(struct source *t, struct wconn *wc)
 		pthread_cond_wait(&t->r->cv, &t->r->mu);
 	back = t->unwritten || !ack_allowed_locked(t);
 	pthread_mutex_unlock(&t->r->mu);
-	if (wc->fd < 0 &&
-	    dataread_conn_open(t->addr, ACK_MS, wc, err, sizeof(err)) != 0) {
-		log_debug("task %" PRId64 ": cannot reach %s to leave it",
-		    t->id, t->addr);
-		return;
-	}
-	setsockopt(wc->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(wc->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	if (wc->fd >= 0 && source_cut(t))
+		source_close(t, wc);
 	request_path(t, back ? DW_GIVEBACK : DW_ELEMENTS, 0,
 	    back ? t->req - 1 : t->req, path, sizeof(path));
-	if (dataread_send_get(wc, path, t->addr, t->r->secret) < 0 ||
-	    dataread_recv_reply(wc, &t->buf, &t->cap, REPLY_SLACK, &rp) < 0)
-		log_debug("task %" PRId64 ": %s: the last reply was not %s",
-		    t->id, t->addr, back ? "given back" : "acknowledged");
-	else
-		t->nprev = 0;
+	/* On the task's connection if it is open, which the worker may
+	 * have closed as idle meanwhile: then on a new one. */
+	for (;;) {
+		int fresh = wc->fd < 0;
+		if (fresh &&
+		    dataread_conn_open(t->addr, ACK_MS, wc, err, sizeof(err)) !=
+		        0) {
+			log_debug("task %" PRId64
+			          ": cannot reach %s to leave it",
+			    t->id, t->addr);
+			return;
+		}
+		setsockopt(wc->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+		setsockopt(wc->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+		if (dataread_send_get(wc, path, t->addr, t->r->secret) == 0 &&
+		    dataread_recv_reply(wc, &t->buf, &t->cap, REPLY_SLACK,
+		        &rp) == 0) {
+			t->nprev = 0;
+			return;
+		}
+		source_close(t, wc);
+		if (fresh)
+			break;
+	}
+	log_debug("task %" PRId64 ": %s: the last reply was not %s", t->id,
+	    t->addr, back ? "given back" : "acknowledged");
 }
 
 /*
@@ -479,8 +514,10 @@ dataread_source_stop_locked(struct source *t)
 	t->stop = 1;
 	/* Only a request is cut: between two, the connection carries the
 	 * last reply's acknowledgement still to be sent. */
-	if (t->fd >= 0 && t->io)
+	if (t->fd >= 0 && t->io) {
 		shutdown(t->fd, SHUT_RDWR);
+		t->cut = 1;
+	}
 	pthread_cond_broadcast(&t->r->cv);
 }
 
