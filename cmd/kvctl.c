@@ -22,6 +22,7 @@
 #include "log.h"
 #include "parse.h"
 #include "text.h"
+#include "wallclock.h"
 
 #define DEFAULT_TIMEOUT_MS 30000
 
@@ -450,24 +451,35 @@ do_status(struct ctx *x, int argc, char **argv)
 {
 	struct buf out = {0};
 	enum status rc;
-	json_t *st;
+	json_t *st, *reps;
 
 	(void)argv;
 	if (argc != 0)
 		return usage_error("status takes no arguments%s", "");
 	if ((rc = coord_status(x->cc, x->deadline, &st)) != ST_OK)
 		return fail(x, rc);
+	if ((rc = coord_replicas(x->cc, x->deadline, &reps)) != ST_OK) {
+		json_decref(st);
+		return fail(x, rc);
+	}
 	if (x->o.json) {
+		if (reps != NULL)
+			json_object_set(st, "replicas", reps);
 		print_json(st);
+		json_decref(reps);
 		return 0;
 	}
-	if (coord_text_status(st, &out) < 0) {
+	if (coord_text_status(st, &out) < 0 ||
+	    (reps != NULL &&
+	        coord_text_replicas(reps, wall_now_ms(), &out) < 0)) {
 		json_decref(st);
+		json_decref(reps);
 		buf_free(&out);
 		return cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
 	}
 	fwrite(out.data, 1, out.len, stdout);
 	json_decref(st);
+	json_decref(reps);
 	buf_free(&out);
 	return 0;
 }

@@ -13,53 +13,6 @@ load etcd
 
 bats_require_minimum_version 1.5.0
 
-# replica NAME [ARGS...]: a coordd replica on the store, logging to
-# $T/NAME.log; its port in $T/NAME.port, its PID in PID_NAME.
-replica() {
-	local name=$1
-	shift
-	rm -f "$T/$name.port"
-	coordd -l 127.0.0.1:0 --port-file "$T/$name.port" \
-		--store "${STORE_SCHEME:-etcd}://$(etcd_store)/muster/test" "$@" \
-		2>>"$T/$name.log" &
-	printf -v "PID_$name" %s "$!"
-	DAEMON_PIDS+=("$!")
-	wait_file "$T/$name.port"
-}
-
-# etcdctl ARGS...: etcd's own client on the cluster.
-etcdctl() {
-	ETCDCTL_API=3 command etcdctl --endpoints "$ETCD_ENDPOINTS" "$@"
-}
-
-# etcd_store: the members' HOST:PORTs, comma-separated.
-etcd_store() {
-	local IFS=,
-	echo "${ETCD_ADDRS[*]}"
-}
-
-# addr NAME: where replica NAME listens.
-addr() {
-	echo "127.0.0.1:$(cat "$T/$1.port")"
-}
-
-# role NAME: leader, standby or starting, as replica NAME says.
-role() {
-	curl -s -m 5 "http://$(addr "$1")/v1/replicas" | jq -r .role
-}
-
-is_role() {
-	[ "$(role "$1")" = "$2" ]
-}
-
-# pair [ARGS...]: replica a, once it leads, and replica b standing by.
-pair() {
-	replica a "$@"
-	wait_for 30 is_role a leader
-	replica b "$@"
-	wait_for 30 is_role b standby
-}
-
 @test "a standby answers with its leader's address; a client given every replica finds the leader" {
 	start_etcd 1
 	pair
@@ -77,6 +30,13 @@ pair() {
 	wait_for 30 eval '[ "$(curl -s "http://$(addr b)/v1/replicas" | jq "[.replicas[] | select(.behind == 0)] | length")" = 2 ]'
 	run curl -s "http://$(addr a)/v1/replicas"
 	assert_output --partial "\"leader\":\"http://$(addr a)\""
+	# kvctl status says which leads, since when, and how far each is
+	# behind.
+	run -0 kvctl status
+	assert_output --partial "replicas under /muster/test, http://$(addr a) leads"
+	assert_line --regexp "^http://$(addr a) +leader +[0-9]+ +0 +[0-9].* ago\$"
+	assert_line --regexp "^http://$(addr b) +standby +[0-9]+ +0 +-\$"
+	kvctl --json status | jq -en --arg a "http://$(addr a)" '[inputs] | .[0].replicas.leader == $a'
 	# A coordd without --store has no replicas.
 	start_coordd
 	run curl -s "http://127.0.0.1:$COORD_PORT/v1/replicas"

@@ -143,3 +143,51 @@ etcd_restart() {
 etcd_kill9() {
 	kill9 "${ETCD_PIDS[$1]}"
 }
+
+# replica NAME [ARGS...]: a $REPLICA replica (coordd unless set) on the
+# store, logging to $T/NAME.log; its port in $T/NAME.port, its PID in
+# PID_NAME.
+replica() {
+	local name=$1
+	shift
+	rm -f "$T/$name.port"
+	"${REPLICA:-coordd}" -l 127.0.0.1:0 --port-file "$T/$name.port" \
+		--store "${STORE_SCHEME:-etcd}://$(etcd_store)/muster/test" "$@" \
+		2>>"$T/$name.log" &
+	printf -v "PID_$name" %s "$!"
+	DAEMON_PIDS+=("$!")
+	wait_file "$T/$name.port"
+}
+
+# etcdctl ARGS...: etcd's own client on the cluster.
+etcdctl() {
+	ETCDCTL_API=3 command etcdctl --endpoints "$ETCD_ENDPOINTS" "$@"
+}
+
+# etcd_store: the members' HOST:PORTs, comma-separated.
+etcd_store() {
+	local IFS=,
+	echo "${ETCD_ADDRS[*]}"
+}
+
+# addr NAME: where replica NAME listens.
+addr() {
+	echo "127.0.0.1:$(cat "$T/$1.port")"
+}
+
+# role NAME: leader, standby or starting, as replica NAME says.
+role() {
+	curl -s -m 5 "http://$(addr "$1")/v1/replicas" | jq -r .role
+}
+
+is_role() {
+	[ "$(role "$1")" = "$2" ]
+}
+
+# pair [ARGS...]: replica a, once it leads, and replica b standing by.
+pair() {
+	replica a "$@"
+	wait_for 30 is_role a leader
+	replica b "$@"
+	wait_for 30 is_role b standby
+}

@@ -335,7 +335,7 @@ worker_live() {
 	local url=http://$MUSTER_DISPATCHER
 	[[ $MUSTER_DISPATCHER == https://* ]] && url=$MUSTER_DISPATCHER
 	curl -s -m 5 ${MUSTER_TLS_CA_FILE:+--cacert "$MUSTER_TLS_CA_FILE"} "$url/v1/workers" |
-		jq -e --arg n "$1" '.workers[] | select(.name == $n and .live)' >/dev/null
+		jq -en --arg n "$1" '[inputs | .workers[] | select(.name == $n and .live)] | length > 0' >/dev/null
 }
 
 # closure_field ID FIELD: one field of a closure's value, now.

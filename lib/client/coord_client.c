@@ -592,3 +592,18 @@ coord_status(struct coord_client *cc, int64_t deadline, json_t **status)
 	buf_free(&path);
 	return st;
 }
+
+enum status
+coord_replicas(struct coord_client *cc, int64_t deadline, json_t **replicas)
+{
+	struct buf path = {0};
+	enum status st;
+
+	*replicas = NULL;
+	if (buf_puts(&path, "/v1/replicas") < 0)
+		return coord_fail(cc, ST_RESOURCE_EXHAUSTED, "out of memory");
+	st = coord_call_json(cc, "GET", &path, NULL, deadline, CALL_REPEAT,
+	    replicas, NULL);
+	buf_free(&path);
+	return st == ST_FAILED_PRECONDITION ? ST_OK : st;
+}

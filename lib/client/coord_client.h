@@ -98,5 +98,12 @@ enum status coord_kv_follow(struct coord_client *cc, const char *prefix,
 /* The whole cluster status object (GET /v1/tasks). */
 enum status coord_status(struct coord_client *cc, int64_t deadline,
     json_t **status);
+/*
+ * The daemon's replicas (GET /v1/replicas) into *replicas, or NULL when it
+ * has none (it runs without --store). A daemon of any kind: dispatchd's
+ * client asks it through its coord_client.
+ */
+enum status coord_replicas(struct coord_client *cc, int64_t deadline,
+    json_t **replicas);
 
 #endif

@@ -92,3 +92,31 @@ coord_text_status(const json_t *status, struct buf *out)
 		rc |= barrier_row(t, out);
 	return rc != 0 ? -1 : 0;
 }
+
+int
+coord_text_replicas(const json_t *replicas, int64_t now_ms, struct buf *out)
+{
+	json_t *list = json_object_get(replicas, "replicas"), *r;
+	const char *leader = str(replicas, "leader");
+	char d[32];
+	size_t i;
+	int rc;
+
+	rc = buf_printf(out, "replicas under %s, %s leads\n",
+	    str(replicas, "prefix"), strcmp(leader, "") != 0 ? leader : "none");
+	rc |= buf_printf(out, "%-28s %-9s %-10s %-8s %s\n", "REPLICA", "ROLE",
+	    "APPLIED", "BEHIND", "LEADS SINCE");
+	json_array_foreach(list, i, r) {
+		json_int_t since = num(r, "since");
+		char ago[40] = "-";
+		if (since > 0 && now_ms >= since)
+			snprintf(ago, sizeof(ago), "%s ago",
+			    duration_format(now_ms - since, d, sizeof(d)));
+		rc |= buf_printf(out,
+		    "%-28s %-9s %-10" JSON_INTEGER_FORMAT
+		    " %-8" JSON_INTEGER_FORMAT " %s\n",
+		    str(r, "address"), str(r, "role"), num(r, "applied"),
+		    num(r, "behind"), ago);
+	}
+	return rc != 0 ? -1 : 0;
+}

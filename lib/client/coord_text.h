@@ -15,5 +15,13 @@
  * 0, or -1 when memory runs out.
  */
 int coord_text_status(const json_t *status, struct buf *out);
+/*
+ * Appends a daemon's replicas (coord_replicas) to out: which leads and
+ * since when, and a row per replica with its role, the records it has
+ * applied and how many it is behind; now_ms is the wall clock. 0, or -1
+ * when memory runs out.
+ */
+int coord_text_replicas(const json_t *replicas, int64_t now_ms,
+    struct buf *out);
 
 #endif

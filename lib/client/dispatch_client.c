@@ -480,7 +480,21 @@ enum status
 dc_status(struct dispatch_client *dc, int64_t deadline, json_t **reply,
     json_t **errbody)
 {
-	return look(dc, "/v1/status", NULL, 0, "", deadline, reply, errbody);
+	json_t *reps;
+	enum status st =
+	    look(dc, "/v1/status", NULL, 0, "", deadline, reply, errbody);
+
+	if (st != ST_OK)
+		return st;
+	/* A replicated dispatchd says which replica leads. */
+	if ((st = coord_replicas(dc->cc, deadline, &reps)) != ST_OK) {
+		json_decref(*reply);
+		*reply = NULL;
+		return st;
+	}
+	if (reps != NULL)
+		json_object_set_new(*reply, "replicas", reps);
+	return ST_OK;
 }
 
 enum status

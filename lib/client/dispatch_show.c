@@ -8,9 +8,11 @@
 
 #include "buf.h"
 #include "cli.h"
+#include "coord_text.h"
 #include "dispatch_show.h"
 #include "log.h"
 #include "text.h"
+#include "wallclock.h"
 
 void
 dispatch_show_json(FILE *f, json_t *j)
@@ -126,6 +128,18 @@ show_workers(FILE *f, json_t *workers)
 	}
 }
 
+static void
+show_replicas(FILE *f, json_t *replicas)
+{
+	struct buf out = {0};
+
+	if (replicas == NULL)
+		return;
+	if (coord_text_replicas(replicas, wall_now_ms(), &out) == 0)
+		fwrite(out.data, 1, out.len, f);
+	buf_free(&out);
+}
+
 void
 dispatch_show_status(FILE *f, json_t *status, int json)
 {
@@ -135,6 +149,7 @@ dispatch_show_status(FILE *f, json_t *status, int json)
 	}
 	show_queues(f, json_object_get(status, "queues"));
 	show_workers(f, json_object_get(status, "workers"));
+	show_replicas(f, json_object_get(status, "replicas"));
 }
 
 void
