@@ -181,7 +181,7 @@ bats_require_minimum_version 1.5.0
 	is_role a leader
 }
 
-@test "--store: bad settings are usage errors; dispatchd says it keeps a state directory" {
+@test "--store: bad settings are usage errors, for coordd and dispatchd alike" {
 	run coordd --store etcd://127.0.0.1:2379/p --state-dir "$T/s" -n
 	assert_failure 2
 	assert_output --partial "one or the other"
@@ -197,7 +197,10 @@ bats_require_minimum_version 1.5.0
 	assert_failure 2
 	run coordd --store etcd://127.0.0.1:2379,127.0.0.1:2380/p -n
 	assert_success
-	run dispatchd -l 127.0.0.1:0 --store etcd://127.0.0.1:2379/p
-	assert_failure
-	assert_output --partial "--state-dir"
+	# dispatchd takes the same settings.
+	run dispatchd --store etcd://127.0.0.1:2379/p --state-dir "$T/s" -n
+	assert_failure 2
+	assert_output --partial "one or the other"
+	run dispatchd --store etcd://127.0.0.1:2379,127.0.0.1:2380/p --store-lease 3s -n
+	assert_success
 }

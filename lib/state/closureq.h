@@ -360,5 +360,11 @@ int cq_restore(struct cq *cq, const void *p, size_t len, int64_t now, char *err,
  */
 int cq_apply(struct cq *cq, const void *rec, size_t len, int64_t now, char *err,
     size_t errlen);
+/*
+ * Times start over at now, as after cq_restore: a standby that takes over
+ * (records applied over a long time) judges no worker dead for the time it
+ * stood by, and waits for closures and workers from now.
+ */
+void cq_heard_all(struct cq *cq, int64_t now);
 
 #endif

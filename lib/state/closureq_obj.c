@@ -233,6 +233,20 @@ cq_view(const struct cq *cq)
 	return &cq->v;
 }
 
+static void
+heard(struct cq_worker *w, void *arg)
+{
+	w->last_seen = *(const int64_t *)arg;
+}
+
+void
+cq_heard_all(struct cq *cq, int64_t now)
+{
+	cq_each_worker(cq, heard, &now);
+	cq->last_end = now;
+	cq->no_worker_since = now;
+}
+
 int64_t
 cq_last_end(const struct cq *cq)
 {

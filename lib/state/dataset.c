@@ -517,6 +517,17 @@ ds_scan(struct ds *ds, int64_t now)
 }
 
 void
+ds_heard_all(struct ds *ds, int64_t now)
+{
+	for (struct ds_job *j = ds->jobs; j != NULL; j = j->link) {
+		for (struct ds_client *c = j->clients; c != NULL; c = c->next)
+			c->last_seen = now;
+		if (j->nclients == 0)
+			j->idle_since = now;
+	}
+}
+
+void
 ds_view(struct ds *ds, struct ds_view *v)
 {
 	memset(v, 0, sizeof(*v));

@@ -389,5 +389,8 @@ int ds_restore(struct ds *ds, const void *p, size_t len, int64_t now, char *err,
 /* Applies one record in replay. 0, or -1 with err filled. */
 int ds_apply(struct ds *ds, const void *rec, size_t len, int64_t now, char *err,
     size_t errlen);
+/* Liveness starts over at now, as after ds_restore: for a standby that
+ * takes over, with records applied over a long time. */
+void ds_heard_all(struct ds *ds, int64_t now);
 
 #endif

@@ -221,12 +221,15 @@ scan(struct timer *t)
 	int64_t now = duration_now_ms(), hb = cq_config(d->cq)->hb_timeout_ms,
 	        until;
 
+	if (d->standby)
+		goto again;
 	dispatch_beats_seen(d, now); /* a parked heartbeat: it is there */
 	cq_scan(d->cq, now);
 	ds_scan(d->ds, now);
 	/* Joins give up once no worker has been there long enough. */
 	if (dispatch_no_workers(d, now, &until))
 		cq_each_queue(d->cq, mark_queue, d);
+again:
 	timers_add(park_timers(d->park), &d->scan,
 	    now + (hb / 5 > 0 ? hb / 5 : 1));
 }
@@ -261,7 +264,10 @@ watchdog(struct timer *t)
 	const struct cq_view *v = cq_view(d->cq);
 	char dur[32];
 
-	if (v->inflight > 0 && now - cq_last_end(d->cq) >= d->cfg.watchdog_ms) {
+	if (d->standby) {
+		/* Its leader's watchdog speaks. */
+	} else if (v->inflight > 0 &&
+	    now - cq_last_end(d->cq) >= d->cfg.watchdog_ms) {
 		if (!d->stall_logged) {
 			log_info(
 			    "watchdog: no closure ended for %s with %zu in "
@@ -527,13 +533,9 @@ dispatch_open(const struct dispatch_config *cfg, const struct daemon_options *o,
 		timers_add(park_timers(d->park), &d->watchdog,
 		    now + d->cfg.watchdog_ms / 4 + 1);
 	dispatch_unlock(d);
-	if (o->store != NULL) {
-		snprintf(err, errlen,
-		    "dispatchd keeps its state in a --state-dir; --store is "
-		    "coordd's for now");
-		st = ST_INVALID_ARGUMENT;
+	if (o->store != NULL &&
+	    (st = dispatch_store_open(d, &o->store_cfg, err, errlen)) != ST_OK)
 		goto fail;
-	}
 	if (o->state_dir != NULL &&
 	    (st = dispatch_journal_open(d, o->state_dir, o->fsync,
 	         o->journal_max, err, errlen)) != ST_OK)

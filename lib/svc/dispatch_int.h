@@ -78,9 +78,11 @@ struct dispatch {
 	struct timer scan, watchdog;
 	int stall_logged;
 	atomic_int closing;
-	/* The state directory (NULL: none); see dispatch_journal.c. */
+	/* The state directory or store (NULL: none); dispatch_journal.c. */
 	struct commit *commit;
 	int jlive;       /* changes are journaled (replay is over) */
+	int standby;     /* a store's replica that does not lead: its
+	                  * timers judge nothing, the leader's records do */
 	struct buf jrec; /* the record being made */
 	char jerr[256];
 };
@@ -115,11 +117,16 @@ struct parked *dispatch_park(struct dispatch *d, struct http_req *req,
 
 /*
  * dispatch_journal.c: dispatch_journal_open reads the state directory back
- * (before serving) and journals every change after; dispatch_journal_settle
+ * (before serving) and journals every change after, as
+ * dispatch_store_open does with etcd once elected; dispatch_journal_settle
  * compacts the journal when it is due, at the end of a locked section.
  */
 enum status dispatch_journal_open(struct dispatch *d, const char *dir,
     enum journal_fsync mode, size_t max_bytes, char *err, size_t errlen);
+/* The same over etcd (--store): the replica stands by, applying the
+ * leader's records, until it is elected. */
+enum status dispatch_store_open(struct dispatch *d,
+    const struct store_config *sc, char *err, size_t errlen);
 void dispatch_journal_settle(struct dispatch *d);
 
 /* dispatch_data.c: datasets, jobs and splits. */

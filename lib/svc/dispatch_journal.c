@@ -166,6 +166,16 @@ down_stray(const char *name, uint64_t inc, void *arg)
 		ds_worker_down(d->ds, name, inc);
 }
 
+/* From now on every change is recorded. */
+static void
+record_changes(struct dispatch *d)
+{
+	d->jlive = 1;
+	cq_set_journal(d->cq, cq_changed, d);
+	ds_set_journal(d->ds, ds_changed, d);
+	ds_worker_each(d->ds, down_stray, d);
+}
+
 enum status
 dispatch_journal_open(struct dispatch *d, const char *dir,
     enum journal_fsync mode, size_t max_bytes, char *err, size_t errlen)
@@ -181,10 +191,7 @@ dispatch_journal_open(struct dispatch *d, const char *dir,
 		dispatch_unlock(d);
 		return st;
 	}
-	d->jlive = 1;
-	cq_set_journal(d->cq, cq_changed, d);
-	ds_set_journal(d->ds, ds_changed, d);
-	ds_worker_each(d->ds, down_stray, d);
+	record_changes(d);
 	ds_view(d->ds, &dv);
 	log_info("state directory %s: %zu closures, %zu datasets, %zu jobs, "
 	         "read in %" PRId64 " ms",
@@ -197,4 +204,47 @@ dispatch_journal_open(struct dispatch *d, const char *dir,
 		    dir, cq_view(d->cq)->misfits);
 	dispatch_unlock(d);
 	return ST_OK;
+}
+
+static void
+lock_cb(void *arg)
+{
+	dispatch_lock(arg);
+}
+
+static void
+unlock_cb(void *arg)
+{
+	dispatch_unlock(arg);
+}
+
+/*
+ * Locked: this replica leads, with every record applied. From now on its
+ * changes are recorded, and liveness starts over as after a restart: no
+ * worker or job client is judged gone for the time it stood by.
+ */
+static void
+elected(void *arg)
+{
+	struct dispatch *d = arg;
+	int64_t now = duration_now_ms();
+	struct ds_view dv;
+
+	cq_heard_all(d->cq, now);
+	ds_heard_all(d->ds, now);
+	record_changes(d);
+	d->standby = 0;
+	ds_view(d->ds, &dv);
+	log_info("leading: %zu closures, %zu datasets, %zu jobs",
+	    cq_view(d->cq)->closures, dv.datasets, dv.jobs);
+}
+
+enum status
+dispatch_store_open(struct dispatch *d, const struct store_config *sc,
+    char *err, size_t errlen)
+{
+	d->standby = 1;
+	d->commit = commit_open_store(sc, "dispatchd", read_snapshot,
+	    read_record, lock_cb, unlock_cb, elected, d, d->jerr, err, errlen);
+	return d->commit != NULL ? ST_OK : ST_INVALID_ARGUMENT;
 }

@@ -1,0 +1,132 @@
+#!/usr/bin/env bats
+# dispatchd --store etcd://...: replicas over a real etcd on loopback
+# ports. A standby names its leader; kill -9 of the leader with closures
+# queued and in flight, a DYNAMIC read and a round-robin read going on:
+# the standby takes over, every closure runs to its value, every element
+# is read once, and a checkpoint taken after the takeover resumes.
+# Workers and readers are given both replicas. Skipped without etcd.
+
+load helper
+load etcd
+
+bats_require_minimum_version 1.5.0
+
+# The replicas (etcd.bash) are dispatchd's.
+REPLICA=dispatchd
+
+# both: MUSTER_DISPATCHER naming replicas a and b.
+both() {
+	MUSTER_DISPATCHER=$(addr a),$(addr b)
+	export MUSTER_DISPATCHER
+}
+
+# dworker NAME [ARGS...]: a workerloop given both replicas (its PID in
+# WORKER_PID, its log in $T/NAME.log), once the leader lists it live.
+dworker() {
+	local name=$1
+	shift
+	workerloop -t "$name" "$@" 2>>"$T/$name.log" &
+	WORKER_PID=$!
+	BG_PIDS+=("$WORKER_PID")
+	wait_for 30 live_worker "$name"
+}
+
+# live_worker NAME: the leader lists worker NAME live.
+live_worker() {
+	dispatchctl --json status 2>/dev/null |
+		jq -en --arg n "$1" '[inputs | .workers[] | select(.name == $n and .live)] | length > 0' >/dev/null
+}
+
+@test "dispatchd --store: a standby names its leader; closures queued and in flight when the leader is killed with -9 all run to their values on the new one" {
+	start_etcd 1
+	pair --heartbeat-timeout 30s --store-lease 2s
+	run curl -s -i "http://$(addr b)/v1/queues"
+	assert_output --partial "503 Service Unavailable"
+	assert_output --partial "X-Muster-Leader: http://$(addr a)"
+	both
+	dworker w:0 --slots 2
+	# Two in flight (they wait for the go file), the rest queued.
+	local ids=() i
+	for i in $(seq 1 12); do
+		ids+=("$(dispatchctl schedule --key "k$i" -- sh -c 'while [ ! -e "'"$T"'/go" ]; do sleep 0.1; done; echo "v'"$i"'"')")
+	done
+	wait_for 30 eval '[ "$(dispatchctl --json ls | jq "[.closures[] | select(.phase == \"running\")] | length")" = 2 ]'
+	kill9 "$PID_a"
+	wait_for 60 is_role b leader
+	touch "$T/go"
+	for i in $(seq 1 12); do
+		assert_equal "$(dispatchctl fetch --timeout 120s "${ids[$((i - 1))]}")" "v$i"
+	done
+	# Each ran once: the new leader took the results of the two that
+	# were in flight from the worker that ran them.
+	for i in $(seq 0 11); do
+		assert_equal "$(dispatchctl --json fetch "${ids[$i]}" | jq -c '[.attempts, .worker]')" '[1,"w:0"]'
+	done
+	# Keys made before the takeover still name their closures.
+	assert_equal "$(dispatchctl schedule --key k3 -- echo other)" "${ids[2]}"
+	run dispatchctl join --timeout 60s
+	assert_success
+	grep -q 'leading: 12 closures' "$T/b.log"
+	# dispatchctl status names the new leader.
+	run -0 dispatchctl status
+	assert_output --partial "replicas under /muster/test, http://$(addr b) leads"
+	dispatchctl --json status | jq -en --arg b "http://$(addr b)" '[inputs] | .[0].replicas.leader == $b'
+}
+
+@test "dispatchd --store: a DYNAMIC read goes on through kill -9 of the leader, every element once; a checkpoint taken after the takeover resumes where the read stopped" {
+	start_etcd 1
+	pair --heartbeat-timeout 10s --store-lease 2s
+	both
+	dworker w:0 --lease 4
+	dworker w:1 --lease 4
+	seq 1 300 >splits
+	id=$(dispatchctl dataset add --splits splits --reader 'sleep 0.02; echo "$MUSTER_SPLIT a"; echo "$MUSTER_SPLIT b"')
+	dispatchctl read "$id" >out 2>read.err &
+	local reader=$!
+	BG_PIDS+=("$reader")
+	wait_for 60 eval '[ "$(wc -l <out)" -ge 100 ]'
+	kill9 "$PID_a"
+	wait_exit "$reader" 300
+	[ "$STATUS" = 0 ] || { cat read.err; false; }
+	is_role b leader
+	assert_equal "$(wc -l <out)" 600
+	assert_equal "$(sort -u out | wc -l)" 600
+	# A named job read part-way on the new leader, stopped, checkpointed
+	# and resumed: every element once.
+	dispatchctl read --job ck "$id" >part1 2>part1.err &
+	reader=$!
+	BG_PIDS+=("$reader")
+	wait_for 60 eval '[ "$(wc -l <part1)" -ge 60 ]'
+	kill -TERM "$reader"
+	wait_exit "$reader" 60
+	dispatchctl checkpoint --job ck >state
+	jq -en '[inputs] | length == 1 and (.[0].next > 0)' <state
+	dispatchctl read --from-state state "$id" >part2
+	assert_equal "$(sort part1 part2 | uniq -d | wc -l)" 0
+	assert_equal "$(sort -u part1 part2 | wc -l)" 600
+}
+
+@test "dispatchd --store: a round-robin read by two consumers goes on through kill -9 of the leader: the same worker each round for both, every round whole" {
+	start_etcd 1
+	pair --heartbeat-timeout 10s --store-lease 2s
+	both
+	dworker a:0
+	id=$(seq 1 80 | dispatchctl dataset add --splits - --reader 'echo "$MUSTER_WORKER $MUSTER_SPLIT"; sleep 0.05')
+	dispatchctl read --job rr --mode off --consumers 2 --consumer-index 0 "$id" >c0 2>c0.err &
+	local p0=$!
+	dispatchctl read --job rr --mode off --consumers 2 --consumer-index 1 "$id" >c1 2>c1.err &
+	local p1=$!
+	BG_PIDS+=("$p0" "$p1")
+	wait_for 60 eval '[ "$(wc -l <c0)" -ge 10 ]'
+	kill9 "$PID_a"
+	wait_exit "$p0" 180
+	[ "$STATUS" = 0 ] || { cat c0.err; false; }
+	wait_exit "$p1" 180
+	[ "$STATUS" = 0 ] || { cat c1.err; false; }
+	is_role b leader
+	# Each of the 80 splits once, split between the two consumers round
+	# by round.
+	assert_equal "$(cat c0 c1 | sort -u | wc -l)" 80
+	assert_equal "$(cat c0 c1 | wc -l)" 80
+	assert_equal "$(wc -l <c0)" 40
+}
