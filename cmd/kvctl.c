@@ -462,24 +462,21 @@ do_status(struct ctx *x, int argc, char **argv)
 		json_decref(st);
 		return fail(x, rc);
 	}
+	if (reps != NULL)
+		json_object_set_new(st, "replicas", reps);
 	if (x->o.json) {
-		if (reps != NULL)
-			json_object_set(st, "replicas", reps);
 		print_json(st);
-		json_decref(reps);
 		return 0;
 	}
 	if (coord_text_status(st, &out) < 0 ||
 	    (reps != NULL &&
 	        coord_text_replicas(reps, wall_now_ms(), &out) < 0)) {
 		json_decref(st);
-		json_decref(reps);
 		buf_free(&out);
 		return cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
 	}
 	fwrite(out.data, 1, out.len, stdout);
 	json_decref(st);
-	json_decref(reps);
 	buf_free(&out);
 	return 0;
 }

@@ -579,31 +579,34 @@ coord_kv_follow(struct coord_client *cc, const char *prefix, int64_t since,
 	}
 }
 
+/* GET path's JSON object into *out. */
+static enum status
+get_json(struct coord_client *cc, const char *path, int64_t deadline,
+    json_t **out)
+{
+	struct buf p = {0};
+	enum status st;
+
+	if (buf_puts(&p, path) < 0)
+		return coord_fail(cc, ST_RESOURCE_EXHAUSTED, "out of memory");
+	st = coord_call_json(cc, "GET", &p, NULL, deadline, CALL_REPEAT, out,
+	    NULL);
+	buf_free(&p);
+	return st;
+}
+
 enum status
 coord_status(struct coord_client *cc, int64_t deadline, json_t **status)
 {
-	struct buf path = {0};
-	enum status st;
-
-	if (buf_puts(&path, "/v1/tasks") < 0)
-		return coord_fail(cc, ST_RESOURCE_EXHAUSTED, "out of memory");
-	st = coord_call_json(cc, "GET", &path, NULL, deadline, CALL_REPEAT,
-	    status, NULL);
-	buf_free(&path);
-	return st;
+	return get_json(cc, "/v1/tasks", deadline, status);
 }
 
 enum status
 coord_replicas(struct coord_client *cc, int64_t deadline, json_t **replicas)
 {
-	struct buf path = {0};
 	enum status st;
 
 	*replicas = NULL;
-	if (buf_puts(&path, "/v1/replicas") < 0)
-		return coord_fail(cc, ST_RESOURCE_EXHAUSTED, "out of memory");
-	st = coord_call_json(cc, "GET", &path, NULL, deadline, CALL_REPEAT,
-	    replicas, NULL);
-	buf_free(&path);
+	st = get_json(cc, "/v1/replicas", deadline, replicas);
 	return st == ST_FAILED_PRECONDITION ? ST_OK : st;
 }

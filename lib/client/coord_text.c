@@ -103,7 +103,7 @@ coord_text_replicas(const json_t *replicas, int64_t now_ms, struct buf *out)
 	int rc;
 
 	rc = buf_printf(out, "replicas under %s, %s leads\n",
-	    str(replicas, "prefix"), strcmp(leader, "") != 0 ? leader : "none");
+	    str(replicas, "prefix"), leader[0] != '\0' ? leader : "none");
 	rc |= buf_printf(out, "%-28s %-9s %-10s %-8s %s\n", "REPLICA", "ROLE",
 	    "APPLIED", "BEHIND", "LEADS SINCE");
 	json_array_foreach(list, i, r) {

@@ -264,9 +264,8 @@ watchdog(struct timer *t)
 	const struct cq_view *v = cq_view(d->cq);
 	char dur[32];
 
-	if (d->standby) {
-		/* Its leader's watchdog speaks. */
-	} else if (v->inflight > 0 &&
+	/* A standby's leader has a watchdog of its own. */
+	if (!d->standby && v->inflight > 0 &&
 	    now - cq_last_end(d->cq) >= d->cfg.watchdog_ms) {
 		if (!d->stall_logged) {
 			log_info(
