@@ -20,23 +20,6 @@ both() {
 	export MUSTER_DISPATCHER
 }
 
-# dworker NAME [ARGS...]: a workerloop given both replicas (its PID in
-# WORKER_PID, its log in $T/NAME.log), once the leader lists it live.
-dworker() {
-	local name=$1
-	shift
-	workerloop -t "$name" "$@" 2>>"$T/$name.log" &
-	WORKER_PID=$!
-	BG_PIDS+=("$WORKER_PID")
-	wait_for 30 live_worker "$name"
-}
-
-# live_worker NAME: the leader lists worker NAME live.
-live_worker() {
-	dispatchctl --json status 2>/dev/null |
-		jq -en --arg n "$1" '[inputs | .workers[] | select(.name == $n and .live)] | length > 0' >/dev/null
-}
-
 @test "dispatchd --store: a standby names its leader; closures queued and in flight when the leader is killed with -9 all run to their values on the new one" {
 	start_etcd 1
 	pair --heartbeat-timeout 30s --store-lease 2s
@@ -44,7 +27,7 @@ live_worker() {
 	assert_output --partial "503 Service Unavailable"
 	assert_output --partial "X-Muster-Leader: http://$(addr a)"
 	both
-	dworker w:0 --slots 2
+	start_worker w:0 --slots 2
 	# Two in flight (they wait for the go file), the rest queued.
 	local ids=() i
 	for i in $(seq 1 12); do
@@ -77,14 +60,16 @@ live_worker() {
 	start_etcd 1
 	pair --heartbeat-timeout 10s --store-lease 2s
 	both
-	dworker w:0 --lease 4
-	dworker w:1 --lease 4
+	start_worker w:0 --lease 4
+	start_worker w:1 --lease 4
 	seq 1 300 >splits
 	id=$(dispatchctl dataset add --splits splits --reader 'sleep 0.02; echo "$MUSTER_SPLIT a"; echo "$MUSTER_SPLIT b"')
 	dispatchctl read "$id" >out 2>read.err &
 	local reader=$!
 	BG_PIDS+=("$reader")
 	wait_for 60 eval '[ "$(wc -l <out)" -ge 100 ]'
+	# Killed mid-read, not after it.
+	running "$reader"
 	kill9 "$PID_a"
 	wait_exit "$reader" 300
 	[ "$STATUS" = 0 ] || { cat read.err; false; }
@@ -110,7 +95,7 @@ live_worker() {
 	start_etcd 1
 	pair --heartbeat-timeout 10s --store-lease 2s
 	both
-	dworker a:0
+	start_worker a:0
 	id=$(seq 1 80 | dispatchctl dataset add --splits - --reader 'echo "$MUSTER_WORKER $MUSTER_SPLIT"; sleep 0.05')
 	dispatchctl read --job rr --mode off --consumers 2 --consumer-index 0 "$id" >c0 2>c0.err &
 	local p0=$!
@@ -118,6 +103,8 @@ live_worker() {
 	local p1=$!
 	BG_PIDS+=("$p0" "$p1")
 	wait_for 60 eval '[ "$(wc -l <c0)" -ge 10 ]'
+	running "$p0"
+	running "$p1"
 	kill9 "$PID_a"
 	wait_exit "$p0" 180
 	[ "$STATUS" = 0 ] || { cat c0.err; false; }

@@ -330,11 +330,10 @@ start_worker() {
 	wait_for 10 worker_live "$name"
 }
 
-# worker_live NAME: dispatchd lists NAME as live.
+# worker_live NAME: dispatchd (its leader, MUSTER_DISPATCHER naming
+# replicas) lists NAME as live.
 worker_live() {
-	local url=http://$MUSTER_DISPATCHER
-	[[ $MUSTER_DISPATCHER == https://* ]] && url=$MUSTER_DISPATCHER
-	curl -s -m 5 ${MUSTER_TLS_CA_FILE:+--cacert "$MUSTER_TLS_CA_FILE"} "$url/v1/workers" |
+	dispatchctl --json status 2>/dev/null |
 		jq -en --arg n "$1" '[inputs | .workers[] | select(.name == $n and .live)] | length > 0' >/dev/null
 }
 
