@@ -193,9 +193,12 @@ pump_lets_go_of_a_killed_child(void)
 	int64_t t0;
 	long held = 0;
 
-	/* The escaped process says its pid on stderr; the child fills its
-	 * stdout pipe, which nothing reads yet. */
-	CHECK(spawn("setsid sh -c 'echo $$ >&2; exec sleep 30' & "
+	/* The child puts 4096 bytes in its stdout pipe before it starts the
+	 * escaped process, which says its pid on stderr; then it fills the
+	 * pipe, which nothing reads yet. However late the child runs, the
+	 * pipe holds those bytes by the time the pid is read. */
+	CHECK(spawn("head -c 4096 /dev/zero; "
+	            "setsid sh -c 'echo $$ >&2; exec sleep 30' & "
 	            "exec head -c 300000 /dev/zero",
 	          &p, &tail, NULL) > 0);
 	p.stop = &stop;
