@@ -660,6 +660,8 @@ again:
 	pthread_mutex_unlock(&j->mu);
 
 	rc = pwrite_all(j->fd, b.data, b.len, j->end);
+	if (rc != -1)
+		keep_unsynced(j, &b, last); /* outside mu: the writer's */
 
 	pthread_mutex_lock(&j->mu);
 	if (rc == -1) {
@@ -678,7 +680,6 @@ again:
 	j->end += b.len;
 	j->journal_bytes = j->end;
 	j->unsynced = 1;
-	keep_unsynced(j, &b, last);
 	buf_reset(&b);
 	buf_free(&j->spare);
 	j->spare = b;
@@ -981,15 +982,18 @@ flusher(void *arg)
 			}
 			last_sync = now_ms();
 		}
-
-		pthread_mutex_lock(&j->mu);
-		j->writing = 0;
-		if (wrote)
-			keep_unsynced(j, &j->batch, j->batch_last);
+		/* The copy for a failed sync, outside mu (since_sync, like
+		 * the batch, is the writer's): not needed once synced. */
 		if (synced) {
 			j->synced_end = j->end;
 			buf_reset(&j->since_sync);
-		} else if (sync_failed && j->mode == JOURNAL_FSYNC_BATCH) {
+		} else if (wrote) {
+			keep_unsynced(j, &j->batch, j->batch_last);
+		}
+
+		pthread_mutex_lock(&j->mu);
+		j->writing = 0;
+		if (sync_failed && j->mode == JOURNAL_FSYNC_BATCH) {
 			/* Written again from the copy, at the last synced end;
 			 * the batch just written is in the copy. */
 			if (ftruncate(j->fd, (off_t)j->synced_end) == -1)
