@@ -221,15 +221,16 @@ scan(struct timer *t)
 	int64_t now = duration_now_ms(), hb = cq_config(d->cq)->hb_timeout_ms,
 	        until;
 
-	if (d->standby)
-		goto again;
-	dispatch_beats_seen(d, now); /* a parked heartbeat: it is there */
-	cq_scan(d->cq, now);
-	ds_scan(d->ds, now);
-	/* Joins give up once no worker has been there long enough. */
-	if (dispatch_no_workers(d, now, &until))
-		cq_each_queue(d->cq, mark_queue, d);
-again:
+	/* A standby judges nothing: its leader's records do. */
+	if (!d->standby) {
+		/* A parked heartbeat: it is there. */
+		dispatch_beats_seen(d, now);
+		cq_scan(d->cq, now);
+		ds_scan(d->ds, now);
+		/* Joins give up once no worker has been there long enough. */
+		if (dispatch_no_workers(d, now, &until))
+			cq_each_queue(d->cq, mark_queue, d);
+	}
 	timers_add(park_timers(d->park), &d->scan,
 	    now + (hb / 5 > 0 ? hb / 5 : 1));
 }
