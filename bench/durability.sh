@@ -18,7 +18,6 @@ set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
 bin=${MUSTER_BIN:-$here/../build/bin}
-duration=${WRK_DURATION:-5s}
 keys=${KEYS:-1000000}
 base=${DURABILITY_DIR:-/var/tmp}
 T=$(mktemp -d "$base/muster-durability.XXXXXX")
@@ -77,18 +76,6 @@ compacted() {
 		sleep 0.1
 	done
 	return 1
-}
-
-# put_rps URL METHOD BODY CTYPE: requests/s of wrk -t2 -c32.
-put_rps() {
-	local out
-	out=$(WRK_METHOD=$2 WRK_BODY=$3 WRK_CTYPE=$4 wrk -t2 -c32 -d"$duration" \
-	    -s "$here/wrk-body.lua" "$1" 2>&1)
-	echo "$out" >>"$T/wrk.out"
-	if grep -q 'Non-2xx' <<<"$out"; then
-		note "wrk $1: $(grep 'Non-2xx' <<<"$out")"
-	fi
-	awk '/^Requests\/sec:/ { printf "%d", $2 }' <<<"$out"
 }
 
 echo "Durability (bench/durability.sh): state directories on $(df -P "$base" | awk 'NR == 2 { print $1 }') ($base)"

@@ -50,10 +50,21 @@ free_port() {
 	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-# stop PID: ends a process started here and waits for it.
+# forget PID: takes a process that has ended, and was waited for, off the
+# list the exit trap stops.
+forget() {
+	local p keep=()
+	for p in "${pids[@]}"; do
+		[ "$p" != "$1" ] && keep+=("$p")
+	done
+	pids=("${keep[@]}")
+}
+
+# stop PID: ends a process started here, waits for it and forgets it.
 stop() {
 	kill "$1" 2>/dev/null
 	wait "$1" 2>/dev/null
+	forget "$1"
 }
 
 # start_daemon NAME PROG ARGS...: $bin/PROG on a free loopback port, its
@@ -73,4 +84,18 @@ start_daemon() {
 		return 1
 	fi
 	daemon_addr=127.0.0.1:$(cat "$T/$name.port")
+}
+
+# put_rps URL METHOD BODY CTYPE: requests/s of wrk -t2 -c32 for
+# WRK_DURATION (5s) with that request (bench/wrk-body.lua); its output is
+# added to $T/wrk.out, and non-2xx replies or socket errors are noted.
+put_rps() {
+	local out
+	out=$(WRK_METHOD=$2 WRK_BODY=$3 WRK_CTYPE=$4 wrk -t2 -c32 \
+	    -d"${WRK_DURATION:-5s}" -s "$here/wrk-body.lua" "$1" 2>&1)
+	echo "$out" >>"$T/wrk.out"
+	if grep -q 'Non-2xx\|Socket errors' <<<"$out"; then
+		note "wrk $1: $(grep 'Non-2xx\|Socket errors' <<<"$out")"
+	fi
+	awk '/^Requests\/sec:/ { printf "%d\n", $2 }' <<<"$out"
 }
