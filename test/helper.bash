@@ -146,6 +146,22 @@ small_disk() {
 kill9() {
 	kill -KILL "$1"
 	wait "$1" 2>/dev/null || true
+	forget_pid "$1"
+}
+
+# forget_pid PID: off the lists teardown stops (BG_PIDS, DAEMON_PIDS),
+# once our child PID has been waited for: its number may be reused.
+forget_pid() {
+	local p keep=()
+	for p in "${BG_PIDS[@]}"; do
+		[ "$p" != "$1" ] && keep+=("$p")
+	done
+	BG_PIDS=("${keep[@]}")
+	keep=()
+	for p in "${DAEMON_PIDS[@]}"; do
+		[ "$p" != "$1" ] && keep+=("$p")
+	done
+	DAEMON_PIDS=("${keep[@]}")
 }
 
 # start_coordd [ARGS...]: coordd on 127.0.0.1 and a free port; sets
@@ -252,6 +268,7 @@ wait_exit() {
 	wait_for "$2" exited "$1" || return 0
 	STATUS=0
 	wait "$1" || STATUS=$?
+	forget_pid "$1"
 }
 
 # now_us: microseconds since the epoch.
