@@ -300,10 +300,15 @@ def read(dataset, job=None, from_state=None, run=None, dispatcher=None,
     run: the run of the training job this reader is part of (--run; under
     preemptwatch, MUSTER_EPOCH is taken by default): the readers of one
     run share the job, a new run starts it anew.
+    dispatcher: dispatchd's address, or its replicas' (a list, or
+    "A,B,C"): the read goes to the one that leads, and on to the next
+    when it is lost; by default MUSTER_DISPATCHER.
     args: more options of dispatchctl read (["--repeat", "3"], say).
     """
     argv = [dispatchctl]
     if dispatcher:
+        if not isinstance(dispatcher, str):
+            dispatcher = ",".join(dispatcher)
         argv += ["-d", dispatcher]
     argv += ["read", "--positions", str(dataset)]
     if job:

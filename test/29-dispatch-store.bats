@@ -4,7 +4,9 @@
 # queued and in flight, a DYNAMIC read and a round-robin read going on:
 # the standby takes over, every closure runs to its value, every element
 # is read once, and a checkpoint taken after the takeover resumes.
-# Workers and readers are given both replicas. Skipped without etcd.
+# Workers and readers are given both replicas; a Python trainer reading
+# through muster_data is killed -9 three times around a takeover.
+# Skipped without etcd.
 
 load helper
 load etcd
@@ -18,6 +20,19 @@ REPLICA=dispatchd
 both() {
 	MUSTER_DISPATCHER=$(addr a),$(addr b)
 	export MUSTER_DISPATCHER
+}
+
+# two_element_splits N PAUSE: a pair of replicas (lease 2 s) both clients
+# are given, workers w:0 and w:1, and a dataset of N splits, each read in
+# PAUSE seconds as two elements ("S a", "S b"); its ID in id.
+two_element_splits() {
+	start_etcd 1
+	pair --heartbeat-timeout 10s --store-lease 2s
+	both
+	start_worker w:0 --lease 4
+	start_worker w:1 --lease 4
+	seq 1 "$1" >splits
+	id=$(dispatchctl dataset add --splits splits --reader "sleep $2; "'echo "$MUSTER_SPLIT a"; echo "$MUSTER_SPLIT b"')
 }
 
 @test "dispatchd --store: a standby names its leader; closures queued and in flight when the leader is killed with -9 all run to their values on the new one" {
@@ -57,13 +72,7 @@ both() {
 }
 
 @test "dispatchd --store: a DYNAMIC read goes on through kill -9 of the leader, every element once; a checkpoint taken after the takeover resumes where the read stopped" {
-	start_etcd 1
-	pair --heartbeat-timeout 10s --store-lease 2s
-	both
-	start_worker w:0 --lease 4
-	start_worker w:1 --lease 4
-	seq 1 300 >splits
-	id=$(dispatchctl dataset add --splits splits --reader 'sleep 0.02; echo "$MUSTER_SPLIT a"; echo "$MUSTER_SPLIT b"')
+	two_element_splits 300 0.02
 	dispatchctl read "$id" >out 2>read.err &
 	local reader=$!
 	BG_PIDS+=("$reader")
@@ -116,4 +125,76 @@ both() {
 	assert_equal "$(cat c0 c1 | sort -u | wc -l)" 80
 	assert_equal "$(cat c0 c1 | wc -l)" 80
 	assert_equal "$(wc -l <c0)" 40
+}
+
+@test "dispatchd --store: a Python trainer reading through muster_data.read(dispatcher=[A, B]), killed -9 at random moments three times, the leader killed in the second run: every element once" {
+	two_element_splits 400 0.01
+	# The trainer is given the replicas, not the environment.
+	cat >trainer.py <<'PY'
+import json, os, random, sys, time
+sys.path.insert(0, sys.argv[1])
+import muster_data
+d, dataset, replicas = sys.argv[2], sys.argv[3], sys.argv[4:]
+ckpt = {"len": 0, "data": None, "done": False}
+if os.path.exists(d + "/ckpt"):
+    with open(d + "/ckpt") as f:
+        ckpt = json.load(f)
+out = open(d + "/records", "ab")
+out.truncate(ckpt["len"])
+out.seek(ckpt["len"])
+def save(pos, done=False):
+    out.flush()
+    with open(d + "/ckpt.tmp", "w") as f:
+        json.dump({"len": out.tell(), "data": pos, "done": done}, f)
+    os.replace(d + "/ckpt.tmp", d + "/ckpt")
+with open(d + "/started", "w") as f:
+    f.write("%d\n" % os.getpid())
+with muster_data.read(dataset, from_state=ckpt["data"],
+                      dispatcher=replicas) as r:
+    with open(d + "/reader", "w") as f:
+        f.write("%d\n" % r._proc.pid)
+    every, n = random.randint(1, 60), 0
+    for element in r:
+        out.write(element + b"\n")
+        n += 1
+        time.sleep(0.004)
+        if n % every == 0:
+            save(r.position())
+            every = random.randint(1, 60)
+    save(r.position(), done=True)
+PY
+	local run pid stops=
+	mkdir tr
+	for run in 1 2 3; do
+		rm -f tr/started tr/reader
+		env -u MUSTER_DISPATCHER "$PYTHON" trainer.py "$BATS_TEST_DIRNAME/../python" \
+			"$T/tr" "$id" "$(addr a)" "$(addr b)" 2>>tr.err &
+		pid=$!
+		BG_PIDS+=("$pid")
+		wait_file tr/started 60
+		wait_file tr/reader 60
+		BG_PIDS+=("$(cat tr/reader)")
+		nap "0.$((RANDOM % 8 + 2))"
+		if [ "$run" = 2 ]; then
+			kill9 "$PID_a"
+			wait_for 60 is_role b leader
+			nap "0.$((RANDOM % 5 + 3))"
+		fi
+		running "$pid" || fail "the trainer ended before its kill: $(cat tr.err)"
+		kill9 "$pid"
+		# Its dispatchctl read too, as a machine's loss would: not left
+		# to find its broken pipe later.
+		kill -KILL "$(cat tr/reader)" 2>/dev/null || true
+		forget_pid "$(cat tr/reader)"
+		stops+=" $(wc -l <tr/records)"
+	done
+	env -u MUSTER_DISPATCHER "$PYTHON" trainer.py "$BATS_TEST_DIRNAME/../python" \
+		"$T/tr" "$id" "$(addr a)" "$(addr b)" 2>>tr.err &
+	pid=$!
+	BG_PIDS+=("$pid")
+	wait_exit "$pid" 300
+	[ "$STATUS" = 0 ] || fail "the trainer exited $STATUS (stopped at records:$stops): $(cat tr.err)"
+	jq -e .done tr/ckpt
+	assert_equal "$(wc -l <tr/records)" 800
+	assert_equal "$(sort -u tr/records | wc -l)" 800
 }
