@@ -6,7 +6,9 @@
 # blocking get started before it completes after; a leader stopped past
 # its lease writes nothing once resumed and starts again as a standby on
 # its port; etcd losing one member goes on, losing two refuses changes
-# with UNAVAILABLE until it is back. Skipped without etcd.
+# with UNAVAILABLE until it is back; a preemptwatch job trains on through
+# a takeover, and its preemption sync spans one; etcd with authentication
+# on. Skipped without etcd.
 
 load helper
 load etcd
@@ -47,11 +49,17 @@ bats_require_minimum_version 1.5.0
 	start_etcd 3
 	pair
 	export MUSTER_COORD=$(addr a),$(addr b)
-	kvctl put before 1
+	local since
+	since=$(kvctl --json put before 1 | jq -en '[inputs][0].revision')
 	# Parked on the leader before it dies; answered by the next one.
 	kvctl --timeout 120s get late >"$T/late.out" 2>"$T/late.err" &
 	BG_PIDS+=($!)
 	local late=$!
+	kvctl --timeout 120s watch --since "$since" --count 2 watched/ >"$T/watch.out" 2>"$T/watch.err" &
+	BG_PIDS+=($!)
+	local watch=$!
+	kvctl put watched/one 1
+	wait_for 30 eval '[ -s "$T/watch.out" ]'
 	write_load 80 60s
 	wait_for 120 eval '[ "$(cat "$T"/acked.* 2>/dev/null | wc -l)" -ge 60 ]'
 	kill9 "$PID_a"
@@ -60,6 +68,13 @@ bats_require_minimum_version 1.5.0
 	kvctl put late here
 	wait_exit "$late" 30
 	assert_equal "$(cat "$T/late.out")" here
+	# The watch goes on from the revision it had seen, on the new leader.
+	kvctl put watched/two 2
+	wait_exit "$watch" 30
+	assert_equal "$STATUS" 0
+	assert_equal "$(wc -l <"$T/watch.out")" 2
+	grep -q 'watched/one' "$T/watch.out"
+	grep -q 'watched/two' "$T/watch.out"
 	assert_equal "$(kvctl get before)" 1
 	# A replica started after holds the same.
 	replica c
@@ -68,6 +83,120 @@ bats_require_minimum_version 1.5.0
 	wait_exit "$PID_b" 30
 	wait_for 30 is_role c leader
 	assert_equal "$(kvctl -c "$(addr c)" get w1/1)" "value-1-1-$(printf '%0200d' 1)"
+}
+
+LOOP=$BATS_TEST_DIRNAME/../examples/train-loop.sh
+
+# tasks_connected ADDR INCS: coordd at ADDR has the four tasks connected,
+# with the incarnations INCS (a JSON array).
+tasks_connected() {
+	curl -s -m 5 "http://$1/v1/tasks" | jq -en --argjson inc "$2" \
+		'[inputs] | length == 1 and (.[0] |
+		 [.tasks[].state] == ["connected","connected","connected","connected"] and
+		 [.tasks[].incarnation] == $inc)' >/dev/null
+}
+
+# at_barrier ADDR N: coordd at ADDR has N tasks or more at the
+# preemption barrier.
+at_barrier() {
+	curl -s -m 5 "http://$1/v1/barriers" | jq -en --argjson n "$2" \
+		'[inputs] | length == 1 and
+		 (([.[0].barriers[] | select(.id == "muster.preemption") | .arrived][0] // 0) >= $n)' >/dev/null
+}
+
+@test "a 4-task preemptwatch job trains on through kill -9 of the leader: no task fails or exits 43; a notice after the takeover syncs it at one step" {
+	start_etcd 1
+	pair --cluster worker=4 --heartbeat-timeout 10s --store-lease 2s
+	export MUSTER_COORD=$(addr a),$(addr b)
+	local i n m pids=() before=() inc
+	for i in 0 1 2 3; do
+		STEPS=100000 STEP_TIME=0.05 CKPT=$T/ckpt.$i \
+			spw "w$i" -t "worker:$i" --grace 3s -- "$LOOP"
+		pids+=("$PID")
+	done
+	for i in 0 1 2 3; do
+		wait_for 30 at_step "w$i" 1
+	done
+	inc=$(curl -s -m 5 "http://$(addr a)/v1/tasks" | jq -c '[.tasks[].incarnation]')
+	tasks_connected "$(addr a)" "$inc"
+	kill9 "$PID_a"
+	for i in 0 1 2 3; do
+		before+=("$(step_of "w$i")")
+	done
+	wait_for 60 is_role b leader
+	# Every loop goes on well past where it was, under the same
+	# preemptwatch: the new leader holds the four tasks as they were.
+	for i in 0 1 2 3; do
+		wait_for 60 at_step "w$i" $((before[i] + 40))
+	done
+	for i in 0 1 2 3; do
+		running "${pids[i]}" || fail "worker:$i exited: $(cat "$T/w$i.err")"
+	done
+	tasks_connected "$(addr b)" "$inc"
+	curl -s -m 5 "http://$(addr b)/v1/errors" >"$T/errors.json"
+	jq -en '[inputs] | length == 1 and (.[0].errors | length == 0)' <"$T/errors.json" ||
+		fail "errors on the new leader: $(cat "$T/errors.json")"
+
+	# A notice now: the job syncs on the new leader, at one step.
+	kill -TERM "${pids[1]}"
+	for i in 0 1 2 3; do
+		wait_exit "${pids[i]}" 60
+		assert_equal "$STATUS" 42
+	done
+	line=$(grep 'sync point: step' "$T/w0.err")
+	[[ $line =~ sync\ point:\ step\ ([0-9]+)\ \(the\ furthest\ of\ 4\ tasks\ was\ at\ ([0-9]+)\) ]] ||
+		fail "no sync point line with 4 tasks: $line"
+	n=${BASH_REMATCH[1]} m=${BASH_REMATCH[2]}
+	for i in 0 1 2 3; do
+		assert_equal "$(cat "$T/ckpt.$i")" "$n"
+		refute grep -q 'failed\|lost' "$T/w$i.err"
+	done
+	[ "$m" -gt "${before[0]}" ]
+}
+
+@test "the preemption sync across a takeover: the leader killed while the job waits at the sync barrier, one sync step for the whole job" {
+	start_etcd 1
+	pair --cluster worker=4 --heartbeat-timeout 10s --store-lease 2s
+	export MUSTER_COORD=$(addr a),$(addr b)
+	local i n pids=() death
+	# Task 3 is still starting (no step yet) when the notice comes: the
+	# other three post their steps and wait for it at the barrier.
+	for i in 0 1 2 3; do
+		STEPS=100000 STEP_TIME=0.05 CKPT=$T/ckpt.$i \
+			START_DELAY=$([ "$i" = 3 ] && echo 12 || echo 0) \
+			spw "w$i" -t "worker:$i" --grace 3s --notice "file:$T/notice" \
+			--notice-interval 100ms -- "$LOOP"
+		pids+=("$PID")
+	done
+	for i in 0 1 2; do
+		wait_for 30 at_step "w$i" 1
+	done
+	# A death time 40 s ahead, written whole, read by every task.
+	death=$(date -u -d "@$(($(date +%s) + 40))" +%Y-%m-%dT%H:%M:%SZ)
+	echo "$death" >"$T/notice.tmp"
+	mv "$T/notice.tmp" "$T/notice"
+	wait_for 30 at_barrier "$(addr a)" 3
+	running "${pids[3]}"
+	[ "$(step_of w3)" = -1 ]
+	kill9 "$PID_a"
+	wait_for 60 is_role b leader
+	# The protocol is not over: the job waits at the barrier, and ends it
+	# on the new leader.
+	for i in 0 1 2 3; do
+		running "${pids[i]}"
+	done
+	for i in 0 1 2 3; do
+		wait_exit "${pids[i]}" 60
+		assert_equal "$STATUS" 42
+	done
+	# One sync step, past the furthest of the four, and every checkpoint
+	# at it.
+	n=$(cat "$T/ckpt.0")
+	for i in 0 1 2 3; do
+		assert_equal "$(cat "$T/ckpt.$i")" "$n"
+		grep -q "sync point: step $n (the furthest of 4 tasks was at $((n - 1)))" "$T/w$i.err" ||
+			fail "worker:$i: $(cat "$T/w$i.err")"
+	done
 }
 
 @test "a leader stopped past its lease writes nothing once resumed, and starts again as a standby on its port" {
@@ -150,6 +279,37 @@ bats_require_minimum_version 1.5.0
 	assert_output --partial UNAVAILABLE
 }
 
+@test "--store-auth-file: a user of etcd with read and write under the prefix only serves and takes over; a wrong password or another prefix waits for etcd and says why" {
+	start_etcd 1
+	etcdctl user add root:rootpw --interactive=false
+	etcdctl user grant-role root root
+	etcdctl role add muster
+	etcdctl role grant-permission muster --prefix=true readwrite /muster/test
+	etcdctl user add muster:pw --interactive=false
+	etcdctl user grant-role muster muster
+	etcdctl auth enable
+	(umask 077 && echo muster:pw >"$T/auth" && echo muster:wrong >"$T/bad")
+	pair --store-auth-file "$T/auth" --store-lease 2s
+	export MUSTER_COORD=$(addr a),$(addr b)
+	kvctl put x 1
+	kill9 "$PID_a"
+	wait_for 60 is_role b leader
+	assert_equal "$(kvctl get x)" 1
+	# A wrong password, or a prefix the user may not write, keeps a
+	# replica waiting for etcd, saying why.
+	run -124 timeout 8 coordd -l 127.0.0.1:0 \
+		--store "etcd://$(etcd_store)/muster/test" --store-auth-file "$T/bad"
+	assert_output --partial "authentication failed"
+	assert_output --partial "authenticating as muster"
+	run -124 timeout 8 coordd -l 127.0.0.1:0 \
+		--store "etcd://$(etcd_store)/muster/other" --store-auth-file "$T/auth"
+	assert_output --partial "permission denied"
+	# The keys stay etcd's own business: etcdctl without a user is refused.
+	run etcdctl get --prefix /muster/test
+	assert_failure
+	is_role b leader
+}
+
 @test "etcd losing one member goes on; losing two refuses changes with UNAVAILABLE; back to three, it goes on with every acknowledged write" {
 	start_etcd 3
 	pair
@@ -179,6 +339,21 @@ bats_require_minimum_version 1.5.0
 	assert_output --partial "the cluster given has 3"
 	[ "$(grep -c 'listening on' <<<"$output")" = 1 ]
 	is_role a leader
+}
+
+@test "examples/ha-cluster.sh: three etcd members, two coordd and two dispatchd; both leaders killed, the key and the closure's value kept" {
+	etcd_require
+	run -0 timeout 300 "$BATS_TEST_DIRNAME/../examples/ha-cluster.sh" "$T/ha"
+	assert_line --regexp '^coordd .* leads, .* stands by$'
+	assert_line --regexp '^kill +coordd .* \(-9\): .* took a write [0-9]+ ms later; job/config=lr=0.1$'
+	assert_line --regexp '^kill +dispatchd .* while closure 1 ran: its value "trained" came from .*'
+	assert_output --partial "leader    "
+	# Everything it started (each ran in its directory) is stopped.
+	local p
+	for p in /proc/[0-9]*; do
+		[ "$(readlink "$p/cwd" 2>/dev/null)" != "$T/ha" ] ||
+			fail "${p#/proc/} is still running: $(tr '\0' ' ' <"$p/cmdline")"
+	done
 }
 
 @test "--store: bad settings are usage errors, for coordd and dispatchd alike" {
