@@ -12,6 +12,10 @@
  * On SIGTERM or SIGINT it stops taking work, stops its closures (TERM, the
  * grace period, KILL), reports them aborted so that they run again at once
  * elsewhere, leaves, and exits 0.
+ *
+ * With --supervise, all of that is a child of a parent that starts it again
+ * when it dies (io/respawn.h): a killed worker is back, registered anew,
+ * within a fraction of a second.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -26,6 +30,7 @@
 #include "dispatch_client.h"
 #include "log.h"
 #include "parse.h"
+#include "respawn.h"
 #include "runner.h"
 #include "sigfd.h"
 #include "task.h"
@@ -39,7 +44,8 @@ static const char synopsis[] =
     "                  [--dir DIR] [--serve COMMAND] [--listen ADDR]\n"
     "                  [--host NAME] [--buffer BYTES] [--lease N]\n"
     "                  [--max-connections N] [--request-timeout DUR]\n"
-    "                  [--reader-retries N] [--tls-cert FILE --tls-key FILE]\n";
+    "                  [--reader-retries N] [--tls-cert FILE --tls-key FILE]\n"
+    "                  [--supervise]\n";
 
 struct opts {
 	const char *addr;
@@ -57,6 +63,7 @@ struct opts {
 	int64_t request_ms;
 	long reader_retries;
 	const char *tls_cert, *tls_key;
+	int supervise;
 };
 
 static int
@@ -81,6 +88,7 @@ parse_args(int argc, char **argv, struct opts *o)
 	    {"reader-retries", required_argument, NULL, 'r'},
 	    {"tls-cert", required_argument, NULL, 'X'},
 	    {"tls-key", required_argument, NULL, 'K'},
+	    {"supervise", no_argument, NULL, 'P'},
 	    {"verbose", no_argument, NULL, 'v'},
 	    CLI_STD_LONGOPTS,
 	    {NULL, 0, NULL, 0},
@@ -180,6 +188,7 @@ parse_args(int argc, char **argv, struct opts *o)
 			break;
 		case 'X': o->tls_cert = optarg; break;
 		case 'K': o->tls_key = optarg; break;
+		case 'P': o->supervise = 1; break;
 		case 'v': verbose = 1; break;
 		default: return cli_std_option(c, synopsis);
 		}
@@ -218,6 +227,24 @@ parse_args(int argc, char **argv, struct opts *o)
 }
 
 static const int stop_sigs[] = {SIGTERM, SIGINT, SIGHUP};
+
+/*
+ * --supervise: the exits that starting the worker again would not mend (a
+ * stop, a usage error, a bad name or directory, a worker dispatchd does
+ * not know, a refused token, a stop before it registered). Any other end,
+ * a kill -9 or a crash above all, starts it again.
+ */
+static const int final_exits[] = {0, 2, 3, 6, 11, 130, 143};
+
+static void
+supervise(const struct opts *o)
+{
+	struct respawn_config rc = {o->task, final_exits,
+	    sizeof(final_exits) / sizeof(final_exits[0]), 100, 10000, 10000};
+
+	if (respawn_fork(&rc) < 0)
+		exit(cli_fail(ST_INTERNAL, "fork: %s", strerror(errno)));
+}
 
 /*
  * The first registration, for as long as dispatchd is away, but no longer
@@ -267,6 +294,9 @@ main(int argc, char **argv)
 	/* Always the JOB:INDEX spelling, whatever was given. */
 	task_parse(o.task, &tn);
 	o.task = strdup(task_format(&tn, name, sizeof(name)));
+	/* From here on, in the supervised child. */
+	if (o.supervise)
+		supervise(&o);
 	/* Before any thread starts: every thread has them blocked, and they
 	 * wait on the descriptor (a shell may have started us with them
 	 * ignored: they are ours again). */

@@ -8,6 +8,7 @@
 #include "duration.h"
 #include "proc.h"
 #include "pump.h"
+#include "respawn.h"
 #include "unit.h"
 
 /* A child of "sh -c script" with its stdout and stderr on the pump's
@@ -232,6 +233,22 @@ pump_lets_go_of_a_killed_child(void)
 	buf_free(&tail);
 }
 
+/* The pause before a child is started again. */
+static void
+respawn_pauses(void)
+{
+	struct respawn_config c = {"w", NULL, 0, 100, 10000, 10000};
+
+	CHECK(respawn_backoff(&c, 0, 50) == 100);        /* the first death */
+	CHECK(respawn_backoff(&c, 100, 50) == 200);      /* soon again */
+	CHECK(respawn_backoff(&c, 6400, 9999) == 10000); /* at most max */
+	CHECK(respawn_backoff(&c, 10000, 1) == 10000);
+	CHECK(respawn_backoff(&c, 10000, 10000) == 100); /* lived long */
+	c.backoff_min_ms = 0;
+	CHECK(respawn_backoff(&c, 0, 1) == 0);
+	CHECK(respawn_backoff(&c, 1, 1) == 2);
+}
+
 UNIT_TESTS(pump_tests) = {
     {"pump: a child's stdout, the tail of its stderr, its end",
         pump_output_and_status},
@@ -242,5 +259,8 @@ UNIT_TESTS(pump_tests) = {
         pump_wakes_for_the_caller},
     {"pump: a killed child's pipes held by a process it let escape",
         pump_lets_go_of_a_killed_child},
+    {"respawn: the pause doubles for a child that keeps dying, and starts "
+     "over after a long life",
+        respawn_pauses},
     {NULL, NULL},
 };

@@ -1,0 +1,120 @@
+#!/usr/bin/env bats
+# Workers that come back: workerloop --supervise starts its worker again
+# when it dies (kill -9, a crash), as Dask's nanny does, and dispatchd
+# --local-workers N is a whole cluster on one machine, stopped by Ctrl-C.
+
+load helper
+
+bats_require_minimum_version 1.5.0
+
+# supervised NAME [ARGS]: workerloop --supervise in the background (the
+# parent's PID in SUP_PID, its log in $T/NAME.log), once its worker is live.
+supervised() {
+	local name=$1
+	shift
+	workerloop --supervise -t "$name" "$@" 2>>"$T/$name.log" &
+	SUP_PID=$!
+	BG_PIDS+=("$SUP_PID")
+	wait_for 10 worker_live "$name"
+}
+
+# child_of PID: the one child of PID (the supervised worker), or nothing.
+child_of() {
+	ps -o pid= --ppid "$1" | tr -d ' '
+}
+
+# incarnation NAME: the worker's incarnation in dispatchd's status.
+incarnation() {
+	dispatchctl --json status 2>/dev/null |
+		jq -enr --arg n "$1" '[inputs | .workers[] | select(.name == $n and .live) | .incarnation] | first // empty'
+}
+
+# back NAME INC: NAME is live with another incarnation than INC.
+back() {
+	local now
+	now=$(incarnation "$1")
+	[ -n "$now" ] && [ "$now" != "$2" ]
+}
+
+@test "workerloop --supervise: a worker killed -9 is back, registered anew, within 2 s" {
+	start_dispatchd --heartbeat-timeout 60s
+	supervised worker:0
+	child=$(child_of "$SUP_PID")
+	[ -n "$child" ]
+	inc=$(incarnation worker:0)
+	[ -n "$inc" ]
+	t0=$EPOCHREALTIME
+	kill -KILL "$child"
+	wait_for 10 back worker:0 "$inc"
+	took=$(bc <<<"$EPOCHREALTIME - $t0")
+	echo "# back in ${took}s" >&3
+	[ "$(bc <<<"$took < 2")" = 1 ] || fail "back after ${took}s"
+	running "$SUP_PID"
+	new=$(child_of "$SUP_PID")
+	[ -n "$new" ] && [ "$new" != "$child" ]
+	grep -q "pid $child was killed by SIGKILL after .*; starting it again in 100ms" "$T/worker:0.log"
+	grep -q "started again as pid $new (restart 1)" "$T/worker:0.log"
+}
+
+@test "workerloop --supervise: the closures of a killed worker run again at once on its next incarnation, not after the heartbeat timeout" {
+	start_dispatchd --heartbeat-timeout 120s
+	supervised worker:0 -j 2
+	seq 1 6 | dispatchctl schedule --each -- sh -c 'sleep 1; echo "v$1"' sh {} >ids
+	wait_for 10 eval '[ "$(dispatchctl --json status | jq .inflight)" = 2 ]'
+	kill -KILL "$(child_of "$SUP_PID")"
+	# Well within the 120 s a dead worker would be waited for.
+	run -0 dispatchctl join --timeout 30s
+	dispatchctl fetch --timeout 10s $(cat ids) >values
+	seq 1 6 | sed 's/^/v/' | cmp - values
+	run -0 dispatchctl --json status
+	jq -e '.done == 6 and .failed == 0' <<<"$output"
+}
+
+@test "workerloop --supervise: SIGTERM stops the worker, which gives its closures back, and nothing starts again" {
+	start_dispatchd
+	supervised worker:0
+	child=$(child_of "$SUP_PID")
+	id=$(dispatchctl schedule -- sleep 30)
+	wait_for 10 eval '[ "$(closure_field "$id" phase)" = running ]'
+	kill -TERM "$SUP_PID"
+	wait_exit "$SUP_PID" 30
+	[ "$STATUS" = 0 ]
+	! running "$child"
+	! grep -q "started again" "$T/worker:0.log"
+	grep -q "its closures go back to the queue" "$T/worker:0.log"
+	wait_for 10 eval '[ "$(closure_field "$id" phase)" = queued ]'
+}
+
+@test "workerloop --supervise: a refused token is not started again; it exits 11 saying so" {
+	printf 'tok-%s\n' "$(head -c 24 /dev/urandom | base64 | tr -d '/+=')" >"$T/token"
+	start_dispatchd --token-file "$T/token"
+	run -11 workerloop --supervise -t worker:0
+	[[ $output == *"UNAUTHENTICATED"* ]]
+	[[ $output == *"exited with 11: not started again"* ]]
+}
+
+@test "workerloop --supervise: a worker that keeps dying is started again after longer and longer pauses" {
+	start_dispatchd
+	# Its --listen address is taken: each child exits 9 (UNAVAILABLE).
+	silent_peer
+	workerloop --supervise -t worker:0 --listen "127.0.0.1:$(cat port)" 2>"$T/w.log" &
+	sup=$!
+	BG_PIDS+=("$sup")
+	wait_for 20 grep -q "starting it again in 800ms" "$T/w.log"
+	grep -q "exited with 9 after .*; starting it again in 100ms" "$T/w.log"
+	grep -q "starting it again in 200ms" "$T/w.log"
+	grep -q "starting it again in 400ms" "$T/w.log"
+	kill -TERM "$sup"
+	wait_exit "$sup" 10
+	[ "$STATUS" = 143 ] || [ "$STATUS" = 0 ]
+}
+
+@test "workerloop --supervise: a supervisor killed -9 takes its worker with it" {
+	start_dispatchd
+	supervised worker:0
+	child=$(child_of "$SUP_PID")
+	kill9 "$SUP_PID"
+	wait_for 20 eval '! running '"$child"
+	wait_for 10 eval '! worker_live worker:0'
+	grep -q "stopping (Terminated)" "$T/worker:0.log"
+}
