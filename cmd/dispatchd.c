@@ -2,12 +2,24 @@
  * dispatchd: the work dispatcher of a muster job: closure queues with
  * at-least-once execution on workerloop workers, and datasets read by
  * jobs whose splits workers lease.
+ *
+ * With --local-workers N it is a whole cluster on one machine: once it
+ * listens it starts N workers (workerloop --supervise, local:0 to
+ * local:N-1) in process groups of their own, and on SIGINT or SIGTERM
+ * (Ctrl-C) it stops them, while it still serves their leaving, before it
+ * stops itself.
  */
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <malloc.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "daemon.h"
@@ -15,6 +27,7 @@
 #include "duration.h"
 #include "log.h"
 #include "parse.h"
+#include "proc.h"
 #include "task.h"
 
 static const char synopsis[] =
@@ -33,7 +46,18 @@ static const char synopsis[] =
     "                 [--tls-cert FILE --tls-key FILE [--tls-client-ca "
     "FILE]]\n"
     "                 [--state-dir DIR [--fsync always|batch|none]\n"
-    "                  [--journal-max-bytes BYTES]]\n";
+    "                  [--journal-max-bytes BYTES]] [--local-workers N]\n";
+
+/* --local-workers: the workers it starts, and the hooks it wraps. */
+static struct local {
+	long n;
+	pid_t *pids;
+	const char *token_file;
+	int tls;
+	void (*started)(struct http_server *, void *);
+} local;
+
+extern char **environ;
 
 /*
  * The workers of the static sharding modes, in shard order, as workers
@@ -83,6 +107,7 @@ static const struct option longopts[] = {
     {"static-workers", required_argument, NULL, 'S'},
     {"client-timeout", required_argument, NULL, 'C'},
     {"job-gc-timeout", required_argument, NULL, 'G'},
+    {"local-workers", required_argument, NULL, 'L'},
     {NULL, 0, NULL, 0},
 };
 
@@ -146,6 +171,9 @@ option(int c, const char *arg, void *cfg)
 	case 'G':
 		return cli_duration_flag(synopsis, "--job-gc-timeout", arg, 1,
 		    &dc->ds.gc_timeout_ms);
+	case 'L':
+		return cli_number_flag(synopsis, "--local-workers", arg, 1, 256,
+		    &local.n);
 	default: return cli_std_option(c, synopsis);
 	}
 }
@@ -155,6 +183,10 @@ configure(struct daemon_options *d, void *cfg)
 {
 	struct dispatch_config *dc = cfg;
 
+	if (local.n > 0 && d->store != NULL)
+		return cli_usage_error(synopsis,
+		    "--local-workers is for one dispatchd on one machine, "
+		    "not for replicas (--store)");
 	if (dc->cq.max_spec == 0)
 		dc->cq.max_spec = 16u << 20;
 	/* A schedule request carries many closures; a result, a value of
@@ -163,11 +195,122 @@ configure(struct daemon_options *d, void *cfg)
 	return 0;
 }
 
+/* The workerloop beside this dispatchd, or PATH's. */
+static void
+workerloop_path(char *out, size_t len)
+{
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	char *slash;
+
+	if (n > 0) {
+		self[n] = '\0';
+		if ((slash = strrchr(self, '/')) != NULL) {
+			*slash = '\0';
+			snprintf(out, len, "%s/workerloop", self);
+			if (access(out, X_OK) == 0)
+				return;
+		}
+	}
+	snprintf(out, len, "workerloop");
+}
+
+/* The server listens: the workers start, each told where it is. */
+static void
+local_started(struct http_server *srv, void *arg)
+{
+	char prog[PATH_MAX + 16], addr[64], name[32], why[256],
+	    tok[PATH_MAX + 32];
+	char *set[2] = {NULL, NULL};
+	char **env;
+	int e;
+
+	if (local.started != NULL)
+		local.started(srv, arg);
+	workerloop_path(prog, sizeof(prog));
+	snprintf(addr, sizeof(addr), "%s127.0.0.1:%d",
+	    local.tls ? "https://" : "", http_server_port(srv));
+	if (local.token_file != NULL) {
+		snprintf(tok, sizeof(tok), "MUSTER_TOKEN_FILE=%s",
+		    local.token_file);
+		set[0] = tok;
+	}
+	env = proc_env(environ, set);
+	for (long i = 0; i < local.n; i++) {
+		char *argv[] = {prog, "--supervise", "-d", addr, "-t", name,
+		    NULL};
+		struct proc_spec spec = {argv, env, NULL, SIGTERM, -1, -1, -1,
+		    NULL};
+
+		snprintf(name, sizeof(name), "local:%ld", i);
+		if ((local.pids[i] = proc_spawn(&spec, &e, why, sizeof(why))) <
+		    0) {
+			log_info("cannot start %s: %s", name, why);
+			local.pids[i] = 0;
+		}
+	}
+	free(env);
+	log_info("%ld local worker%s (%s --supervise), local:0 to local:%ld",
+	    local.n, local.n == 1 ? "" : "s", prog, local.n - 1);
+}
+
+/*
+ * SIGTERM or Ctrl-C: each worker gets TERM (its supervisor passes it
+ * on), gives its closures back and leaves while this daemon still serves;
+ * after 15 s (a worker's grace is 10) what is left is killed.
+ */
+static void
+local_stopping(void *arg)
+{
+	struct timespec tick = {0, 20 * 1000000};
+	int64_t until = duration_now_ms() + 15000;
+	long left = 0;
+
+	(void)arg;
+	for (long i = 0; i < local.n; i++)
+		if (local.pids[i] > 0 && kill(local.pids[i], SIGTERM) == 0)
+			left++;
+	while (left > 0 && duration_now_ms() < until) {
+		left = 0;
+		for (long i = 0; i < local.n; i++) {
+			if (local.pids[i] <= 0)
+				continue;
+			if (waitpid(local.pids[i], NULL, WNOHANG) != 0)
+				local.pids[i] = 0;
+			else
+				left++;
+		}
+		if (left > 0)
+			nanosleep(&tick, NULL);
+	}
+	for (long i = 0; i < local.n; i++) {
+		if (local.pids[i] > 0) {
+			log_info("local:%ld: still running after 15s: killed",
+			    i);
+			kill(-local.pids[i], SIGKILL);
+			waitpid(local.pids[i], NULL, 0);
+		}
+	}
+}
+
 static enum status
 open_service(void *cfg, const struct daemon_options *o,
     struct daemon_service *svc, char *err, size_t errlen)
 {
-	return dispatch_open(cfg, o, svc, err, errlen);
+	enum status st = dispatch_open(cfg, o, svc, err, errlen);
+
+	if (st != ST_OK || local.n == 0)
+		return st;
+	if ((local.pids = calloc((size_t)local.n, sizeof(pid_t))) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return ST_RESOURCE_EXHAUSTED;
+	}
+	local.token_file = o->token_file;
+	local.tls = o->tls_cert_pem != NULL;
+	local.started = svc->started;
+	svc->started = local_started;
+	svc->stopping = local_stopping;
+	return ST_OK;
 }
 
 int

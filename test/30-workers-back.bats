@@ -118,3 +118,39 @@ back() {
 	wait_for 10 eval '! worker_live worker:0'
 	grep -q "stopping (Terminated)" "$T/worker:0.log"
 }
+
+@test "dispatchd --local-workers 3: a sweep runs on its workers, a killed one comes back, and SIGINT stops them all, exit 0" {
+	start_dispatchd --local-workers 3 --heartbeat-timeout 60s
+	for i in 0 1 2; do
+		wait_for 10 worker_live "local:$i"
+	done
+	sups=$(ps -o pid= --ppid "$DISPATCH_PID" | tr -d ' ' | sort)
+	[ "$(wc -w <<<"$sups")" = 3 ]
+	# In groups of their own: Ctrl-C at a terminal reaches dispatchd only.
+	for s in $sups; do
+		[ "$(ps -o pgid= -p "$s" | tr -d ' ')" = "$s" ]
+	done
+	seq 1 12 | dispatchctl schedule --each -- sh -c 'sleep 0.3; echo "v$1"' sh {} >ids
+	inc=$(incarnation local:1)
+	s=$(ps -o pid=,args= --ppid "$DISPATCH_PID" | awk '/local:1$/ {print $1}')
+	kill -KILL "$(child_of "$s")"
+	wait_for 10 back local:1 "$inc"
+	run -0 dispatchctl join --timeout 60s
+	dispatchctl fetch --timeout 10s $(cat ids) >values
+	seq 1 12 | sed 's/^/v/' | cmp - values
+	workers=$(for s in $sups; do child_of "$s"; done)
+	kill -INT "$DISPATCH_PID"
+	wait_exit "$DISPATCH_PID" 30
+	[ "$STATUS" = 0 ]
+	for p in $sups $workers; do
+		! running "$p" || fail "$p still runs: $(ps -o args= -p "$p")"
+	done
+	grep -q "3 local workers" "$T/dispatchd.log"
+	[ "$(grep -c 'stopping (Interrupt)\|stopping (Terminated)' "$T/dispatchd.log")" = 3 ]
+}
+
+@test "dispatchd --local-workers with --store is a usage error" {
+	run -2 dispatchd -n --local-workers 2 --store etcd://127.0.0.1:2379/x
+	[[ $output == *"--local-workers is for one dispatchd"* ]]
+	run -2 dispatchd -n --local-workers 0
+}

@@ -730,6 +730,8 @@ daemon_run(const struct daemon_options *o, const struct daemon_service *svc,
 		return -1;
 	}
 	log_info("%s: shutting down", strsignal(sig));
+	if (svc->stopping != NULL)
+		svc->stopping(svc->arg);
 	stop(&d);
 	if (svc->commit != NULL && commit_fatal(svc->commit) != NULL)
 		return cli_fail(ST_INTERNAL, "%s", commit_fatal(svc->commit));

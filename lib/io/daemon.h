@@ -42,6 +42,10 @@ struct daemon_service {
 	void (*shutdown)(void *arg);
 	/* The server is up (before the port file is written); may be NULL. */
 	void (*started)(struct http_server *srv, void *arg);
+	/* SIGINT or SIGTERM came: called while the server still serves,
+	 * before shutdown, so that what the daemon started can be stopped
+	 * and still talk to it on its way out. May be NULL. */
+	void (*stopping)(void *arg);
 	/* Where its requests park: one whose client went away leaves it
 	 * (park_gone). May be NULL. */
 	struct park *park;
