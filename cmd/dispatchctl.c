@@ -180,6 +180,7 @@ static int
 cmd_join(struct ctl *x, int argc, char **argv)
 {
 	int join = x->v->wait, done, rc;
+	struct dispatch_progress prog = {x->queue, 0};
 	json_t *reply, *errbody;
 	int64_t deadline;
 	enum status st;
@@ -189,9 +190,10 @@ cmd_join(struct ctl *x, int argc, char **argv)
 	if (optind < argc)
 		return usage("unexpected argument %s", argv[optind]);
 	st = join ? dispatch_wait_queue(x->dc, x->queue, deadline,
-	                isatty(2) ? dispatch_show_progress : NULL,
-	                (void *)x->queue, &reply, &errbody) :
+	                isatty(2) ? dispatch_show_progress : NULL, &prog,
+	                &reply, &errbody) :
 	            dc_done(x->dc, x->queue, deadline, &reply, &errbody);
+	dispatch_show_progress_end(&prog);
 	if (st != ST_OK)
 		return fail(x, st, errbody, NULL);
 	done = json_is_true(json_object_get(reply, "done"));

@@ -580,3 +580,19 @@ escaping() {
 		assert_output --partial "dispatchctl: INTERNAL: writing: "
 	done
 }
+
+@test "dispatchctl join on a terminal shows done of all, failed, running and queued in one line written over; into a pipe it shows nothing" {
+	start_dispatchd
+	start_worker worker:0 -j 2
+	seq 1 8 | dispatchctl schedule --each -- sh -c 'sleep 0.5' sh {} >ids
+	on_tty "dispatchctl join --timeout 60s" >tty.out
+	tr '\r' '\n' <tty.out | sed 's/\x1b\[K//g' | grep -v '^$' >lines
+	cat lines
+	tail -n 1 lines | grep -qx 'dispatchctl: queue default: 8/8 done, 0 failed, 0 running, 0 queued'
+	grep -Eq '^dispatchctl: queue default: [0-7]/8 done, 0 failed, [0-2] running, [0-8] queued$' lines
+	# One line, written over: a single newline, at the end.
+	[ "$(tr -cd '\n' <tty.out | wc -c)" = 1 ]
+	seq 1 2 | dispatchctl schedule --each -- sh -c 'sleep 0.5' sh {} >/dev/null
+	run -0 --separate-stderr dispatchctl join --timeout 60s
+	[ -z "$stderr" ] || fail "$stderr"
+}

@@ -543,3 +543,23 @@ expected() {
 		[ "$(sort "out$k.1" "out$k.2")" = "$(expected 30 1)" ]
 	done
 }
+
+@test "dispatchctl read on a terminal shows elements, MiB, MiB/s and splits done of all on stderr; into a file it shows nothing" {
+	start_dispatchd
+	start_worker a:0
+	# Slow enough for a line a second before the last.
+	id=$(dataset 6 3 'sleep 0.5; i=1; while [ $i -le 3 ]; do echo "$MUSTER_SPLIT.$i"; i=$((i+1)); done')
+	# stderr on a terminal (script's), stdout into a file.
+	on_tty "dispatchctl read $id >out" >tty.out
+	[ "$(sort out)" = "$(expected 6 3)" ]
+	tr '\r' '\n' <tty.out | sed 's/\x1b\[K//g' | grep -v '^$' >lines
+	cat lines
+	# The last line: the whole read, and it ends the line.
+	tail -n 1 lines | grep -Eq '^dispatchctl: read: 18 elements, [0-9.]+ MiB, [0-9.]+ MiB/s, 6/6 splits$'
+	[ "$(wc -l <lines)" -ge 2 ]
+	grep -Eq '^dispatchctl: read: [0-9]+ elements, .*, [0-5]/6 splits$' lines
+	[[ $(tail -c 2 tty.out | od -An -c | tr -d ' ') == *'\n' ]]
+	# Not a terminal: nothing on stderr.
+	run -0 --separate-stderr dispatchctl read "$id"
+	[ -z "$stderr" ] || fail "$stderr"
+}

@@ -326,6 +326,14 @@ script() {
 	chmod +x "$T/$1"
 }
 
+# on_tty CMD: the shell command CMD with a terminal for its stdin, stdout
+# and stderr (a pseudo-terminal of util-linux's script), what it writes
+# there on our stdout; skips the test where script is missing.
+on_tty() {
+	type -P script >/dev/null || skip "script (util-linux) is not installed"
+	command script -qec "$1" /dev/null
+}
+
 # start_dispatchd [ARGS]: dispatchd on an ephemeral port; exports
 # MUSTER_DISPATCHER.
 start_dispatchd() {

@@ -93,9 +93,47 @@ unreachable(enum status st)
 	return st == ST_UNAVAILABLE || st == ST_DEADLINE_EXCEEDED;
 }
 
+/* The progress line: what was written, how fast since the last line. */
+struct shown {
+	int64_t at, t0;
+	uint64_t bytes;
+	int any;
+};
+
+static void
+show_progress(struct reader *r, struct shown *s, int64_t now, int last)
+{
+	uint64_t n = __atomic_load_n(&r->written, __ATOMIC_RELAXED),
+	         b = __atomic_load_n(&r->written_bytes, __ATOMIC_RELAXED);
+	int64_t splits, done, dt;
+	double mib = (double)b / (1 << 20), rate;
+
+	if (!r->o->progress || (!last && now < s->at + 1000))
+		return;
+	/* The last line's rate is the whole read's. */
+	dt = last ? now - s->t0 : now - s->at;
+	rate = dt > 0 ? (double)(last ? b : b - s->bytes) / (1 << 20) /
+	        ((double)dt / 1000.0) :
+	                0.0;
+	pthread_mutex_lock(&r->mu);
+	splits = r->splits;
+	done = r->splits_done;
+	pthread_mutex_unlock(&r->mu);
+	fprintf(stderr,
+	    "\r%s: read: %" PRIu64 " elements, %.1f MiB, %.1f MiB/s",
+	    log_prog(), n, mib, rate);
+	if (splits >= 0)
+		fprintf(stderr, ", %" PRId64 "/%" PRId64 " splits", done,
+		    splits);
+	fputs(last ? "\033[K\n" : "\033[K", stderr);
+	s->at = now;
+	s->bytes = b;
+	s->any = 1;
+}
+
 /* Heartbeats until the read is over. */
 static enum status
-run(struct reader *r, char *err, size_t errlen)
+run(struct reader *r, struct shown *shown, char *err, size_t errlen)
 {
 	const struct dataread_opts *o = r->o;
 	int64_t last_ok = duration_now_ms();
@@ -116,6 +154,7 @@ run(struct reader *r, char *err, size_t errlen)
 			return st;
 		else if (o->timeout_ms >= 0 && now >= last_ok + o->timeout_ms)
 			return ST_UNAVAILABLE; /* err says why */
+		show_progress(r, shown, now, 0);
 		if (read_over(r, &st, err, errlen))
 			return st;
 		if (wait_turn(r, now)) {
@@ -183,6 +222,7 @@ dataread_run(struct dispatch_client *dc, const struct dataread_opts *o,
     char *err, size_t errlen)
 {
 	struct reader *r = calloc(1, sizeof(*r));
+	struct shown shown = {0, 0, 0, 0};
 	enum status st;
 	int64_t deadline;
 	int all, closed;
@@ -197,6 +237,7 @@ dataread_run(struct dispatch_client *dc, const struct dataread_opts *o,
 	r->dc = dc;
 	r->block = -1;
 	r->rr_fd = -1;
+	r->splits = r->splits_done = -1;
 	pthread_mutex_init(&r->mu, NULL);
 	pthread_mutex_init(&r->out_mu, NULL);
 	pthread_cond_init(&r->cv, NULL);
@@ -224,7 +265,10 @@ dataread_run(struct dispatch_client *dc, const struct dataread_opts *o,
 			dataread_fail_locked(r, ST_RESOURCE_EXHAUSTED,
 			    "cannot start a thread: %s", strerror(errno));
 	}
-	st = run(r, err, errlen);
+	shown.at = shown.t0 = duration_now_ms();
+	st = run(r, &shown, err, errlen);
+	/* The whole read's figures, the line ended. */
+	show_progress(r, &shown, duration_now_ms(), 1);
 	deadline = duration_now_ms() + FAREWELL_MS;
 	/* Threads still blocked on the output keep r: the process ends. */
 	all = stop_threads(r, st, deadline);

@@ -58,6 +58,9 @@ struct dataread_opts {
 	int stop_fd;        /* readable (a signal): stop; -1: none */
 	int positions;      /* out gets a positioned stream (datapos.h) */
 	int close_ok;       /* out closed by its reader: the read ends well */
+	/* A line on stderr, written over each second (for a terminal):
+	 * elements and MiB written, MiB per second, splits done of all. */
+	int progress;
 };
 
 /*

@@ -140,6 +140,8 @@ dataread_write_out(struct reader *r, struct iovec *iov, size_t n)
 			dataread_poke(r);
 			return -1;
 		}
+		__atomic_add_fetch(&r->written_bytes, (uint64_t)w,
+		    __ATOMIC_RELAXED);
 		n = iov_advance(&iov, n, (size_t)w);
 	}
 	return 0;

@@ -134,12 +134,15 @@ struct reader {
 	int told;         /* the read's last report was made, or given up */
 	enum status fail;
 	char failmsg[1024];
-	int closed;       /* the output's reader went away */
-	char secret[33];  /* the job's: workers ask it of its consumers */
-	char id[33];      /* ours, made once, by which workers hold our
+	int closed;             /* the output's reader went away */
+	char secret[33];        /* the job's: workers ask it of its consumers */
+	char id[33];            /* ours, made once, by which workers hold our
 	                   * replies for us across connections */
-	uint64_t written; /* elements written (atomic: out_mu may be held
+	uint64_t written;       /* elements written (atomic: out_mu may be held
 	                   * long by a writer blocked on the output) */
+	uint64_t written_bytes; /* bytes written, framing too (atomic) */
+	/* Of a DYNAMIC job, as the last heartbeat said; -1: not known. */
+	int64_t splits, splits_done;
 	json_t *start;    /* the job's start position (DYNAMIC) */
 	char framing[16]; /* the dataset's */
 	/* Round robin: */

@@ -193,6 +193,12 @@ dataread_heartbeat(struct reader *r, int64_t deadline, char *err, size_t errlen)
 			pthread_cond_broadcast(&r->cv);
 		}
 		r->finished = json_is_true(json_object_get(reply, "finished"));
+		if (json_is_integer(json_object_get(reply, "splits_done"))) {
+			r->splits = json_integer_value(
+			    json_object_get(reply, "splits"));
+			r->splits_done = json_integer_value(
+			    json_object_get(reply, "splits_done"));
+		}
 		if (r->o->consumers > 0)
 			apply_rr_locked(r, reply);
 		else

@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "closurestate.h"
@@ -472,5 +473,7 @@ dispatch_opts_read(int argc, char **argv, struct dispatch_opts_read *d)
 		return cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
 	rc = read_args(&r, argc, argv);
 	datapos_free(r.pos);
+	/* Progress for whoever watches a terminal; never into a pipe. */
+	d->o.progress = isatty(STDERR_FILENO);
 	return rc;
 }

@@ -448,12 +448,36 @@ dispatch_show_end(FILE *f, json_t *c, uint64_t id)
 }
 
 void
-dispatch_show_progress(json_t *counts, void *queue)
+dispatch_show_progress(json_t *counts, void *progress)
 {
+	struct dispatch_progress *p = progress;
+	json_t *c = json_object_get(counts, "closures");
+	json_int_t done = json_integer_value(json_object_get(c, "done")),
+	           failed = json_integer_value(json_object_get(c, "failed")),
+	           cancelled =
+	               json_integer_value(json_object_get(c, "cancelled"));
+
+	/* \r and erase to the end of the line: the line before, written
+	 * over. */
 	fprintf(stderr,
-	    "%s: queue %s: %" JSON_INTEGER_FORMAT
-	    " queued, %" JSON_INTEGER_FORMAT " in flight\n",
-	    log_prog(), (const char *)queue,
-	    json_integer_value(json_object_get(counts, "queued")),
-	    json_integer_value(json_object_get(counts, "inflight")));
+	    "\r%s: queue %s: %" JSON_INTEGER_FORMAT "/%" JSON_INTEGER_FORMAT
+	    " done, %" JSON_INTEGER_FORMAT " failed, %" JSON_INTEGER_FORMAT
+	    " running, %" JSON_INTEGER_FORMAT " queued",
+	    log_prog(), p->queue, done + failed + cancelled,
+	    json_integer_value(json_object_get(c, "scheduled")), failed,
+	    json_integer_value(json_object_get(counts, "inflight")),
+	    json_integer_value(json_object_get(counts, "queued")));
+	if (cancelled > 0)
+		fprintf(stderr, ", %" JSON_INTEGER_FORMAT " cancelled",
+		    cancelled);
+	fputs("\033[K", stderr);
+	p->shown = 1;
+}
+
+void
+dispatch_show_progress_end(struct dispatch_progress *p)
+{
+	if (p->shown)
+		fputc('\n', stderr);
+	p->shown = 0;
 }

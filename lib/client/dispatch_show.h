@@ -64,7 +64,16 @@ int dispatch_show_code(json_t *closure);
  * ended when it did not end of itself. Its exit code.
  */
 int dispatch_show_end(FILE *f, json_t *closure, uint64_t id);
-/* A queue's counts while join waits, a line on stderr (queue: its name). */
-void dispatch_show_progress(json_t *counts, void *queue);
+/*
+ * A queue's counts while join waits, for a terminal: one line on stderr,
+ * written over in place each time ("queue default: 120/400 done, 2
+ * failed, 8 running, 270 queued"); dispatch_show_progress_end ends it.
+ */
+struct dispatch_progress {
+	const char *queue;
+	int shown;
+};
+void dispatch_show_progress(json_t *counts, void *progress);
+void dispatch_show_progress_end(struct dispatch_progress *p);
 
 #endif

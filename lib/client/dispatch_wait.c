@@ -46,7 +46,10 @@ dispatch_wait_queue(struct dispatch_client *dc, const char *queue,
     json_t **reply, json_t **errbody)
 {
 	for (;;) {
-		int64_t hd, wait = dispatch_poll_wait(deadline, 10000, &hd);
+		/* Shown progress is fresh each second. */
+		int64_t hd,
+		    wait = dispatch_poll_wait(deadline,
+		        progress != NULL ? 1000 : 10000, &hd);
 		enum status st = dc_join(dc, queue, wait, hd, reply, errbody);
 		if (st != ST_OK) {
 			/* No live worker for --worker-recovery is the answer,
@@ -61,10 +64,10 @@ dispatch_wait_queue(struct dispatch_client *dc, const char *queue,
 			json_decref(*errbody);
 			continue;
 		}
-		if (json_is_true(json_object_get(*reply, "done")))
-			return ST_OK;
 		if (progress != NULL)
 			progress(*reply, arg);
+		if (json_is_true(json_object_get(*reply, "done")))
+			return ST_OK;
 		if (past(deadline))
 			return ST_OK;
 		json_decref(*reply);

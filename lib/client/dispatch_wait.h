@@ -25,7 +25,8 @@ enum status dispatch_wait_closure(struct dispatch_client *dc, uint64_t id,
 /*
  * The queue's counts once it is done, or the last ones not done when
  * deadline has passed (their "done" is false). progress, if not NULL,
- * sees every answer not done. A queue's error ends the wait at once
+ * sees every answer, the last too, and then each second at least. A
+ * queue's error ends the wait at once
  * (with its closure in *errbody), and so does UNAVAILABLE for want of a
  * live worker (dispatchd's --worker-recovery).
  */

@@ -413,12 +413,16 @@ schedule_expire(struct parked *p)
 	dispatch_free_ctx(p);
 }
 
-/* {"done","queued","inflight"}: where q stands. */
+/* {"done","queued","inflight","closures":{...}}: where q stands, and
+ * how many of the closures ever scheduled on it ended, and how. */
 static json_t *
 queue_counts(const struct cq_queue *q)
 {
-	return json_pack("{s:b,s:I,s:I}", "done", cq_idle(q), "queued",
-	    (json_int_t)q->queued, "inflight", (json_int_t)q->inflight);
+	return json_pack("{s:b,s:I,s:I,s:{s:I,s:I,s:I,s:I}}", "done",
+	    cq_idle(q), "queued", (json_int_t)q->queued, "inflight",
+	    (json_int_t)q->inflight, "closures", "scheduled",
+	    (json_int_t)q->scheduled, "done", (json_int_t)q->done, "failed",
+	    (json_int_t)q->failed, "cancelled", (json_int_t)q->cancelled);
 }
 
 /*

@@ -473,11 +473,14 @@ beat_reply(const struct ds_job *j, json_t **reply)
 		        (json_int_t)t->start_round, "state",
 		        task_state_name(t)));
 	}
-	*reply = json_pack("{s:o,s:b,s:o,s:o}", "tasks", tasks, "finished",
-	    j->finished, "error",
+	*reply = json_pack("{s:o,s:b,s:o,s:o,s:I,s:o}", "tasks", tasks,
+	    "finished", j->finished, "error",
 	    j->error != NULL ? json_string(j->error) : json_null(),
 	    "block_round",
-	    j->rr_target >= 0 ? json_integer(j->rr_target) : json_null());
+	    j->rr_target >= 0 ? json_integer(j->rr_target) : json_null(),
+	    "splits", (json_int_t)j->ds->nsplits, "splits_done",
+	    j->eff == SHARD_DYNAMIC ? json_integer((json_int_t)j->done) :
+	                              json_null());
 	return *reply != NULL ? ST_OK : ST_RESOURCE_EXHAUSTED;
 }
 
