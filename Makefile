@@ -280,7 +280,8 @@ install: all
 	sed 's|^LIBPATH = None|LIBPATH = "$(LIBDIR)/libmuster-syncpoint.so.0"|' \
 		python/muster_syncpoint.py >$(DESTDIR)$(PYTHONDIR)/muster_syncpoint.py
 	chmod 644 $(DESTDIR)$(PYTHONDIR)/muster_syncpoint.py
-	install -m 644 python/muster_data.py $(DESTDIR)$(PYTHONDIR)/
+	install -m 644 python/muster_data.py python/muster_kv.py \
+		$(DESTDIR)$(PYTHONDIR)/
 
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(PROGS))
@@ -293,7 +294,8 @@ uninstall:
 		$(DESTDIR)$(LIBDIR)/libmuster-data.so.0 \
 		$(DESTDIR)$(LIBDIR)/libmuster-data.so \
 		$(DESTDIR)$(INCLUDEDIR)/muster/datapos.h \
-		$(DESTDIR)$(PYTHONDIR)/muster_data.py
+		$(DESTDIR)$(PYTHONDIR)/muster_data.py \
+		$(DESTDIR)$(PYTHONDIR)/muster_kv.py
 
 clean:
 	rm -rf build build-address build-undefined build-fuzz

@@ -117,6 +117,8 @@ EOF
 	[ -L "$T/inst/opt/m/lib/libmuster-syncpoint.so" ]
 	[ -f "$T/inst/opt/m/include/muster/syncpoint.h" ]
 	grep -qx 'LIBPATH = "/opt/m/lib/libmuster-syncpoint.so.0"' "$T/inst/opt/m/py/muster_syncpoint.py"
+	[ -f "$T/inst/opt/m/py/muster_data.py" ]
+	[ -f "$T/inst/opt/m/py/muster_kv.py" ]
 	# The installed module finds a library where it was told to look.
 	run env PYTHONPATH="$T/inst/opt/m/py" \
 		MUSTER_SYNCPOINT_LIB="$T/inst/opt/m/lib/libmuster-syncpoint.so.0" \
@@ -127,4 +129,5 @@ EOF
 	assert_success
 	[ ! -e "$T/inst/opt/m/lib/libmuster-syncpoint.so.0" ]
 	[ ! -e "$T/inst/opt/m/py/muster_syncpoint.py" ]
+	[ ! -e "$T/inst/opt/m/py/muster_kv.py" ]
 }
