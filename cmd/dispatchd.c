@@ -13,6 +13,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,13 +52,23 @@ static const char synopsis[] =
 /* --local-workers: the workers it starts, and the hooks it wraps. */
 static struct local {
 	long n;
-	pid_t *pids;
+	pid_t *pids; /* each worker's supervisor; 0: none now */
+	char prog[PATH_MAX + 32];
+	char addr[300];
+	char **env;
+	int stopping;
+	pthread_mutex_t mu; /* pids and stopping */
+	pthread_cond_t cv;  /* a supervisor ended */
+	pthread_t watcher;
+	int watching;
 	const char *token_file;
 	int tls;
 	void (*started)(struct http_server *, void *);
-} local;
+} local = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 extern char **environ;
+
+static int workerloop_path(char *out, size_t len);
 
 /*
  * The workers of the static sharding modes, in shard order, as workers
@@ -187,6 +198,10 @@ configure(struct daemon_options *d, void *cfg)
 		return cli_usage_error(synopsis,
 		    "--local-workers is for one dispatchd on one machine, "
 		    "not for replicas (--store)");
+	if (local.n > 0 && workerloop_path(local.prog, sizeof(local.prog)) < 0)
+		return cli_usage_error(synopsis,
+		    "--local-workers: no workerloop beside dispatchd, nor on "
+		    "the PATH");
 	if (dc->cq.max_spec == 0)
 		dc->cq.max_spec = 16u << 20;
 	/* A schedule request carries many closures; a result, a value of
@@ -195,102 +210,203 @@ configure(struct daemon_options *d, void *cfg)
 	return 0;
 }
 
-/* The workerloop beside this dispatchd, or PATH's. */
-static void
+/* The workerloop beside this dispatchd, or PATH's; -1 when neither. */
+static int
 workerloop_path(char *out, size_t len)
 {
-	char self[PATH_MAX];
+	char self[PATH_MAX], *slash, *path, *save = NULL;
 	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	char *slash;
 
 	if (n > 0) {
 		self[n] = '\0';
 		if ((slash = strrchr(self, '/')) != NULL) {
 			*slash = '\0';
-			snprintf(out, len, "%s/workerloop", self);
-			if (access(out, X_OK) == 0)
-				return;
+			if (snprintf(out, len, "%.*s/workerloop",
+			        (int)(len > 16 ? len - 16 : 0),
+			        self) < (int)len &&
+			    access(out, X_OK) == 0)
+				return 0;
 		}
 	}
-	snprintf(out, len, "workerloop");
+	if ((path = strdup(getenv("PATH") != NULL ? getenv("PATH") : "")) ==
+	    NULL)
+		return -1;
+	for (char *d = strtok_r(path, ":", &save); d != NULL;
+	     d = strtok_r(NULL, ":", &save)) {
+		if (snprintf(out, len, "%s/workerloop", *d != '\0' ? d : ".") <
+		        (int)len &&
+		    access(out, X_OK) == 0) {
+			free(path);
+			return 0;
+		}
+	}
+	free(path);
+	return -1;
 }
 
-/* The server listens: the workers start, each told where it is. */
+/* Starts worker i's supervisor (local.mu held, or no thread yet). */
+static void
+local_spawn(long i)
+{
+	char name[32], why[256];
+	char *argv[] = {local.prog, "--supervise", "-d", local.addr, "-t", name,
+	    NULL};
+	struct proc_spec spec = {argv, local.env, NULL, SIGTERM, -1, -1, -1,
+	    NULL};
+	int e;
+
+	snprintf(name, sizeof(name), "local:%ld", i);
+	if ((local.pids[i] = proc_spawn(&spec, &e, why, sizeof(why))) < 0) {
+		log_info("cannot start %s: %s", name, why);
+		local.pids[i] = 0;
+	}
+}
+
+/*
+ * Reaps the supervisors as they end. One killed (kill -9 of the
+ * supervisor itself) is started again a second later; one that ended by
+ * itself was stopped on purpose or cannot work as configured (a refused
+ * token: its log says), and is not. Ends when none is left.
+ */
+static void *
+local_watch(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		char what[64];
+		int status;
+		pid_t pid = waitpid(-1, &status, 0);
+		long i;
+
+		if (pid < 0 && errno == EINTR)
+			continue;
+		if (pid < 0)
+			return NULL; /* none left */
+		pthread_mutex_lock(&local.mu);
+		for (i = 0; i < local.n && local.pids[i] != pid; i++)
+			;
+		if (i < local.n) {
+			local.pids[i] = 0;
+			pthread_cond_broadcast(&local.cv);
+		}
+		if (i < local.n && !local.stopping) {
+			proc_status_text(status, what, sizeof(what));
+			if (WIFSIGNALED(status)) {
+				log_info("local:%ld: its supervisor (pid %ld) "
+				         "%s: starting it again in 1s",
+				    i, (long)pid, what);
+				pthread_mutex_unlock(&local.mu);
+				sleep(1);
+				pthread_mutex_lock(&local.mu);
+				if (!local.stopping)
+					local_spawn(i);
+			} else {
+				log_info("local:%ld: its supervisor (pid %ld) "
+				         "%s: not started again",
+				    i, (long)pid, what);
+			}
+		}
+		pthread_mutex_unlock(&local.mu);
+	}
+}
+
+/* The server listens: the workers start, each told where it is (the
+ * address it listens on; loopback for a wildcard one). */
 static void
 local_started(struct http_server *srv, void *arg)
 {
-	char prog[PATH_MAX + 16], addr[64], name[32], why[256],
-	    tok[PATH_MAX + 32];
+	char tok[PATH_MAX + 32];
 	char *set[2] = {NULL, NULL};
-	char **env;
-	int e;
+	const char *h = local.addr; /* the host, put there by open_service */
+	char host[256];
 
 	if (local.started != NULL)
 		local.started(srv, arg);
-	workerloop_path(prog, sizeof(prog));
-	snprintf(addr, sizeof(addr), "%s127.0.0.1:%d",
-	    local.tls ? "https://" : "", http_server_port(srv));
+	if (strcmp(h, "0.0.0.0") == 0)
+		h = "127.0.0.1";
+	else if (strcmp(h, "::") == 0)
+		h = "::1";
+	snprintf(host, sizeof(host), strchr(h, ':') != NULL ? "[%s]" : "%s", h);
+	snprintf(local.addr, sizeof(local.addr), "%s%s:%d",
+	    local.tls ? "https://" : "", host, http_server_port(srv));
 	if (local.token_file != NULL) {
 		snprintf(tok, sizeof(tok), "MUSTER_TOKEN_FILE=%s",
 		    local.token_file);
 		set[0] = tok;
 	}
-	env = proc_env(environ, set);
-	for (long i = 0; i < local.n; i++) {
-		char *argv[] = {prog, "--supervise", "-d", addr, "-t", name,
-		    NULL};
-		struct proc_spec spec = {argv, env, NULL, SIGTERM, -1, -1, -1,
-		    NULL};
+	local.env = proc_env(environ, set);
+	pthread_mutex_lock(&local.mu);
+	for (long i = 0; i < local.n; i++)
+		local_spawn(i);
+	if (pthread_create(&local.watcher, NULL, local_watch, NULL) == 0)
+		local.watching = 1;
+	pthread_mutex_unlock(&local.mu);
+	log_info("%ld local worker%s (%s --supervise -d %s), local:0 to "
+	         "local:%ld",
+	    local.n, local.n == 1 ? "" : "s", local.prog, local.addr,
+	    local.n - 1);
+}
 
-		snprintf(name, sizeof(name), "local:%ld", i);
-		if ((local.pids[i] = proc_spawn(&spec, &e, why, sizeof(why))) <
-		    0) {
-			log_info("cannot start %s: %s", name, why);
-			local.pids[i] = 0;
+/* Signals each supervisor still there; how many. */
+static long
+local_signal(int sig)
+{
+	long left = 0;
+
+	for (long i = 0; i < local.n; i++)
+		if (local.pids[i] > 0 && kill(local.pids[i], sig) == 0)
+			left++;
+	return left;
+}
+
+/* Waits (local.mu held) until no supervisor is left or until; how many
+ * are. */
+static long
+local_wait(int64_t until)
+{
+	long left;
+
+	while ((left = local_signal(0)) > 0 && duration_now_ms() < until) {
+		struct timespec ts;
+		int64_t ms = until - duration_now_ms() + 1;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += ms / 1000;
+		ts.tv_nsec += (ms % 1000) * 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
 		}
+		pthread_cond_timedwait(&local.cv, &local.mu, &ts);
 	}
-	free(env);
-	log_info("%ld local worker%s (%s --supervise), local:0 to local:%ld",
-	    local.n, local.n == 1 ? "" : "s", prog, local.n - 1);
+	return left;
 }
 
 /*
  * SIGTERM or Ctrl-C: each worker gets TERM (its supervisor passes it
  * on), gives its closures back and leaves while this daemon still serves;
- * after 15 s (a worker's grace is 10) what is left is killed.
+ * one still there after 15 s (a worker's grace is 10) gets a second TERM,
+ * which its supervisor turns into KILL (its closures' processes with it);
+ * a supervisor still there 5 s later is killed.
  */
 static void
 local_stopping(void *arg)
 {
-	struct timespec tick = {0, 20 * 1000000};
-	int64_t until = duration_now_ms() + 15000;
-	long left = 0;
-
 	(void)arg;
-	for (long i = 0; i < local.n; i++)
-		if (local.pids[i] > 0 && kill(local.pids[i], SIGTERM) == 0)
-			left++;
-	while (left > 0 && duration_now_ms() < until) {
-		left = 0;
-		for (long i = 0; i < local.n; i++) {
-			if (local.pids[i] <= 0)
-				continue;
-			if (waitpid(local.pids[i], NULL, WNOHANG) != 0)
-				local.pids[i] = 0;
-			else
-				left++;
-		}
-		if (left > 0)
-			nanosleep(&tick, NULL);
+	pthread_mutex_lock(&local.mu);
+	local.stopping = 1;
+	local_signal(SIGTERM);
+	if (local_wait(duration_now_ms() + 15000) > 0) {
+		log_info("local workers still running after 15s: killed");
+		local_signal(SIGTERM);
+		if (local_wait(duration_now_ms() + 5000) > 0)
+			for (long i = 0; i < local.n; i++)
+				if (local.pids[i] > 0)
+					kill(-local.pids[i], SIGKILL);
 	}
-	for (long i = 0; i < local.n; i++) {
-		if (local.pids[i] > 0) {
-			log_info("local:%ld: still running after 15s: killed",
-			    i);
-			kill(-local.pids[i], SIGKILL);
-			waitpid(local.pids[i], NULL, 0);
-		}
-	}
+	pthread_mutex_unlock(&local.mu);
+	if (local.watching)
+		pthread_join(local.watcher, NULL);
+	free(local.env);
 }
 
 static enum status
@@ -307,6 +423,7 @@ open_service(void *cfg, const struct daemon_options *o,
 	}
 	local.token_file = o->token_file;
 	local.tls = o->tls_cert_pem != NULL;
+	snprintf(local.addr, sizeof(local.addr), "%s", o->host);
 	local.started = svc->started;
 	svc->started = local_started;
 	svc->stopping = local_stopping;

@@ -119,6 +119,35 @@ back() {
 	grep -q "stopping (Terminated)" "$T/worker:0.log"
 }
 
+@test "workerloop --supervise: what a killed worker's closure started is killed with it, not left running beside the closure's next attempt" {
+	start_dispatchd --heartbeat-timeout 60s
+	supervised worker:0
+	# The closure's shell starts a sleep of its own, in its process group.
+	id=$(dispatchctl schedule -- sh -c 'sleep 77.31; echo done')
+	wait_for 10 eval 'pgrep -f "^sleep 77.31$" >/dev/null'
+	first=$(pgrep -f '^sleep 77.31$')
+	kill -KILL "$(child_of "$SUP_PID")"
+	# The next attempt's sleep, and only it.
+	wait_for 10 eval '[ "$(pgrep -f "^sleep 77.31$")" != "$first" ] && [ "$(pgrep -fc "^sleep 77.31$")" = 1 ]' ||
+		fail "$(pgrep -af 'sleep 77.31')"
+	! running "$first"
+	[ "$(closure_field "$id" attempts)" = 2 ]
+}
+
+@test "workerloop --supervise: a supervisor whose stderr was closed still starts its worker again" {
+	start_dispatchd
+	# Its stderr's reader takes one line and goes.
+	workerloop --supervise -t worker:0 2> >(head -n 1 >/dev/null) &
+	SUP_PID=$!
+	BG_PIDS+=("$SUP_PID")
+	wait_for 10 worker_live worker:0
+	inc=$(incarnation worker:0)
+	nap 0.5
+	kill -KILL "$(child_of "$SUP_PID")"
+	wait_for 10 back worker:0 "$inc"
+	running "$SUP_PID"
+}
+
 @test "dispatchd --local-workers 3: a sweep runs on its workers, a killed one comes back, and SIGINT stops them all, exit 0" {
 	start_dispatchd --local-workers 3 --heartbeat-timeout 60s
 	for i in 0 1 2; do
@@ -147,6 +176,33 @@ back() {
 	done
 	grep -q "3 local workers" "$T/dispatchd.log"
 	[ "$(grep -c 'stopping (Interrupt)\|stopping (Terminated)' "$T/dispatchd.log")" = 3 ]
+}
+
+@test "dispatchd --local-workers: a supervisor killed -9 is started again; one that ends by itself is not, and says why" {
+	start_dispatchd --local-workers 2
+	wait_for 10 worker_live local:0
+	wait_for 10 worker_live local:1
+	s=$(ps -o pid=,args= --ppid "$DISPATCH_PID" | awk '/local:0$/ {print $1}')
+	inc=$(incarnation local:0)
+	kill -KILL "$s"
+	wait_for 15 back local:0 "$inc"
+	grep -q "local:0: its supervisor (pid $s) killed by SIGKILL: starting it again in 1s" "$T/dispatchd.log"
+	# local:1's worker stopped on purpose (TERM straight to it): its
+	# supervisor ends with it, and that is that.
+	s=$(ps -o pid=,args= --ppid "$DISPATCH_PID" | awk '/local:1$/ {print $1}')
+	kill -TERM "$(child_of "$s")"
+	wait_for 15 grep -q "local:1: its supervisor (pid $s) exited with status 0: not started again" "$T/dispatchd.log"
+	! running "$s"
+	kill -INT "$DISPATCH_PID"
+	wait_exit "$DISPATCH_PID" 30
+	[ "$STATUS" = 0 ]
+}
+
+@test "dispatchd --local-workers without a workerloop beside it or on the PATH is a usage error" {
+	mkdir -p "$T/alone"
+	cp "$(type -P dispatchd)" "$T/alone/"
+	run -2 env PATH=/usr/bin:/bin "$T/alone/dispatchd" -n --local-workers 2
+	[[ $output == *"--local-workers: no workerloop beside dispatchd, nor on the PATH"* ]]
 }
 
 @test "dispatchd --local-workers with --store is a usage error" {

@@ -5,6 +5,7 @@
  */
 #include "respawn.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -32,10 +33,16 @@ respawn_backoff(const struct respawn_config *cfg, int64_t last_ms,
 	return next > cfg->backoff_max_ms ? cfg->backoff_max_ms : next;
 }
 
+/* What the caller had, for each child to get back. */
+struct inherited {
+	sigset_t mask;
+	void (*pipe)(int);
+};
+
 /* The fork: 0 in the child, ready to go on as the program; its pid in the
  * parent; -1 if fork failed. */
 static pid_t
-start(pid_t parent, const sigset_t *mask)
+start(pid_t parent, const struct inherited *in)
 {
 	pid_t pid = fork();
 
@@ -43,9 +50,62 @@ start(pid_t parent, const sigset_t *mask)
 		return pid;
 	if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent)
 		_exit(128 + SIGTERM); /* the parent is gone already */
-	signal(SIGCHLD, SIG_DFL);
-	sigprocmask(SIG_SETMASK, mask, NULL);
+	prctl(PR_SET_CHILD_SUBREAPER, 0);
+	signal(SIGPIPE, in->pipe);
+	sigprocmask(SIG_SETMASK, &in->mask, NULL);
 	return 0;
+}
+
+/*
+ * What the dead child left: as the subreaper, the parent gets what the
+ * child's processes started and did not wait for (a closure's own
+ * children, whose closure died with the worker). Each is killed with its
+ * process group (a closure's), and reaped, before the next child starts:
+ * none runs on unwatched beside the work given to another.
+ */
+static void
+kill_orphans(void)
+{
+	struct timespec tick = {0, 10 * 1000000};
+	int64_t until = duration_now_ms() + 2000;
+	pid_t self = getpid(), group = getpgrp();
+
+	for (;;) {
+		DIR *dir = opendir("/proc");
+		struct dirent *e;
+		int found = 0;
+
+		while (dir != NULL && (e = readdir(dir)) != NULL) {
+			char path[64], stat[512], *p;
+			long pid = strtol(e->d_name, &p, 10), ppid;
+			FILE *f;
+
+			if (*p != '\0' || pid <= 0)
+				continue;
+			snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+			if ((f = fopen(path, "r")) == NULL)
+				continue;
+			p = fgets(stat, sizeof(stat), f);
+			fclose(f);
+			/* pid (comm) state ppid ...: comm may hold ") ". */
+			if (p == NULL || (p = strrchr(stat, ')')) == NULL ||
+			    sscanf(p + 1, " %*c %ld", &ppid) != 1 ||
+			    ppid != (long)self)
+				continue;
+			found = 1;
+			if (getpgid((pid_t)pid) > 0 &&
+			    getpgid((pid_t)pid) != group)
+				kill(-getpgid((pid_t)pid), SIGKILL);
+			kill((pid_t)pid, SIGKILL);
+		}
+		if (dir != NULL)
+			closedir(dir);
+		while (waitpid(-1, NULL, WNOHANG) > 0)
+			found = 1;
+		if (!found || duration_now_ms() >= until)
+			return;
+		nanosleep(&tick, NULL);
+	}
 }
 
 static int
@@ -82,7 +142,8 @@ int
 respawn_fork(const struct respawn_config *cfg)
 {
 	pid_t parent = getpid(), child;
-	sigset_t want, old;
+	struct inherited in;
+	sigset_t want;
 	int64_t pause = 0, started, next = 0;
 	int stopping = 0, restarts = 0;
 
@@ -91,10 +152,16 @@ respawn_fork(const struct respawn_config *cfg)
 	sigaddset(&want, SIGTERM);
 	sigaddset(&want, SIGINT);
 	sigaddset(&want, SIGHUP);
-	sigprocmask(SIG_BLOCK, &want, &old);
-	if ((child = start(parent, &old)) <= 0) {
+	sigprocmask(SIG_BLOCK, &want, &in.mask);
+	/* Its own dispositions, whatever it inherited: a child's end is
+	 * waited for (not reaped away by an ignored SIGCHLD), and a closed
+	 * stderr does not end the parent as it logs a death. */
+	signal(SIGCHLD, SIG_DFL);
+	in.pipe = signal(SIGPIPE, SIG_IGN);
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
+	if ((child = start(parent, &in)) <= 0) {
 		if (child < 0)
-			sigprocmask(SIG_SETMASK, &old, NULL);
+			sigprocmask(SIG_SETMASK, &in.mask, NULL);
 		return child < 0 ? -1 : 0;
 	}
 	started = duration_now_ms();
@@ -107,7 +174,7 @@ respawn_fork(const struct respawn_config *cfg)
 
 		if (child == 0 && !stopping) {
 			if (now >= next) {
-				if ((child = start(parent, &old)) == 0)
+				if ((child = start(parent, &in)) == 0)
 					return 0;
 				if (child > 0) {
 					started = duration_now_ms();
@@ -135,8 +202,9 @@ respawn_fork(const struct respawn_config *cfg)
 		if (sig == SIGTERM || sig == SIGINT) {
 			if (child == 0)
 				exit(128 + sig);
+			/* A second one: now. */
+			kill(child, stopping ? SIGKILL : sig);
 			stopping = 1;
-			kill(child, sig);
 			continue;
 		}
 		if (sig == SIGHUP) {
@@ -156,6 +224,7 @@ respawn_fork(const struct respawn_config *cfg)
 				continue;
 			child = 0;
 			describe(status, what, sizeof(what));
+			kill_orphans();
 			if (stopping)
 				exit(exit_code(status));
 			if (WIFEXITED(status) &&

@@ -17,13 +17,20 @@
  * - SIGTERM, SIGINT and SIGHUP sent to the parent are passed on to the
  *   child; after SIGTERM or SIGINT, the parent exits with the child's
  *   status once it ends (128 + the signal if it is then between two
- *   children), and starts nothing more;
+ *   children), and starts nothing more; a second SIGTERM or SIGINT kills
+ *   the child at once;
+ * - the parent is the subreaper of what the child starts: once the child
+ *   has died, whatever of its processes outlived it (a closure's own
+ *   children) is killed, with its process group, before anything starts
+ *   again;
  * - the child gets SIGTERM when the parent dies (PR_SET_PDEATHSIG), so a
  *   parent killed -9 does not leave its child running unsupervised;
  * - each death and each start is a line on stderr, with the child's pid.
  *
  * Call it before any thread is started: the child is a copy of the caller
- * with only the calling thread.
+ * with only the calling thread. The parent ignores SIGPIPE (its stderr may
+ * close) and takes SIGCHLD's default whatever it inherited; the child gets
+ * back the caller's SIGPIPE and signal mask.
  */
 #ifndef MUSTER_RESPAWN_H
 #define MUSTER_RESPAWN_H
