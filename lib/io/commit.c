@@ -298,6 +298,18 @@ commit_leads(struct commit *c, char *leader, size_t len)
 }
 
 int
+commit_journal_info(struct commit *c, uint64_t *journal, uint64_t *snapshot,
+    char *why, size_t whylen)
+{
+	if (c->j == NULL)
+		return -1;
+	journal_size(c->j, journal, snapshot);
+	if (journal_error(c->j, why, whylen) == NULL && whylen > 0)
+		why[0] = '\0';
+	return 0;
+}
+
+int
 commit_replicated(const struct commit *c)
 {
 	return c->s != NULL;

@@ -109,4 +109,12 @@ int commit_leads(struct commit *c, char *leader, size_t len);
 /* A store's replicas as JSON (store_status). */
 int commit_status(struct commit *c, struct buf *out, char *err, size_t errlen);
 
+/*
+ * A state directory's journal as a status page shows it: the bytes of its
+ * records and of its snapshot, and why writes fail now (into why; "" when
+ * they do not). -1 for a store's commit, which has no journal.
+ */
+int commit_journal_info(struct commit *c, uint64_t *journal, uint64_t *snapshot,
+    char *why, size_t whylen);
+
 #endif

@@ -15,6 +15,7 @@
 #include "cli.h"
 #include "commit.h"
 #include "daemon.h"
+#include "daemon_page.h"
 #include "http_server.h"
 #include "journal.h"
 #include "log.h"
@@ -455,7 +456,9 @@ metrics(struct daemon *d, struct http_req *req)
 
 /*
  * Whether req carries the cluster's token (or none is needed). /healthz
- * needs none: a liveness probe holds no secret, and learns only "ok".
+ * needs none: a liveness probe holds no secret, and learns only "ok";
+ * nor does the status page (/), which holds no data: it asks for it with
+ * the token the browser gives it.
  */
 static int
 authenticated(struct daemon *d, struct http_req *req)
@@ -463,7 +466,8 @@ authenticated(struct daemon *d, struct http_req *req)
 	const char *h;
 	size_t n;
 
-	if (strcmp(http_req_path(req), "/healthz") == 0)
+	if (strcmp(http_req_path(req), "/healthz") == 0 ||
+	    strcmp(http_req_path(req), "/") == 0)
 		return 1;
 	if (d->o->tls_client_ca_pem != NULL) {
 		int v = http_req_peer_verified(req);
@@ -499,6 +503,62 @@ authenticated(struct daemon *d, struct http_req *req)
 	                "the token is not this %s's",
 	    d->svc->name);
 	return 0;
+}
+
+/* GET /: the status page, which asks the JSON API for what it shows. */
+static void
+page(struct http_req *req)
+{
+	http_set_header(req, "Cache-Control", "no-store");
+	http_set_header(req, "X-Content-Type-Options", "nosniff");
+	http_set_header(req, "Referrer-Policy", "no-referrer");
+	/* Nothing from elsewhere, not in a frame: its own script and
+	 * style, and requests to this daemon only. */
+	http_set_header(req, "Content-Security-Policy",
+	    "default-src 'none'; script-src 'unsafe-inline'; "
+	    "style-src 'unsafe-inline'; connect-src 'self'; "
+	    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+	http_reply(req, 200, "text/html; charset=utf-8", daemon_page,
+	    daemon_page_len);
+}
+
+/*
+ * GET /v1/daemon: which daemon this is, and where its state is kept:
+ * {"daemon","version","state":"memory"|"journal"|"store", with a journal
+ * "state_dir","fsync","journal_bytes","snapshot_bytes","error", with a
+ * store "store"}.
+ */
+static void
+whoami(struct daemon *d, struct http_req *req)
+{
+	static const char *const fsync[] = {"always", "batch", "none"};
+	const struct daemon_options *o = d->o;
+	uint64_t jb = 0, sb = 0;
+	char why[512] = "";
+	json_t *v = json_pack("{s:s,s:s}", "daemon", d->svc->name, "version",
+	    MUSTER_VERSION);
+
+	if (o->store != NULL) {
+		json_object_set_new(v, "state", json_string("store"));
+		json_object_set_new(v, "store", json_string(o->store));
+	} else if (d->svc->commit != NULL &&
+	    commit_journal_info(d->svc->commit, &jb, &sb, why, sizeof(why)) ==
+	        0) {
+		json_object_set_new(v, "state", json_string("journal"));
+		json_object_set_new(v, "state_dir", json_string(o->state_dir));
+		json_object_set_new(v, "fsync",
+		    json_string(
+		        o->fsync >= 0 && o->fsync < 3 ? fsync[o->fsync] : "?"));
+		json_object_set_new(v, "journal_bytes",
+		    json_integer((json_int_t)jb));
+		json_object_set_new(v, "snapshot_bytes",
+		    json_integer((json_int_t)sb));
+		json_object_set_new(v, "error",
+		    why[0] != '\0' ? json_string(why) : json_null());
+	} else {
+		json_object_set_new(v, "state", json_string("memory"));
+	}
+	http_reply_json(req, 200, v);
 }
 
 /* GET /v1/replicas: a replicated daemon's replicas (store_status). */
@@ -555,14 +615,22 @@ handle(struct http_req *req, void *arg)
 
 	if (!authenticated(d, req))
 		return;
-	if (strcmp(path, "/v1/replicas") == 0) {
-		if (m != ROUTE_GET) {
-			http_set_header(req, "Allow", "GET");
+	if (strcmp(path, "/v1/replicas") == 0 ||
+	    strcmp(path, "/v1/daemon") == 0 || strcmp(path, "/") == 0) {
+		unsigned allowed =
+		    path[1] == '\0' ? ROUTE_GET | ROUTE_HEAD : ROUTE_GET;
+		if ((m & allowed) == 0) {
+			http_set_header(req, "Allow",
+			    path[1] == '\0' ? "GET, HEAD" : "GET");
 			http_reply_error_http(req, 405, ST_INVALID_ARGUMENT,
 			    "method %s not allowed on %s", http_req_method(req),
 			    path);
-		} else {
+		} else if (path[1] == '\0') {
+			page(req);
+		} else if (path[4] == 'r') {
 			replicas(d, req);
+		} else {
+			whoami(d, req);
 		}
 		return;
 	}
