@@ -25,7 +25,9 @@
 struct daemon {
 	const struct daemon_options *o;
 	const struct daemon_service *svc;
-	struct http_server *srv;
+	/* Set once http_server_start returns: its threads serve requests
+	 * before that. */
+	struct http_server *_Atomic srv;
 	atomic_int closing;
 	atomic_ulong unauthenticated;
 };
@@ -400,12 +402,21 @@ healthz(struct daemon *d, struct http_req *req)
 static void
 metrics(struct daemon *d, struct http_req *req)
 {
+	struct http_server *srv = atomic_load(&d->srv);
 	struct buf b = {0};
 	struct http_stats st;
 
+	/* A request served as the server starts, before its pointer is
+	 * known here. */
+	if (srv == NULL) {
+		http_set_header(req, "Retry-After", "1");
+		http_reply_error(req, ST_UNAVAILABLE,
+		    "%s is starting: try again", d->svc->name);
+		return;
+	}
 	if (d->svc->metrics != NULL)
 		d->svc->metrics(&b, d->svc->arg);
-	http_server_stats(d->srv, &st);
+	http_server_stats(srv, &st);
 	buf_printf(&b,
 	    "# HELP muster_http_requests_total Requests received.\n"
 	    "# TYPE muster_http_requests_total counter\n"
