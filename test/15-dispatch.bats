@@ -596,3 +596,25 @@ escaping() {
 	run -0 --separate-stderr dispatchctl join --timeout 60s
 	[ -z "$stderr" ] || fail "$stderr"
 }
+
+@test "schedule --independent: a closure's failure is its own value; its queue holds no error, the others run, join is 0" {
+	start_dispatchd
+	start_worker worker:0 -j 2
+	a=$(dispatchctl schedule --independent -- sh -c 'echo partial; echo why >&2; exit 3')
+	b=$(dispatchctl schedule --independent -- sh -c 'sleep 1; echo fine')
+	wait_for 30 eval '[ "$(closure_field "$a" state)" = READY ]'
+	# The next schedule does not report a's failure, nor cancel b.
+	c=$(dispatchctl schedule -- echo next)
+	run -0 dispatchctl join --timeout 30s
+	run -3 dispatchctl fetch "$a"
+	assert_output partial
+	assert_equal "$(dispatchctl fetch "$b" "$c")" "$(printf 'fine\nnext')"
+	run -3 dispatchctl --json fetch "$a"
+	jq -e '.independent == true and .exit == 3 and .failed == true' <<<"$output"
+	run -0 dispatchctl --json status
+	jq -e '.failed == 1 and .done == 3 and .cancelled == 0 and .queues[0].error == null' <<<"$output"
+	# Without it, the same failure is the queue's error, as upstream.
+	d=$(dispatchctl -q q2 schedule -- sh -c 'exit 3')
+	run -3 dispatchctl -q q2 join --timeout 30s
+	run -2 dispatchctl schedule --independent=yes -- true
+}

@@ -53,6 +53,41 @@ dcrash() {
 	grep -q 'state directory .*: 3 closures' "$T/dispatchd.log"
 }
 
+@test "an --independent closure's failure stays its own through kill -9, replayed from the journal and from a snapshot" {
+	local n=0
+	for snap in journal snapshot; do
+		rm -rf "$T/dstate"
+		if [ "$snap" = snapshot ]; then
+			# Compacted at once: the state comes back from a snapshot.
+			dup --journal-max-bytes 4k
+		else
+			dup
+		fi
+		start_worker "w:$((n++))"
+		bad=$(dispatchctl schedule --independent -- sh -c 'exit 3')
+		wait_for 30 eval '[ "$(closure_field "$bad" state)" = READY ]'
+		# Enough records for a compaction or two.
+		seq 1 40 | dispatchctl schedule --each -- printf '%0200d' {} >/dev/null
+		dispatchctl join --timeout 30s
+		kill "$WORKER_PID"
+		wait "$WORKER_PID" || true
+		dcrash
+		dup
+		[ "$snap" = journal ] || ls "$T/dstate" | grep -q snapshot
+		assert_equal "$(closure_field "$bad" independent)" true
+		assert_equal "$(closure_field "$bad" exit)" 3
+		# No error held for the queue: what comes next runs, join is 0.
+		start_worker "w:$((n++))"
+		c=$(dispatchctl schedule -- echo after)
+		run -0 dispatchctl join --timeout 30s
+		assert_equal "$(dispatchctl fetch --timeout 30s "$c")" after
+		kill "$WORKER_PID"
+		wait "$WORKER_PID" || true
+		kill "$DISPATCH_PID"
+		wait "$DISPATCH_PID" || true
+	done
+}
+
 @test "every acknowledged schedule survives kill -9 under load from three clients, and keys stay idempotent" {
 	dup
 	local i

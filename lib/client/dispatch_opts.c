@@ -26,7 +26,7 @@ const char dispatch_opts_synopsis[] =
     "[--retry-exit CODE]...\n"
     "           [--max-retries N] [--on TASK] [--needs RESOURCE]... "
     "[--key KEY]\n"
-    "           [--no-block] [--each] -- COMMAND [ARG...]\n"
+    "           [--no-block] [--each] [--independent] -- COMMAND [ARG...]\n"
     "  fetch [--timeout DUR] ID...\n"
     "  join [--timeout DUR]\n"
     "  done\n"
@@ -137,6 +137,7 @@ sched_opt(struct dispatch_sched *s, int c, const char *arg)
 	case 'k': s->key = arg; return 0;
 	case 'B': s->block = 0; return 0;
 	case 'E': s->each = 1; return 0;
+	case 'I': dispatch_sched_independent(s); return 0;
 	default: return cli_std_option(c, synopsis);
 	}
 }
@@ -155,6 +156,7 @@ dispatch_opts_schedule(int argc, char **argv, struct dispatch_sched *s)
 	    {"key", required_argument, NULL, 'k'},
 	    {"no-block", no_argument, NULL, 'B'},
 	    {"each", no_argument, NULL, 'E'},
+	    {"independent", no_argument, NULL, 'I'},
 	    {NULL, 0, NULL, 0},
 	};
 	int c, rc = 0;

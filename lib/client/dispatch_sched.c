@@ -73,6 +73,12 @@ dispatch_sched_retry_exit(struct dispatch_sched *s, long code)
 	json_array_append_new(s->codes, json_integer(code));
 }
 
+void
+dispatch_sched_independent(struct dispatch_sched *s)
+{
+	json_object_set_new(s->common, "independent", json_true());
+}
+
 int
 dispatch_sched_needs(struct dispatch_sched *s, const char *resource)
 {

@@ -49,6 +49,8 @@ void dispatch_sched_free(struct dispatch_sched *s);
 void dispatch_sched_timeout(struct dispatch_sched *s, int64_t ms);
 void dispatch_sched_max_retries(struct dispatch_sched *s, long n);
 void dispatch_sched_retry_exit(struct dispatch_sched *s, long code);
+/* A failure is the closure's own, not its queue's error (--independent). */
+void dispatch_sched_independent(struct dispatch_sched *s);
 /* 0, or -1 when resource is not UTF-8. */
 int dispatch_sched_needs(struct dispatch_sched *s, const char *resource);
 /* NAME=value: 0, -1 when it is not that, -2 when it is not UTF-8. */

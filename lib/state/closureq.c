@@ -90,6 +90,7 @@ cq_closure_new(struct cq *cq, struct cq_spec *s, enum status *st, char *msg,
 		    s->nretry_exit * sizeof(*c->retry_exit));
 	c->nretry_exit = s->nretry_exit;
 	c->max_retries = s->max_retries;
+	c->independent = s->independent != 0;
 	if (nomem) {
 		cq_closure_free(cq, c);
 		errbuf_say(msg, msglen, "out of memory");

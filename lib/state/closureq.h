@@ -63,12 +63,13 @@ struct cq_closure {
 	int retry_exit[CQ_MAX_RETRY_CODES];
 	size_t nretry_exit;
 	long max_retries, retries;
-	long attempts;                  /* attempts started */
-	long deaths;                    /* workers that died running it */
-	struct cq_worker *worker;       /* while RUNNING */
-	char *last_worker;              /* the worker of the last attempt */
-	struct cq_result res;           /* READY; ABORTED: res.message */
-	int failed;                     /* counted as its queue's error */
+	long attempts;            /* attempts started */
+	long deaths;              /* workers that died running it */
+	struct cq_worker *worker; /* while RUNNING */
+	char *last_worker;        /* the worker of the last attempt */
+	struct cq_result res;     /* READY; ABORTED: res.message */
+	int failed;               /* counted as its queue's error */
+	int independent; /* its failure is its own, not its queue's error */
 	struct cq_closure *prev, *next; /* pending or running list */
 	struct cq_pending *list;        /* the pending list it is on */
 };
@@ -181,6 +182,9 @@ struct cq_spec {
 	const int *retry_exit;
 	size_t nretry_exit; /* at most CQ_MAX_RETRY_CODES */
 	long max_retries;
+	/* A failure is the closure's own value: its queue holds no error
+	 * for it, and nothing else of the queue is cancelled. */
+	int independent;
 };
 /*
  * A closure of what s says, in no queue yet; NULL when it needs a

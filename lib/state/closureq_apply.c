@@ -32,14 +32,15 @@ cq_end(struct cq *cq, struct cq_closure *c, enum cq_state st, int64_t now)
 	cq_emit(cq, CQ_EV_ENDED, c, NULL, NULL);
 }
 
-/* The closure ended badly while its worker lived: q's error, if first. */
+/* The closure ended badly while its worker lived: q's error, if first
+ * (and not an independent closure, whose failure is its own). */
 void
 cq_fail(struct cq *cq, struct cq_closure *c)
 {
 	c->failed = 1;
 	cq->v.failed++;
 	c->q->failed++;
-	if (c->q->error == NULL)
+	if (c->q->error == NULL && !c->independent)
 		c->q->error = c;
 }
 

@@ -90,6 +90,10 @@ cq_commit_enqueue(struct cq *cq, const struct cq_closure *c,
 
 	rec_put_u(&o, id);
 	cq_enc_spec(&o, c, q->name);
+	/* Flags, after the spec (a record of before them has none): 1, an
+	 * independent closure. */
+	if (c->independent)
+		rec_put_u(&o, 1);
 	return commit(cq, &o, now, msg, msglen);
 }
 
@@ -279,9 +283,12 @@ a_enqueue(struct cq *cq, struct dec *d)
 	struct cq_queue *q;
 	struct cq_closure *c;
 	struct jspec x;
-	uint64_t id;
+	uint64_t id, flags = 0;
 
-	if (get_id(d, &id) < 0 || cq_dec_spec(d, &x) < 0 || get_end(d) < 0)
+	if (get_id(d, &id) < 0 || cq_dec_spec(d, &x) < 0 ||
+	    (rec_left(&d->in) > 0 &&
+	        cq_get_max(d, &flags, 1, "a closure's flags") < 0) ||
+	    get_end(d) < 0)
 		return -1;
 	if (id >= cq->nid + CQ_ID_STEP)
 		return cq_dbad(d, "the next id leaps to %" PRIu64, id);
@@ -293,6 +300,7 @@ a_enqueue(struct cq *cq, struct dec *d)
 		return misfit(d, "queue %s holds the key already", nm);
 	if ((c = cq_spec_closure(cq, &x, id, d)) == NULL)
 		return -1;
+	c->independent = (flags & 1) != 0;
 	if (cq_closure_index(cq, c) < 0) {
 		cq_closure_free(cq, c);
 		return cq_dec_nomem(d);

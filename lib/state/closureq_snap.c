@@ -28,6 +28,7 @@
  *	S closure, now: id state front retries attempts deaths worker
  *	  last_worker failed exited code out truncated err message
  *	Q queue: name scheduled done failed cancelled retried error
+ *	I independent closure (just after its N): id
  *	F forgotten closure: id
  *	R resource: name json
  *	V counters: next-id done failed retried cancelled aborted deaths
@@ -139,6 +140,10 @@ enc_closure(struct rec_out *e, const struct cq_closure *c)
 	rec_put_u(e, (uint64_t)c->res.truncated);
 	rec_put_sn(e, c->res.err, c->res.errlen);
 	rec_put_s(e, c->res.message);
+	if (c->independent) {
+		rec_put_tag(e, 'I');
+		rec_put_u(e, c->id);
+	}
 }
 
 static void
@@ -679,6 +684,17 @@ j_item(struct cq *cq, struct dec *d, int dry, int64_t now, uint64_t *maxid,
 			return -1;
 		if (!dry)
 			apply_forget(cq, id);
+		return 0;
+	case 'I':
+		if (cq_get_max(d, &id, CQ_ID_MAX, "a closure id") < 0)
+			return -1;
+		if (!dry) {
+			struct cq_closure *c = cq_closure(cq, id);
+			if (c == NULL)
+				return cq_dbad(d,
+				    "independent: no closure %" PRIu64, id);
+			c->independent = 1;
+		}
 		return 0;
 	case 'R':
 		if (cq_get_span(d, &name, SPAN_NAME, 1, "a resource's name") <

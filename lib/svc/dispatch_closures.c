@@ -42,6 +42,8 @@ value_json(const struct cq_closure *c, int with_output)
 	json_object_set_new(o, "attempts", json_integer(c->attempts));
 	json_object_set_new(o, "retries", json_integer(c->retries));
 	json_object_set_new(o, "worker_deaths", json_integer(c->deaths));
+	if (c->independent)
+		json_object_set_new(o, "independent", json_true());
 	json_object_set_new(o, "worker",
 	    c->last_worker != NULL ? json_string(c->last_worker) : json_null());
 	if (c->state == CQ_READY) {
@@ -225,8 +227,9 @@ struct spec_room {
 
 /*
  * s from item ({"argv":[...], "env":{...}, "stdin": base64, "timeout_ms",
- * "retry_exit":[...], "max_retries", "on", "needs":[...], "key"}), its
- * strings the item's; -1 with msg when a field is bad.
+ * "retry_exit":[...], "max_retries", "on", "needs":[...], "key",
+ * "independent"}), its strings the item's; -1 with msg when a field is
+ * bad.
  */
 static int
 spec_of(json_t *item, struct cq_spec *s, struct spec_room *r, char *msg,
@@ -237,6 +240,7 @@ spec_of(json_t *item, struct cq_spec *s, struct spec_room *r, char *msg,
 	json_t *on = json_object_get(item, "on");
 	json_t *needs = json_object_get(item, "needs");
 	json_t *key = json_object_get(item, "key");
+	json_t *ind = json_object_get(item, "independent");
 	json_t *v;
 	size_t i;
 
@@ -267,6 +271,14 @@ spec_of(json_t *item, struct cq_spec *s, struct spec_room *r, char *msg,
 		}
 		s->retry_exit = r->codes;
 		s->max_retries = 3;
+	}
+	if (ind != NULL) {
+		if (!json_is_boolean(ind)) {
+			errbuf_say(msg, msglen,
+			    "independent must be true or false");
+			return -1;
+		}
+		s->independent = json_is_true(ind);
 	}
 	if (mr != NULL) {
 		if (!json_is_integer(mr) || json_integer_value(mr) < 0 ||
