@@ -281,7 +281,7 @@ install: all
 		python/muster_syncpoint.py >$(DESTDIR)$(PYTHONDIR)/muster_syncpoint.py
 	chmod 644 $(DESTDIR)$(PYTHONDIR)/muster_syncpoint.py
 	install -m 644 python/muster_data.py python/muster_kv.py \
-		$(DESTDIR)$(PYTHONDIR)/
+		python/muster_closures.py $(DESTDIR)$(PYTHONDIR)/
 
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(PROGS))
@@ -295,7 +295,8 @@ uninstall:
 		$(DESTDIR)$(LIBDIR)/libmuster-data.so \
 		$(DESTDIR)$(INCLUDEDIR)/muster/datapos.h \
 		$(DESTDIR)$(PYTHONDIR)/muster_data.py \
-		$(DESTDIR)$(PYTHONDIR)/muster_kv.py
+		$(DESTDIR)$(PYTHONDIR)/muster_kv.py \
+		$(DESTDIR)$(PYTHONDIR)/muster_closures.py
 
 clean:
 	rm -rf build build-address build-undefined build-fuzz

@@ -119,6 +119,7 @@ EOF
 	grep -qx 'LIBPATH = "/opt/m/lib/libmuster-syncpoint.so.0"' "$T/inst/opt/m/py/muster_syncpoint.py"
 	[ -f "$T/inst/opt/m/py/muster_data.py" ]
 	[ -f "$T/inst/opt/m/py/muster_kv.py" ]
+	[ -f "$T/inst/opt/m/py/muster_closures.py" ]
 	# The installed module finds a library where it was told to look.
 	run env PYTHONPATH="$T/inst/opt/m/py" \
 		MUSTER_SYNCPOINT_LIB="$T/inst/opt/m/lib/libmuster-syncpoint.so.0" \
@@ -130,4 +131,5 @@ EOF
 	[ ! -e "$T/inst/opt/m/lib/libmuster-syncpoint.so.0" ]
 	[ ! -e "$T/inst/opt/m/py/muster_syncpoint.py" ]
 	[ ! -e "$T/inst/opt/m/py/muster_kv.py" ]
+	[ ! -e "$T/inst/opt/m/py/muster_closures.py" ]
 }
