@@ -236,12 +236,35 @@ static const int stop_sigs[] = {SIGTERM, SIGINT, SIGHUP};
  */
 static const int final_exits[] = {0, 2, 3, 6, 11, 130, 143};
 
+/*
+ * Without --dir, the parent makes the directory every worker it starts
+ * makes its own in, and removes it as it exits: a worker killed with -9
+ * cannot remove its own.
+ */
+static char sup_dir[1024];
+static pid_t sup_pid;
+
+static void
+sup_dir_remove(void)
+{
+	if (getpid() == sup_pid)
+		runner_dir_remove(sup_dir);
+}
+
 static void
 supervise(const struct opts *o)
 {
 	struct respawn_config rc = {o->task, final_exits,
 	    sizeof(final_exits) / sizeof(final_exits[0]), 100, 10000, 10000};
+	int made;
 
+	if (o->dir == NULL) {
+		if (runner_dir_make(NULL, sup_dir, sizeof(sup_dir), &made) < 0)
+			exit(cli_fail(ST_INTERNAL, "mkdtemp %s: %s", sup_dir,
+			    strerror(errno)));
+		sup_pid = getpid();
+		atexit(sup_dir_remove);
+	}
 	if (respawn_fork(&rc) < 0)
 		exit(cli_fail(ST_INTERNAL, "fork: %s", strerror(errno)));
 }
@@ -304,8 +327,16 @@ main(int argc, char **argv)
 	         sizeof(stop_sigs) / sizeof(stop_sigs[0]), &blocked)) < 0)
 		return cli_fail(ST_INTERNAL, "signalfd: %s", strerror(errno));
 	signal(SIGPIPE, SIG_IGN);
-	if (runner_dir_make(o.dir, workdir, sizeof(workdir), &made_workdir) <
-	    0) {
+	if (sup_dir[0] != '\0') {
+		/* Its own, in its supervisor's. */
+		snprintf(workdir, sizeof(workdir), "%.900s/worker.XXXXXX",
+		    sup_dir);
+		if (mkdtemp(workdir) == NULL)
+			return cli_fail(ST_INTERNAL, "mkdtemp %s: %s", workdir,
+			    strerror(errno));
+		made_workdir = 1;
+	} else if (runner_dir_make(o.dir, workdir, sizeof(workdir),
+	               &made_workdir) < 0) {
 		if (o.dir != NULL)
 			return cli_fail(ST_INVALID_ARGUMENT,
 			    "cannot make --dir %s: %s", o.dir, strerror(errno));

@@ -134,6 +134,22 @@ back() {
 	[ "$(closure_field "$id" attempts)" = 2 ]
 }
 
+@test "workerloop --supervise: the directory of a worker killed -9 is removed with its supervisor's when it stops" {
+	start_dispatchd
+	mkdir -p "$T/tmp"
+	TMPDIR=$T/tmp supervised worker:0
+	[ "$(find "$T/tmp" -mindepth 2 -maxdepth 2 -name 'worker.*' | wc -l)" = 1 ]
+	inc=$(incarnation worker:0)
+	kill -KILL "$(child_of "$SUP_PID")"
+	wait_for 10 back worker:0 "$inc"
+	# The dead worker's and the new one's, in the supervisor's.
+	[ "$(find "$T/tmp" -mindepth 2 -maxdepth 2 -name 'worker.*' | wc -l)" = 2 ]
+	kill -TERM "$SUP_PID"
+	wait_exit "$SUP_PID" 30
+	[ "$STATUS" = 0 ]
+	[ -z "$(ls -A "$T/tmp")" ] || fail "left: $(find "$T/tmp")"
+}
+
 @test "workerloop --supervise: a supervisor whose stderr was closed still starts its worker again" {
 	start_dispatchd
 	# Its stderr's reader takes one line and goes.
