@@ -758,6 +758,7 @@ daemon_run(const struct daemon_options *o, const struct daemon_service *svc,
 	    .gate = svc->commit != NULL ? commit_gate : NULL,
 	    .gate_flush = svc->commit != NULL ? commit_flush : NULL,
 	    .gate_arg = svc->commit};
+	struct http_server *srv;
 	char err[512];
 	sigset_t set;
 	int sig;
@@ -767,10 +768,11 @@ daemon_run(const struct daemon_options *o, const struct daemon_service *svc,
 	daemon_raise_nofile();
 	/* From here on a stalled stderr must not stall the service. */
 	log_async(1u << 20);
-	if ((d.srv = http_server_start(&hc, err, sizeof(err))) == NULL) {
+	if ((srv = http_server_start(&hc, err, sizeof(err))) == NULL) {
 		log_flush(2000);
 		return cli_fail(ST_UNAVAILABLE, "%s", err);
 	}
+	atomic_store(&d.srv, srv);
 	if (svc->commit != NULL)
 		commit_attach(svc->commit, d.srv);
 	if (svc->started != NULL)
