@@ -33,6 +33,12 @@ began at), then chunks of whole elements of one split each, then an end
 record. A stream that stops before its end record was cut short (the
 reader died): iteration raises StreamError rather than end as if the data
 had. Standard library only.
+
+Jobs in the other processing modes (read(mode="off"), "file", "data",
+...) have no positions: read gives a RawReader over their elements. With
+torch installed, muster_data.IterableDataset(dataset, transform=...,
+**read's options) is a torch.utils.data.IterableDataset over a job, for a
+DataLoader.
 """
 
 import json
@@ -41,7 +47,7 @@ import struct
 import subprocess
 import tempfile
 
-__all__ = ["Stream", "Reader", "StreamError", "read"]
+__all__ = ["Stream", "Reader", "RawReader", "StreamError", "read"]
 
 _HDR = struct.Struct("<IIQQIIII")
 _MAGIC = 0x314B434D
@@ -290,9 +296,72 @@ class Reader(Stream):
         self.close()
 
 
+class RawReader:
+    """A `dispatchctl read` of a job in a mode other than dynamic, which
+    has no positions: its elements, split by the dataset's framing.
+    position() is None."""
+
+    def __init__(self, argv, framing):
+        self._proc = subprocess.Popen(argv, stdout=subprocess.PIPE)
+        self.framing = framing
+        self._buf = b""
+        self._done = False
+
+    def __iter__(self):
+        return self
+
+    def _take(self):
+        b = self._buf
+        if self.framing == "len32":
+            if len(b) >= 4:
+                n = struct.unpack_from(">I", b)[0]
+                if len(b) >= 4 + n:
+                    self._buf = b[4 + n:]
+                    return b[4:4 + n]
+            return None
+        sep = b"\n" if self.framing == "lines" else b"\0"
+        i = b.find(sep)
+        if i < 0:
+            return None
+        self._buf = b[i + 1:]
+        return b[:i]
+
+    def __next__(self):
+        while True:
+            e = self._take()
+            if e is not None:
+                return e
+            if self._done:
+                raise StopIteration
+            data = self._proc.stdout.read1(1 << 16)
+            if not data:
+                self._done = True
+                rc = self._proc.wait()
+                if rc != 0:
+                    raise StreamError("dispatchctl read exited with %d" % rc)
+                if self._buf:
+                    raise StreamError("the data ends inside an element")
+            self._buf += data
+
+    def position(self):
+        return None
+
+    def close(self):
+        if self._proc.poll() is None:
+            self._proc.terminate()
+        self._proc.stdout.close()
+        self._proc.wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 def read(dataset, job=None, from_state=None, run=None, dispatcher=None,
-         args=(), dispatchctl="dispatchctl"):
-    """Reads a dataset's dynamic job: a Reader over its elements.
+         args=(), dispatchctl="dispatchctl", mode=None):
+    """Reads a dataset's job: a Reader over its elements.
 
     job: a name shared with other readers (--job). from_state: a position
     (a dict from position(), or dispatchctl checkpoint's output), or a
@@ -304,12 +373,31 @@ def read(dataset, job=None, from_state=None, run=None, dispatcher=None,
     "A,B,C"): the read goes to the one that leads, and on to the next
     when it is lost; by default MUSTER_DISPATCHER.
     args: more options of dispatchctl read (["--repeat", "3"], say).
+    mode: the processing mode, "dynamic" by default, the only one with
+    positions; another ("off", "file", "data", ...) gives a RawReader,
+    whose position() is None, and takes no from_state.
     """
     argv = [dispatchctl]
     if dispatcher:
         if not isinstance(dispatcher, str):
             dispatcher = ",".join(dispatcher)
         argv += ["-d", dispatcher]
+    if mode not in (None, "dynamic"):
+        if from_state:
+            raise ValueError("read: only dynamic jobs have positions")
+        show = subprocess.run(argv + ["--json", "dataset", "show",
+                                      str(dataset)],
+                              stdout=subprocess.PIPE)
+        if show.returncode != 0:
+            raise StreamError("dispatchctl dataset show %s exited with %d"
+                              % (dataset, show.returncode))
+        framing = json.loads(show.stdout)["framing"]
+        argv += ["read", str(dataset), "--mode", mode]
+        if job:
+            argv += ["--job", job]
+        if run is not None:
+            argv += ["--run", str(run)]
+        return RawReader(argv + list(args), framing)
     argv += ["read", "--positions", str(dataset)]
     if job:
         argv += ["--job", job]
@@ -326,3 +414,51 @@ def read(dataset, job=None, from_state=None, run=None, dispatcher=None,
         argv += ["--from-state", path]
     argv += list(args)
     return Reader(argv, tmp)
+
+
+
+def _iterable_dataset():
+    """muster_data.IterableDataset, made on first use: importing torch
+    takes seconds, which a program that does not use it must not pay."""
+    import torch.utils.data
+
+    class IterableDataset(torch.utils.data.IterableDataset):
+        """A dispatchd job as a torch.utils.data.IterableDataset: each
+        iteration (each epoch of a DataLoader) is one read(dataset,
+        **kwargs), its elements passed through transform (bytes -> what
+        the model takes). With DataLoader workers, each reads on its own
+        and dispatchd deals the elements out among them when kwargs name
+        a shared job (job="train"). position() is the last iteration's
+        position, to save with the model and give back as from_state.
+
+            ds = muster_data.IterableDataset("train", job="train",
+                                             transform=decode)
+            for batch in torch.utils.data.DataLoader(ds, batch_size=32):
+                ...
+        """
+
+        def __init__(self, dataset, transform=None, **kwargs):
+            super().__init__()
+            self.dataset = dataset
+            self.transform = transform
+            self.kwargs = kwargs
+            self._reader = None
+
+        def __iter__(self):
+            self._reader = read(self.dataset, **self.kwargs)
+            for element in self._reader:
+                yield self.transform(element) if self.transform else element
+
+        def position(self):
+            return self._reader.position() if self._reader else None
+
+    return IterableDataset
+
+
+def __getattr__(name):
+    # muster_data.IterableDataset: ImportError without torch.
+    if name == "IterableDataset":
+        cls = _iterable_dataset()
+        globals()[name] = cls
+        return cls
+    raise AttributeError("module 'muster_data' has no attribute %r" % name)
