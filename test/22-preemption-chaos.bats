@@ -118,7 +118,11 @@ two_arrived() {
 	for i in 0 1 2 0b; do
 		assert_equal "$(cat "$T/ckpt.$i")" "$agreed"
 	done
-	grep -q "sync point: step $agreed, as first agreed" "$T/w2.err" ||
+	# worker:2 has the step agreed first: read from the key when the
+	# counters it read later give another (worker:0's new one lower than
+	# the furthest), or the same step when the furthest was another
+	# task's, as a busy machine's speeds may have it.
+	grep -Eq "sync point: step $agreed(, as first agreed| \(the furthest)" "$T/w2.err" ||
 		fail "worker:2: $(cat "$T/w2.err")"
 	assert_equal "$recorded" "$agreed"
 }
