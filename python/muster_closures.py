@@ -38,13 +38,15 @@ import os
 import subprocess
 import threading
 import time
+import uuid
 
 __all__ = ["Executor", "Result", "ClosureError"]
 
 
 class Result:
-    """What a closure left: id, stdout (bytes), exit (its exit status, or
-    None when a signal ended it), signal, stderr_tail (bytes), worker,
+    """What a closure left: id, stdout (bytes), stdout_truncated (True
+    when the worker's --max-output cut it), exit (its exit status, or None
+    when a signal ended it), signal, stderr_tail (bytes), worker,
     attempts, state ("READY", "ABORTED", "CANCELLED") and message (why,
     for the last two)."""
 
@@ -54,6 +56,7 @@ class Result:
         self.exit = obj.get("exit")
         self.signal = obj.get("signal")
         self.stdout = base64.b64decode(obj.get("stdout") or "")
+        self.stdout_truncated = bool(obj.get("stdout_truncated"))
         self.stderr_tail = base64.b64decode(obj.get("stderr_tail") or "")
         self.worker = obj.get("worker")
         self.attempts = obj.get("attempts")
@@ -86,12 +89,17 @@ def _describe(r):
 class Executor(concurrent.futures.Executor):
     """Closures on dispatchd. dispatcher: its address, or its replicas'
     ("A,B,C" or a list); by default MUSTER_DISPATCHER. queue: the queue
-    they go to (default: "default"). dispatchctl: the program."""
+    they go to ("python" by default: a queue of their own, whose closures
+    are all independent, so that no one else's error reaches a submit).
+    unreachable: seconds without an answer from dispatchd after which the
+    futures still waiting fail (RuntimeError, with dispatchctl's words).
+    dispatchctl: the program."""
 
     # Ids fetched in one call, at most.
     _BATCH = 200
 
-    def __init__(self, dispatcher=None, queue=None, dispatchctl="dispatchctl"):
+    def __init__(self, dispatcher=None, queue="python", unreachable=300,
+                 dispatchctl="dispatchctl"):
         if dispatcher is not None and not isinstance(dispatcher, str):
             dispatcher = ",".join(dispatcher)
         self._base = [dispatchctl]
@@ -100,10 +108,13 @@ class Executor(concurrent.futures.Executor):
         if queue:
             self._base += ["-q", queue]
         self._prog = os.path.basename(dispatchctl)
-        self._pending = {}  # id -> Future, in the order submitted
+        self._unreachable = unreachable
+        self._pending = {}  # id -> (Future, key), in the order submitted
         self._mu = threading.Condition()
         self._closed = False
+        self._submitting = 0  # submits under way, which shutdown awaits
         self._thread = None
+        self._cursor = 0  # where the next fetch starts in _pending
 
     def _run(self, args, stdin=None):
         extra = {"input": stdin} if stdin is not None else \
@@ -128,7 +139,11 @@ class Executor(concurrent.futures.Executor):
             argv = [str(a) for a in cmd] + [str(a) for a in args]
         if not argv:
             raise ValueError("submit: an empty command")
-        opts = ["schedule", "--independent"]
+        # Each closure's own key: a result is taken only from the closure
+        # that holds it (a dispatchd started again without its state
+        # numbers others' closures from 1 again).
+        key = "py-" + uuid.uuid4().hex
+        opts = ["schedule", "--independent", "--key", key]
         for k, v in (env or {}).items():
             opts += ["--env", "%s=%s" % (k, v)]
         if stdin is not None:
@@ -146,62 +161,108 @@ class Executor(concurrent.futures.Executor):
         with self._mu:
             if self._closed:
                 raise RuntimeError("cannot submit after shutdown")
-        code, out, err = self._run(opts + ["--"] + argv, stdin)
-        if code != 0:
-            raise RuntimeError(err.strip() or "%s schedule: exit status %d"
-                               % (self._prog, code))
-        cid = int(out.split()[0])
-        f = concurrent.futures.Future()
-        f.closure_id = cid
-        f.set_running_or_notify_cancel()
-        with self._mu:
-            self._pending[cid] = f
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._watch, name="muster-closures", daemon=True)
-                self._thread.start()
-            self._mu.notify_all()
+            self._submitting += 1
+        try:
+            code, out, err = self._run(opts + ["--"] + argv, stdin)
+            if code != 0:
+                raise RuntimeError(err.strip() or "%s schedule: exit "
+                                   "status %d" % (self._prog, code))
+            cid = int(out.split()[0])
+            f = concurrent.futures.Future()
+            f.closure_id = cid
+            f.set_running_or_notify_cancel()
+            with self._mu:
+                self._pending[cid] = (f, key)
+                if self._thread is None or not self._thread.is_alive():
+                    self._thread = threading.Thread(
+                        target=self._watch, name="muster-closures",
+                        daemon=True)
+                    self._thread.start()
+        finally:
+            with self._mu:
+                self._submitting -= 1
+                self._mu.notify_all()
         return f
 
     def _watch(self):
+        try:
+            self._watch_loop()
+        except BaseException as e:  # noqa: B902: no future left waiting
+            self._fail_all(RuntimeError("the executor's watcher failed: %r"
+                                        % (e,)))
+            raise
+
+    def _fail_all(self, exc):
+        with self._mu:
+            pending, self._pending = self._pending, {}
+        for f, _ in pending.values():
+            f.set_exception(exc)
+
+    def _take(self, cid, exc=None, result=None):
+        with self._mu:
+            f, _ = self._pending.pop(cid, (None, None))
+        if f is None:
+            return
+        if exc is not None:
+            f.set_exception(exc)
+        else:
+            f.set_result(result)
+
+    def _watch_loop(self):
+        last_ok = time.monotonic()
         while True:
             with self._mu:
-                while not self._pending and not self._closed:
+                while (not self._pending and
+                       not (self._closed and self._submitting == 0)):
                     self._mu.wait()
                 if not self._pending:
                     return
-                ids = list(self._pending)[:self._BATCH]
+                # Round the pending list a batch at a time, so that every
+                # closure is looked at, however many wait.
+                ids = list(self._pending)
+                if self._cursor >= len(ids):
+                    self._cursor = 0
+                batch = ids[self._cursor:self._cursor + self._BATCH]
+                self._cursor += len(batch)
+                keys = {cid: self._pending[cid][1] for cid in batch}
             code, out, err = self._run(
-                ["--json", "fetch", "--timeout", "1s"] + [str(i) for i in ids])
+                ["--json", "fetch", "--timeout", "1s"] +
+                [str(i) for i in batch])
             done, gone = {}, set()
             for line in out.splitlines():
                 obj = json.loads(line)
-                if obj.get("state") != "NOT_READY":
-                    done[obj["id"]] = Result(obj)
+                cid = obj.get("id")
+                if cid not in keys:
+                    continue
+                if obj.get("key") != keys[cid]:
+                    gone.add(cid)  # another closure of that number now
+                elif obj.get("state") != "NOT_READY":
+                    done[cid] = Result(obj)
             for line in err.splitlines():
                 # "dispatchctl: NOT_FOUND: no closure N": forgotten.
                 if ": NOT_FOUND: no closure " in line:
                     gone.add(int(line.rsplit(" ", 1)[1]))
-            if not done and not gone and not out:
+            if out or gone:
+                last_ok = time.monotonic()
+            elif time.monotonic() - last_ok > self._unreachable:
+                self._fail_all(RuntimeError(
+                    "no answer from dispatchd for %ds: %s"
+                    % (self._unreachable, err.strip())))
+                last_ok = time.monotonic()
+            else:
                 time.sleep(0.5)  # dispatchd away: dispatchctl said why
             for cid, r in done.items():
-                with self._mu:
-                    f = self._pending.pop(cid, None)
-                if f is None:
-                    continue
                 if r.state == "CANCELLED":
-                    f.set_exception(concurrent.futures.CancelledError(
+                    self._take(cid, concurrent.futures.CancelledError(
                         "closure %d was cancelled: %s" % (cid, r.message)))
                 elif r.failed:
-                    f.set_exception(ClosureError(r, _describe(r)))
+                    self._take(cid, ClosureError(r, _describe(r)))
                 else:
-                    f.set_result(r)
+                    self._take(cid, result=r)
             for cid in gone:
-                with self._mu:
-                    f = self._pending.pop(cid, None)
-                if f is not None:
-                    f.set_exception(RuntimeError(
-                        "closure %d is not in dispatchd any more" % cid))
+                self._take(cid, RuntimeError(
+                    "closure %d is not in dispatchd any more (a dispatchd "
+                    "started again without its --state-dir?)" % cid))
             if done:
                 self._run(["forget"] + [str(i) for i in done])
 
@@ -211,6 +272,8 @@ class Executor(concurrent.futures.Executor):
         is done."""
         with self._mu:
             self._closed = True
+            while self._submitting > 0:
+                self._mu.wait()
             ids = list(self._pending)
             self._mu.notify_all()
         if cancel_futures and ids:

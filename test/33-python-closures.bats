@@ -103,3 +103,55 @@ print("ok")'
 	grep -q '^killed worker pid [0-9]* with -9' <<<"$output"
 	assert_line "best: lr 0.01 seed 1, loss 0.0010"
 }
+
+@test "muster_closures: a dispatchd started again without its state numbers others' closures from 1 again: the futures fail, never taking another's result; a dispatchd gone fails them after unreachable" {
+	local port
+	port=$(free_port)
+	start_dispatchd -l "127.0.0.1:$port"
+	start_worker worker:0 -j 2
+	py '
+ex = mc.Executor(unreachable=600)
+fs = [ex.submit(["sh", "-c", "sleep 30; echo mine"]) for _ in range(2)]
+open("submitted", "w").close()
+for f in fs:
+    try:
+        print("RESULT", f.result(timeout=120).stdout)
+    except RuntimeError as e:
+        print("ERROR", e)
+ex.shutdown()' >out 2>&1 &
+	sweep=$!
+	BG_PIDS+=("$sweep")
+	wait_for 30 test -e submitted
+	wait_for 10 eval '[ "$(dispatchctl -q python --json status | jq .inflight)" = 2 ]'
+	kill9 "$DISPATCH_PID"
+	start_dispatchd -l "127.0.0.1:$port"
+	# Another client's closures take the numbers 1 and 2.
+	a=$(dispatchctl schedule -- echo other-1)
+	b=$(dispatchctl schedule -- echo other-2)
+	[ "$a $b" = "1 2" ]
+	wait_exit "$sweep" 120
+	[ "$STATUS" = 0 ]
+	cat out
+	[ "$(grep -c '^ERROR closure [12] is not in dispatchd any more' out)" = 2 ]
+	! grep -q RESULT out
+	# The other client's values are still there for it.
+	assert_equal "$(dispatchctl fetch --timeout 30s 1 2)" "$(printf 'other-1\nother-2')"
+	# dispatchd gone for good: the futures fail once unreachable is past.
+	py '
+ex = mc.Executor(unreachable=2)
+f = ex.submit(["sleep", "60"])
+open("submitted2", "w").close()
+t0 = None
+try:
+    f.result(timeout=60)
+    print("no error")
+except RuntimeError as e:
+    print(str(e).split(":")[0])' >out2 2>&1 &
+	sweep=$!
+	BG_PIDS+=("$sweep")
+	wait_for 30 test -e submitted2
+	kill9 "$DISPATCH_PID"
+	wait_exit "$sweep" 60
+	[ "$STATUS" = 0 ]
+	assert_equal "$(cat out2)" "no answer from dispatchd for 2s"
+}
