@@ -27,6 +27,7 @@ kvctl's status name, exit code and message. Standard library only.
 import base64
 import json
 import subprocess
+import tempfile
 
 __all__ = ["KV", "Change", "Error"]
 
@@ -111,8 +112,10 @@ class KV:
         return argv + ["--json"]
 
     def _run(self, args, stdin=None, timeout=None, ok=(0,)):
-        p = subprocess.run(self._argv(timeout) + args, input=stdin,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        extra = {"input": stdin} if stdin is not None else \
+            {"stdin": subprocess.DEVNULL}
+        p = subprocess.run(self._argv(timeout) + args, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, **extra)
         if p.returncode not in ok:
             raise _error(self.kvctl.rsplit("/", 1)[-1], p.returncode,
                          p.stderr)
@@ -121,35 +124,36 @@ class KV:
 
     def put(self, key, value, timeout=None):
         """Sets key to value; its revision."""
-        return self._run(["put", key, "-"], _bytes(value),
+        return self._run(["put", "--", key, "-"], _bytes(value),
                          timeout)[1]["revision"]
 
     def get(self, key, timeout=None):
         """key's value, once it is set: waits for it (up to timeout
         seconds, then Error DEADLINE_EXCEEDED)."""
-        return _value(self._run(["get", key], timeout=timeout)[1])
+        return _value(self._run(["get", "--", key], timeout=timeout)[1])
 
     def tryget(self, key, timeout=None):
         """key's value now, or None when it is not set."""
-        code, obj = self._run(["tryget", key], timeout=timeout, ok=(0, 1))
+        code, obj = self._run(["tryget", "--", key], timeout=timeout,
+                              ok=(0, 1))
         return None if code == 1 else _value(obj)
 
     def add(self, key, n=1, timeout=None):
         """Adds n to key's number (0 when not set); the new number."""
-        return self._run(["add", key, str(int(n))],
+        return self._run(["add", "--", key, str(int(n))],
                          timeout=timeout)[1]["value"]
 
     def cas(self, key, old, new, timeout=None):
         """Sets key to new if it holds old (None: if it is not set);
         whether it did."""
         if old is None:
-            args = ["cas", "--absent", key, "-"]
+            args = ["cas", "--absent", "--", key, "-"]
             stdin = _bytes(new)
         else:
             # Both values through stdin would need two; old as an
             # argument must be text.
             try:
-                args = ["cas", key, _bytes(old).decode(), "-"]
+                args = ["cas", "--", key, _bytes(old).decode(), "-"]
             except UnicodeDecodeError:
                 raise ValueError("cas: old must be text (UTF-8)")
             stdin = _bytes(new)
@@ -158,12 +162,12 @@ class KV:
 
     def delete(self, key, timeout=None):
         """Removes key; whether it was there."""
-        return bool(self._run(["rm", key], timeout=timeout)[1]
+        return bool(self._run(["rm", "--", key], timeout=timeout)[1]
                     .get("deleted"))
 
     def ls(self, prefix="", timeout=None):
         """The keys under prefix and their values, as a dict."""
-        obj = self._run(["ls", prefix], timeout=timeout)[1]
+        obj = self._run(["ls", "--", prefix], timeout=timeout)[1]
         return {e["key"]: _value(e) for e in obj.get("entries", [])}
 
     def revision(self, timeout=None):
@@ -176,27 +180,30 @@ class KV:
         since: a revision, to start with the changes after it (as kept:
         Error FAILED_PRECONDITION if they are not any more); None: from
         now. count: stop after that many. Closing the iterator (or
-        leaving a for loop over it) stops kvctl."""
+        leaving a for loop over it) stops kvctl; one that is dropped
+        without either stops it once Python collects it."""
         args = self._argv(None) + ["watch"]
         if since is not None:
             args += ["--since", str(int(since))]
         if count is not None:
             args += ["--count", str(int(count))]
-        args.append(prefix)
-        p = subprocess.Popen(args, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE)
+        args += ["--", prefix]
+        # stderr to a file: read at the end, never a pipe that fills.
+        err = tempfile.TemporaryFile()
+        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err,
+                             stdin=subprocess.DEVNULL)
         try:
             for line in p.stdout:
                 obj = json.loads(line)
                 yield Change(obj["type"], obj["key"], _value(obj),
                              obj["revision"])
-            err = p.stderr.read()
             if p.wait() != 0:
+                err.seek(0)
                 raise _error(self.kvctl.rsplit("/", 1)[-1], p.returncode,
-                             err)
+                             err.read())
         finally:
             if p.poll() is None:
                 p.terminate()
                 p.wait()
             p.stdout.close()
-            p.stderr.close()
+            err.close()

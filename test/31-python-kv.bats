@@ -78,7 +78,7 @@ print("ok")'
 	assert_output ok
 	# Leaving the loop stopped its kvctl: none is left (looked for by its
 	# address, this test's coordd's own).
-	! pgrep -f "kvctl -c $MUSTER_COORD --json watch|kvctl --json watch w/$" >/dev/null ||
+	! pgrep -f -- "kvctl --json watch.* -- w/$" >/dev/null ||
 		fail "$(pgrep -af 'kvctl.*watch')"
 }
 
@@ -99,4 +99,22 @@ try:
 except muster_kv.Error as e:
     print(e.status, e.code, e.message)'
 	assert_output "UNAVAILABLE 9 cannot reach 127.0.0.1:1: Connection refused"
+}
+
+@test "muster_kv: keys that begin with a dash are keys, not options" {
+	start_coordd
+	run -0 py '
+for k in ("-x", "--json", "-f", "--help"):
+    kv.put(k, "v" + k)
+    assert kv.get(k) == b"v" + k.encode(), k
+    assert kv.tryget(k) == b"v" + k.encode(), k
+assert kv.add("-n", 2) == 2
+assert kv.cas("-x", "v-x", "w") is True and kv.cas("--new", None, "z") is True
+assert kv.delete("--json") is True
+print("ok")'
+	assert_output ok
+	run -0 kvctl get -- -x
+	assert_output w
+	run -0 kvctl get -- --new
+	assert_output z
 }
