@@ -304,27 +304,28 @@ class RawReader:
     def __init__(self, argv, framing):
         self._proc = subprocess.Popen(argv, stdout=subprocess.PIPE)
         self.framing = framing
-        self._buf = b""
+        self._buf = bytearray()
+        self._off = 0  # where the next element begins in _buf
         self._done = False
 
     def __iter__(self):
         return self
 
     def _take(self):
-        b = self._buf
+        b, o = self._buf, self._off
         if self.framing == "len32":
-            if len(b) >= 4:
-                n = struct.unpack_from(">I", b)[0]
-                if len(b) >= 4 + n:
-                    self._buf = b[4 + n:]
-                    return b[4:4 + n]
+            if len(b) - o >= 4:
+                n = struct.unpack_from(">I", b, o)[0]
+                if len(b) - o >= 4 + n:
+                    self._off = o + 4 + n
+                    return bytes(b[o + 4:o + 4 + n])
             return None
         sep = b"\n" if self.framing == "lines" else b"\0"
-        i = b.find(sep)
+        i = b.find(sep, o)
         if i < 0:
             return None
-        self._buf = b[i + 1:]
-        return b[:i]
+        self._off = i + 1
+        return bytes(b[o:i])
 
     def __next__(self):
         while True:
@@ -333,13 +334,18 @@ class RawReader:
                 return e
             if self._done:
                 raise StopIteration
-            data = self._proc.stdout.read1(1 << 16)
+            # What was taken goes, once it is most of the buffer: each
+            # byte is moved a bounded number of times.
+            if self._off > (1 << 20) and self._off * 2 > len(self._buf):
+                del self._buf[:self._off]
+                self._off = 0
+            data = self._proc.stdout.read1(1 << 20)
             if not data:
                 self._done = True
                 rc = self._proc.wait()
                 if rc != 0:
                     raise StreamError("dispatchctl read exited with %d" % rc)
-                if self._buf:
+                if len(self._buf) > self._off:
                     raise StreamError("the data ends inside an element")
             self._buf += data
 
@@ -445,11 +451,29 @@ def _iterable_dataset():
             self._reader = None
 
         def __iter__(self):
+            info = torch.utils.data.get_worker_info()
+            if info is not None and info.num_workers > 1 and \
+                    not self.kwargs.get("job"):
+                # Each worker would read a job of its own: all of it.
+                raise ValueError("muster_data.IterableDataset: with "
+                                 "DataLoader workers, name a job (job=...) "
+                                 "that they share")
+            if self._reader is not None:
+                self._reader.close()
             self._reader = read(self.dataset, **self.kwargs)
-            for element in self._reader:
-                yield self.transform(element) if self.transform else element
+            try:
+                for element in self._reader:
+                    yield self.transform(element) if self.transform \
+                        else element
+            finally:
+                # An epoch left early stops its read; what was not
+                # taken is read again from the position.
+                self._reader.close()
 
         def position(self):
+            """The position after the last element this process took
+            (with num_workers=0, the DataLoader's default: each worker
+            of a DataLoader with workers has its own)."""
             return self._reader.position() if self._reader else None
 
     return IterableDataset

@@ -68,3 +68,39 @@ for epoch in range(2):
 print("ok")'
 	assert_output ok
 }
+
+@test "muster_data.read(mode=\"off\"): a 64 MiB len32 element and 200,000 small ones come whole" {
+	start_dispatchd
+	start_worker a:0 --buffer 256M
+	echo 1 | dispatchctl dataset add --splits - --framing len32 \
+		--reader "$PYTHON -c 'import struct, sys; e = bytes(range(256)) * (1 << 18); sys.stdout.buffer.write(struct.pack(\">I\", len(e)) + e)'" >/dev/null
+	echo 1 | dispatchctl dataset add --splits - --reader 'seq 1 200000' >/dev/null
+	run -0 py '
+got = list(muster_data.read(1, mode="off"))
+assert len(got) == 1 and got[0] == bytes(range(256)) * (1 << 18)
+n = sum(1 for _ in muster_data.read(2, mode="off"))
+assert n == 200000, n
+print("ok")'
+	assert_output ok
+}
+
+@test "muster_data.IterableDataset with DataLoader workers: a shared job deals the elements once; without a job it refuses" {
+	"$PYTHON" -c 'import torch' 2>/dev/null || skip "torch is not installed (apt-get install python3-torch)"
+	start_dispatchd
+	start_worker a:0
+	seq 1 4 | dispatchctl dataset add --splits - --reader 'i=1; while [ $i -le 25 ]; do echo "$(( MUSTER_SPLIT * 100 + i ))"; i=$((i+1)); done' >/dev/null
+	run -0 py '
+import torch
+ds = muster_data.IterableDataset(1, transform=lambda e: int(e), job="epoch")
+seen = []
+for batch in torch.utils.data.DataLoader(ds, batch_size=8, num_workers=2):
+    seen += batch.tolist()
+assert sorted(seen) == [s * 100 + i for s in range(1, 5) for i in range(1, 26)], sorted(seen)
+try:
+    for _ in torch.utils.data.DataLoader(muster_data.IterableDataset(1), num_workers=2):
+        pass
+    print("no error")
+except ValueError as e:
+    print("refused:", "name a job" in str(e))'
+	assert_output "refused: True"
+}
