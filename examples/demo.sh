@@ -46,12 +46,13 @@ wait_port() {
 
 coordd -l 127.0.0.1:0 --port-file coordd.port --cluster worker=4 \
 	--heartbeat-timeout 3s 2>coordd.log &
-pids=$!
+coordd_pid=$!
+pids=$coordd_pid
 dispatchd -l 127.0.0.1:0 --port-file dispatchd.port --local-workers 2 \
 	2>dispatchd.log &
 dispatchd_pid=$!
 pids="$pids $dispatchd_pid"
-wait_port coordd.port "$!"
+wait_port coordd.port "$coordd_pid"
 wait_port dispatchd.port "$dispatchd_pid"
 MUSTER_COORD=127.0.0.1:$(cat coordd.port)
 MUSTER_DISPATCHER=127.0.0.1:$(cat dispatchd.port)

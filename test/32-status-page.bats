@@ -45,6 +45,11 @@ row() {
 	assert_output 405
 	run -0 curl -sS -o /dev/null -w '%{http_code}' "http://$MUSTER_COORD/v1/daemon"
 	assert_output 401
+	# The icon a browser asks for: none, and no refusal counted.
+	run -0 curl -sS -o /dev/null -w '%{http_code}' "http://$MUSTER_COORD/favicon.ico"
+	assert_output 204
+	run -0 curl -sS -o /dev/null -w '%{http_code}' "http://$MUSTER_COORD/favicon.ico/x"
+	assert_output 401
 	run -0 curl -sS -H "Authorization: Bearer $(cat "$T/token")" "http://$MUSTER_COORD/v1/daemon"
 	jq -e '.daemon == "coordd" and .state == "memory" and (.version | length > 0)' <<<"$output"
 }
@@ -98,4 +103,9 @@ row() {
 	page "http://$MUSTER_COORD/#token=$(cat "$T/token")"
 	grep -q '<form id="auth" hidden="">' "$T/page.dom"
 	row tasks worker:0 disconnected
+	# A fragment that is not percent-encoding is taken as typed: a wrong
+	# token, and the form again, not a page that stopped.
+	page "http://$MUSTER_COORD/#token=%"
+	grep -q '<p id="error">UNAUTHENTICATED: the token is not this coordd' "$T/page.dom"
+	grep -q '<form id="auth">' "$T/page.dom"
 }

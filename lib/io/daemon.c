@@ -469,7 +469,8 @@ metrics(struct daemon *d, struct http_req *req)
  * Whether req carries the cluster's token (or none is needed). /healthz
  * needs none: a liveness probe holds no secret, and learns only "ok";
  * nor does the status page (/), which holds no data: it asks for it with
- * the token the browser gives it.
+ * the token the browser gives it; nor the icon a browser asks for with it
+ * (there is none).
  */
 static int
 authenticated(struct daemon *d, struct http_req *req)
@@ -478,7 +479,8 @@ authenticated(struct daemon *d, struct http_req *req)
 	size_t n;
 
 	if (strcmp(http_req_path(req), "/healthz") == 0 ||
-	    strcmp(http_req_path(req), "/") == 0)
+	    strcmp(http_req_path(req), "/") == 0 ||
+	    strcmp(http_req_path(req), "/favicon.ico") == 0)
 		return 1;
 	if (d->o->tls_client_ca_pem != NULL) {
 		int v = http_req_peer_verified(req);
@@ -556,7 +558,11 @@ whoami(struct daemon *d, struct http_req *req)
 	    commit_journal_info(d->svc->commit, &jb, &sb, why, sizeof(why)) ==
 	        0) {
 		json_object_set_new(v, "state", json_string("journal"));
-		json_object_set_new(v, "state_dir", json_string(o->state_dir));
+		char *abs = realpath(o->state_dir, NULL);
+
+		json_object_set_new(v, "state_dir",
+		    json_string(abs != NULL ? abs : o->state_dir));
+		free(abs);
 		json_object_set_new(v, "fsync",
 		    json_string(
 		        o->fsync >= 0 && o->fsync < 3 ? fsync[o->fsync] : "?"));
@@ -626,6 +632,10 @@ handle(struct http_req *req, void *arg)
 
 	if (!authenticated(d, req))
 		return;
+	if (strcmp(path, "/favicon.ico") == 0) {
+		http_reply(req, 204, "image/x-icon", "", 0);
+		return;
+	}
 	if (strcmp(path, "/v1/replicas") == 0 ||
 	    strcmp(path, "/v1/daemon") == 0 || strcmp(path, "/") == 0) {
 		unsigned allowed =
