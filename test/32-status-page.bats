@@ -90,7 +90,7 @@ row() {
 	row queues default 2 2 4 0 0 0
 	row workers worker:0 live 2 2
 	row datasets 1 '' 3 lines 'seq 1 5'
-	row jobs 1 '' 1 dynamic 3/3 0 0 finished
+	row jobs 1 '' 1 dynamic 3/3 0 15 0 finished
 	grep -q "journal in $T/state (fsync always)" "$T/page.dom"
 }
 

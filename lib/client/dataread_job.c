@@ -130,6 +130,10 @@ heartbeat_body(struct reader *r, struct ranges *sent, int64_t **lost,
 	*nlost = r->nlost;
 	r->lost = NULL;
 	r->nlost = r->caplost = 0;
+	/* Elements written so far: dispatchd counts a job's from them. */
+	json_object_set_new(body, "written",
+	    json_integer(
+	        (json_int_t)__atomic_load_n(&r->written, __ATOMIC_RELAXED)));
 	if (r->o->consumers > 0) {
 		json_object_set_new(body, "round", json_integer(r->round));
 		/* The promise: round block will not begin before dispatchd

@@ -106,10 +106,15 @@ struct ds_client {
 	int64_t round;   /* the round it reads next, -1 not said */
 	int64_t blocked; /* it will not read this round or later; -1 none */
 	struct ds_client *next; /* in its job */
+	/* The elements its reader says it wrote: a statistic the service
+	 * keeps from heartbeats for status pages, not state (no record,
+	 * no snapshot; a daemon started again counts anew). */
+	uint64_t written;
 };
 
 struct ds_job {
 	uint64_t id;
+	uint64_t elements;  /* its clients' written, summed: a statistic too */
 	char *name;         /* NULL: anonymous */
 	uint64_t iteration; /* of its name: 1, 2, ... */
 	int retired;        /* ended, and its name read anew by a newer one */

@@ -308,7 +308,7 @@ dsjson_job(const struct ds_job *j)
 		        "worker", t->w->name, "state", task_state_name(t),
 		        "leased", (json_int_t)t->leases.count));
 	return json_pack("{s:I,s:o,s:I,s:b,s:b,s:o,s:I,s:s,s:I,s:I,s:o,s:I,s:b,"
-	                 "s:o,s:I,s:o,s:I,s:o,s:o}",
+	                 "s:o,s:I,s:o,s:I,s:o,s:o,s:I}",
 	    "id", (json_int_t)j->id, "name",
 	    j->name != NULL ? json_string(j->name) : json_null(), "iteration",
 	    (json_int_t)j->iteration, "retired", j->retired, "kept", j->kept,
@@ -325,7 +325,7 @@ dsjson_job(const struct ds_job *j)
 	    "leased", (json_int_t)ds_job_leased(j), "next",
 	    j->eff == SHARD_DYNAMIC ? json_integer((json_int_t)j->next) :
 	                              json_null(),
-	    "tasks", tasks);
+	    "tasks", tasks, "elements", (json_int_t)j->elements);
 }
 
 json_t *
@@ -517,6 +517,15 @@ dsjson_client_beat(struct ds *ds, struct ds_client *c, json_t *body,
 		st = delivered_bad(beat.ndelivered, msg, msglen);
 	else if (st == ST_OK)
 		st = beat_reply(c->job, reply);
+	/* What its reader wrote so far, for the job's count of elements. */
+	if (st == ST_OK &&
+	    json_is_integer(v = json_object_get(body, "written")) &&
+	    json_integer_value(v) >= 0 &&
+	    (uint64_t)json_integer_value(v) > c->written) {
+		c->job->elements +=
+		    (uint64_t)json_integer_value(v) - c->written;
+		c->written = (uint64_t)json_integer_value(v);
+	}
 	free(dv);
 	free(lv);
 	return st;
