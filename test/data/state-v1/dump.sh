@@ -1,8 +1,9 @@
 #!/bin/bash
 # dump.sh COORD DISPATCHER: what coordd at COORD and dispatchd at
 # DISPATCHER hold, as JSON on stdout, without what depends on the clock
-# (heartbeat ages, liveness) or on a map's order (lists of named things
-# are sorted by name): keys with their revisions and the history
+# (heartbeat ages, liveness), what is counted since the daemon started
+# rather than kept (a job's elements, from its readers' heartbeats) or on
+# a map's order (lists of named things are sorted by name): keys with their revisions and the history
 # watches resume from, tasks, the epoch, barriers; closures with their
 # values, queues, workers, resources, datasets and their splits, jobs and
 # the positions of the dynamic ones. Used by make.sh and test/25-replay.
@@ -30,7 +31,7 @@ get() {
 		get "$2/v1/jobs/$j/checkpoint"
 	done
 } | jq -S 'walk(
-	if type == "object" then del(.heartbeat_age_ms, .live, .connected, .workers_live)
+	if type == "object" then del(.heartbeat_age_ms, .live, .connected, .workers_live, .elements)
 	elif type == "array" and length > 0 and all(.[]; type == "object" and has("name"))
 	then sort_by(.name)
 	else . end)'
