@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 /* Parses s into *ms. Returns 0, or -1 when s is not a duration. */
 int duration_parse(const char *s, int64_t *ms);
@@ -17,5 +18,9 @@ char *duration_format(int64_t ms, char *buf, size_t size);
 
 /* Milliseconds on the monotonic clock. */
 int64_t duration_now_ms(void);
+
+/* The CLOCK_REALTIME time ms from now: the deadline pthread_cond_timedwait
+ * and pthread_mutex_timedlock take. */
+struct timespec duration_realtime_in(int64_t ms);
 
 #endif

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "duration.h"
 #include "log.h"
 
 static const char *progname = "muster";
@@ -153,13 +154,7 @@ log_flush(int64_t timeout_ms)
 
 	if (!atomic_load(&q.on))
 		return;
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += timeout_ms / 1000;
-	until.tv_nsec += (timeout_ms % 1000) * 1000000;
-	if (until.tv_nsec >= 1000000000) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000;
-	}
+	until = duration_realtime_in(timeout_ms);
 	pthread_mutex_lock(&q.mu);
 	q.stopping = 1;
 	pthread_cond_signal(&q.more);

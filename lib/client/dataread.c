@@ -188,7 +188,7 @@ stop_threads(struct reader *r, enum status st, int64_t deadline)
 	pthread_cond_broadcast(&r->cv);
 	pthread_mutex_unlock(&r->mu);
 	dataread_report_last(r, st, deadline);
-	ts = dataread_time_in(JOIN_MS);
+	ts = duration_realtime_in(JOIN_MS);
 	for (struct source *t = r->tasks; t != NULL; t = t->next)
 		if (pthread_timedjoin_np(t->thread, NULL, &ts) != 0)
 			all = 0;

@@ -185,19 +185,3 @@ dataread_write_start(struct reader *r)
 	free(text);
 	return rc;
 }
-
-/* The CLOCK_REALTIME time ms from now, for pthread_cond_timedwait. */
-struct timespec
-dataread_time_in(int64_t ms)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
-	return ts;
-}

@@ -199,7 +199,6 @@ int dataread_write_out(struct reader *r, struct iovec *iov, size_t n);
 int dataread_write_record(struct reader *r, uint32_t type, const char *payload,
     size_t len);
 int dataread_write_start(struct reader *r);
-struct timespec dataread_time_in(int64_t ms);
 
 /* dataread_source.c: a task's thread, reading its elements from its
  * worker; started and stopped under r->mu. */

@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 
 #include "dataread_int.h"
+#include "duration.h"
 #include "vec.h"
 
 /* How long a worker holds a request for a round that is not full (its
@@ -187,7 +188,8 @@ dataread_rr_main(void *arg)
 		if (s == STEP_END || s == STEP_FAIL)
 			break;
 		if (s == STEP_RETRY) {
-			struct timespec ts = dataread_time_in(BACKOFF_MAX_MS);
+			struct timespec ts =
+			    duration_realtime_in(BACKOFF_MAX_MS);
 			r->round = round;
 			if (pause)
 				pthread_cond_timedwait(&r->cv, &r->mu, &ts);

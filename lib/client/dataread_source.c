@@ -17,6 +17,7 @@
 #include <sys/time.h>
 
 #include "dataread_int.h"
+#include "duration.h"
 #include "log.h"
 #include "vec.h"
 
@@ -41,7 +42,7 @@
 static void
 source_pause(struct source *t, int64_t ms)
 {
-	struct timespec ts = dataread_time_in(ms);
+	struct timespec ts = duration_realtime_in(ms);
 
 	pthread_mutex_lock(&t->r->mu);
 	if (!t->stop && !t->r->stopping)

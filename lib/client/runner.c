@@ -181,9 +181,7 @@ slot_main(void *arg)
 			    dispatch_client_error(s->dc));
 			pthread_mutex_lock(&wk->mu);
 			if (gen == wk->gen && st == ST_ABORTED) {
-				struct timespec at;
-				clock_gettime(CLOCK_REALTIME, &at);
-				at.tv_sec += 1;
+				struct timespec at = duration_realtime_in(1000);
 				pthread_cond_timedwait(&wk->cond, &wk->mu, &at);
 			}
 			pthread_mutex_unlock(&wk->mu);

@@ -16,6 +16,7 @@
 #include "commit.h"
 #include "daemon.h"
 #include "daemon_page.h"
+#include "duration.h"
 #include "http_server.h"
 #include "journal.h"
 #include "log.h"
@@ -367,10 +368,8 @@ reply_closing(struct daemon *d, struct http_req *req)
 static int
 health_lock(pthread_mutex_t *mu, const char *name, char *why, size_t len)
 {
-	struct timespec at;
+	struct timespec at = duration_realtime_in(2000);
 
-	clock_gettime(CLOCK_REALTIME, &at);
-	at.tv_sec += 2;
 	if (pthread_mutex_timedlock(mu, &at) != 0) {
 		snprintf(why, len, "%s could not take its lock for 2s", name);
 		return -1;

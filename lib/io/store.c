@@ -1219,12 +1219,7 @@ store_flush(struct store *s, int64_t ms)
 			rc = -1;
 			break;
 		}
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 50 * 1000000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
+		ts = duration_realtime_in(50);
 		pthread_cond_timedwait(&s->cv, &s->mu, &ts);
 	}
 	if (!atomic_load(&s->leading) && s->pend.len > 0)
