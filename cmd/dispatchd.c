@@ -347,38 +347,31 @@ local_started(struct http_server *srv, void *arg)
 	    local.n - 1);
 }
 
-/* Signals each supervisor still there; how many. */
-static long
+/* Signals each supervisor still there. */
+static void
 local_signal(int sig)
 {
-	long left = 0;
-
 	for (long i = 0; i < local.n; i++)
-		if (local.pids[i] > 0 && kill(local.pids[i], sig) == 0)
-			left++;
-	return left;
+		if (local.pids[i] > 0)
+			kill(local.pids[i], sig);
 }
 
-/* Waits (local.mu held) until no supervisor is left or until; how many
- * are. */
+/* Waits (local.mu held) until no supervisor is left (the watcher reaps
+ * them) or until; how many are. */
 static long
 local_wait(int64_t until)
 {
-	long left;
-
-	while ((left = local_signal(0)) > 0 && duration_now_ms() < until) {
+	for (;;) {
+		long left = 0;
 		struct timespec ts;
-		int64_t ms = until - duration_now_ms() + 1;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += ms / 1000;
-		ts.tv_nsec += (ms % 1000) * 1000000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
+
+		for (long i = 0; i < local.n; i++)
+			left += local.pids[i] > 0;
+		if (left == 0 || duration_now_ms() >= until)
+			return left;
+		ts = duration_realtime_in(until - duration_now_ms() + 1);
 		pthread_cond_timedwait(&local.cv, &local.mu, &ts);
 	}
-	return left;
 }
 
 /*
