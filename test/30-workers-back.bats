@@ -85,6 +85,23 @@ back() {
 	wait_for 10 eval '[ "$(closure_field "$id" phase)" = queued ]'
 }
 
+@test "workerloop --supervise: a second SIGTERM kills the worker at once, its closure's grace not waited out" {
+	start_dispatchd
+	supervised worker:0 --grace 60s
+	child=$(child_of "$SUP_PID")
+	id=$(dispatchctl schedule -- sh -c 'trap "" TERM; sleep 120')
+	wait_for 10 eval '[ "$(closure_field "$id" phase)" = running ]'
+	kill -TERM "$SUP_PID"
+	# The worker waits out the closure's grace (60 s) for the first one.
+	wait_grep "stopping \\(Terminated\\)" "$T/worker:0.log" 10
+	running "$child"
+	kill -TERM "$SUP_PID"
+	wait_exit "$SUP_PID" 10
+	[ "$STATUS" = 137 ]
+	! running "$child"
+	! grep -q "started again" "$T/worker:0.log"
+}
+
 @test "workerloop --supervise: a refused token is not started again; it exits 11 saying so" {
 	printf 'tok-%s\n' "$(head -c 24 /dev/urandom | base64 | tr -d '/+=')" >"$T/token"
 	start_dispatchd --token-file "$T/token"
