@@ -18,6 +18,7 @@
 
 #include "duration.h"
 #include "log.h"
+#include "proc.h"
 
 int64_t
 respawn_backoff(const struct respawn_config *cfg, int64_t last_ms,
@@ -130,14 +131,6 @@ describe(int status, char *out, size_t outlen)
 		snprintf(out, outlen, "exited with %d", WEXITSTATUS(status));
 }
 
-/* The status the parent exits with for a child's. */
-static int
-exit_code(int status)
-{
-	return WIFSIGNALED(status) ? 128 + WTERMSIG(status) :
-	                             WEXITSTATUS(status);
-}
-
 int
 respawn_fork(const struct respawn_config *cfg)
 {
@@ -226,7 +219,7 @@ respawn_fork(const struct respawn_config *cfg)
 			describe(status, what, sizeof(what));
 			kill_orphans();
 			if (stopping)
-				exit(exit_code(status));
+				exit(proc_status_code(status));
 			if (WIFEXITED(status) &&
 			    is_final(cfg, WEXITSTATUS(status))) {
 				log_info("%s: pid %ld %s: not started again",
