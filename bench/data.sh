@@ -4,6 +4,8 @@
 #    against the bare libmicrohttpd ceiling (bench-bare, same settings);
 #  - `dispatchctl read` of 100-byte records against `cat` of the same
 #    records through a pipe, and of 1 MiB records against raw loopback TCP;
+#  - the data port's server library: libmicrohttpd against a plain socket
+#    sending 1 MiB bodies from memory;
 #  - time from a worker's kill -9 to its splits being read again.
 # Prints figures and ratios next to their targets; never fails on one.
 set -u
@@ -163,6 +165,28 @@ printf '  %-44s %10s MiB/s  %sx TCP  (target >= 0.6x: %s)\n' \
     "dispatchctl read, 1 MiB records" "$read_big_mbps" \
     "$(ratio "$read_big_mbps" "$tcp_mbps")" \
     "$(verdict "$(ratio "$read_big_mbps" "$tcp_mbps")" '>=' 0.6)"
+
+# The data port's server: libmicrohttpd against a plain socket, both
+# answering 1 MiB bodies held in memory to one wrk connection (lib/README,
+# "The data port's server").
+echo "data port server: 1 MiB bodies from memory to one connection (wrk -c1)"
+for kind in mhd raw; do
+	flag=()
+	[ "$kind" = raw ] && flag=(--raw)
+	rm -f "$T/bb.port"
+	"$bin/bench-bare" -l 127.0.0.1:0 --port-file "$T/bb.port" \
+	    --body-bytes 1048576 "${flag[@]}" 2>/dev/null &
+	bb=$!
+	pids+=("$bb")
+	wait_file "$T/bb.port" 10
+	out=$(wrk -t1 -c1 -d"$dur" "http://127.0.0.1:$(cat "$T/bb.port")/" 2>&1)
+	echo "$out" >>"$T/wrk.out"
+	stop "$bb"
+	declare "bb_$kind=$(awk '/^Requests\/sec:/ { printf "%d\n", $2 }' <<<"$out")"
+done
+printf '  %-44s %10s MiB/s\n' "libmicrohttpd (as coordd's)" "${bb_mhd:-n/a}"
+printf '  %-44s %10s MiB/s  %sx libmicrohttpd\n' "plain socket, one writev" \
+    "${bb_raw:-n/a}" "$(ratio "${bb_raw:-}" "${bb_mhd:-}")"
 
 echo
 hb_ms=${HB_MS:-2000}
