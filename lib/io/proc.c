@@ -147,6 +147,50 @@ proc_exec_status(int exec_errno)
 	return exec_errno == ENOENT ? 127 : 126;
 }
 
+/*
+ * The stack a spawned child runs on until exec: one per thread that
+ * spawns, kept for its next child and unmapped when the thread ends. An
+ * unmap per child would cost every other CPU this process ran on a TLB
+ * flush.
+ */
+#define SPAWN_STACK (64 * 1024)
+static pthread_key_t stack_key;
+static pthread_once_t stack_once = PTHREAD_ONCE_INIT;
+
+static void
+stack_free(void *p)
+{
+	munmap(p, SPAWN_STACK);
+}
+
+static void
+stack_key_make(void)
+{
+	if (pthread_key_create(&stack_key, stack_free) != 0)
+		stack_key = (pthread_key_t)-1;
+}
+
+static char *
+spawn_stack(void)
+{
+	char *st;
+
+	pthread_once(&stack_once, stack_key_make);
+	if (stack_key != (pthread_key_t)-1 &&
+	    (st = pthread_getspecific(stack_key)) != NULL)
+		return st;
+	st = mmap(NULL, SPAWN_STACK, PROT_READ | PROT_WRITE,
+	    MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+	if (st == MAP_FAILED)
+		return NULL;
+	if (stack_key == (pthread_key_t)-1 ||
+	    pthread_setspecific(stack_key, st) != 0) {
+		munmap(st, SPAWN_STACK);
+		return NULL;
+	}
+	return st;
+}
+
 pid_t
 proc_spawn(const struct proc_spec *spec, int *exec_errno, char *err,
     size_t errlen)
@@ -154,26 +198,24 @@ proc_spawn(const struct proc_spec *spec, int *exec_errno, char *err,
 	/* Like posix_spawn: the child runs on a stack of its own in our
 	 * memory, and we wait until it has exec'd or failed to (no copy of
 	 * our page tables, as fork would make). */
-	size_t stsize = 64 * 1024;
-	char *stack = mmap(NULL, stsize, PROT_READ | PROT_WRITE,
-	    MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+	char *stack = spawn_stack();
 	struct spawn_arg a = {spec, getpid(), {{0}}, 0};
 	sigset_t all;
 	pid_t pid;
 	int e;
 
 	*exec_errno = 0;
-	if (stack == MAP_FAILED) {
-		snprintf(err, errlen, "mmap: %s", strerror(errno));
+	if (stack == NULL) {
+		snprintf(err, errlen, "a stack for the child: %s",
+		    strerror(errno != 0 ? errno : ENOMEM));
 		return -1;
 	}
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &a.mask);
-	pid =
-	    clone(child, stack + stsize, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
+	pid = clone(child, stack + SPAWN_STACK,
+	    CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
 	e = errno;
 	pthread_sigmask(SIG_SETMASK, &a.mask, NULL);
-	munmap(stack, stsize);
 	if (pid < 0) {
 		snprintf(err, errlen, "clone: %s", strerror(e));
 		return -1;
