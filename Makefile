@@ -258,6 +258,7 @@ example-ddp: all
 	MUSTER_BIN=$(CURDIR)/$(BUILD)/bin PYTHON=$(PYTHON) ./examples/ddp/run.sh
 
 lint:
+	@./test/deps.sh lint
 	mandoc -Tlint -W warning $(addprefix man/,$(MAN1) $(MAN8))
 	clang-format --dry-run -Werror $$(git ls-files '*.c' '*.h')
 

@@ -1,5 +1,5 @@
 #!/bin/sh
-# deps.sh build|test|bench: make sure the Debian packages a step needs are
+# deps.sh build|test|bench|lint: make sure the Debian packages a step needs are
 # installed. As root it installs what is missing with apt-get; otherwise it
 # prints the exact command to run and fails.
 set -eu
@@ -8,7 +8,8 @@ case "${1:-build}" in
 build) pkgs="libmicrohttpd-dev libgnutls28-dev libcurl4-openssl-dev libjansson-dev pkg-config" ;;
 test)  pkgs="bats bats-assert bats-support curl jq python3 openssl etcd-server etcd-client chromium" ;;
 bench) pkgs="etcd-server etcd-client redis-server wrk hyperfine python3-torch parallel python3-distributed" ;;
-*)     echo "usage: deps.sh build|test|bench" >&2; exit 2 ;;
+lint)  pkgs="mandoc clang-format" ;;
+*)     echo "usage: deps.sh build|test|bench|lint" >&2; exit 2 ;;
 esac
 
 missing=""
