@@ -1,5 +1,7 @@
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -234,6 +236,72 @@ pump_lets_go_of_a_killed_child(void)
 }
 
 /* The pause before a child is started again. */
+/* The pages this process has mapped (/proc/self/statm's first field). */
+static long
+mapped_pages(void)
+{
+	FILE *f = fopen("/proc/self/statm", "r");
+	long n = -1;
+
+	if (f == NULL)
+		return -1;
+	if (fscanf(f, "%ld", &n) != 1)
+		n = -1;
+	fclose(f);
+	return n;
+}
+
+/* A thread that spawns `exit 7` twice on the stack it keeps, and reaps. */
+static void *
+spawn_twice(void *arg)
+{
+	int *ok = arg;
+
+	for (int i = 0; i < 2; i++) {
+		char *argv[] = {"/bin/sh", "-c", "exit 7", NULL}, err[256];
+		struct proc_spec spec = {argv, NULL, NULL, 0, -1, -1, -1, NULL};
+		int e, st = 0;
+		pid_t pid = proc_spawn(&spec, &e, err, sizeof(err));
+
+		if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) ||
+		    WEXITSTATUS(st) != 7)
+			return NULL;
+	}
+	*ok = 1;
+	return NULL;
+}
+
+static void
+spawn_stacks_go_with_their_threads(void)
+{
+	int ok[8] = {0};
+	long before, after, page = sysconf(_SC_PAGESIZE);
+	pthread_t t[8];
+
+	/* One round first: the allocator's arenas for threads are made. */
+	for (int i = 0; i < 8; i++)
+		CHECK(pthread_create(&t[i], NULL, spawn_twice, &ok[i]) == 0);
+	for (int i = 0; i < 8; i++)
+		pthread_join(t[i], NULL);
+	before = mapped_pages();
+	/* 8 threads at once, each spawning on its own stack, 5 times over;
+	 * what they kept is unmapped as they end. */
+	for (int round = 0; round < 5; round++) {
+		memset(ok, 0, sizeof(ok));
+		for (int i = 0; i < 8; i++)
+			CHECK(pthread_create(&t[i], NULL, spawn_twice,
+			          &ok[i]) == 0);
+		for (int i = 0; i < 8; i++) {
+			pthread_join(t[i], NULL);
+			CHECK(ok[i] == 1);
+		}
+	}
+	after = mapped_pages();
+	CHECK(before > 0);
+	/* 40 stacks kept would be 2.5 MiB more; allow two. */
+	CHECK((after - before) * page < 2 * 64 * 1024 + 1);
+}
+
 static void
 respawn_pauses(void)
 {
@@ -259,6 +327,8 @@ UNIT_TESTS(pump_tests) = {
         pump_wakes_for_the_caller},
     {"pump: a killed child's pipes held by a process it let escape",
         pump_lets_go_of_a_killed_child},
+    {"proc: a spawning thread's child stack is its own, and goes with it",
+        spawn_stacks_go_with_their_threads},
     {"respawn: the pause doubles for a child that keeps dying, and starts "
      "over after a long life",
         respawn_pauses},
