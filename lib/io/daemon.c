@@ -519,8 +519,9 @@ authenticated(struct daemon *d, struct http_req *req)
 
 /* GET /: the status page, which asks the JSON API for what it shows. */
 static void
-page(struct http_req *req)
+page(struct daemon *d, struct http_req *req)
 {
+	(void)d;
 	http_set_header(req, "Cache-Control", "no-store");
 	http_set_header(req, "X-Content-Type-Options", "nosniff");
 	http_set_header(req, "Referrer-Policy", "no-referrer");
@@ -621,6 +622,20 @@ reply_standby(struct daemon *d, struct http_req *req, const char *leader)
 }
 
 /* The skeleton's own resources come first; then the service's. */
+/* The skeleton's own paths, served whatever the service's state:
+ * GET (and HEAD where head is set) only. */
+static const struct {
+	const char *path;
+	int head;
+	void (*serve)(struct daemon *d, struct http_req *req);
+} own[] = {
+    {"/healthz", 1, healthz},
+    {"/metrics", 0, metrics},
+    {"/", 1, page},
+    {"/v1/daemon", 0, whoami},
+    {"/v1/replicas", 0, replicas},
+};
+
 static void
 handle(struct http_req *req, void *arg)
 {
@@ -635,40 +650,20 @@ handle(struct http_req *req, void *arg)
 		http_reply(req, 204, "image/x-icon", "", 0);
 		return;
 	}
-	if (strcmp(path, "/v1/replicas") == 0 ||
-	    strcmp(path, "/v1/daemon") == 0 || strcmp(path, "/") == 0) {
+	for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++) {
 		unsigned allowed =
-		    path[1] == '\0' ? ROUTE_GET | ROUTE_HEAD : ROUTE_GET;
+		    own[i].head ? ROUTE_GET | ROUTE_HEAD : ROUTE_GET;
+
+		if (strcmp(path, own[i].path) != 0)
+			continue;
 		if ((m & allowed) == 0) {
 			http_set_header(req, "Allow",
-			    path[1] == '\0' ? "GET, HEAD" : "GET");
+			    own[i].head ? "GET, HEAD" : "GET");
 			http_reply_error_http(req, 405, ST_INVALID_ARGUMENT,
 			    "method %s not allowed on %s", http_req_method(req),
 			    path);
-		} else if (path[1] == '\0') {
-			page(req);
-		} else if (path[4] == 'r') {
-			replicas(d, req);
 		} else {
-			whoami(d, req);
-		}
-		return;
-	}
-
-	if (strcmp(path, "/healthz") == 0 || strcmp(path, "/metrics") == 0) {
-		int health = path[1] == 'h';
-		unsigned allowed = health ? ROUTE_GET | ROUTE_HEAD : ROUTE_GET;
-
-		if ((m & allowed) == 0) {
-			http_set_header(req, "Allow",
-			    health ? "GET, HEAD" : "GET");
-			http_reply_error_http(req, 405, ST_INVALID_ARGUMENT,
-			    "method %s not allowed on %s", http_req_method(req),
-			    path);
-		} else if (health) {
-			healthz(d, req);
-		} else {
-			metrics(d, req);
+			own[i].serve(d, req);
 		}
 		return;
 	}
@@ -783,7 +778,7 @@ daemon_run(const struct daemon_options *o, const struct daemon_service *svc,
 	}
 	atomic_store(&d.srv, srv);
 	if (svc->commit != NULL)
-		commit_attach(svc->commit, d.srv);
+		commit_attach(svc->commit, srv);
 	if (svc->started != NULL)
 		svc->started(d.srv, svc->arg);
 	if (svc->commit != NULL && commit_replicated(svc->commit)) {
