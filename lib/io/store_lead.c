@@ -6,14 +6,11 @@
  */
 #include <errno.h>
 #include <inttypes.h>
-#include <poll.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <jansson.h>
 
