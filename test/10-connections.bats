@@ -62,6 +62,58 @@ eof_within() {
 	wait_grep '^1$' get.out
 }
 
+# park_twice MODE: on one kept-alive connection, a GET of kv/again?wait=
+# parks and is answered by a put; a GET of a key never put parks on the
+# same connection; then the client goes away
+# (MODE close) or shuts its sending side right after the second request
+# (MODE half), perhaps before it parks. Prints each reply's status line.
+park_twice() {
+	"$PYTHON" - "$COORD_PORT" "$1" <<'PY'
+import socket, sys, time
+port, mode = int(sys.argv[1]), sys.argv[2]
+s = socket.create_connection(("127.0.0.1", port))
+get = b"GET /v1/kv/%s?wait=8760h HTTP/1.1\r\nHost: x\r\n\r\n"
+s.sendall(get % b"again")
+head = b""
+while b"\r\n\r\n" not in head:
+    head += s.recv(4096)
+print(head.split(b"\r\n")[0].decode(), flush=True)
+s.sendall(get % b"never")
+if mode == "half":
+    s.shutdown(socket.SHUT_WR)
+    s.settimeout(60)
+    while s.recv(4096):
+        pass
+else:
+    time.sleep(1.5)
+s.close()
+PY
+}
+
+@test "a kept-alive connection parked again is watched again: its client going away is noticed, even right after its request" {
+	start_coordd
+	local mode n=0
+	for mode in close half close half; do
+		park_twice "$mode" >park.out &
+		BG_PIDS+=($!)
+		wait_metric muster_http_parked 1 30
+		kvctl put again "$mode"
+		wait_grep '^HTTP/1.1 200' park.out
+		kvctl rm again
+		n=$((n + 1))
+		# The second wait parks, or is seen gone before it does; either
+		# way it leaves no parked request and no socket behind.
+		wait_metric muster_http_abandoned_total "$n" 30
+		wait_metric muster_http_parked 0 30
+	done
+	wait_for 10 no_close_wait
+	kvctl --timeout 20s get again >get.out &
+	BG_PIDS+=($!)
+	wait_metric muster_http_parked 1
+	kvctl put again last
+	wait_grep '^last$' get.out
+}
+
 @test "a barrier arrival stays when its waiting client goes away" {
 	start_coordd --cluster worker=2
 	curl -s -X POST "http://$MUSTER_COORD/v1/tasks/worker/0/register?incarnation=1" >/dev/null

@@ -43,12 +43,31 @@ byfd_put(struct http_server *srv, struct conn *c)
 	return 0;
 }
 
+/*
+ * A connection's socket joins the door's epoll set the first time a
+ * request of its parks, and stays there, watched for EPOLLRDHUP with
+ * EPOLLONESHOT, until the connection closes. Parking and answering set and
+ * clear c->parked only: a task that long-polls in a loop, and each of the
+ * thousands a barrier releases at once, costs no epoll_ctl. An event for
+ * a connection with nothing parked is dropped, and disarms the watch; the
+ * next park arms it again, and it fires at once if the client has gone.
+ */
+enum { DOOR_NONE, DOOR_ARMED, DOOR_FIRED };
+
 /* Stops watching c's parked request, if it was. Under cmu. */
 static void
-unwatch(struct http_server *srv, struct conn *c)
+unwatch(struct conn *c)
 {
-	if (c->parked != NULL) {
-		c->parked = NULL;
+	c->parked = NULL;
+}
+
+/* Takes c's socket out of the door's set, as the connection closes. */
+static void
+door_forget(struct http_server *srv, struct conn *c)
+{
+	c->parked = NULL;
+	if (c->door != DOOR_NONE) {
+		c->door = DOOR_NONE;
 		epoll_ctl(srv->door_ep, EPOLL_CTL_DEL, c->fd, NULL);
 	}
 }
@@ -91,7 +110,7 @@ http_conn_notify(void *cls, struct MHD_Connection *mc, void **ctx,
 		return;
 	/* libmicrohttpd closes the descriptor only after this returns. */
 	pthread_mutex_lock(&srv->cmu);
-	unwatch(srv, c);
+	door_forget(srv, c);
 	if (c->prev != NULL)
 		c->prev->next = c->next;
 	else
@@ -248,10 +267,12 @@ door_main(void *arg)
 			pthread_mutex_lock(&srv->cmu);
 			if ((size_t)fd < srv->nbyfd &&
 			    (c = srv->byfd[fd]) != NULL &&
-			    c->gen == (uint32_t)tag && c->parked != NULL) {
-				req = c->parked;
-				atomic_fetch_add(&req->refs, 1);
-				unwatch(srv, c);
+			    c->gen == (uint32_t)tag) {
+				c->door = DOOR_FIRED;
+				if ((req = c->parked) != NULL) {
+					atomic_fetch_add(&req->refs, 1);
+					unwatch(c);
+				}
 			}
 			pthread_mutex_unlock(&srv->cmu);
 			if (req != NULL) {
@@ -349,12 +370,17 @@ http_door_watch(struct http_req *req)
 	struct http_server *srv = req->srv;
 
 	if (cs != NULL && srv->cfg.gone != NULL && srv->door_started) {
-		struct epoll_event ev = {.events = EPOLLRDHUP,
+		struct epoll_event ev = {.events = EPOLLRDHUP | EPOLLONESHOT,
 		    .data.u64 = (uint64_t)cs->fd << 32 | cs->gen};
 
 		pthread_mutex_lock(&srv->cmu);
-		if (epoll_ctl(srv->door_ep, EPOLL_CTL_ADD, cs->fd, &ev) == 0)
+		if (cs->door == DOOR_ARMED ||
+		    epoll_ctl(srv->door_ep,
+		        cs->door == DOOR_NONE ? EPOLL_CTL_ADD : EPOLL_CTL_MOD,
+		        cs->fd, &ev) == 0) {
+			cs->door = DOOR_ARMED;
 			cs->parked = req;
+		}
 		pthread_mutex_unlock(&srv->cmu);
 	}
 }
@@ -367,7 +393,7 @@ http_door_unwatch(struct http_req *req)
 	if (req->cs != NULL && srv->cfg.gone != NULL) {
 		pthread_mutex_lock(&srv->cmu);
 		if (req->cs->parked == req)
-			unwatch(srv, req->cs);
+			unwatch(req->cs);
 		pthread_mutex_unlock(&srv->cmu);
 	}
 }

@@ -172,6 +172,7 @@ struct conn {
 	 * answer of http_req_peer_verified. Only the request's thread. */
 	signed char peer;
 	struct http_req *parked; /* watched for its client leaving (cmu) */
+	unsigned char door;      /* in the door's set: DOOR_* (cmu) */
 	/* The request's progress, for the sweep (monotonic ms; 0: none). */
 	atomic_llong ready_at;  /* waiting for a request since */
 	atomic_llong body_from; /* reading a body since */
