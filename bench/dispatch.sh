@@ -49,7 +49,8 @@ closures_run() {
 }
 
 echo "dispatch: $N no-op closures, two at a time"
-spawn=$("$bin/bench-spawnloop" "$N" 2 | awk '{print $2}')
+# The same command lines as the closures: /bin/true 1 .. /bin/true N.
+spawn=$("$bin/bench-spawnloop" --each "$N" 2 | awk '{print $2}')
 fork=$(closures_run)
 fork_cpu=$(cat "$T/cpu")
 t0=$(now_ms); seq "$N" | xargs -P2 -n1 /bin/true >/dev/null 2>&1 || true; t1=$(now_ms)

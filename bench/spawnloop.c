@@ -3,11 +3,19 @@
  * with P in flight, reaping each, and nothing else. Prints
  * "spawn_per_s RATE".
  *
- *   bench-spawnloop N P [COMMAND]
+ *   bench-spawnloop [--each] N P [COMMAND]
+ *
+ * With --each, the i-th command (from 1) gets i as its one argument, as
+ * `seq N | dispatchctl schedule --each -- COMMAND` gives the i-th
+ * closure: the same command lines, so that the same work is compared.
+ * It matters: coreutils' true, given one argument, sets up its locale to
+ * read it (for --help), and `true 1` costs about half again as much as
+ * `true` here.
  */
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -16,17 +24,24 @@ extern char **environ;
 int
 main(int argc, char **argv)
 {
-	long n = argc > 1 ? atol(argv[1]) : 2000;
-	long p = argc > 2 ? atol(argv[2]) : 2, started = 0, done = 0,
-	     running = 0;
-	char *cmd = argc > 3 ? argv[3] : "/bin/true";
-	char *args[] = {cmd, NULL};
+	int each = argc > 1 && strcmp(argv[1], "--each") == 0;
+	long n, p, started = 0, done = 0, running = 0;
+	char *cmd, num[24], *args[] = {NULL, NULL, NULL};
 	struct timespec a, b;
+
+	argv += each;
+	argc -= each;
+	n = argc > 1 ? atol(argv[1]) : 2000;
+	p = argc > 2 ? atol(argv[2]) : 2;
+	cmd = argc > 3 ? argv[3] : "/bin/true";
+	args[0] = cmd;
+	args[1] = each ? num : NULL;
 
 	clock_gettime(CLOCK_MONOTONIC, &a);
 	while (done < n) {
 		while (running < p && started < n) {
 			pid_t pid;
+			snprintf(num, sizeof(num), "%ld", started + 1);
 			if (posix_spawn(&pid, cmd, NULL, NULL, args, environ) !=
 			    0) {
 				perror("posix_spawn");
