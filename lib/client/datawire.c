@@ -209,14 +209,9 @@ dw_chunk_put(const struct chunk_hdr *h, struct chunk_hdr *out)
 }
 
 int
-dw_chunk_next(const char *body, size_t len, size_t *off, struct chunk_hdr *h,
-    const char **payload)
+dw_chunk_head(const char *wire, size_t rest, struct chunk_hdr *h)
 {
-	if (*off == len)
-		return 0;
-	if (len - *off < sizeof(*h))
-		return -1;
-	memcpy(h, body + *off, sizeof(*h));
+	memcpy(h, wire, sizeof(*h));
 	h->magic = le32toh(h->magic);
 	h->type = le32toh(h->type);
 	h->seq = le64toh(h->seq);
@@ -224,8 +219,20 @@ dw_chunk_next(const char *body, size_t len, size_t *off, struct chunk_hdr *h,
 	h->count = le32toh(h->count);
 	h->len = le32toh(h->len);
 	h->flags = le32toh(h->flags);
-	if (h->magic != CHUNK_MAGIC || h->len > len - *off - sizeof(*h) ||
-	    h->type < CHUNK_DATA || h->type > CHUNK_ERROR)
+	if (h->magic != CHUNK_MAGIC || h->len > rest || h->type < CHUNK_DATA ||
+	    h->type > CHUNK_ERROR)
+		return -1;
+	return 0;
+}
+
+int
+dw_chunk_next(const char *body, size_t len, size_t *off, struct chunk_hdr *h,
+    const char **payload)
+{
+	if (*off == len)
+		return 0;
+	if (len - *off < sizeof(*h) ||
+	    dw_chunk_head(body + *off, len - *off - sizeof(*h), h) < 0)
 		return -1;
 	*payload = body + *off + sizeof(*h);
 	*off += sizeof(*h) + h->len;

@@ -53,6 +53,13 @@ _Static_assert(sizeof(struct chunk_hdr) == 40, "chunk header is 40 bytes");
 void dw_chunk_put(const struct chunk_hdr *h, struct chunk_hdr *out);
 int dw_chunk_next(const char *body, size_t len, size_t *off,
     struct chunk_hdr *h, const char **payload);
+/*
+ * The same for a header alone: wire's sizeof(struct chunk_hdr) bytes,
+ * with rest bytes of the body after them, into h (host order): 0, or -1
+ * when malformed. For a consumer that moves payloads without reading them
+ * (dataread_stage.c).
+ */
+int dw_chunk_head(const char *wire, size_t rest, struct chunk_hdr *h);
 
 /*
  * What a consumer asks a worker's data server for: the one codec of the
