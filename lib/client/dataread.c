@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "dataread_int.h"
@@ -223,6 +224,7 @@ dataread_run(struct dispatch_client *dc, const struct dataread_opts *o,
 {
 	struct reader *r = calloc(1, sizeof(*r));
 	struct shown shown = {0, 0, 0, 0};
+	struct stat sb;
 	enum status st;
 	int64_t deadline;
 	int all, closed;
@@ -244,6 +246,10 @@ dataread_run(struct dispatch_client *dc, const struct dataread_opts *o,
 	/* A deep pipe lets the reader downstream drain one reply while the
 	 * next one arrives; not a pipe, or not allowed: no matter. */
 	fcntl(o->out, F_SETPIPE_SZ, 1 << 20);
+	/* A pipe or a file: payloads go out of the stage by splice(2). */
+	if (fstat(o->out, &sb) == 0 &&
+	    (S_ISFIFO(sb.st_mode) || S_ISREG(sb.st_mode)))
+		r->out_splice = 1;
 	dispatch_client_set_cancel(dc, o->stop_fd);
 	if ((st = dataread_job_open(r, err, errlen)) != ST_OK) {
 		/* Refused after the job client was made: it goes. */

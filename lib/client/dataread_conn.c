@@ -1,9 +1,10 @@
 /*
  * dataread_conn.c: a consumer's connections to workers, on sockets of our
  * own rather than http_client: a reply is received once into a buffer
- * kept for the task, and its payloads go out in one writev, with no copy
- * and no per-element work between. Its requests, replies and the chunks
- * of a reply's body.
+ * kept for the task, and its payloads go out in one writev, with no
+ * per-element work between; or, on a plain connection, its payloads are
+ * moved into the task's stage without a copy (dataread_stage.c). Its
+ * requests, replies and the chunks of a reply's body.
  */
 #include <endian.h>
 #include <errno.h>
@@ -24,6 +25,8 @@
 
 #define CONNECT_MS 5000
 #define MAX_HEAD 16384
+/* A staged reply's first read: its head, and little of its body. */
+#define HEAD_READ 4096
 /* The largest reply taken: one element may exceed max, not this. */
 #define MAX_REPLY (1ULL << 34)
 
@@ -205,6 +208,32 @@ dataread_send_get(struct wconn *wc, const char *path, const char *addr,
 }
 
 /*
+ * Reads until buf (of cap bytes) holds a reply's head, and parses it into
+ * h: *have bytes read, the head's *head. A worker's reply says how long it
+ * is, and the bytes read are not past its end. 0, or -1.
+ */
+static int
+recv_head(struct wconn *wc, char *buf, size_t cap, size_t *have, size_t *head,
+    struct http1_reply *h)
+{
+	while (*head == 0) {
+		ssize_t n = conn_recv(wc, buf + *have,
+		    (*have < cap ? cap : MAX_HEAD + 1) - *have, 0);
+		if (n <= 0)
+			return -1;
+		*have += (size_t)n;
+		*head = http1_head_len(buf, *have);
+		if (*head == 0 && *have > MAX_HEAD)
+			return -1;
+	}
+	return *head > MAX_HEAD || http1_parse_reply(buf, *head, h) < 0 ||
+	        h->length < 0 || (unsigned long long)h->length > MAX_REPLY ||
+	        *have > *head + (size_t)h->length ?
+	    -1 :
+	    0;
+}
+
+/*
  * Receives one reply into *buf (grown to fit; at least want bytes, so
  * that the first read may take a whole reply). 0, or -1 when the
  * connection broke, timed out or carried something else than a reply.
@@ -216,21 +245,8 @@ dataread_recv_reply(struct wconn *wc, char **buf, size_t *cap, size_t want,
 	size_t have = 0, head = 0;
 	struct http1_reply h;
 
-	if (vec_grow(buf, cap, want, 1) < 0)
-		return -1;
-	while (head == 0) {
-		ssize_t n = conn_recv(wc, *buf + have, *cap - have, 0);
-		if (n <= 0)
-			return -1;
-		have += (size_t)n;
-		head = http1_head_len(*buf, have);
-		if (head == 0 && have > MAX_HEAD)
-			return -1;
-	}
-	/* A worker's reply says how long it is. */
-	if (head > MAX_HEAD || http1_parse_reply(*buf, head, &h) < 0 ||
-	    h.length < 0 || (unsigned long long)h.length > MAX_REPLY ||
-	    have > head + (size_t)h.length ||
+	if (vec_grow(buf, cap, want, 1) < 0 ||
+	    recv_head(wc, *buf, *cap, &have, &head, &h) < 0 ||
 	    vec_grow(buf, cap, head + (size_t)h.length, 1) < 0)
 		return -1;
 	while (have < head + (size_t)h.length) {
@@ -245,6 +261,157 @@ dataread_recv_reply(struct wconn *wc, char **buf, size_t *cap, size_t want,
 	rp->body = *buf + head;
 	rp->len = (size_t)h.length;
 	return 0;
+}
+
+/*
+ * A staged reply's body as it is received: bytes read with its head
+ * (the prefix, at pre .. end in the buffer), then the socket's; what goes
+ * to memory is added at used.
+ */
+struct body {
+	struct wconn *wc;
+	char **buf;
+	size_t *cap;
+	size_t pre, end, used;
+	size_t left; /* of the body */
+};
+
+/* The next n bytes of the body into the buffer at used (the prefix's
+ * first): their offset, or -1. */
+static ssize_t
+body_mem(struct body *b, size_t n)
+{
+	size_t at = b->used, k;
+
+	if (n > b->left)
+		return -1;
+	if (b->end - b->pre >= n) { /* read with the head already */
+		b->pre += n;
+		b->left -= n;
+		return (ssize_t)(b->pre - n);
+	}
+	if (vec_grow(b->buf, b->cap, b->used + n, 1) < 0)
+		return -1;
+	k = b->end - b->pre;
+	memmove(*b->buf + at, *b->buf + b->pre, k);
+	b->pre += k;
+	if (k < n &&
+	    conn_recv(b->wc, *b->buf + at + k, n - k, 1) != (ssize_t)(n - k))
+		return -1;
+	b->used += n;
+	b->left -= n;
+	return (ssize_t)at;
+}
+
+static int
+add_piece(struct piece **pc, size_t *npc, size_t *cappc, struct piece p)
+{
+	if (*npc > 0 && p.staged && (*pc)[*npc - 1].staged &&
+	    (*pc)[*npc - 1].chunk == p.chunk) {
+		(*pc)[*npc - 1].len += p.len;
+		return 0;
+	}
+	if (vec_grow(pc, cappc, *npc + 1, sizeof(**pc)) < 0)
+		return -1;
+	(*pc)[(*npc)++] = p;
+	return 0;
+}
+
+/* Chunk c's payload of n bytes: the prefix's part, then the stage's,
+ * then memory for what the stage does not take. 0, or -1. */
+static int
+body_payload(struct body *b, struct stage *st, size_t c, size_t n,
+    struct piece **pc, size_t *npc, size_t *cappc)
+{
+	size_t k = b->end - b->pre < n ? b->end - b->pre : n;
+	ssize_t at, got;
+
+	if (k > 0) {
+		if ((at = body_mem(b, k)) < 0 ||
+		    add_piece(pc, npc, cappc,
+		        (struct piece){(size_t)at, k, c, 0, 0}) < 0)
+			return -1;
+		n -= k;
+	}
+	if (n > 0 && (got = dataread_stage_fill(st, b->wc->fd, n)) != 0) {
+		if (got < 0 ||
+		    add_piece(pc, npc, cappc,
+		        (struct piece){0, (size_t)got, c, 1, 0}) < 0)
+			return -1;
+		n -= (size_t)got;
+		b->left -= (size_t)got;
+	}
+	if (n > 0 &&
+	    ((at = body_mem(b, n)) < 0 ||
+	        add_piece(pc, npc, cappc,
+	            (struct piece){(size_t)at, n, c, 0, 0}) < 0))
+		return -1;
+	return 0;
+}
+
+int
+dataread_recv_staged(struct wconn *wc, char **buf, size_t *cap,
+    struct stage *st, struct piece **pc, size_t *npc, size_t *cappc,
+    struct reply *rp)
+{
+	struct body b = {.wc = wc, .buf = buf, .cap = cap};
+	size_t head = 0, have = 0, c = 0;
+	struct http1_reply h;
+
+	*npc = 0;
+	/* The head in a first read that takes little of the body with it:
+	 * what it takes goes through memory. */
+	if (vec_grow(buf, cap, MAX_HEAD + 1, 1) < 0 ||
+	    recv_head(wc, *buf, HEAD_READ, &have, &head, &h) < 0)
+		return -1;
+	b.pre = head;
+	b.end = b.used = have;
+	b.left = (size_t)h.length;
+	if (h.code != 200) { /* a refusal's message, not chunks */
+		ssize_t at = body_mem(&b, b.left);
+		if (at < 0)
+			goto fail;
+		rp->code = h.code;
+		rp->close = h.close;
+		rp->body = *buf + at;
+		rp->len = (size_t)h.length;
+		return 0;
+	}
+	while (b.left > 0) {
+		struct chunk_hdr ch;
+		ssize_t at = body_mem(&b, sizeof(ch));
+		if (at < 0)
+			goto fail;
+		if (dw_chunk_head(*buf + at, b.left, &ch) < 0) {
+			dataread_stage_reset(st);
+			*npc = 0;
+			return -2;
+		}
+		if (add_piece(pc, npc, cappc,
+		        (struct piece){(size_t)at, sizeof(ch), c, 0, 1}) < 0)
+			goto fail;
+		/* Only data goes through the stage: a message is read. */
+		if (ch.len > 0 && ch.type == CHUNK_DATA) {
+			if (body_payload(&b, st, c, ch.len, pc, npc, cappc) < 0)
+				goto fail;
+		} else if (ch.len > 0) {
+			if ((at = body_mem(&b, ch.len)) < 0 ||
+			    add_piece(pc, npc, cappc,
+			        (struct piece){(size_t)at, ch.len, c, 0, 0}) <
+			        0)
+				goto fail;
+		}
+		c++;
+	}
+	rp->code = h.code;
+	rp->close = h.close;
+	rp->body = NULL;
+	rp->len = (size_t)h.length;
+	return 0;
+fail:
+	dataread_stage_reset(st);
+	*npc = 0;
+	return -1;
 }
 
 /* The message of an error reply's JSON body, or a stand-in. */

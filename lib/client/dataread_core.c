@@ -148,6 +148,32 @@ dataread_write_out(struct reader *r, struct iovec *iov, size_t n)
 }
 
 /*
+ * Writes the next n bytes of st out, or drops them (keep 0), as
+ * dataread_write_out does with memory. 0, or -1.
+ */
+int
+dataread_write_staged(struct reader *r, struct stage *st, size_t n, int keep)
+{
+	uint64_t wrote = 0;
+	int rc = dataread_stage_out(st, keep ? r->o->out : -1, n,
+	    &r->out_splice, &wrote);
+	int e = errno;
+
+	__atomic_add_fetch(&r->written_bytes, wrote, __ATOMIC_RELAXED);
+	if (rc == 0)
+		return 0;
+	pthread_mutex_lock(&r->mu);
+	if (e == EPIPE && keep)
+		r->closed = 1;
+	else
+		dataread_fail_locked(r, ST_INTERNAL, "writing the elements: %s",
+		    strerror(e));
+	pthread_mutex_unlock(&r->mu);
+	dataread_poke(r);
+	return -1;
+}
+
+/*
  * Writes one record of a positioned stream other than a chunk of data:
  * its header, then payload. 0, or -1 (as dataread_write_out).
  */

@@ -49,6 +49,37 @@ struct chunk_id {
 	int dup; /* sent again after a reconnection: already written */
 };
 
+/*
+ * A task's stage: pipes that hold a reply's data payloads, moved into them
+ * from the worker's socket and out of them to the output by splice(2),
+ * never through user space. Made as needed, up to STAGE_PIPES; each takes
+ * what its pipe buffers hold (the kernel's own pieces of the stream, one
+ * per buffer), and what none can take goes through memory.
+ */
+#define STAGE_PIPES 8
+
+struct stage {
+	int fd[STAGE_PIPES][2];
+	size_t held[STAGE_PIPES]; /* bytes in each */
+	int n;                    /* pipes made */
+	int fill;                 /* the one being filled */
+	int drain;                /* the one being emptied */
+	int null;                 /* /dev/null, for payloads dropped */
+	int off;                  /* splice refused: memory only */
+};
+
+/*
+ * A piece of a reply received through a stage: bytes of the task's
+ * buffer at off, or the next len bytes of its stage. A chunk is its
+ * header's piece (its wire bytes, in memory), then its payload's.
+ */
+struct piece {
+	size_t off, len;
+	size_t chunk;         /* its chunk, an index in the reply */
+	unsigned char staged; /* in the stage, not the buffer */
+	unsigned char head;   /* the chunk's header */
+};
+
 enum step {
 	STEP_AGAIN, /* read on */
 	STEP_RETRY, /* cannot read now: pause and try again */
@@ -86,8 +117,11 @@ struct source {
 	size_t ncur, capcur, nprev, capprev;
 	struct chunk_id *again; /* written, and perhaps to be sent again */
 	size_t nagain, capagain;
-	uint64_t req;  /* the next request's number (datawire.h), above all
+	uint64_t req;       /* the next request's number (datawire.h), above all
 	                * those of the reader's sources before */
+	struct stage stage; /* plain connections, an output splice takes */
+	struct piece *pc;   /* the last reply's pieces, when staged */
+	size_t npc, cappc;
 	int unwritten; /* the last reply could not be written */
 	int asked;     /* request req was sent and no reply came: the
 	                * worker may hold one for us */
@@ -135,6 +169,8 @@ struct reader {
 	enum status fail;
 	char failmsg[1024];
 	int closed;             /* the output's reader went away */
+	int out_splice;         /* the output takes splice(2): a pipe or a
+	                         * file (atomic: cleared when refused) */
 	char secret[33];        /* the job's: workers ask it of its consumers */
 	char id[33];            /* ours, made once, by which workers hold our
 	                   * replies for us across connections */
@@ -166,7 +202,31 @@ struct reply {
 
 /*
  * The files, lowest first; each calls only those above it in this list.
- *
+ */
+/* dataread_stage.c: a task's stage (struct stage). */
+void dataread_stage_init(struct stage *st);
+/* Drops what st holds: its pipes are closed, made again as needed. */
+void dataread_stage_reset(struct stage *st);
+/* After a reply: st empty is used again from its first pipe; not empty
+ * (a reply cut short), it is reset. */
+void dataread_stage_done(struct stage *st);
+void dataread_stage_free(struct stage *st);
+/*
+ * Moves up to n bytes from the socket fd into st: the count, which is
+ * less than n when st cannot take more (the rest goes through memory), 0
+ * included; -1 when the connection broke or timed out (errno).
+ */
+ssize_t dataread_stage_fill(struct stage *st, int fd, size_t n);
+/*
+ * Moves the next n bytes of st to out, or drops them when out is -1,
+ * adding what it wrote to *wrote: 0, or -1 with errno (EPIPE: out's
+ * reader went away). EINVAL from out (a file opened to append, say)
+ * clears *splice_ok and the bytes go through memory instead.
+ */
+int dataread_stage_out(struct stage *st, int out, size_t n, int *splice_ok,
+    uint64_t *wrote);
+
+/*
  * dataread_conn.c: a connection to a worker, a request on it, and its
  * replies (their chunks are datawire.h's dw_chunk_next).
  */
@@ -177,6 +237,17 @@ void dataread_conn_close(struct wconn *wc);
 int dataread_send_get(struct wconn *wc, const char *path, const char *addr,
     const char *secret);
 int dataread_recv_reply(struct wconn *wc, char **buf, size_t *cap, size_t want,
+    struct reply *rp);
+/*
+ * The same, moving the data payloads of its chunks into st rather than
+ * *buf, which gets the head, the chunks' headers, the other payloads and
+ * what st could not take; the reply's pieces, in order, into *pc, its
+ * body NULL (a reply other than 200 is read whole into *buf, its body
+ * there, as dataread_recv_reply reads it). 0; -1 as dataread_recv_reply;
+ * -2 when its chunks do not parse. On failure st holds nothing.
+ */
+int dataread_recv_staged(struct wconn *wc, char **buf, size_t *cap,
+    struct stage *st, struct piece **pc, size_t *npc, size_t *cappc,
     struct reply *rp);
 const char *dataread_reply_message(const struct reply *rp);
 
@@ -196,6 +267,8 @@ void dataread_poke(struct reader *r);
 void dataread_note_range_locked(struct reader *r, const struct range *g);
 void dataread_note_lost_locked(struct reader *r, int64_t id);
 int dataread_write_out(struct reader *r, struct iovec *iov, size_t n);
+int dataread_write_staged(struct reader *r, struct stage *st, size_t n,
+    int keep);
 int dataread_write_record(struct reader *r, uint32_t type, const char *payload,
     size_t len);
 int dataread_write_start(struct reader *r);

@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,6 +195,98 @@ source_parse(struct source *t, const struct reply *rp)
 	return rc < 0 ? dataread_malformed(r, t->id, t->addr) : STEP_AGAIN;
 }
 
+/* Notes chunk h of the reply as t->cur's next, dropped when sent again.
+ * 0, or -1 (out of memory: the read fails). */
+static int
+note_chunk(struct source *t, const struct chunk_hdr *h)
+{
+	if (vec_grow(&t->cur, &t->capcur, t->ncur + 1, sizeof(*t->cur)) < 0) {
+		dataread_fail(t->r, ST_RESOURCE_EXHAUSTED, "out of memory");
+		return -1;
+	}
+	t->cur[t->ncur] = (struct chunk_id){h->seq, h->first, h->count,
+	    h->flags, t->nagain > 0 && sent_again(t, h)};
+	t->ncur++;
+	return 0;
+}
+
+/*
+ * source_parse for a reply received through the stage: its chunks into
+ * t->cur, up to an end or an error. Their pieces are written by
+ * write_staged. STEP_AGAIN, STEP_END or STEP_FAIL.
+ */
+static enum step
+source_parse_staged(struct source *t)
+{
+	struct chunk_hdr h;
+
+	t->ncur = 0;
+	for (size_t i = 0; i < t->npc; i++) {
+		const struct piece *p = &t->pc[i];
+		if (!p->head)
+			continue;
+		/* Checked as it came (dataread_recv_staged). */
+		(void)dw_chunk_head(t->buf + p->off, UINT32_MAX, &h);
+		if (h.type == CHUNK_END)
+			return STEP_END;
+		if (h.type != CHUNK_DATA) {
+			const struct piece *m =
+			    i + 1 < t->npc && t->pc[i + 1].chunk == p->chunk ?
+			    &t->pc[i + 1] :
+			    NULL;
+			dataread_fail(t->r, ST_INTERNAL, "%.*s",
+			    m != NULL ? (int)m->len : 0,
+			    m != NULL ? t->buf + m->off : "");
+			return STEP_FAIL;
+		}
+		if (note_chunk(t, &h) < 0)
+			return STEP_FAIL;
+	}
+	return STEP_AGAIN;
+}
+
+/*
+ * Writes the pieces of the chunks source_parse_staged took, in order:
+ * from memory in one writev where they follow each other, from the stage
+ * without a copy; the stage's pieces of chunks sent again are dropped.
+ * Under r->out_mu. 0, or -1 (as dataread_write_out).
+ */
+static int
+write_staged(struct source *t)
+{
+	struct reader *r = t->r;
+	size_t n = 0;
+
+	for (size_t i = 0; i < t->npc; i++) {
+		const struct piece *p = &t->pc[i];
+		const struct chunk_id *c =
+		    p->chunk < t->ncur ? &t->cur[p->chunk] : NULL;
+		int keep =
+		    c != NULL && !c->dup && (!p->head || r->o->positions);
+
+		if (!p->staged) {
+			if (!keep)
+				continue;
+			if (vec_grow(&t->iov, &t->capiov, n + 1,
+			        sizeof(*t->iov)) < 0) {
+				dataread_fail(r, ST_RESOURCE_EXHAUSTED,
+				    "out of memory");
+				return -1;
+			}
+			t->iov[n++] = (struct iovec){t->buf + p->off, p->len};
+			continue;
+		}
+		if (c == NULL)
+			break; /* past an end or an error: dropped with the rest */
+		if (n > 0 && dataread_write_out(r, t->iov, n) < 0)
+			return -1;
+		n = 0;
+		if (dataread_write_staged(r, &t->stage, p->len, keep) < 0)
+			return -1;
+	}
+	return n > 0 ? dataread_write_out(r, t->iov, n) : 0;
+}
+
 /* Records the chunks of the reply just written as delivered. */
 static void
 source_delivered(struct source *t)
@@ -225,13 +318,14 @@ static enum step
 source_take(struct source *t, const struct reply *rp)
 {
 	struct reader *r = t->r;
-	enum step s = source_parse(t, rp);
+	int staged = rp->body == NULL;
+	enum step s = staged ? source_parse_staged(t) : source_parse(t, rp);
 	struct chunk_id *swap;
 	size_t cap;
 	int rc;
 
 	pthread_mutex_lock(&r->out_mu);
-	rc = dataread_write_out(r, t->iov, t->niov);
+	rc = staged ? write_staged(t) : dataread_write_out(r, t->iov, t->niov);
 	if (rc == 0) {
 		for (size_t i = 0; i < t->ncur; i++)
 			__atomic_add_fetch(&r->written,
@@ -240,6 +334,9 @@ source_take(struct source *t, const struct reply *rp)
 		source_delivered(t);
 	}
 	pthread_mutex_unlock(&r->out_mu);
+	/* What a failed write or an end left in the stage goes. */
+	if (staged)
+		dataread_stage_done(&t->stage);
 	/* The request acknowledged the previous reply; this one, not
 	 * written, goes back (source_ack): none to ack. */
 	if (rc < 0) {
@@ -333,7 +430,7 @@ source_step(struct source *t, struct wconn *wc)
 	char path[256];
 	struct reply rp;
 	enum step s;
-	int rc;
+	int rc, staged;
 
 	if (await_report(t) < 0)
 		return STEP_RETRY;
@@ -367,12 +464,23 @@ source_step(struct source *t, struct wconn *wc)
 	if (source_io(t, 1) < 0)
 		return STEP_RETRY;
 	t->asked = 1;
-	rc = dataread_send_get(wc, path, t->addr, r->secret) < 0 ||
+	/* A plain connection and an output that splice(2) writes to: the
+	 * payloads through the stage, with no copy. */
+	staged = wc->tls == NULL && !t->stage.off &&
+	    __atomic_load_n(&r->out_splice, __ATOMIC_RELAXED);
+	rc = dataread_send_get(wc, path, t->addr, r->secret) < 0 ?
+	    -1 :
 	    (idle_report(t, wc),
-	        dataread_recv_reply(wc, &t->buf, &t->cap,
-	            r->o->max_bytes + REPLY_SLACK, &rp)) < 0;
+	        staged ? dataread_recv_staged(wc, &t->buf, &t->cap, &t->stage,
+	                     &t->pc, &t->npc, &t->cappc, &rp) :
+	                 dataread_recv_reply(wc, &t->buf, &t->cap,
+	                     r->o->max_bytes + REPLY_SLACK, &rp));
 	source_io(t, 0);
-	if (rc) {
+	if (rc == -2) { /* as source_parse finds a reply from memory */
+		source_close(t, wc);
+		return dataread_malformed(r, t->id, t->addr);
+	}
+	if (rc < 0) {
 		log_debug("task %" PRId64 ": %s: the connection broke", t->id,
 		    t->addr);
 		source_close(t, wc);
@@ -501,6 +609,8 @@ source_main(void *arg)
 	t->running = 0;
 	pthread_mutex_unlock(&r->mu);
 	dataread_poke(r);
+	dataread_stage_free(&t->stage);
+	free(t->pc);
 	free(t->buf);
 	free(t->iov);
 	free(t->cur);
@@ -536,6 +646,7 @@ dataread_source_start_locked(struct reader *r, int64_t id, const char *addr)
 	t->r = r;
 	t->id = id;
 	t->fd = -1;
+	dataread_stage_init(&t->stage);
 	t->running = 1;
 	/* A task read again after its source left: a worker that took our
 	 * leave refuses the numbers the source before us used. */
