@@ -250,6 +250,7 @@ dataread_run(struct dispatch_client *dc, const struct dataread_opts *o,
 	if (fstat(o->out, &sb) == 0 &&
 	    (S_ISFIFO(sb.st_mode) || S_ISREG(sb.st_mode)))
 		r->out_splice = 1;
+	r->stage_fds = dataread_stage_budget();
 	dispatch_client_set_cancel(dc, o->stop_fd);
 	if ((st = dataread_job_open(r, err, errlen)) != ST_OK) {
 		/* Refused after the job client was made: it goes. */

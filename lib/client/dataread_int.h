@@ -66,6 +66,7 @@ struct stage {
 	int drain;                /* the one being emptied */
 	int null;                 /* /dev/null, for payloads dropped */
 	int off;                  /* splice refused: memory only */
+	int *budget; /* descriptors the reader's stages may still take */
 };
 
 /*
@@ -171,6 +172,7 @@ struct reader {
 	int closed;             /* the output's reader went away */
 	int out_splice;         /* the output takes splice(2): a pipe or a
 	                         * file (atomic: cleared when refused) */
+	int stage_fds;          /* what the stages may still take (atomic) */
 	char secret[33];        /* the job's: workers ask it of its consumers */
 	char id[33];            /* ours, made once, by which workers hold our
 	                   * replies for us across connections */
@@ -204,7 +206,12 @@ struct reply {
  * The files, lowest first; each calls only those above it in this list.
  */
 /* dataread_stage.c: a task's stage (struct stage). */
-void dataread_stage_init(struct stage *st);
+/* The descriptors the stages of one read may hold in all: a quarter of
+ * what the process may open, so that a read of many tasks never runs out
+ * of descriptors for its connections (a stage without is memory only). */
+int dataread_stage_budget(void);
+/* A stage empty, taking its pipes from *budget. */
+void dataread_stage_init(struct stage *st, int *budget);
 /* Drops what st holds: its pipes are closed, made again as needed. */
 void dataread_stage_reset(struct stage *st);
 /* After a reply: st empty is used again from its first pipe; not empty

@@ -646,7 +646,7 @@ dataread_source_start_locked(struct reader *r, int64_t id, const char *addr)
 	t->r = r;
 	t->id = id;
 	t->fd = -1;
-	dataread_stage_init(&t->stage);
+	dataread_stage_init(&t->stage, &r->stage_fds);
 	t->running = 1;
 	/* A task read again after its source left: a worker that took our
 	 * leave refuses the numbers the source before us used. */

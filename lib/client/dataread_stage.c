@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <stdint.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -22,8 +23,18 @@
  * as the kernel has them, often larger than a page. */
 #define STAGE_PIPE_SIZE (1 << 20)
 
+int
+dataread_stage_budget(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+		return 256;
+	return rl.rlim_cur / 4 > 4096 ? 4096 : (int)(rl.rlim_cur / 4);
+}
+
 void
-dataread_stage_init(struct stage *st)
+dataread_stage_init(struct stage *st, int *budget)
 {
 	for (int i = 0; i < STAGE_PIPES; i++) {
 		st->fd[i][0] = st->fd[i][1] = -1;
@@ -32,6 +43,7 @@ dataread_stage_init(struct stage *st)
 	st->n = st->fill = st->drain = 0;
 	st->null = -1;
 	st->off = 0;
+	st->budget = budget;
 }
 
 void
@@ -43,7 +55,8 @@ dataread_stage_reset(struct stage *st)
 		close(st->fd[i][0]);
 		close(st->fd[i][1]);
 	}
-	dataread_stage_init(st);
+	__atomic_add_fetch(st->budget, 2 * st->n, __ATOMIC_RELAXED);
+	dataread_stage_init(st, st->budget);
 	st->null = null;
 	st->off = off;
 }
@@ -72,7 +85,12 @@ dataread_stage_free(struct stage *st)
 static int
 stage_pipe(struct stage *st, int i)
 {
+	if (__atomic_sub_fetch(st->budget, 2, __ATOMIC_RELAXED) < 0) {
+		__atomic_add_fetch(st->budget, 2, __ATOMIC_RELAXED);
+		return -1;
+	}
 	if (pipe2(st->fd[i], O_CLOEXEC) < 0) {
+		__atomic_add_fetch(st->budget, 2, __ATOMIC_RELAXED);
 		st->fd[i][0] = st->fd[i][1] = -1;
 		return -1;
 	}
