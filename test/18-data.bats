@@ -498,9 +498,9 @@ while i < len(d):
 print(len(recs), hashlib.sha256(b"".join(sorted(recs))).hexdigest())' "$1" "${2:-0}"
 }
 
-@test "the same bytes whatever the output: a file, a file opened to append, a pipe, a socket; 1 MiB len32 elements larger than a reply" {
+@test "the same bytes whatever the output: a file, a file opened to append, a pipe, a socket, a stage too small; 1 MiB len32 elements larger than a reply" {
 	start_dispatchd
-	start_worker a:0
+	start_worker a:0 --buffer 64M
 	# 12 splits of 12 elements of 1 MiB. Replies go through the
 	# consumer's stage, and out of it by splice into a file or a pipe; a
 	# file opened to append refuses splice, and a socket is written from
@@ -518,6 +518,12 @@ with open("big", "wb") as f:
 	printf 'head\n' >appended
 	dispatchctl read "$id" >>appended
 	dispatchctl read --max-bytes 1M "$id" | cat >piped
+	# A stage of one pipe (a quarter of 12 descriptors): most of each
+	# reply of up to 64 MiB goes through memory, after its staged pieces.
+	(
+		ulimit -n 12
+		dispatchctl read --max-bytes 64M "$id" >tight
+	)
 	"$PYTHON" -c '
 import socket, subprocess, sys
 a, b = socket.socketpair()
@@ -532,7 +538,7 @@ with open("socketed", "wb") as f:
 sys.exit(p.wait())' "$id"
 	want=$(records all)
 	[[ $want == "144 "* ]]
-	for f in file piped socketed; do
+	for f in file piped socketed tight; do
 		got=$(records "$f")
 		[ "$got" = "$want" ] || { echo "$f: $got, want $want"; false; }
 	done
