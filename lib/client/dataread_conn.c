@@ -233,6 +233,16 @@ recv_head(struct wconn *wc, char *buf, size_t cap, size_t *have, size_t *head,
 	    0;
 }
 
+/* The reply of head h, its body at body (NULL: staged). */
+static void
+set_reply(struct reply *rp, const struct http1_reply *h, const char *body)
+{
+	rp->code = h->code;
+	rp->close = h->close;
+	rp->body = body;
+	rp->len = (size_t)h->length;
+}
+
 /*
  * Receives one reply into *buf (grown to fit; at least want bytes, so
  * that the first read may take a whole reply). 0, or -1 when the
@@ -256,10 +266,7 @@ dataread_recv_reply(struct wconn *wc, char **buf, size_t *cap, size_t want,
 			return -1;
 		have += (size_t)n;
 	}
-	rp->code = h.code;
-	rp->close = h.close;
-	rp->body = *buf + head;
-	rp->len = (size_t)h.length;
+	set_reply(rp, &h, *buf + head);
 	return 0;
 }
 
@@ -357,6 +364,7 @@ dataread_recv_staged(struct wconn *wc, char **buf, size_t *cap,
 	struct body b = {.wc = wc, .buf = buf, .cap = cap};
 	size_t head = 0, have = 0, c = 0;
 	struct http1_reply h;
+	int rc = -1;
 
 	*npc = 0;
 	/* The head in a first read that takes little of the body with it:
@@ -371,10 +379,7 @@ dataread_recv_staged(struct wconn *wc, char **buf, size_t *cap,
 		ssize_t at = body_mem(&b, b.left);
 		if (at < 0)
 			goto fail;
-		rp->code = h.code;
-		rp->close = h.close;
-		rp->body = *buf + at;
-		rp->len = (size_t)h.length;
+		set_reply(rp, &h, *buf + at);
 		return 0;
 	}
 	while (b.left > 0) {
@@ -383,9 +388,8 @@ dataread_recv_staged(struct wconn *wc, char **buf, size_t *cap,
 		if (at < 0)
 			goto fail;
 		if (dw_chunk_head(*buf + at, b.left, &ch) < 0) {
-			dataread_stage_reset(st);
-			*npc = 0;
-			return -2;
+			rc = -2;
+			goto fail;
 		}
 		if (add_piece(pc, npc, cappc,
 		        (struct piece){(size_t)at, sizeof(ch), c, 0, 1}) < 0)
@@ -403,15 +407,12 @@ dataread_recv_staged(struct wconn *wc, char **buf, size_t *cap,
 		}
 		c++;
 	}
-	rp->code = h.code;
-	rp->close = h.close;
-	rp->body = NULL;
-	rp->len = (size_t)h.length;
+	set_reply(rp, &h, NULL);
 	return 0;
 fail:
 	dataread_stage_reset(st);
 	*npc = 0;
-	return -1;
+	return rc;
 }
 
 /* The message of an error reply's JSON body, or a stand-in. */

@@ -49,16 +49,14 @@ dataread_stage_init(struct stage *st, int *budget)
 void
 dataread_stage_reset(struct stage *st)
 {
-	int null = st->null, off = st->off;
-
 	for (int i = 0; i < st->n; i++) {
 		close(st->fd[i][0]);
 		close(st->fd[i][1]);
+		st->fd[i][0] = st->fd[i][1] = -1;
+		st->held[i] = 0;
 	}
 	__atomic_add_fetch(st->budget, 2 * st->n, __ATOMIC_RELAXED);
-	dataread_stage_init(st, st->budget);
-	st->null = null;
-	st->off = off;
+	st->n = st->fill = st->drain = 0;
 }
 
 void
