@@ -104,15 +104,13 @@ until dispatchctl status 2>/dev/null | grep -q 'reader:0 *yes'; do sleep 0.05; d
 sid=$(dispatchctl splits files "$T/small/part-*" |
     dispatchctl dataset add --splits - --reader 'cat "$MUSTER_SPLIT"')
 cat "$T"/small/part-* >/dev/null # the page cache, for both
-# min A B: the smaller, B when A is empty.
-min() { if [ -z "$1" ] || [ "$2" -lt "$1" ]; then echo "$2"; else echo "$1"; fi; }
-cat_ms= read_ms=
+cat_ms='' read_ms=''
 for ((i = 0; i < rounds; i++)); do
 	t0=$(now_ms)
 	cat "$T"/small/part-* | cat >/dev/null
 	t1=$(now_ms)
-	cat_ms=$(min "$cat_ms" $((t1 - t0)))
-	read_ms=$(min "$read_ms" "$(read_time "$sid")")
+	cat_ms=$(least "$cat_ms" $((t1 - t0)))
+	read_ms=$(least "$read_ms" "$(read_time "$sid")")
 done
 cat_mbps=$(mbps "$small_bytes" "$cat_ms")
 read_mbps=$(mbps "$small_bytes" "$read_ms")
@@ -164,10 +162,10 @@ th.join()
 print(int((time.monotonic() - t0) * 1000))
 EOF
 }
-read_big_ms= tcp_ms=
+read_big_ms='' tcp_ms=''
 for ((i = 0; i < rounds; i++)); do
-	read_big_ms=$(min "$read_big_ms" "$(read_time "$bid")")
-	tcp_ms=$(min "$tcp_ms" "$(tcp_time "$big_bytes")")
+	read_big_ms=$(least "$read_big_ms" "$(read_time "$bid")")
+	tcp_ms=$(least "$tcp_ms" "$(tcp_time "$big_bytes")")
 done
 stop "$wpid"
 stop "$dpid"

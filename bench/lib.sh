@@ -22,6 +22,14 @@ ratio() {
 		else printf "%.2f\n", a / b }'
 }
 
+# least A B: the smaller of two whole numbers, a time say, either of
+# which may be missing (a run that failed).
+least() {
+	if [ -z "$2" ]; then echo "$1"
+	elif [ -z "$1" ] || [ "$2" -lt "$1" ]; then echo "$2"
+	else echo "$1"; fi
+}
+
 # verdict VALUE OP TARGET: "meets" or "MISSES" the target, "n/a" without
 # a value. OP is >= or <=.
 verdict() {
