@@ -6,7 +6,7 @@
  *   bench-loadgen parked [-v] -c ADDR --pid PID [-n N] [--key KEY] [--rounds R]
  *       [--timeout DUR]
  *   bench-loadgen tasks [-v] -c ADDR --pid PID [-n N] [--duration DUR]
- *       [--timeout DUR] [--procs P]
+ *       [--hb-interval DUR] [--timeout DUR] [--procs P]
  *   bench-loadgen detect [-v] -c ADDR [-n K] [--rounds R] [--timeout DUR]
  *
  * parked: N requests GET /v1/kv/KEY?wait=60s park at coordd; once its
@@ -20,8 +20,9 @@
  * tasks: against coordd --cluster worker=N, N tasks (default 10000) come
  * up: each registers with a random incarnation and calls wait-all, again
  * on 202; bring-up is the time from the first register sent to the last
- * wait-all reply. Then every task heartbeats once a second, the N beats
- * spread evenly over the second, for DUR (default 10s): coordd's CPU time
+ * wait-all reply. Then every task heartbeats every --hb-interval (default
+ * 1s; an agent beats at half coordd's --heartbeat-timeout), the N beats
+ * spread evenly over the interval, for DUR (default 10s): coordd's CPU time
  * per heartbeat (utime + stime from /proc/PID/stat), its RSS and the
  * failed heartbeats. Then, heartbeats still going, all N arrive at barrier
  * b1: N-1 first, parked, then the last; barrier release is the time from
@@ -82,7 +83,8 @@ static const char synopsis[] =
     "usage: bench-loadgen parked [-v] -c ADDR --pid PID [-n N] [--key KEY] "
     "[--rounds R]\n                     [--timeout DUR]\n"
     "       bench-loadgen tasks [-v] -c ADDR --pid PID [-n N] "
-    "[--duration DUR]\n                     [--timeout DUR] [--procs P]\n"
+    "[--duration DUR]\n                     [--hb-interval DUR] [--timeout DUR] "
+    "[--procs P]\n"
     "       bench-loadgen detect [-v] -c ADDR [-n K] [--rounds R] "
     "[--timeout DUR]\n";
 
@@ -96,6 +98,7 @@ struct opts {
 	const char *key;
 	int64_t timeout_ms;
 	int64_t duration_ms;
+	int64_t hb_interval_ms; /* tasks: each task's heartbeat period */
 	int rounds;
 	int n_set;
 	/* tasks: this process drives tasks base..base+n-1 of total. */
@@ -1259,8 +1262,10 @@ hb_done(struct xfer *x)
 static int64_t
 hb_due(const struct tasks *ts, size_t slot)
 {
-	return ts->hb_t0 + (int64_t)(slot / ts->n) * 1000000 +
-	    (int64_t)(ts->base + slot % ts->n) * 1000000 / (int64_t)ts->total;
+	int64_t iv = ts->o->hb_interval_ms * 1000;
+
+	return ts->hb_t0 + (int64_t)(slot / ts->n) * iv +
+	    (int64_t)(ts->base + slot % ts->n) * iv / (int64_t)ts->total;
 }
 
 /* Sends the heartbeats due by now. */
@@ -1404,15 +1409,16 @@ self_cpu_us(void)
 	    ru.ru_utime.tv_usec + ru.ru_stime.tv_usec;
 }
 
-/* Every task heartbeats at 1 Hz for the --duration. */
+/* Every task heartbeats every --hb-interval for the --duration. */
 static int
 tasks_heartbeats(struct tasks *ts, long rss_base)
 {
 	size_t n = ts->n, total;
 	int64_t t0, t1, c0, c1, s0, s1, own0, own1, d = ts->o->duration_ms;
+	int64_t iv = ts->o->hb_interval_ms;
 	long rss;
 
-	total = (size_t)(d / 1000) * n + (size_t)(d % 1000) * n / 1000;
+	total = (size_t)(d / iv) * n + (size_t)(d % iv) * n / (size_t)iv;
 	ts->caplat = total;
 	if ((ts->lat = calloc(total + 1, sizeof(*ts->lat))) == NULL ||
 	    (ts->lag = calloc(total + 1, sizeof(*ts->lag))) == NULL) {
@@ -1757,7 +1763,8 @@ mode_tasks_split(const struct opts *o)
 {
 	struct share sh[MAX_PROCS];
 	struct split sp = {.nprocs = (int)o->procs};
-	char a_pid[32], a_n[32], a_base[32], a_total[32], a_dur[32], a_to[32];
+	char a_pid[32], a_n[32], a_base[32], a_total[32], a_dur[32], a_to[32],
+	    a_iv[32];
 	long rss_base = rss_kib(o->pid);
 	int np = (int)o->procs, failed = 0;
 	int64_t cpu0 = stat_cpu_us(o->pid);
@@ -1771,6 +1778,7 @@ mode_tasks_split(const struct opts *o)
 	snprintf(a_total, sizeof(a_total), "%ld", o->n);
 	snprintf(a_dur, sizeof(a_dur), "%" PRId64 "ms", o->duration_ms);
 	snprintf(a_to, sizeof(a_to), "%" PRId64 "ms", o->timeout_ms);
+	snprintf(a_iv, sizeof(a_iv), "%" PRId64 "ms", o->hb_interval_ms);
 	for (int k = 0; k < np; k++) {
 		long lo = o->n * k / np, hi = o->n * (k + 1) / np;
 		int p[2];
@@ -1790,6 +1798,7 @@ mode_tasks_split(const struct opts *o)
 			execl(o->self, o->self, "tasks", "-c", o->addr, "--pid",
 			    a_pid, "-n", a_n, "--base", a_base, "--total",
 			    a_total, "--duration", a_dur, "--timeout", a_to,
+			    "--hb-interval", a_iv,
 			    o->verbose ? "-v" : (char *)NULL, (char *)NULL);
 			_exit(127);
 		}
@@ -2276,6 +2285,7 @@ main(int argc, char **argv)
 	    {"timeout", required_argument, NULL, 't'},
 	    {"rounds", required_argument, NULL, 'r'},
 	    {"duration", required_argument, NULL, 'D'},
+	    {"hb-interval", required_argument, NULL, 'I'},
 	    {"procs", required_argument, NULL, 'P'},
 	    {"base", required_argument, NULL, 'B'},
 	    {"total", required_argument, NULL, 'N'},
@@ -2287,6 +2297,7 @@ main(int argc, char **argv)
 	    .key = "bench-parked",
 	    .timeout_ms = 60000,
 	    .duration_ms = 10000,
+	    .hb_interval_ms = 1000,
 	    .rounds = 2,
 	    .procs = 4};
 	const struct mode *m = NULL;
@@ -2337,6 +2348,14 @@ main(int argc, char **argv)
 				return cli_usage_error(synopsis,
 				    "--duration %s is "
 				    "not a duration of 1s or more",
+				    optarg);
+			break;
+		case 'I':
+			if (duration_parse(optarg, &o.hb_interval_ms) < 0 ||
+			    o.hb_interval_ms < 100)
+				return cli_usage_error(synopsis,
+				    "--hb-interval %s is "
+				    "not a duration of 100ms or more",
 				    optarg);
 			break;
 		case 'r':
