@@ -2343,20 +2343,14 @@ main(int argc, char **argv)
 				    optarg);
 			break;
 		case 'D':
-			if (duration_parse(optarg, &o.duration_ms) < 0 ||
-			    o.duration_ms < 1000)
-				return cli_usage_error(synopsis,
-				    "--duration %s is "
-				    "not a duration of 1s or more",
-				    optarg);
+			if (cli_duration_flag(synopsis, "--duration", optarg,
+			        1000, &o.duration_ms) != 0)
+				return 2;
 			break;
 		case 'I':
-			if (duration_parse(optarg, &o.hb_interval_ms) < 0 ||
-			    o.hb_interval_ms < 100)
-				return cli_usage_error(synopsis,
-				    "--hb-interval %s is "
-				    "not a duration of 100ms or more",
-				    optarg);
+			if (cli_duration_flag(synopsis, "--hb-interval", optarg,
+			        100, &o.hb_interval_ms) != 0)
+				return 2;
 			break;
 		case 'r':
 			if (parse_long(optarg, 1, 100, &v) < 0)

@@ -339,6 +339,10 @@ escaping() {
 }
 
 @test "--watchdog logs the queue and every worker when nothing ends" {
+	# Below its least, the flag's message says what that least is.
+	run --separate-stderr dispatchd -l 127.0.0.1:0 --watchdog 5ms
+	assert_failure 2
+	[[ $stderr == *"--watchdog 5ms is not a duration of 10ms or more"* ]]
 	start_dispatchd --watchdog 300ms
 	start_worker worker:0
 	dispatchctl schedule -- sleep 60 >/dev/null

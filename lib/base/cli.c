@@ -49,10 +49,18 @@ int
 cli_duration_flag(const char *synopsis, const char *flag, const char *arg,
     int64_t min, int64_t *ms)
 {
-	if (duration_parse(arg, ms) < 0 || *ms < min)
-		return cli_usage_error(synopsis, "%s %s is not a duration%s",
-		    flag, arg, min > 0 ? " above zero" : "");
-	return 0;
+	char least[64], f[32];
+
+	if (duration_parse(arg, ms) == 0 && *ms >= min)
+		return 0;
+	if (min > 1)
+		snprintf(least, sizeof(least), " of %s or more",
+		    duration_format(min, f, sizeof(f)));
+	else
+		snprintf(least, sizeof(least), "%s",
+		    min > 0 ? " above zero" : "");
+	return cli_usage_error(synopsis, "%s %s is not a duration%s", flag, arg,
+	    least);
 }
 
 int

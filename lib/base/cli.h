@@ -41,8 +41,9 @@ const char *cli_dispatch_addr(const char *flag);
 int cli_std_option(int c, const char *synopsis);
 
 /*
- * A flag's duration (at least min ms) or number (min to max): 0, or, after
- * saying what is wrong and the synopsis on stderr, 2 (usage).
+ * A flag's duration (at least min ms: "above zero" for 1, "of 1s or more"
+ * for 1000) or number (min to max): 0, or, after saying what is wrong and
+ * the synopsis on stderr, 2 (usage).
  */
 int cli_duration_flag(const char *synopsis, const char *flag, const char *arg,
     int64_t min, int64_t *ms);
