@@ -6,7 +6,8 @@
  *   bench-loadgen parked [-v] -c ADDR --pid PID [-n N] [--key KEY] [--rounds R]
  *       [--timeout DUR]
  *   bench-loadgen tasks [-v] -c ADDR --pid PID [-n N] [--duration DUR]
- *       [--hb-interval DUR] [--timeout DUR] [--procs P]
+ *       [--hb-interval DUR] [--timeout DUR] [--procs P] [--spread-addrs]
+ *       [--detect]
  *   bench-loadgen detect [-v] -c ADDR [-n K] [--rounds R] [--timeout DUR]
  *
  * parked: N requests GET /v1/kv/KEY?wait=60s park at coordd; once its
@@ -29,6 +30,15 @@
  * sending the last arrival to the last reply, every reply checked. Each
  * task keeps one connection alive for register, wait-all and the barrier,
  * in a connection cache of its own (a CURLSH); heartbeats share a pool.
+ * With --spread-addrs, task i's connection comes from 127.0.0.2 + i
+ * rather than 127.0.0.1 (the coordd must listen on loopback): past some
+ * 10,000 connections from one address, the kernel's search for a free
+ * ephemeral port in connect() takes more of the load generator's time
+ * than anything else, and past 28,000 the ports run out. With --detect,
+ * once the barrier is passed, the last task sends one more heartbeat and
+ * stops, the others beating on, and every process parks GET
+ * /v1/errors?wait=30s: the figure is the time from that last beat's
+ * sending to the error's arrival, at N tasks rather than detect's few.
  * With one cache for all, libcurl 7.88 walks every cached connection each
  * time it adds, reuses or removes a transfer, and at 10,000 connections
  * the load generator, not coordd, sets the pace.
@@ -84,7 +94,7 @@ static const char synopsis[] =
     "[--rounds R]\n                     [--timeout DUR]\n"
     "       bench-loadgen tasks [-v] -c ADDR --pid PID [-n N] "
     "[--duration DUR]\n                     [--hb-interval DUR] [--timeout DUR] "
-    "[--procs P]\n"
+    "[--procs P]\n                     [--spread-addrs] [--detect]\n"
     "       bench-loadgen detect [-v] -c ADDR [-n K] [--rounds R] "
     "[--timeout DUR]\n";
 
@@ -104,6 +114,8 @@ struct opts {
 	/* tasks: this process drives tasks base..base+n-1 of total. */
 	long base, total;
 	long procs;       /* tasks: processes to split the load over */
+	int spread;       /* tasks: a source address per task */
+	int detect;       /* tasks: detection of a silent task at the end */
 	const char *self; /* argv[0], to start the others */
 	int verbose;
 };
@@ -125,6 +137,7 @@ struct xfer {
 	void *arg;
 	struct curl_slist *hdrs;
 	int fd;                /* its socket, as curl last told us */
+	uint32_t src;          /* IPv4 source address (host order); 0 any */
 	unsigned char hold;    /* capture mode applies to it */
 	unsigned char held;    /* readable, kept back from curl */
 	unsigned char oneshot; /* armed to report once: lg_capture */
@@ -149,10 +162,13 @@ struct lg {
 	struct xfer **by_fd;
 	size_t nfd;
 	/*
-	 * The socket on each local port. curl hands a kept-alive connection
-	 * to another transfer without telling on_socket, so by_fd would still
-	 * name the connection's last user: on_prereq, which learns the local
-	 * port, puts the transfer about to send on it there.
+	 * The socket on each local port, of those from the default source
+	 * address. curl hands a kept-alive connection to another transfer
+	 * without telling on_socket, so by_fd would still name the
+	 * connection's last user: on_prereq, which learns the local port,
+	 * puts the transfer about to send on it there. (A transfer with a
+	 * source address of its own keeps its connection to itself: the port
+	 * numbers of different addresses collide.)
 	 */
 	int *fd_of_port;
 	struct epoll_event *evs;
@@ -213,7 +229,7 @@ on_socket(CURL *e, curl_socket_t s, int what, void *userp, void *socketp)
 	lg->by_fd[s] = x;
 	if (x != NULL)
 		x->fd = s;
-	if (socketp == NULL) {
+	if (socketp == NULL && (x == NULL || x->src == 0)) {
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof(ss);
 		if (getsockname(s, (struct sockaddr *)&ss, &sl) == 0)
@@ -269,7 +285,8 @@ on_prereq(void *arg, char *pip, char *lip, int pport, int lport)
 	(void)pip;
 	(void)lip;
 	(void)pport;
-	if (lport > 0 && lport < 65536 && x->lg->fd_of_port[lport] >= 0) {
+	if (x->src == 0 && lport > 0 && lport < 65536 &&
+	    x->lg->fd_of_port[lport] >= 0) {
 		x->fd = x->lg->fd_of_port[lport];
 		x->lg->by_fd[x->fd] = x;
 	}
@@ -297,6 +314,38 @@ on_sockopt(void *arg, curl_socket_t fd, curlsocktype purpose)
 	if (purpose == CURLSOCKTYPE_IPCXN)
 		(void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
 	return CURL_SOCKOPT_OK;
+}
+
+/*
+ * A transfer with a source address binds its socket to it here, with the
+ * port left to connect() (IP_BIND_ADDRESS_NO_PORT): a bind() that picked
+ * the port would search the ports bound on every address. CURLOPT_INTERFACE
+ * would do the bind too, but libcurl then resolves each address into its
+ * DNS cache, and walks that cache of thousands on later requests.
+ */
+static curl_socket_t
+on_opensocket(void *arg, curlsocktype purpose, struct curl_sockaddr *a)
+{
+	struct xfer *x = arg;
+	int fd, one = 1;
+
+	if (purpose != CURLSOCKTYPE_IPCXN)
+		return CURL_SOCKET_BAD;
+	if ((fd = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol)) <
+	    0)
+		return CURL_SOCKET_BAD;
+	if (x->src != 0 && a->family == AF_INET) {
+		struct sockaddr_in sin = {.sin_family = AF_INET,
+		    .sin_addr.s_addr = htonl(x->src)};
+
+		(void)setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one,
+		    sizeof(one));
+		if (bind(fd, (struct sockaddr *)&sin, sizeof(sin)) < 0) {
+			close(fd);
+			return CURL_SOCKET_BAD;
+		}
+	}
+	return fd;
 }
 
 static int
@@ -390,6 +439,8 @@ xfer_new(struct lg *lg, const char *url, const char *method, const char *body)
 	curl_easy_setopt(x->easy, CURLOPT_PREREQDATA, x);
 	curl_easy_setopt(x->easy, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(x->easy, CURLOPT_SOCKOPTFUNCTION, on_sockopt);
+	curl_easy_setopt(x->easy, CURLOPT_OPENSOCKETFUNCTION, on_opensocket);
+	curl_easy_setopt(x->easy, CURLOPT_OPENSOCKETDATA, x);
 	curl_easy_setopt(x->easy, CURLOPT_BUFFERSIZE, 4096L);
 	curl_easy_setopt(x->easy, CURLOPT_PROXY, "");
 	curl_easy_setopt(x->easy, CURLOPT_TIMEOUT_MS,
@@ -1127,6 +1178,9 @@ struct ttask {
 	struct xfer *x;      /* register, wait-all, barrier */
 	CURLSH *conn;        /* x's own connection cache */
 	int hb_busy;         /* a heartbeat of it is in flight */
+	int hb_stop;         /* 1: its next beat is its last; 2: sent */
+	int64_t last_hb_us;  /* once stopped: its last beat's sending, */
+	long last_hb_code;   /* and the reply's status */
 	int64_t reg_sent_us; /* register sent */
 	int64_t reg_us;      /* register answered */
 	int64_t up_us;       /* wait-all answered 200 */
@@ -1143,8 +1197,9 @@ struct tasks {
 	int64_t hb_t0;
 	size_t hb_next, hb_limit;
 	struct xfer **pool; /* idle heartbeat transfers */
-	struct xfer **hbx;  /* all of them, at most one per task */
+	struct xfer **hbx;  /* all of them, at most HB_XFERS */
 	size_t npool, nhb_xfers, hb_inflight, nnoted;
+	int hb_starved; /* a beat is due and every transfer is in flight */
 	size_t hb_ok, hb_fail, hb_skipped;
 	int64_t *lat; /* heartbeat latencies while recording */
 	size_t nlat, caplat;
@@ -1152,6 +1207,8 @@ struct tasks {
 	int64_t *lag;
 	size_t nlag;
 	int record_lat;
+	struct xfer *errs; /* --detect: GET /v1/errors?wait=30s */
+	int errs_done;
 };
 
 /* Reports a failed request; the first few in full, on stderr. */
@@ -1246,6 +1303,10 @@ hb_done(struct xfer *x)
 
 	t->hb_busy = 0;
 	ts->hb_inflight--;
+	if (t->hb_stop == 2) {
+		t->last_hb_us = x->sent_us;
+		t->last_hb_code = x->rc == CURLE_OK ? x->code : 0;
+	}
 	if (x->rc == CURLE_OK && x->code == 200) {
 		ts->hb_ok++;
 		if (ts->record_lat && ts->nlat < ts->caplat && x->sent_us != 0)
@@ -1268,17 +1329,35 @@ hb_due(const struct tasks *ts, size_t slot)
 	    (int64_t)(ts->base + slot % ts->n) * iv / (int64_t)ts->total;
 }
 
+/*
+ * Heartbeat transfers of one process, at most, and so connections: those
+ * of all processes, with a connection per task, must stay under coordd's
+ * connection limit, or coordd refuses the next and the beat reads as
+ * failed. A beat due with all of them in flight waits for the first to
+ * come back, and counts as the load generator's lag.
+ */
+#define HB_XFERS 128
+
 /* Sends the heartbeats due by now. */
 static int
 hb_pump(struct tasks *ts, int64_t now)
 {
+	ts->hb_starved = 0;
 	while (ts->hb_next < ts->hb_limit && hb_due(ts, ts->hb_next) <= now) {
 		struct ttask *t = &ts->t[ts->hb_next % ts->n];
 		struct xfer *x;
 
+		if (ts->npool == 0 && ts->nhb_xfers >= HB_XFERS &&
+		    !t->hb_busy && t->hb_stop != 2) {
+			ts->hb_starved = 1;
+			break;
+		}
+
 		if (ts->record_lat && ts->nlag < ts->caplat)
 			ts->lag[ts->nlag++] = now - hb_due(ts, ts->hb_next);
 		ts->hb_next++;
+		if (t->hb_stop == 2)
+			continue;
 		if (t->hb_busy) {
 			ts->hb_skipped++;
 			continue;
@@ -1300,6 +1379,8 @@ hb_pump(struct tasks *ts, int64_t now)
 		}
 		t->hb_busy = 1;
 		ts->hb_inflight++;
+		if (t->hb_stop == 1)
+			t->hb_stop = 2;
 	}
 	return 0;
 }
@@ -1312,7 +1393,8 @@ tasks_step(struct tasks *ts, int64_t until_us)
 		cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
 		return -1;
 	}
-	if (ts->hb_next < ts->hb_limit && hb_due(ts, ts->hb_next) < until_us)
+	if (!ts->hb_starved && ts->hb_next < ts->hb_limit &&
+	    hb_due(ts, ts->hb_next) < until_us)
 		until_us = hb_due(ts, ts->hb_next);
 	if (lg_step(&ts->lg, until_us) < 0) {
 		cli_fail(ST_INTERNAL, "epoll_wait: %m");
@@ -1620,6 +1702,98 @@ fail:
 	return -1;
 }
 
+static void
+errs_done(struct xfer *x)
+{
+	struct tasks *ts = x->arg;
+
+	/* The poll ended with no error in the list: ask again. */
+	if (x->rc == CURLE_OK && x->code == 200 && !x->truncated &&
+	    strstr(x->body, "\"task\"") == NULL && lg_add(&ts->lg, x) == 0)
+		return;
+	ts->errs_done = 1;
+}
+
+/*
+ * --detect, after the barrier, heartbeats going: the last task sends one
+ * more beat and stops, and every process parks GET /v1/errors until the
+ * error comes. The one with the last task reports the time from that
+ * beat's sending to the error's arrival; every process, the heartbeats
+ * that failed meanwhile (none should: the others are alive).
+ */
+static int
+tasks_detect(struct tasks *ts)
+{
+	struct ttask *v = &ts->t[ts->n - 1];
+	int last_here = ts->base + ts->n == ts->total;
+	size_t hb_fail0 = ts->hb_fail;
+	char url[512], want[64];
+
+	snprintf(url, sizeof(url), "http://%s/v1/errors?wait=30s", ts->o->addr);
+	if ((ts->errs = xfer_new(&ts->lg, url, NULL, NULL)) == NULL) {
+		cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
+		return -1;
+	}
+	ts->errs->arg = ts;
+	ts->errs->done = errs_done;
+	if (lg_add(&ts->lg, ts->errs) < 0) {
+		cli_fail(ST_INTERNAL, "curl_multi_add_handle failed");
+		return -1;
+	}
+	if (last_here)
+		v->hb_stop = 1;
+	while (!ts->errs_done || (last_here && v->hb_busy)) {
+		if (tasks_late(ts, "detect"))
+			return -1;
+		if (tasks_step(ts, now_us() + 20000) < 0)
+			return -1;
+	}
+	if (ts->errs->rc != CURLE_OK || ts->errs->code != 200) {
+		cli_fail(ST_INTERNAL,
+		    "detect: GET /v1/errors: %s, HTTP %ld: %s",
+		    curl_easy_strerror(ts->errs->rc), ts->errs->code,
+		    ts->errs->body);
+		return -1;
+	}
+	printf("detect_hb_failures %zu heartbeats failed before the error "
+	       "came\n",
+	    ts->hb_fail - hb_fail0);
+	fflush(stdout);
+	snprintf(want, sizeof(want), "\"task\":\"worker:%zu\"", v->i);
+	if (!last_here) {
+		/* Beat on a moment: this process's exit, its thousands of
+		 * resets, would slow the last one's receipt of the error. */
+		for (int64_t end = now_us() + 1000000; now_us() < end;)
+			if (tasks_step(ts, end) < 0)
+				return -1;
+		if (ts->hb_fail == hb_fail0)
+			return 0;
+		cli_fail(ST_INTERNAL,
+		    "detect: %zu heartbeats failed before the error came",
+		    ts->hb_fail - hb_fail0);
+		return -1;
+	}
+	if (v->hb_stop != 2 || v->last_hb_code != 200 ||
+	    strstr(ts->errs->body, want) == NULL ||
+	    count_str(ts->errs->body, "\"task\"") != 1) {
+		cli_fail(ST_INTERNAL,
+		    "detect: the last heartbeat of worker:%zu got HTTP %ld; "
+		    "GET /v1/errors: %.300s",
+		    v->i, v->last_hb_code, ts->errs->body);
+		return -1;
+	}
+	printf("detect %.1f ms from the last heartbeat of worker:%zu to the "
+	       "error's arrival\n",
+	    ms(ts->errs->done_us - v->last_hb_us), v->i);
+	fflush(stdout);
+	if (ts->hb_fail == hb_fail0)
+		return 0;
+	cli_fail(ST_INTERNAL,
+	    "detect: %zu heartbeats failed before the error came",
+	    ts->hb_fail - hb_fail0);
+	return -1;
+}
+
 /*
  * tasks over --procs processes: each drives its share of the tasks (one
  * process could not keep 10,000 on two cores, and its lag read as
@@ -1643,6 +1817,8 @@ struct split {
 	double hb_sent, hb_fail, hb_skipped, bar_hb_fail, bar_ok;
 	double lat_p99, lag_p99, lag_max, cpu_max, cpu_sum;
 	int64_t bar_sent, bar_last;
+	double det, det_fail;
+	int ndet;
 };
 
 static void
@@ -1709,6 +1885,11 @@ split_line(struct split *sp, const struct opts *o, int k, const char *line)
 		sp->bar_ok += v;
 	} else if (strcmp(key, "barrier_hb_failures") == 0) {
 		sp->bar_hb_fail += v;
+	} else if (strcmp(key, "detect") == 0) {
+		sp->det = v;
+	} else if (strcmp(key, "detect_hb_failures") == 0) {
+		sp->det_fail += v;
+		sp->ndet++;
 	}
 }
 
@@ -1795,11 +1976,20 @@ mode_tasks_split(const struct opts *o)
 			dup2(p[1], 1);
 			close(p[0]);
 			close(p[1]);
-			execl(o->self, o->self, "tasks", "-c", o->addr, "--pid",
-			    a_pid, "-n", a_n, "--base", a_base, "--total",
-			    a_total, "--duration", a_dur, "--timeout", a_to,
-			    "--hb-interval", a_iv,
-			    o->verbose ? "-v" : (char *)NULL, (char *)NULL);
+			char *av[24] = {(char *)o->self, "tasks", "-c",
+			    (char *)o->addr, "--pid", a_pid, "-n", a_n,
+			    "--base", a_base, "--total", a_total, "--duration",
+			    a_dur, "--timeout", a_to, "--hb-interval", a_iv};
+			int ac = 18;
+
+			if (o->spread)
+				av[ac++] = "--spread-addrs";
+			if (o->detect)
+				av[ac++] = "--detect";
+			if (o->verbose)
+				av[ac++] = "-v";
+			av[ac] = NULL;
+			execv(o->self, av);
 			_exit(127);
 		}
 		close(p[1]);
@@ -1857,6 +2047,15 @@ mode_tasks_split(const struct opts *o)
 		       "barrier\n",
 		    sp.bar_hb_fail);
 	}
+	if (sp.det > 0 && sp.ndet == np) {
+		printf(
+		    "detect %.1f ms from the last heartbeat of worker:%ld to "
+		    "the error's arrival\n",
+		    sp.det, o->n - 1);
+		printf("detect_hb_failures %.0f heartbeats of the others "
+		       "failed before it came\n",
+		    sp.det_fail);
+	}
 	fflush(stdout);
 	if (failed > 0)
 		return cli_fail(ST_INTERNAL,
@@ -1888,17 +2087,17 @@ mode_tasks(const struct opts *o)
 		cli_fail(ST_INTERNAL, "%s", err);
 		goto out;
 	}
-	/* A connection per task, and a few hundred for the heartbeats. */
-	if (ts.n + 256 > ts.lg.nfd) {
+	/* A connection per task, and some for the heartbeats. */
+	if (ts.n + HB_XFERS + 64 > ts.lg.nfd) {
 		cli_fail(ST_RESOURCE_EXHAUSTED,
 		    "%zu tasks need %zu open files; "
 		    "the limit is %zu (raise ulimit -n)",
-		    ts.n, ts.n + 256, ts.lg.nfd);
+		    ts.n, ts.n + HB_XFERS + 64, ts.lg.nfd);
 		goto out;
 	}
 	if ((ts.t = calloc(ts.n, sizeof(*ts.t))) == NULL ||
-	    (ts.pool = calloc(ts.n, sizeof(*ts.pool))) == NULL ||
-	    (ts.hbx = calloc(ts.n, sizeof(*ts.hbx))) == NULL)
+	    (ts.pool = calloc(HB_XFERS, sizeof(*ts.pool))) == NULL ||
+	    (ts.hbx = calloc(HB_XFERS, sizeof(*ts.hbx))) == NULL)
 		goto nomem;
 	for (size_t i = 0; i < ts.n; i++) {
 		struct ttask *t = &ts.t[i];
@@ -1917,6 +2116,8 @@ mode_tasks(const struct opts *o)
 		curl_share_setopt(t->conn, CURLSHOPT_SHARE,
 		    CURL_LOCK_DATA_CONNECT);
 		curl_easy_setopt(t->x->easy, CURLOPT_SHARE, t->conn);
+		if (o->spread)
+			t->x->src = 0x7f000002u + (uint32_t)t->i;
 		t->x->arg = t;
 		t->x->done = task_done;
 	}
@@ -1930,7 +2131,8 @@ mode_tasks(const struct opts *o)
 		goto out;
 	printf("rss_per_task %.2f KiB over the RSS before\n",
 	    (double)(rss_kib(o->pid) - rss_base) / (double)ts.n);
-	if (tasks_heartbeats(&ts, rss_base) < 0 || tasks_barrier(&ts) < 0)
+	if (tasks_heartbeats(&ts, rss_base) < 0 || tasks_barrier(&ts) < 0 ||
+	    (o->detect && tasks_detect(&ts) < 0))
 		goto out;
 	ret = ts.hb_fail == 0 && ts.nfail == 0 ? 0 : 1;
 	goto out;
@@ -1951,6 +2153,10 @@ out:
 		xfer_free(ts.hbx[i]);
 	}
 	free(ts.hbx);
+	if (ts.errs != NULL) {
+		curl_multi_remove_handle(ts.lg.multi, ts.errs->easy);
+		xfer_free(ts.errs);
+	}
 	free(ts.pool);
 	free(ts.lat);
 	free(ts.lag);
@@ -2289,6 +2495,8 @@ main(int argc, char **argv)
 	    {"procs", required_argument, NULL, 'P'},
 	    {"base", required_argument, NULL, 'B'},
 	    {"total", required_argument, NULL, 'N'},
+	    {"spread-addrs", no_argument, NULL, 'S'},
+	    {"detect", no_argument, NULL, 'E'},
 	    {"verbose", no_argument, NULL, 'v'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
@@ -2377,6 +2585,8 @@ main(int argc, char **argv)
 				    "1000000",
 				    optarg);
 			break;
+		case 'S': o.spread = 1; break;
+		case 'E': o.detect = 1; break;
 		case 'v':
 			log_init(log_prog(), 1);
 			o.verbose = 1;
@@ -2389,6 +2599,11 @@ main(int argc, char **argv)
 		return cli_usage_error(synopsis, "unexpected argument %s",
 		    argv[optind]);
 	o.addr = cli_coord_addr(o.addr);
+	if (o.spread && strncmp(o.addr, "127.", 4) != 0)
+		return cli_usage_error(synopsis,
+		    "--spread-addrs needs coordd at an IPv4 loopback address "
+		    "(127.x.x.x:PORT), not %s",
+		    o.addr);
 	o.self = "/proc/self/exe";
 	signal(SIGPIPE, SIG_IGN);
 	daemon_raise_nofile();
