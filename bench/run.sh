@@ -19,6 +19,13 @@
 #      with --heartbeat-timeout 30s: heartbeats start once every task is
 #      up, and keep going through the barrier, so 30s only spares a slow
 #      bring-up on a loaded host from timing tasks out.
+#   4b. The most tasks: MOST_TASKS (100000), or as many as the open files
+#      limit lets one coordd hold a connection for (the hard limit less
+#      1000), with bench-loadgen tasks --spread-addrs --detect against
+#      coordd --heartbeat-timeout 30s (as in 4: the beats start once all
+#      are up), heartbeats every 5s: bring-up, CPU per heartbeat against
+#      the TASKS figure, barrier release, and the time from the last
+#      task's last beat to its error, the others beating on.
 #   5. Failure detection with bench-loadgen detect, against a coordd with
 #      --cluster worker=DETECT_TASKS --heartbeat-timeout 1s: from a task's
 #      last heartbeat to GET /v1/errors answering, DETECT_ROUNDS times
@@ -36,7 +43,8 @@
 # stopped by PID when it exits. MUSTER_BIN is where coordd, kvctl and the
 # bench-* programs are; WRK_DURATION (5s), WRK_THREADS (2), WRK_CONNS (32),
 # WRK_ROUNDS (2), HF_RUNS (200), WAITERS (10000), TASKS (10000),
-# HB_DURATION (10s), DETECT_TASKS (16) and DETECT_ROUNDS (6) change the
+# HB_DURATION (10s), MOST_TASKS (100000), DETECT_TASKS (16) and
+# DETECT_ROUNDS (6) change the
 # load.
 set -u
 
@@ -49,6 +57,7 @@ wrk_rounds=${WRK_ROUNDS:-2}
 hf_runs=${HF_RUNS:-200}
 waiters=${WAITERS:-10000}
 tasks=${TASKS:-10000}
+most_tasks=${MOST_TASKS:-100000}
 hb_duration=${HB_DURATION:-10s}
 detect_tasks=${DETECT_TASKS:-16}
 detect_rounds=${DETECT_ROUNDS:-6}
@@ -325,17 +334,20 @@ printf '  %-36s %8s ms   target <= 100 ms  %s\n' \
     "$(verdict "${rel2:-n/a}" '<=' 100)"
 echo
 
-# tasks_run NAME N DURATION: bench-loadgen tasks against a coordd of its
-# own; the figures go to $T/NAME.out.
+# tasks_run NAME N DURATION [TIMEOUT [LOADGEN-ARGS...]]: bench-loadgen
+# tasks against a coordd of its own with --heartbeat-timeout TIMEOUT (30s);
+# the figures go to $T/NAME.out.
 tasks_run() {
-	: >"$T/$1.out"
-	start_coordd "$1" --cluster "worker=$2" --heartbeat-timeout 30s ||
+	local name=$1 n=$2 dur=$3 hbt=${4:-30s}
+	shift $(($# < 4 ? $# : 4))
+	: >"$T/$name.out"
+	start_coordd "$name" --cluster "worker=$n" --heartbeat-timeout "$hbt" ||
 	    return 0
-	if ! run_bg "$T/$1.out" "$T/$1.err" "$bin/bench-loadgen" tasks \
-	    -c "$scen_addr" --pid "$scen_pid" -n "$2" --duration "$3" \
-	    --timeout 180s; then
-		note "bench-loadgen tasks -n $2 failed:"
-		tail -8 "$T/$1.err" >&2
+	if ! run_bg "$T/$name.out" "$T/$name.err" "$bin/bench-loadgen" tasks \
+	    -c "$scen_addr" --pid "$scen_pid" -n "$n" --duration "$dur" \
+	    --timeout 180s "$@"; then
+		note "bench-loadgen tasks -n $n failed:"
+		tail -8 "$T/$name.err" >&2
 	fi
 	stop "$scen_pid"
 }
@@ -367,6 +379,49 @@ printf '  %-36s %8s ms   target <= 100 ms  %s\n' \
 t_lag=$(figf tasks client_lag_p99) t_lcpu=$(figf tasks client_cpu)
 printf '  %-36s %8s ms   (client CPU %s%% of one, busiest process)\n' \
     "load generator lag p99" "${t_lag:-n/a}" "${t_lcpu:-n/a}"
+echo
+
+# 4b. The most tasks. One coordd holds a connection per task, so the open
+# files limit, not coordd, bounds N on a machine whose limit is low (the
+# load generator's processes need a quarter each). Each task connects
+# from an address of its own (--spread-addrs): from one, the ports run
+# out near 28,000.
+hard=$(ulimit -Hn)
+most=$most_tasks
+if [ "$hard" != unlimited ] && [ $((hard - 1000)) -lt "$most" ]; then
+	most=$((hard - 1000))
+fi
+echo "The most tasks: bench-loadgen tasks -n $most --spread-addrs" \
+    "--detect --hb-interval 5s --duration 10s, coordd --cluster" \
+    "worker=$most --heartbeat-timeout 30s"
+if [ "$most" -lt "$most_tasks" ]; then
+	echo "  (not $most_tasks: the open files limit is $hard, ulimit -Hn," \
+	    "and coordd holds one connection per task)"
+fi
+tasks_run most "$most" 10s 30s --spread-addrs --detect --hb-interval 5s
+sed 's/^/  /' "$T/most.out"
+m_up=$(figf most bringup) m_cpu=$(figf most hb_cpu)
+m_rel=$(figf most barrier_release) m_det=$(figf most detect)
+m_fail=$(awk '$1 ~ /^(hb_failures|barrier_hb_failures|detect_hb_failures)$/ {
+	s += $2; n++ } END { if (n == 3) print s }' "$T/most.out")
+m_ratio=$(ratio "$m_cpu" "$t_cpu")
+printf '  %-36s %8s      target %-9s %s\n' \
+    "tasks" "$most" "$most_tasks" "$(verdict "$most" '>=' "$most_tasks")"
+printf '  %-36s %8s ms   target <= 20000 ms %s\n' \
+    "bring-up of $most tasks" "${m_up:-n/a}" \
+    "$(verdict "${m_up:-n/a}" '<=' 20000)"
+printf '  %-36s %8s x    target <= 1.5x    %s\n' \
+    "CPU per heartbeat / at $tasks tasks" "$m_ratio" \
+    "$(verdict "$m_ratio" '<=' 1.5)"
+printf '  %-36s %8s ms   target <= 1000 ms %s\n' \
+    "barrier release, $most tasks" "${m_rel:-n/a}" \
+    "$(verdict "${m_rel:-n/a}" '<=' 1000)"
+printf '  %-36s %8s ms   target <= 37500 ms %s\n' \
+    "detection (timeout 30 s), $most tasks" "${m_det:-n/a}" \
+    "$(verdict "${m_det:-n/a}" '<=' 37500)"
+printf '  %-36s %8s      target 0          %s\n' \
+    "failed heartbeats" "${m_fail:-n/a}" \
+    "$(verdict "${m_fail:-n/a}" '<=' 0)"
 echo
 
 # 5. Failure detection.
