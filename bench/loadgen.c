@@ -1162,6 +1162,24 @@ count_str(const char *s, const char *sub)
 	return n;
 }
 
+/* A GET /v1/errors?wait= poll, the arg of its transfer. */
+struct errpoll {
+	struct lg *lg;
+	int done; /* an error came, or the poll failed */
+};
+
+static void
+errpoll_done(struct xfer *x)
+{
+	struct errpoll *p = x->arg;
+
+	/* The poll ended with no error in the list: ask again. */
+	if (x->rc == CURLE_OK && x->code == 200 && !x->truncated &&
+	    strstr(x->body, "\"task\"") == NULL && lg_add(p->lg, x) == 0)
+		return;
+	p->done = 1;
+}
+
 /*
  * tasks.
  */
@@ -1208,7 +1226,7 @@ struct tasks {
 	size_t nlag;
 	int record_lat;
 	struct xfer *errs; /* --detect: GET /v1/errors?wait=30s */
-	int errs_done;
+	struct errpoll ep;
 };
 
 /* Reports a failed request; the first few in full, on stderr. */
@@ -1702,18 +1720,6 @@ fail:
 	return -1;
 }
 
-static void
-errs_done(struct xfer *x)
-{
-	struct tasks *ts = x->arg;
-
-	/* The poll ended with no error in the list: ask again. */
-	if (x->rc == CURLE_OK && x->code == 200 && !x->truncated &&
-	    strstr(x->body, "\"task\"") == NULL && lg_add(&ts->lg, x) == 0)
-		return;
-	ts->errs_done = 1;
-}
-
 /*
  * --detect, after the barrier, heartbeats going: the last task sends one
  * more beat and stops, and every process parks GET /v1/errors until the
@@ -1726,7 +1732,7 @@ tasks_detect(struct tasks *ts)
 {
 	struct ttask *v = &ts->t[ts->n - 1];
 	int last_here = ts->base + ts->n == ts->total;
-	size_t hb_fail0 = ts->hb_fail;
+	size_t hb_fail0 = ts->hb_fail, nfail;
 	char url[512], want[64];
 
 	snprintf(url, sizeof(url), "http://%s/v1/errors?wait=30s", ts->o->addr);
@@ -1734,15 +1740,16 @@ tasks_detect(struct tasks *ts)
 		cli_fail(ST_RESOURCE_EXHAUSTED, "out of memory");
 		return -1;
 	}
-	ts->errs->arg = ts;
-	ts->errs->done = errs_done;
+	ts->ep.lg = &ts->lg;
+	ts->errs->arg = &ts->ep;
+	ts->errs->done = errpoll_done;
 	if (lg_add(&ts->lg, ts->errs) < 0) {
 		cli_fail(ST_INTERNAL, "curl_multi_add_handle failed");
 		return -1;
 	}
 	if (last_here)
 		v->hb_stop = 1;
-	while (!ts->errs_done || (last_here && v->hb_busy)) {
+	while (!ts->ep.done || (last_here && v->hb_busy)) {
 		if (tasks_late(ts, "detect"))
 			return -1;
 		if (tasks_step(ts, now_us() + 20000) < 0)
@@ -1755,9 +1762,10 @@ tasks_detect(struct tasks *ts)
 		    ts->errs->body);
 		return -1;
 	}
+	nfail = ts->hb_fail - hb_fail0;
 	printf("detect_hb_failures %zu heartbeats failed before the error "
 	       "came\n",
-	    ts->hb_fail - hb_fail0);
+	    nfail);
 	fflush(stdout);
 	snprintf(want, sizeof(want), "\"task\":\"worker:%zu\"", v->i);
 	if (!last_here) {
@@ -1766,14 +1774,7 @@ tasks_detect(struct tasks *ts)
 		for (int64_t end = now_us() + 1000000; now_us() < end;)
 			if (tasks_step(ts, end) < 0)
 				return -1;
-		if (ts->hb_fail == hb_fail0)
-			return 0;
-		cli_fail(ST_INTERNAL,
-		    "detect: %zu heartbeats failed before the error came",
-		    ts->hb_fail - hb_fail0);
-		return -1;
-	}
-	if (v->hb_stop != 2 || v->last_hb_code != 200 ||
+	} else if (v->hb_stop != 2 || v->last_hb_code != 200 ||
 	    strstr(ts->errs->body, want) == NULL ||
 	    count_str(ts->errs->body, "\"task\"") != 1) {
 		cli_fail(ST_INTERNAL,
@@ -1781,16 +1782,16 @@ tasks_detect(struct tasks *ts)
 		    "GET /v1/errors: %.300s",
 		    v->i, v->last_hb_code, ts->errs->body);
 		return -1;
+	} else {
+		printf("detect %.1f ms from the last heartbeat of worker:%zu "
+		       "to the error's arrival\n",
+		    ms(ts->errs->done_us - v->last_hb_us), v->i);
+		fflush(stdout);
 	}
-	printf("detect %.1f ms from the last heartbeat of worker:%zu to the "
-	       "error's arrival\n",
-	    ms(ts->errs->done_us - v->last_hb_us), v->i);
-	fflush(stdout);
-	if (ts->hb_fail == hb_fail0)
+	if (nfail == 0)
 		return 0;
 	cli_fail(ST_INTERNAL,
-	    "detect: %zu heartbeats failed before the error came",
-	    ts->hb_fail - hb_fail0);
+	    "detect: %zu heartbeats failed before the error came", nfail);
 	return -1;
 }
 
@@ -2186,7 +2187,7 @@ struct detect {
 	size_t k;
 	size_t hb_ok, hb_fail, hb_skipped;
 	struct xfer *errs; /* GET /v1/errors?wait=10s */
-	int errs_done;
+	struct errpoll ep;
 };
 
 static void
@@ -2206,18 +2207,6 @@ dhb_done(struct xfer *x)
 		    log_prog(), t->i,
 		    x->rc != CURLE_OK ? curl_easy_strerror(x->rc) : "reply",
 		    x->code, x->body);
-}
-
-static void
-derrs_done(struct xfer *x)
-{
-	struct detect *d = x->arg;
-
-	/* The poll ended with no error in the list: ask again. */
-	if (x->rc == CURLE_OK && x->code == 200 && !x->truncated &&
-	    strstr(x->body, "\"task\"") == NULL && lg_add(&d->lg, x) == 0)
-		return;
-	d->errs_done = 1;
 }
 
 /* Heartbeats every task not stopped and not still waiting for a reply. */
@@ -2309,11 +2298,11 @@ detect_round(struct detect *d, int round, size_t victim, int64_t interval,
 	}
 	snprintf(url, sizeof(url), "http://%s/v1/errors?wait=10s", addr);
 	xfer_set(d->errs, url, NULL);
-	d->errs_done = 0;
+	d->ep.done = 0;
 	if (lg_add(&d->lg, d->errs) < 0)
 		return -1;
 	next = now_us();
-	while (!d->errs_done) {
+	while (!d->ep.done) {
 		int64_t now = now_us();
 		if (now >= next) {
 			if (detect_beat(d, addr) < 0) {
@@ -2420,8 +2409,9 @@ mode_detect(const struct opts *o)
 	    (us = calloc((size_t)o->rounds, sizeof(*us))) == NULL ||
 	    (d.errs = xfer_new(&d.lg, url, NULL, NULL)) == NULL)
 		goto nomem;
-	d.errs->arg = &d;
-	d.errs->done = derrs_done;
+	d.ep.lg = &d.lg;
+	d.errs->arg = &d.ep;
+	d.errs->done = errpoll_done;
 	for (size_t i = 0; i < d.k; i++) {
 		d.t[i].d = &d;
 		d.t[i].i = i;

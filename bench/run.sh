@@ -334,6 +334,12 @@ printf '  %-36s %8s ms   target <= 100 ms  %s\n' \
     "$(verdict "${rel2:-n/a}" '<=' 100)"
 echo
 
+# row LABEL VALUE UNIT OP TARGET: a figure beside its target and verdict.
+row() {
+	printf '  %-36s %8s %-2s   target %s %s %s %s\n' "$1" "${2:-n/a}" "$3" \
+	    "$4" "$5" "$3" "$(verdict "${2:-n/a}" "$4" "$5")"
+}
+
 # tasks_run NAME N DURATION [TIMEOUT [LOADGEN-ARGS...]]: bench-loadgen
 # tasks against a coordd of its own with --heartbeat-timeout TIMEOUT (30s);
 # the figures go to $T/NAME.out.
@@ -362,18 +368,10 @@ t_up=$(figf tasks bringup) t_cpu=$(figf tasks hb_cpu)
 t_fail=$(figf tasks hb_failures) t_rel=$(figf tasks barrier_release)
 t_bfail=$(figf tasks barrier_hb_failures)
 [ -n "$t_fail" ] && [ -n "$t_bfail" ] && t_fail=$((t_fail + t_bfail))
-printf '  %-36s %8s ms   target <= 2000 ms %s\n' \
-    "bring-up of $tasks tasks" "${t_up:-n/a}" \
-    "$(verdict "${t_up:-n/a}" '<=' 2000)"
-printf '  %-36s %8s us   target <= 20 us   %s\n' \
-    "coordd CPU per heartbeat" "${t_cpu:-n/a}" \
-    "$(verdict "${t_cpu:-n/a}" '<=' 20)"
-printf '  %-36s %8s      target 0          %s\n' \
-    "failed heartbeats" "${t_fail:-n/a}" \
-    "$(verdict "${t_fail:-n/a}" '<=' 0)"
-printf '  %-36s %8s ms   target <= 100 ms  %s\n' \
-    "barrier release, $tasks tasks" "${t_rel:-n/a}" \
-    "$(verdict "${t_rel:-n/a}" '<=' 100)"
+row "bring-up of $tasks tasks" "$t_up" ms '<=' 2000
+row "coordd CPU per heartbeat" "$t_cpu" us '<=' 20
+row "failed heartbeats" "$t_fail" '' '<=' 0
+row "barrier release, $tasks tasks" "$t_rel" ms '<=' 100
 # The load generator's own lag: when it is near the heartbeat latency, the
 # client, not coordd, set the pace.
 t_lag=$(figf tasks client_lag_p99) t_lcpu=$(figf tasks client_cpu)
@@ -405,23 +403,12 @@ m_rel=$(figf most barrier_release) m_det=$(figf most detect)
 m_fail=$(awk '$1 ~ /^(hb_failures|barrier_hb_failures|detect_hb_failures)$/ {
 	s += $2; n++ } END { if (n == 3) print s }' "$T/most.out")
 m_ratio=$(ratio "$m_cpu" "$t_cpu")
-printf '  %-36s %8s      target %-9s %s\n' \
-    "tasks" "$most" "$most_tasks" "$(verdict "$most" '>=' "$most_tasks")"
-printf '  %-36s %8s ms   target <= 20000 ms %s\n' \
-    "bring-up of $most tasks" "${m_up:-n/a}" \
-    "$(verdict "${m_up:-n/a}" '<=' 20000)"
-printf '  %-36s %8s x    target <= 1.5x    %s\n' \
-    "CPU per heartbeat / at $tasks tasks" "$m_ratio" \
-    "$(verdict "$m_ratio" '<=' 1.5)"
-printf '  %-36s %8s ms   target <= 1000 ms %s\n' \
-    "barrier release, $most tasks" "${m_rel:-n/a}" \
-    "$(verdict "${m_rel:-n/a}" '<=' 1000)"
-printf '  %-36s %8s ms   target <= 37500 ms %s\n' \
-    "detection (timeout 30 s), $most tasks" "${m_det:-n/a}" \
-    "$(verdict "${m_det:-n/a}" '<=' 37500)"
-printf '  %-36s %8s      target 0          %s\n' \
-    "failed heartbeats" "${m_fail:-n/a}" \
-    "$(verdict "${m_fail:-n/a}" '<=' 0)"
+row "tasks" "$most" '' '>=' "$most_tasks"
+row "bring-up of $most tasks" "$m_up" ms '<=' 20000
+row "CPU per heartbeat / at $tasks tasks" "$m_ratio" x '<=' 1.5
+row "barrier release, $most tasks" "$m_rel" ms '<=' 1000
+row "detection (timeout 30 s), $most tasks" "$m_det" ms '<=' 37500
+row "failed heartbeats" "$m_fail" '' '<=' 0
 echo
 
 # 5. Failure detection.
