@@ -122,6 +122,24 @@ start_coordd() {
 # figf NAME KEY: the value of figure KEY in $T/NAME.out.
 figf() { awk -v k="$2" '$1 == k { print $2; exit }' "$T/$1.out" 2>/dev/null; }
 
+# figsum NAME KEY...: the sum of figures KEY... in $T/NAME.out, or nothing
+# if one is missing.
+figsum() {
+	local name=$1
+	shift
+	awk -v keys="$*" 'BEGIN { n = split(keys, k, " ")
+		for (i = 1; i <= n; i++) want[k[i]] = 1 }
+	    ($1 in want) && !($1 in seen) { seen[$1] = 1; s += $2; got++ }
+	    END { if (got == n) print s }' "$T/$name.out" 2>/dev/null
+}
+
+# target_row LABEL VALUE UNIT OP TARGET: a figure beside its target and
+# its verdict.
+target_row() {
+	printf '  %-36s %8s %-2s   target %s %s %s %s\n' "$1" "${2:-n/a}" "$3" \
+	    "$4" "$5" "$3" "$(verdict "${2:-n/a}" "$4" "$5")"
+}
+
 # wrk_run NAME PID URL [METHOD BODY CTYPE]: "REQ/S CPU-US/REQ" (the
 # server's own CPU time per request, from /proc), or nothing on failure.
 wrk_run() {
@@ -323,23 +341,11 @@ sed 's/^/  /' "$T/lg.out"
 fig() { awk -v k="$1" '$1 == k { print $2 }' "$T/lg.out"; }
 rss1=$(fig rss_per_waiter) rss2=$(fig rss_per_waiter_r2)
 rel1=$(fig release) rel2=$(fig release_r2)
-printf '  %-36s %8s KiB  target <= 16 KiB  %s\n' \
-    "RSS per waiter, new connection" "${rss1:-n/a}" \
-    "$(verdict "${rss1:-n/a}" '<=' 16)" \
-    "RSS per waiter, kept-alive conn." "${rss2:-n/a}" \
-    "$(verdict "${rss2:-n/a}" '<=' 16)"
-printf '  %-36s %8s ms   target <= 100 ms  %s\n' \
-    "last reply after PUT, new conn." "${rel1:-n/a}" \
-    "$(verdict "${rel1:-n/a}" '<=' 100)" \
-    "last reply after PUT, kept-alive" "${rel2:-n/a}" \
-    "$(verdict "${rel2:-n/a}" '<=' 100)"
+target_row "RSS per waiter, new connection" "$rss1" KiB '<=' 16
+target_row "RSS per waiter, kept-alive conn." "$rss2" KiB '<=' 16
+target_row "last reply after PUT, new conn." "$rel1" ms '<=' 100
+target_row "last reply after PUT, kept-alive" "$rel2" ms '<=' 100
 echo
-
-# row LABEL VALUE UNIT OP TARGET: a figure beside its target and verdict.
-row() {
-	printf '  %-36s %8s %-2s   target %s %s %s %s\n' "$1" "${2:-n/a}" "$3" \
-	    "$4" "$5" "$3" "$(verdict "${2:-n/a}" "$4" "$5")"
-}
 
 # tasks_run NAME N DURATION [TIMEOUT [LOADGEN-ARGS...]]: bench-loadgen
 # tasks against a coordd of its own with --heartbeat-timeout TIMEOUT (30s);
@@ -366,13 +372,12 @@ echo "Many tasks: bench-loadgen tasks -n $tasks --duration $hb_duration" \
 tasks_run tasks "$tasks" "$hb_duration"
 sed 's/^/  /' "$T/tasks.out"
 t_up=$(figf tasks bringup) t_cpu=$(figf tasks hb_cpu)
-t_fail=$(figf tasks hb_failures) t_rel=$(figf tasks barrier_release)
-t_bfail=$(figf tasks barrier_hb_failures)
-[ -n "$t_fail" ] && [ -n "$t_bfail" ] && t_fail=$((t_fail + t_bfail))
-row "bring-up of $tasks tasks" "$t_up" ms '<=' 2000
-row "coordd CPU per heartbeat" "$t_cpu" us '<=' 20
-row "failed heartbeats" "$t_fail" '' '<=' 0
-row "barrier release, $tasks tasks" "$t_rel" ms '<=' 100
+t_rel=$(figf tasks barrier_release)
+t_fail=$(figsum tasks hb_failures barrier_hb_failures)
+target_row "bring-up of $tasks tasks" "$t_up" ms '<=' 2000
+target_row "coordd CPU per heartbeat" "$t_cpu" us '<=' 20
+target_row "failed heartbeats" "$t_fail" '' '<=' 0
+target_row "barrier release, $tasks tasks" "$t_rel" ms '<=' 100
 # The load generator's own lag: when it is near the heartbeat latency, the
 # client, not coordd, set the pace.
 t_lag=$(figf tasks client_lag_p99) t_lcpu=$(figf tasks client_cpu)
@@ -407,15 +412,14 @@ tasks_run most "$most" 10s 30s --spread-addrs --detect \
 sed 's/^/  /' "$T/most.out"
 m_up=$(figf most bringup) m_cpu=$(figf most hb_cpu)
 m_rel=$(figf most barrier_release) m_det=$(figf most detect)
-m_fail=$(awk '$1 ~ /^(hb_failures|barrier_hb_failures|detect_hb_failures)$/ {
-	s += $2; n++ } END { if (n == 3) print s }' "$T/most.out")
+m_fail=$(figsum most hb_failures barrier_hb_failures detect_hb_failures)
 m_ratio=$(ratio "$m_cpu" "$t_cpu")
-row "tasks" "$most" '' '>=' "$most_tasks"
-row "bring-up of $most tasks" "$m_up" ms '<=' 20000
-row "CPU per heartbeat / at $tasks tasks" "$m_ratio" x '<=' 1.5
-row "barrier release, $most tasks" "$m_rel" ms '<=' 1000
-row "detection (timeout 30 s), $most tasks" "$m_det" ms '<=' 37500
-row "failed heartbeats" "$m_fail" '' '<=' 0
+target_row "tasks" "$most" '' '>=' "$most_tasks"
+target_row "bring-up of $most tasks" "$m_up" ms '<=' 20000
+target_row "CPU per heartbeat / at $tasks tasks" "$m_ratio" x '<=' 1.5
+target_row "barrier release, $most tasks" "$m_rel" ms '<=' 1000
+target_row "detection (timeout 30 s), $most tasks" "$m_det" ms '<=' 37500
+target_row "failed heartbeats" "$m_fail" '' '<=' 0
 echo
 
 # 5. Failure detection.
@@ -434,9 +438,7 @@ fi
 sed 's/^/  /' "$T/detect.out"
 d_max=$(figf detect detect_max) d_to=$(figf detect detect_timeout)
 d_target=$(awk -v t="${d_to:-1000}" 'BEGIN { printf "%d", t * 1.25 }')
-printf '  %-36s %8s ms   target <= %s ms %s\n' \
-    "slowest of $detect_rounds detections" "${d_max:-n/a}" "$d_target" \
-    "$(verdict "${d_max:-n/a}" '<=' "$d_target")"
+target_row "slowest of $detect_rounds detections" "$d_max" ms '<=' "$d_target"
 echo
 
 # 6. TCPStore. Debian's torch is for the system python3, which may not be
