@@ -31,7 +31,8 @@ match(const char *pat, const char *path, struct route_match *m)
 	m->nseg = 0;
 	m->rest = "";
 	for (;;) {
-		if (strcmp(pat, "/**") == 0) {
+		if (pat[0] == '/' && pat[1] == '*' && pat[2] == '*' &&
+		    pat[3] == '\0') {
 			/* The rest, or nothing at all. */
 			if (*path == '\0') {
 				m->rest = "";

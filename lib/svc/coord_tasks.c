@@ -690,10 +690,16 @@ coord_task_route(struct http_req *req, const struct route_match *m, void *arg)
 	char job[TASK_JOB_MAX + 1], index[24],
 	    name[sizeof(job) + sizeof(index) + 1];
 	struct reg_task *t;
+	size_t jn;
 
 	route_seg(m, 0, job, sizeof(job));
 	route_seg(m, 1, index, sizeof(index));
-	snprintf(name, sizeof(name), "%s:%s", job, index);
+	/* "job:index" (an over-long part is refused below), without
+	 * snprintf, which showed in the profile of every heartbeat. */
+	jn = strlen(job);
+	memcpy(name, job, jn);
+	name[jn] = ':';
+	memcpy(name + jn + 1, index, strlen(index) + 1);
 	coord_lock(co);
 	/* A call other than a heartbeat may change the tasks' state without
 	 * an event (a reset of a task in error): journaled if it differs. */

@@ -1,4 +1,5 @@
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -32,6 +33,31 @@ task_names(void)
 	CHECK(task_parse("wor ker:1", &t) < 0);
 	CHECK(task_parse("/job:w/task:", &t) < 0);
 	CHECK(task_parse(NULL, &t) < 0);
+}
+
+/* task_format writes what snprintf "%s:%ld" would, cut the same way. */
+static void
+task_format_as_snprintf(void)
+{
+	static const long idx[] = {0, 7, 10, 99, 1000000000L, -1, -42};
+	struct task_name t = {0};
+	char got[80], want[80];
+	int same = 1;
+
+	for (size_t j = 0; j < 2; j++) {
+		memset(t.job, 0, sizeof(t.job));
+		memset(t.job, 'w', j == 0 ? 6 : sizeof(t.job) - 1);
+		for (size_t i = 0; i < sizeof(idx) / sizeof(idx[0]); i++) {
+			t.index = idx[i];
+			for (size_t size = 1; size <= sizeof(got); size++) {
+				memset(got, 'x', sizeof(got));
+				snprintf(want, size, "%s:%ld", t.job, t.index);
+				task_format(&t, got, size);
+				same &= strcmp(got, want) == 0;
+			}
+		}
+	}
+	CHECK(same);
 }
 
 static void
@@ -69,6 +95,7 @@ incarnations(void)
 
 UNIT_TESTS(task_tests) = {
     {"task: names in both spellings", task_names},
+    {"task: a name formatted as snprintf would", task_format_as_snprintf},
     {"task: cluster specs", cluster_specs},
     {"task: incarnations", incarnations},
     {NULL, NULL},
