@@ -66,9 +66,18 @@ task_parse(const char *s, struct task_name *t)
 		return parse_index(task + 6, &t->index);
 	}
 	colon = strchr(s, ':');
-	if (colon == NULL || set_job(t, s, (size_t)(colon - s)) < 0)
+	return colon == NULL ?
+	    -1 :
+	    task_parse_parts(s, (size_t)(colon - s), colon + 1, t);
+}
+
+int
+task_parse_parts(const char *job, size_t jlen, const char *index,
+    struct task_name *t)
+{
+	if (set_job(t, job, jlen) < 0)
 		return -1;
-	return parse_index(colon + 1, &t->index);
+	return parse_index(index, &t->index);
 }
 
 /* Appends n bytes of p to buf[*len..size-1), cut as snprintf cuts. */

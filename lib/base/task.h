@@ -18,6 +18,10 @@ struct task_name {
 
 /* 0, or -1 when s is not a task name. */
 int task_parse(const char *s, struct task_name *t);
+/* The same for a name already split: job[0..jlen) and index, as the
+ * segments of a URL come (.../tasks/JOB/INDEX). */
+int task_parse_parts(const char *job, size_t jlen, const char *index,
+    struct task_name *t);
 /* "job:index" into buf. */
 char *task_format(const struct task_name *t, char *buf, size_t size);
 

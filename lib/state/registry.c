@@ -133,11 +133,18 @@ struct reg_task *
 registry_find(struct registry *r, const char *name)
 {
 	struct task_name tn;
+
+	return task_parse(name, &tn) < 0 ? NULL : registry_lookup(r, &tn);
+}
+
+struct reg_task *
+registry_lookup(struct registry *r, const struct task_name *tn)
+{
 	char buf[TASK_JOB_MAX + 24];
 
-	if (r->v.ntasks == 0 || task_parse(name, &tn) < 0)
+	if (r->v.ntasks == 0)
 		return NULL;
-	task_format(&tn, buf, sizeof(buf));
+	task_format(tn, buf, sizeof(buf));
 	return strmap_get(r->byname, buf, strlen(buf));
 }
 

@@ -102,6 +102,9 @@ const struct reg_view *registry_view(const struct registry *r);
 struct reg_task *registry_task(struct registry *r, size_t i);
 /* By name, in either spelling; NULL when not in the cluster. */
 struct reg_task *registry_find(struct registry *r, const char *name);
+/* By a name parsed already. */
+struct reg_task *registry_lookup(struct registry *r,
+    const struct task_name *tn);
 const char *registry_state_name(enum reg_state s);
 
 /* A non-recoverable task that failed in this epoch, or NULL. */

@@ -687,28 +687,27 @@ coord_task_route(struct http_req *req, const struct route_match *m, void *arg)
 {
 	const struct task_op *op = m->op;
 	struct coord *co = arg;
-	char job[TASK_JOB_MAX + 1], index[24],
-	    name[sizeof(job) + sizeof(index) + 1];
-	struct reg_task *t;
-	size_t jn;
+	char job[TASK_JOB_MAX + 1], index[24];
+	struct task_name tn;
+	struct reg_task *t = NULL;
+	int named;
 
 	route_seg(m, 0, job, sizeof(job));
 	route_seg(m, 1, index, sizeof(index));
-	/* "job:index" (an over-long part is refused below), without
-	 * snprintf, which showed in the profile of every heartbeat. */
-	jn = strlen(job);
-	memcpy(name, job, jn);
-	name[jn] = ':';
-	memcpy(name + jn + 1, index, strlen(index) + 1);
+	/* The segments as they are, not joined to be split again: every
+	 * heartbeat comes this way. An over-long one names no task. */
+	named = m->seglen[0] <= TASK_JOB_MAX && m->seglen[1] < sizeof(index) &&
+	    task_parse_parts(job, strlen(job), index, &tn) == 0;
 	coord_lock(co);
 	/* A call other than a heartbeat may change the tasks' state without
 	 * an event (a reset of a task in error): journaled if it differs. */
 	if (!(op->flags & (T_GET | T_BEAT)))
 		co->ctl_dirty = 1;
-	if (m->seglen[0] > TASK_JOB_MAX || m->seglen[1] >= sizeof(index) ||
-	    (t = registry_find(co->reg, name)) == NULL) {
+	if (named)
+		t = registry_lookup(co->reg, &tn);
+	if (t == NULL) {
 		http_reply_error(req, ST_INVALID_ARGUMENT,
-		    "unknown task %s: %s", name,
+		    "unknown task %s:%s: %s", job, index,
 		    co->rv->ntasks == 0 ? "coordd runs without --cluster" :
 		                          "not in the cluster");
 	} else if (op->flags & T_GET) {

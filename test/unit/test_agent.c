@@ -33,6 +33,17 @@ task_names(void)
 	CHECK(task_parse("wor ker:1", &t) < 0);
 	CHECK(task_parse("/job:w/task:", &t) < 0);
 	CHECK(task_parse(NULL, &t) < 0);
+	/* Split already, as a URL's segments are: the same checks. */
+	CHECK(task_parse_parts("worker", 6, "007", &t) == 0 &&
+	    strcmp(t.job, "worker") == 0 && t.index == 7);
+	CHECK(task_parse_parts("a:b", 3, "1", &t) < 0);
+	CHECK(task_parse_parts("w", 1, "1:2", &t) < 0);
+	CHECK(task_parse_parts("w", 1, "-1", &t) < 0);
+	CHECK(task_parse_parts("w", 0, "1", &t) < 0);
+	CHECK(
+	    task_parse_parts(
+	        "wwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwww",
+	        64, "1", &t) < 0);
 }
 
 /* task_format writes what snprintf "%s:%ld" would, cut the same way. */
